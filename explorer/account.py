@@ -1,0 +1,142 @@
+"""Parameter accounting: symbolic formulas (sympy, in config symbols) evaluated into exact rows and totals.
+
+Every total is the sum of its rows, and every row is either one stored tensor family of the component or one
+child component times its repeat count, so a page's table adds up by construction.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import sympy
+
+from .spec.types import Component, ModelSpec, TensorSpec, path_key, walk
+
+
+@dataclass(frozen=True, slots=True)
+class AccountRow:
+    """One row of "Exact per-instance accounting"."""
+
+    label: str
+    formula: str
+    """Symbolic, in config names: "intermediate_size × hidden_size"."""
+    factors: tuple[int, ...]
+    """The evaluated factors whose product is value (one factor for a sum over components)."""
+    value: int
+    child: str = ""
+    """Path of the child component this row stands for ("" for the component's own tensors)."""
+    across_children: bool = False
+    """The row is a child's total over its own components (shown as "N across its components")."""
+    tensors: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class ComponentAccount:
+    """Exact parameters of one component: per instance, how many instances, and the model-wide total."""
+
+    path: str
+    rows: tuple[AccountRow, ...]
+    per_instance: int
+    instances: int
+    """Independent instances in the model: the product of repeat counts from the root down."""
+    instances_label: str
+    """Plural noun for them, e.g. "MoE blocks"."""
+    instances_factors: tuple[tuple[int, str], ...]
+    """(repeat, label) of each ancestor-or-self that repeats, outermost first."""
+    formula: str
+
+    @property
+    def total(self) -> int:
+        return self.per_instance * self.instances
+
+
+@dataclass(frozen=True, slots=True)
+class Ledger:
+    """Accounts of every component of a model, by path."""
+
+    slug: str
+    accounts: dict[str, ComponentAccount]
+
+    @property
+    def total(self) -> int:
+        return self.accounts[""].per_instance
+
+
+def evaluate(expr: sympy.Expr, values: dict[str, int | float]) -> int:
+    """Substitute config values (by symbol name) into a size formula."""
+    return int(sympy.sympify(expr).subs({sym: values[sym.name] for sym in sympy.sympify(expr).free_symbols}))
+
+
+def _product(shape: tuple[sympy.Expr, ...]) -> sympy.Expr:
+    out: sympy.Expr = sympy.Integer(1)
+    for s in shape:
+        out = out * s
+    return out
+
+
+def param_formula(component: Component) -> sympy.Expr:
+    """Symbolic parameter count of one instance: own parameter tensors plus children times repeats."""
+    own = sum((_product(t.shape) for t in component.tensors if _is_parameter(t)), sympy.Integer(0))
+    return own + sum((child.repeat * param_formula(child) for child in component.children), sympy.Integer(0))
+
+
+def _is_parameter(t: TensorSpec) -> bool:
+    return t.role == "parameter" and t.shape is not None
+
+
+def show_formula(expr: sympy.Expr) -> str:
+    """Readable formula in config names: "n_routed_experts × hidden_size"."""
+    return str(expr).replace("**", "^").replace("*", " × ")
+
+
+def tensor_label(t: TensorSpec) -> str:
+    """Row label for one stored tensor family, from its last name segment and rank."""
+    leaf = t.template.rsplit(".", 1)[-1]
+    if leaf == "weight":
+        return "Weight matrix" if t.shape is not None and len(t.shape) == 2 else "Gain vector"
+    return leaf.replace("_", " ").capitalize()
+
+
+def _tensor_row(t: TensorSpec, values: dict[str, int | float]) -> AccountRow:
+    factors = tuple(evaluate(s, values) for s in t.shape)
+    value = 1
+    for f in factors:
+        value *= f
+    return AccountRow(tensor_label(t), " × ".join(show_formula(s) for s in t.shape), factors, value,
+                      tensors=(t.pattern,))
+
+
+def _child_row(child: Component, ancestors_path: str, values: dict[str, int | float]) -> AccountRow:
+    expr = param_formula(child)
+    per = evaluate(expr, values)
+    path = f"{ancestors_path}.{child.key}" if ancestors_path else child.key
+    label = child.row_label or child.title
+    if child.repeat > 1:
+        return AccountRow(label, f"{child.repeat_formula or child.repeat} × ({show_formula(expr)})",
+                          (child.repeat, per), child.repeat * per, child=path)
+    has_rows = bool(child.children) or sum(1 for t in child.tensors if _is_parameter(t)) > 1
+    return AccountRow(label, show_formula(expr), (per,), per, child=path, across_children=has_rows)
+
+
+def account_component(ancestors: tuple[Component, ...], component: Component,
+                      values: dict[str, int | float]) -> ComponentAccount:
+    """Rows, per-instance total and instance count of one component."""
+    path = path_key(ancestors, component)
+    rows = [_tensor_row(t, values) for t in component.tensors if _is_parameter(t)]
+    rows += [_child_row(ch, path, values) for ch in component.children if param_formula(ch) != 0]
+    chain = ancestors + (component,)
+    factors = tuple((c.repeat, c.repeat_label) for c in chain if c.repeat_label)
+    instances = 1
+    for c in chain:
+        instances *= c.repeat
+    label = next((c.repeat_label for c in reversed(chain) if c.repeat_label), "instances")
+    return ComponentAccount(
+        path=path, rows=tuple(rows), per_instance=sum(r.value for r in rows), instances=instances,
+        instances_label=label, instances_factors=factors, formula=show_formula(param_formula(component)),
+    )
+
+
+def account(spec: ModelSpec) -> Ledger:
+    """Return the exact accounting of every component of a model."""
+    accounts = {path_key(anc, comp): account_component(anc, comp, spec.values) for anc, comp in walk(spec.root)}
+    return Ledger(spec.slug, accounts)

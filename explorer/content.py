@@ -1,0 +1,205 @@
+"""Load and validate content/: model metadata, published config values, line maps and prose.
+
+Everything in content/ is parsed into frozen dataclasses here, at the edge; every problem in every file is
+collected and reported in one ContentError, each naming the file, the key and what was expected.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import tomllib
+import types
+import typing
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import markdown
+
+from .errors import ContentError, did_you_mean
+
+
+@dataclass(frozen=True, slots=True)
+class ModelMeta:
+    """Display metadata of one model."""
+
+    name: str
+    lab: str
+    released: str
+    """Release month, "YYYY-MM"."""
+    tagline: str
+    family: str
+    """Key of the family spec that builds this model's component tree (e.g. "deepseek_v3")."""
+    order: int = 0
+    """Position on the index page."""
+
+
+@dataclass(frozen=True, slots=True)
+class CheckpointRef:
+    """Where the published checkpoint lives, pinned, and facts recorded about its files."""
+
+    repo_id: str
+    revision: str
+    config_sha256: str
+    config_provenance: str
+    modeling_file: str = ""
+    """The checkpoint's own modeling code (empty: it ships none that we cite)."""
+    source_lines: dict[str, tuple[int, int]] = dataclasses.field(default_factory=dict)
+    """Line map of modeling_file at revision: qualified symbol -> (first, last) line, inclusive."""
+    config_lines: dict[str, tuple[int, int]] = dataclasses.field(default_factory=dict)
+    """Line ranges of top-level keys in the published config.json."""
+
+
+@dataclass(frozen=True, slots=True)
+class ModelContent:
+    """One content/models/<slug>/ folder, validated except for its config (the family validates that)."""
+
+    slug: str
+    folder: Path
+    meta: ModelMeta
+    checkpoint: CheckpointRef
+    config: dict[str, Any]
+    prose: dict[str, str]
+    """Component path ("" for the model page) -> Markdown source."""
+
+
+def load_toml(path: Path) -> dict[str, Any]:
+    """Parse one TOML file, turning syntax errors into a ContentError naming the file."""
+    try:
+        with path.open("rb") as f:
+            return tomllib.load(f)
+    except FileNotFoundError:
+        raise ContentError([f"{path}: file is missing"]) from None
+    except tomllib.TOMLDecodeError as e:
+        raise ContentError([f"{path}: not valid TOML: {e}"]) from e
+
+
+def parse_table(table: Any, cls: type, where: str, problems: list[str]) -> Any:
+    """Build dataclass `cls` from a TOML table, appending one message per problem; None when any."""
+    if not isinstance(table, dict):
+        problems.append(f"{where}: expected a table, got {_type_name(table)}")
+        return None
+    hints = typing.get_type_hints(cls)
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    before = len(problems)
+    for key in sorted(set(table) - set(fields)):
+        problems.append(f"{where}: key '{key}': unknown{did_you_mean(key, fields)}")
+    values: dict[str, Any] = {}
+    for name, field in fields.items():
+        if name not in table:
+            has_default = field.default is not dataclasses.MISSING or field.default_factory is not dataclasses.MISSING
+            if not has_default:
+                problems.append(f"{where}: key '{name}': missing (expected {_hint_name(hints[name])})")
+            continue
+        values[name] = _coerce(table[name], hints[name], f"{where}: key '{name}'", problems)
+    if len(problems) > before:
+        return None
+    return cls(**values)
+
+
+def _coerce(value: Any, hint: Any, where: str, problems: list[str]) -> Any:
+    """Check one value against a type hint, converting TOML arrays to tuples and tables to dataclasses."""
+    origin = typing.get_origin(hint)
+    args = typing.get_args(hint)
+    if origin in (typing.Union, types.UnionType):
+        if value is None and type(None) in args:
+            return None
+        inner = [a for a in args if a is not type(None)]
+        return _coerce(value, inner[0], where, problems)
+    if dataclasses.is_dataclass(hint):
+        return parse_table(value, hint, where.replace(": key '", ": table '"), problems)
+    if origin is tuple:
+        if not isinstance(value, list):
+            problems.append(f"{where}: expected {_hint_name(hint)}, got {_type_name(value)}")
+            return None
+        item_hints = [args[0]] * len(value) if args[-1] is Ellipsis else list(args)
+        if len(item_hints) != len(value):
+            problems.append(f"{where}: expected {_hint_name(hint)}, got {len(value)} items")
+            return None
+        return tuple(_coerce(v, h, f"{where}[{i}]", problems) for i, (v, h) in enumerate(zip(value, item_hints)))
+    if origin is dict:
+        if not isinstance(value, dict):
+            problems.append(f"{where}: expected a table, got {_type_name(value)}")
+            return None
+        return {k: _coerce(v, args[1], f"{where}.{k}", problems) for k, v in sorted(value.items())}
+    if hint is float and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    if hint is Any or (isinstance(value, hint) and not (hint is int and isinstance(value, bool))):
+        return value
+    problems.append(f"{where}: expected {_hint_name(hint)}, got {_type_name(value)} {value!r}")
+    return None
+
+
+def _hint_name(hint: Any) -> str:
+    origin = typing.get_origin(hint)
+    if origin is tuple:
+        args = typing.get_args(hint)
+        if args and args[-1] is Ellipsis:
+            return f"an array of {_hint_name(args[0])}"
+        return f"an array of {len(args)} {_hint_name(args[0])}"
+    if dataclasses.is_dataclass(hint):
+        return "a table"
+    names = {int: "an integer", float: "a number", bool: "true or false", str: "a string"}
+    return names.get(hint, str(hint))
+
+
+def _type_name(value: Any) -> str:
+    names = {bool: "a boolean", int: "an integer", float: "a number", str: "a string", list: "an array",
+             dict: "a table"}
+    return names.get(type(value), type(value).__name__)
+
+
+MODEL_FILE = "model.toml"
+_MODEL_TABLES = {"model", "checkpoint", "config"}
+
+
+def load_model_content(folder: Path) -> ModelContent:
+    """Load content/models/<slug>/: model.toml and its prose; raise ContentError listing every problem."""
+    path = folder / MODEL_FILE
+    data = load_toml(path)
+    problems: list[str] = []
+    for key in sorted(set(data) - _MODEL_TABLES):
+        problems.append(f"{path}: table '{key}': unknown{did_you_mean(key, _MODEL_TABLES)}")
+    meta = parse_table(data.get("model", {}), ModelMeta, f"{path}: table 'model'", problems)
+    checkpoint = parse_table(data.get("checkpoint", {}), CheckpointRef, f"{path}: table 'checkpoint'", problems)
+    if "config" not in data:
+        problems.append(f"{path}: table 'config': missing (the published config.json values)")
+    for symbol, (first, last) in sorted((checkpoint.source_lines if checkpoint else {}).items()):
+        if not 0 < first <= last:
+            problems.append(f"{path}: key 'checkpoint.source_lines.{symbol}': expected first <= last, "
+                            f"got [{first}, {last}]")
+    if problems:
+        raise ContentError(problems)
+    return ModelContent(
+        slug=folder.name, folder=folder, meta=meta, checkpoint=checkpoint,
+        config=data["config"], prose=load_prose(folder / "prose"),
+    )
+
+
+def load_prose(folder: Path) -> dict[str, str]:
+    """Read <component path>.md files (index.md is the model page); sorted for determinism."""
+    if not folder.is_dir():
+        return {}
+    prose = {}
+    for path in sorted(folder.glob("*.md")):
+        key = "" if path.stem == "index" else path.stem
+        prose[key] = path.read_text(encoding="utf-8")
+    return prose
+
+
+def render_markdown(source: str) -> str:
+    """Render prose Markdown to HTML (tables and fenced code allowed)."""
+    return markdown.markdown(source, extensions=["tables", "fenced_code"], output_format="html")
+
+
+def load_all_models(content_dir: Path) -> list[ModelContent]:
+    """Load every model folder under content/models, collecting problems across all of them."""
+    models, problems = [], []
+    for folder in sorted(p for p in (content_dir / "models").iterdir() if p.is_dir()):
+        try:
+            models.append(load_model_content(folder))
+        except ContentError as e:
+            problems.extend(e.problems)
+    if problems:
+        raise ContentError(problems)
+    return sorted(models, key=lambda m: (m.meta.order, m.slug))

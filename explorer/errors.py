@@ -1,0 +1,47 @@
+"""Error hierarchy: every expected failure names the file, the key and what would be valid."""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Iterable
+
+
+class ExplorerError(Exception):
+    """An expected failure: build.py prints it without a traceback and exits 1."""
+
+
+class ContentError(ExplorerError):
+    """One or more problems in content/ (or in what content cites), reported all at once."""
+
+    def __init__(self, problems: Iterable[str]) -> None:
+        self.problems = tuple(problems)
+        super().__init__("\n".join(self.problems))
+
+
+class CheckpointError(ExplorerError):
+    """A checkpoint header, index or Hub request could not be read; names the file or URL."""
+
+    def __init__(self, source: str, reason: str) -> None:
+        self.source = source
+        self.reason = reason
+        super().__init__(f"{source}: {reason}")
+
+
+class ReconciliationError(ExplorerError):
+    """The stored tensors and the spec disagree."""
+
+
+class ExecutionError(ExplorerError):
+    """A component failed to run; names model, component and step, and what ran before it."""
+
+    def __init__(self, where: str, reason: str, executed: tuple[str, ...] = ()) -> None:
+        self.where = where
+        self.executed = executed
+        after = f" (after: {', '.join(executed[-5:])})" if executed else ""
+        super().__init__(f"{where}: {reason}{after}")
+
+
+def did_you_mean(word: str, choices: Iterable[str]) -> str:
+    """Return "; did you mean 'x'?" for the closest choice, or "" when none is close."""
+    close = difflib.get_close_matches(word, sorted(choices), n=1, cutoff=0.6)
+    return f"; did you mean '{close[0]}'?" if close else ""

@@ -1,0 +1,199 @@
+"""The spec layer's plain data: a model is a tree of Components with shapes, equations and tensors.
+
+Parameter formulas and tensor shapes are sympy expressions in config symbols (named as in config.json),
+so the accounting stage can show both the formula and its value, and a changed config changes both.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+from typing import Literal
+
+import sympy
+
+Kind = Literal["learned", "computed", "buffer", "group"]
+"""learned: owns trained weights; computed: no weights (RoPE, scores); buffer: stored non-trained
+tensor; group: a container such as the stack of blocks."""
+
+TensorRole = Literal["parameter", "buffer"]
+
+
+@dataclass(frozen=True, slots=True)
+class Dim:
+    """One named dimension: a fixed size with its short name (7168 d) or a free one (B batch)."""
+
+    label: str
+    size: int | None = None
+    symbol: str = ""
+    """Free dimensions only: the letter shown before the label (B, T)."""
+
+    @property
+    def display(self) -> str:
+        return f"{self.symbol} {self.label}" if self.size is None else f"{self.size} {self.label}"
+
+
+@dataclass(frozen=True, slots=True)
+class Shape:
+    """A tensor shape with named dimensions, shown as [B batch, T positions, 7168 d]."""
+
+    dims: tuple[Dim, ...]
+
+    @property
+    def display(self) -> str:
+        return "[" + ", ".join(d.display for d in self.dims) + "]"
+
+
+@dataclass(frozen=True, slots=True)
+class Port:
+    """An input or output of a component: its symbol in the equations and its shape."""
+
+    latex: str
+    shape: Shape
+    name: str
+    """Identifier used by the executor and the trace (e.g. "x", "h")."""
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    """One equation step (LaTeX), or a section heading when `heading` is set."""
+
+    latex: str
+    shape: Shape | None = None
+    """Shape of the step's result."""
+    name: str = ""
+    """Stable anchor id within its page (e.g. "q-down")."""
+    heading: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class IndexRange:
+    """One index of a tensor-name template ({layer}, {expert}) and the values it takes."""
+
+    var: str
+    values: tuple[int, ...]
+
+    @property
+    def display(self) -> str:
+        return compress_indices(self.values)
+
+
+@dataclass(frozen=True, slots=True)
+class TensorSpec:
+    """A family of checkpoint tensors this component owns, one per combination of its index values."""
+
+    template: str
+    """Name with placeholders, e.g. "model.layers.{layer}.mlp.experts.{expert}.down_proj.weight"."""
+    shape: tuple[sympy.Expr, ...] | None
+    """Symbolic shape; None for a stored buffer whose length the config does not determine."""
+    ranges: tuple[IndexRange, ...] = ()
+    role: TensorRole = "parameter"
+    quantized: bool = False
+    """Stored in the checkpoint's quantized format with a block scale beside it (weight_scale_inv)."""
+    dtype: str = ""
+    """Expected stored dtype; filled in by the family from the config's quantization_config."""
+    note: str = ""
+    optional: bool = False
+    """Expected only where the checkpoint stores it (buffers the modeling code does not load)."""
+
+    @property
+    def pattern(self) -> str:
+        """Name with each index shown as its range, as in the checkpoint listing: layers.1-60.experts.0-383."""
+        return self.template.format(**{r.var: r.display for r in self.ranges})
+
+    @property
+    def count(self) -> int:
+        n = 1
+        for r in self.ranges:
+            n *= len(r.values)
+        return n
+
+    def names(self) -> list[str]:
+        """Every concrete tensor name, in index order."""
+        combos = itertools.product(*(r.values for r in self.ranges))
+        return [self.template.format(**dict(zip((r.var for r in self.ranges), c))) for c in combos]
+
+
+@dataclass(frozen=True, slots=True)
+class Citation:
+    """A claim backed by a symbol in a source file (checkpoint code, transformers, config.json)."""
+
+    claim: str
+    source: Literal["checkpoint", "transformers", "config"]
+    symbol: str
+    """Qualified name in a Python file ("DeepseekV3MLP", "DeepseekV3DecoderLayer.forward") or a
+    top-level config.json key."""
+    path: str = ""
+    """transformers only: file path inside the package."""
+
+
+@dataclass(frozen=True, slots=True)
+class Component:
+    """One node of a model's tree: a model, a block, a module, a projection or a computed step."""
+
+    key: str
+    """Path segment (unique among siblings), e.g. "down_proj"."""
+    title: str
+    kind: Kind
+    code: str
+    """The reference code expression that builds or runs it."""
+    description: str
+    repeat: int = 1
+    """Independent instances inside one instance of the parent."""
+    repeat_label: str = ""
+    """Plural noun for the instances, e.g. "MoE blocks"."""
+    repeat_formula: str = ""
+    """Where repeat comes from, e.g. "n_routed_experts"."""
+    inputs: tuple[Port, ...] = ()
+    outputs: tuple[Port, ...] = ()
+    equations: tuple[Step, ...] = ()
+    """The headline equations."""
+    steps: tuple[Step, ...] = ()
+    """Every step, in order (for composites, the children's steps spliced in)."""
+    tensors: tuple[TensorSpec, ...] = ()
+    children: tuple[Component, ...] = ()
+    citations: tuple[Citation, ...] = ()
+    notes: tuple[str, ...] = ()
+    crumb: str = ""
+    """Breadcrumb text, e.g. "61 transformer blocks" or "SwiGLU" (default: title)."""
+    row_label: str = ""
+    """Label of this component's row in its parent's accounting table (default: title)."""
+    reference: str = ""
+    """transformers class that the executor compares this component with (empty: none)."""
+    extras: tuple[tuple[str, str], ...] = field(default=())
+    """Further facts shown in the component's header, (label, value)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ModelSpec:
+    """A whole model: its tree, the config symbols' values and what it was built from."""
+
+    slug: str
+    family: str
+    root: Component
+    values: dict[str, int | float]
+    """Config symbol -> value, for evaluating formulas."""
+    config: object
+    """The family's typed config dataclass."""
+
+
+def compress_indices(values: tuple[int, ...]) -> str:
+    """Show sorted indices as runs: (0,1,2,5) -> "0-2,5"."""
+    runs: list[str] = []
+    for _, group in itertools.groupby(enumerate(values), key=lambda p: p[1] - p[0]):
+        items = [v for _, v in group]
+        runs.append(str(items[0]) if len(items) == 1 else f"{items[0]}-{items[-1]}")
+    return ",".join(runs)
+
+
+def walk(component: Component, path: tuple[Component, ...] = ()) -> list[tuple[tuple[Component, ...], Component]]:
+    """Every (ancestors, component) pair in depth-first order, the root first."""
+    out = [(path, component)]
+    for child in component.children:
+        out.extend(walk(child, path + (component,)))
+    return out
+
+
+def path_key(ancestors: tuple[Component, ...], component: Component) -> str:
+    """Dotted path of a component below the root ("" for the root), e.g. "blocks.moe.mlp.router"."""
+    return ".".join(c.key for c in ancestors[1:] + (component,)) if ancestors else ""
