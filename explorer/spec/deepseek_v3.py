@@ -190,6 +190,10 @@ class _Builder:
         self.block = tuple(c.quantization_config.weight_block_size) if c.quantization_config else ()
         fmt = c.quantization_config.fmt if c.quantization_config else ""
         self.quant_dtype = {"e4m3": "F8_E4M3", "e5m2": "F8_E5M2"}.get(fmt, "")
+        block = " × ".join(str(n) for n in self.block)
+        self.quant_citation = Citation(
+            f"Weights are stored in FP8 ({fmt}) with one scale per {block} block; the scales are quantization "
+            "metadata and are excluded from parameter counts.", "config", "quantization_config")
         self.dtype = {"bfloat16": "BF16", "float16": "F16", "float32": "F32"}.get(c.torch_dtype, c.torch_dtype)
 
     def size(self, expr: sympy.Expr) -> int:
@@ -224,6 +228,8 @@ def _linear(b: _Builder, key: str, title: str, code: str, description: str, temp
             citations: tuple[Citation, ...] = ()) -> Component:
     """A bias-free nn.Linear: one [out, in] weight, y = x W."""
     y = Port(y_latex, b.tokens(out_dim), y_name)
+    if quantized and b.quantized:
+        citations = citations + (b.quant_citation,)
     return Component(
         key=key, title=title, kind="learned", code=code, description=description,
         inputs=(x,), outputs=(y,),

@@ -1,0 +1,159 @@
+"""Reconcile a model's spec with stored tensors: every stored tensor owned exactly once, nothing missing.
+
+Ownership roles: a learned parameter; the FP8 block scale of a named weight (weight_scale_inv, one F32 per
+block of quantization_config.weight_block_size, ceiling division); or a stored buffer (rotary inv_freq).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import Literal
+
+from .account import evaluate
+from .checkpoint import DTYPE_BYTES, CheckpointIndex, TensorInfo
+from .spec.types import ModelSpec, TensorSpec, path_key, walk
+
+Role = Literal["parameter", "quant_scale", "buffer"]
+SCALE_SUFFIX = "_scale_inv"
+
+
+@dataclass(frozen=True, slots=True)
+class ExpectedTensor:
+    """A tensor the spec says is stored, with its owner and role."""
+
+    name: str
+    owner: str
+    """Component path."""
+    role: Role
+    shape: tuple[int, ...] | None
+    dtype: str
+    optional: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Mismatch:
+    name: str
+    owner: str
+    expected: str
+    stored: str
+
+
+@dataclass(frozen=True, slots=True)
+class RoleTotal:
+    """Stored tensors of one role and dtype."""
+
+    role: Role
+    dtype: str
+    tensors: int
+    elements: int
+    bytes: int
+
+
+@dataclass(frozen=True, slots=True)
+class Reconciliation:
+    """The result of matching expected against stored tensors, all problems at once, sorted."""
+
+    source: str
+    unowned: tuple[str, ...]
+    owned_twice: tuple[str, ...]
+    missing: tuple[str, ...]
+    shape_mismatch: tuple[Mismatch, ...]
+    dtype_mismatch: tuple[Mismatch, ...]
+    totals: tuple[RoleTotal, ...]
+    owned: dict[str, tuple[TensorInfo, ...]]
+    """Stored tensors by owning component path."""
+
+    @property
+    def balanced(self) -> bool:
+        return not (self.unowned or self.owned_twice or self.missing or self.shape_mismatch or self.dtype_mismatch)
+
+    def role_total(self, role: Role) -> tuple[int, int, int]:
+        """(tensors, elements, bytes) of one role over all dtypes."""
+        rows = [t for t in self.totals if t.role == role]
+        return sum(r.tensors for r in rows), sum(r.elements for r in rows), sum(r.bytes for r in rows)
+
+    def differences(self) -> list[str]:
+        """One line per problem, for the terminal."""
+        out = [f"unowned: {n}" for n in self.unowned]
+        out += [f"owned twice: {n}" for n in self.owned_twice]
+        out += [f"missing: {n}" for n in self.missing]
+        out += [f"shape mismatch: {m.name} ({m.owner}): expected {m.expected}, stored {m.stored}"
+                for m in self.shape_mismatch]
+        out += [f"dtype mismatch: {m.name} ({m.owner}): expected {m.expected}, stored {m.stored}"
+                for m in self.dtype_mismatch]
+        return out
+
+
+def scale_shape(shape: tuple[int, ...], block: tuple[int, ...]) -> tuple[int, ...]:
+    """One scale per block, ceiling division: [7168, 18432] with 128×128 blocks -> [56, 144]."""
+    return tuple(-(-s // b) for s, b in zip(shape, block))
+
+
+def expected_tensors(spec: ModelSpec) -> tuple[list[ExpectedTensor], list[str]]:
+    """Every tensor the spec expects, and names claimed by two components."""
+    block = _block_size(spec)
+    out: list[ExpectedTensor] = []
+    for ancestors, comp in walk(spec.root):
+        owner = path_key(ancestors, comp)
+        for t in comp.tensors:
+            out += _expand(t, owner, spec.values, block)
+    counts: dict[str, int] = defaultdict(int)
+    for e in out:
+        counts[e.name] += 1
+    return out, sorted(n for n, c in counts.items() if c > 1)
+
+
+def _block_size(spec: ModelSpec) -> tuple[int, ...]:
+    qc = getattr(spec.config, "quantization_config", None)
+    return tuple(qc.weight_block_size) if qc is not None else ()
+
+
+def _expand(t: TensorSpec, owner: str, values: dict[str, int | float], block: tuple[int, ...]) -> list[ExpectedTensor]:
+    shape = tuple(evaluate(s, values) for s in t.shape) if t.shape is not None else None
+    role: Role = "buffer" if t.role == "buffer" else "parameter"
+    out = []
+    for name in t.names():
+        out.append(ExpectedTensor(name, owner, role, shape, t.dtype, t.optional))
+        if t.quantized and shape is not None:
+            out.append(ExpectedTensor(name + SCALE_SUFFIX, owner, "quant_scale", scale_shape(shape, block), "F32"))
+    return out
+
+
+def reconcile(spec: ModelSpec, index: CheckpointIndex) -> Reconciliation:
+    """Match the spec's expected tensors against a checkpoint index."""
+    expected, owned_twice = expected_tensors(spec)
+    by_name = {e.name: e for e in expected}
+    stored = index.tensors
+    missing = sorted(e.name for e in expected if e.name not in stored and not e.optional)
+    unowned = sorted(n for n in stored if n not in by_name)
+    shape_bad, dtype_bad = [], []
+    owned: dict[str, list[TensorInfo]] = defaultdict(list)
+    totals: dict[tuple[Role, str], list[int]] = defaultdict(lambda: [0, 0, 0])
+    for name, info in stored.items():
+        e = by_name.get(name)
+        if e is None:
+            continue
+        owned[e.owner].append(info)
+        acc = totals[(e.role, info.dtype)]
+        acc[0], acc[1], acc[2] = acc[0] + 1, acc[1] + info.elements, acc[2] + info.nbytes
+        if e.shape is not None and tuple(info.shape) != e.shape:
+            shape_bad.append(Mismatch(name, e.owner, _show(e.shape), _show(info.shape)))
+        if e.dtype and info.dtype != e.dtype:
+            dtype_bad.append(Mismatch(name, e.owner, e.dtype, info.dtype))
+    role_order = {"parameter": 0, "quant_scale": 1, "buffer": 2}
+    return Reconciliation(
+        source=index.source, unowned=tuple(unowned), owned_twice=tuple(owned_twice), missing=tuple(missing),
+        shape_mismatch=tuple(sorted(shape_bad, key=lambda m: m.name)),
+        dtype_mismatch=tuple(sorted(dtype_bad, key=lambda m: m.name)),
+        totals=tuple(RoleTotal(r, d, *v) for (r, d), v in sorted(totals.items(), key=lambda kv: (role_order[kv[0][0]], kv[0][1]))),
+        owned={k: tuple(v) for k, v in sorted(owned.items())},
+    )
+
+
+def _show(shape: tuple[int, ...]) -> str:
+    return "[" + ", ".join(str(s) for s in shape) + "]"
+
+
+def stored_bytes(index: CheckpointIndex) -> int:
+    return sum(t.elements * DTYPE_BYTES[t.dtype] for t in index.tensors.values())

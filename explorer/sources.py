@@ -1,0 +1,233 @@
+"""Resolve citations against real files at build time: never typed-in excerpts.
+
+Sources: the installed, pinned transformers package (always offline); the checkpoint's own modeling code and
+config.json at the pinned revision, through huggingface_hub's cache (or the Hub when reachable). Python
+symbols are located by parsing (ast), so a recorded line range that no longer holds its symbol is an error.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib.metadata
+import importlib.util
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from huggingface_hub import hf_hub_download, try_to_load_from_cache
+from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError
+
+from .content import ModelContent
+from .errors import ContentError, did_you_mean
+from .spec.types import Citation, ModelSpec, path_key, walk
+
+TRANSFORMERS_REPO_URL = "https://github.com/huggingface/transformers/blob/v{version}/src/transformers/{path}"
+HUB_FILE_URL = "https://huggingface.co/{repo}/blob/{revision}/{path}"
+
+
+@dataclass(frozen=True, slots=True)
+class ResolvedCitation:
+    """A claim with the exact lines that back it, and their text when the file is at hand."""
+
+    claim: str
+    source: str
+    """Repository or package the file belongs to: "moonshotai/Kimi-K2-Instruct", "transformers"."""
+    file: str
+    revision: str
+    """Pinned revision (a commit) or package version."""
+    first: int
+    last: int
+    lines: tuple[str, ...] | None
+    """The cited lines, or None when the file is not available offline."""
+    url: str
+    symbol: str
+
+
+def locate_symbol(text: str, qualname: str) -> tuple[int, int] | None:
+    """Return (first, last) line of a module-level class/function or a method ("Class.method")."""
+    try:
+        body: list[ast.stmt] = ast.parse(text).body
+    except SyntaxError:
+        return None
+    node: ast.AST | None = None
+    for part in qualname.split("."):
+        node = next((n for n in body if isinstance(n, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+                     and n.name == part), None)
+        if node is None:
+            return None
+        body = node.body  # type: ignore[attr-defined]
+    return node.lineno, node.end_lineno  # type: ignore[union-attr]
+
+
+def defined_symbols(text: str) -> list[str]:
+    """Every class, function and method qualname in a module (for "did you mean")."""
+    out: list[str] = []
+    for node in ast.parse(text).body:
+        if isinstance(node, (ast.ClassDef, ast.FunctionDef)):
+            out.append(node.name)
+            if isinstance(node, ast.ClassDef):
+                out += [f"{node.name}.{n.name}" for n in node.body if isinstance(n, ast.FunctionDef)]
+    return out
+
+
+def locate_json_key(text: str, key: str) -> tuple[int, int] | None:
+    """Lines of a top-level key in a pretty-printed JSON file, from its line to its value's end."""
+    lines = text.splitlines()
+    needle = f'  "{key}":'
+    for i, line in enumerate(lines):
+        if line.startswith(needle):
+            depth = line.count("{") + line.count("[") - line.count("}") - line.count("]")
+            j = i
+            while depth > 0 and j + 1 < len(lines):
+                j += 1
+                depth += lines[j].count("{") + lines[j].count("[") - lines[j].count("}") - lines[j].count("]")
+            return i + 1, j + 1
+    return None
+
+
+def transformers_version() -> str:
+    return importlib.metadata.version("transformers")
+
+
+def transformers_file(rel: str) -> Path:
+    """Path of a file inside the installed transformers package."""
+    spec = importlib.util.find_spec("transformers")
+    assert spec is not None and spec.origin is not None
+    return Path(spec.origin).parent / rel
+
+
+def hub_file(repo_id: str, revision: str, filename: str, fetch: bool) -> Path | None:
+    """The file at a pinned revision from the local HF cache, or from the Hub when fetch is set; None if absent."""
+    cached = try_to_load_from_cache(repo_id, filename, revision=revision)
+    if isinstance(cached, str):
+        return Path(cached)
+    if not fetch or os.environ.get("HF_HUB_OFFLINE") == "1":
+        return None
+    try:
+        return Path(hf_hub_download(repo_id, filename, revision=revision))
+    except (HfHubHTTPError, LocalEntryNotFoundError, OSError):
+        return None
+
+
+class _Resolver:
+    """Resolves every citation of one model, collecting problems instead of stopping at the first."""
+
+    def __init__(self, content: ModelContent, fetch: bool) -> None:
+        self.content = content
+        self.model_file = content.folder / "model.toml"
+        self.fetch = fetch
+        self.problems: list[str] = []
+        self._texts: dict[Path, str] = {}
+        ref = content.checkpoint
+        self.modeling = hub_file(ref.repo_id, ref.revision, ref.modeling_file, fetch) if ref.modeling_file else None
+        self.config_json = hub_file(ref.repo_id, ref.revision, "config.json", fetch)
+
+    def _text(self, path: Path) -> str:
+        if path not in self._texts:
+            self._texts[path] = path.read_text(encoding="utf-8")
+        return self._texts[path]
+
+    def resolve(self, cit: Citation) -> ResolvedCitation | None:
+        if cit.source == "transformers":
+            return self._transformers(cit)
+        if cit.source == "checkpoint":
+            return self._checkpoint(cit)
+        return self._config(cit)
+
+    def _transformers(self, cit: Citation) -> ResolvedCitation | None:
+        path = transformers_file(cit.path)
+        text = self._text(path)
+        where = locate_symbol(text, cit.symbol)
+        if where is None:
+            self.problems.append(f"{path}: symbol '{cit.symbol}': not found{did_you_mean(cit.symbol, defined_symbols(text))}")
+            return None
+        version = transformers_version()
+        first, last = where
+        return ResolvedCitation(
+            cit.claim, "transformers", path.name, version, first, last, _lines(text, first, last),
+            TRANSFORMERS_REPO_URL.format(version=version, path=cit.path) + f"#L{first}-L{last}", cit.symbol)
+
+    def _checkpoint(self, cit: Citation) -> ResolvedCitation | None:
+        ref = self.content.checkpoint
+        if not ref.modeling_file:
+            return None
+        key = f"checkpoint.source_lines.{cit.symbol}"
+        if cit.symbol not in ref.source_lines:
+            self.problems.append(f"{self.model_file}: key '{key}': missing (a line range [first, last] of "
+                                 f"{ref.modeling_file} at {ref.revision[:7]})")
+            return None
+        first, last = ref.source_lines[cit.symbol]
+        lines = None
+        if self.modeling is not None:
+            text = self._text(self.modeling)
+            found = locate_symbol(text, cit.symbol)
+            if found != (first, last):
+                actual = f"lines {found[0]}–{found[1]}" if found else "no such symbol"
+                self.problems.append(f"{self.model_file}: key '{key}': [{first}, {last}] does not hold "
+                                     f"'{cit.symbol}' in {ref.modeling_file} at {ref.revision[:7]} (found: {actual})")
+                return None
+            lines = _lines(text, first, last)
+        return ResolvedCitation(
+            cit.claim, ref.repo_id, ref.modeling_file, ref.revision, first, last, lines,
+            HUB_FILE_URL.format(repo=ref.repo_id, revision=ref.revision, path=ref.modeling_file) + f"#L{first}",
+            cit.symbol)
+
+    def _config(self, cit: Citation) -> ResolvedCitation | None:
+        ref = self.content.checkpoint
+        key = f"checkpoint.config_lines.{cit.symbol}"
+        if cit.symbol not in ref.config_lines:
+            self.problems.append(f"{self.model_file}: key '{key}': missing (line range of \"{cit.symbol}\" in "
+                                 "the published config.json)")
+            return None
+        first, last = ref.config_lines[cit.symbol]
+        lines = None
+        if self.config_json is not None:
+            text = self._text(self.config_json)
+            found = locate_json_key(text, cit.symbol)
+            if found != (first, last):
+                self.problems.append(f"{self.model_file}: key '{key}': [{first}, {last}] does not hold "
+                                     f"\"{cit.symbol}\" in config.json at {ref.revision[:7]} (found: {found})")
+                return None
+            lines = _lines(text, first, last)
+        return ResolvedCitation(
+            cit.claim, ref.repo_id, "config.json", ref.revision, first, last, lines,
+            HUB_FILE_URL.format(repo=ref.repo_id, revision=ref.revision, path="config.json") + f"#L{first}",
+            cit.symbol)
+
+
+def _lines(text: str, first: int, last: int) -> tuple[str, ...]:
+    return tuple(text.splitlines()[first - 1:last])
+
+
+def resolve_citations(spec: ModelSpec, content: ModelContent, fetch: bool = False,
+                      ) -> dict[str, tuple[ResolvedCitation, ...]]:
+    """Resolve every citation of a model's components, by component path; ContentError lists all problems."""
+    resolver = _Resolver(content, fetch)
+    cited = {c.symbol for _, comp in walk(spec.root) for c in comp.citations if c.source == "checkpoint"}
+    for symbol in sorted(set(content.checkpoint.source_lines) - cited):
+        resolver.problems.append(f"{resolver.model_file}: key 'checkpoint.source_lines.{symbol}': not cited by "
+                                 f"the {spec.family} family{did_you_mean(symbol, cited)}")
+    out: dict[str, tuple[ResolvedCitation, ...]] = {}
+    for ancestors, comp in walk(spec.root):
+        resolved = (resolver.resolve(c) for c in comp.citations)
+        out[path_key(ancestors, comp)] = tuple(r for r in resolved if r is not None)
+    if resolver.problems:
+        raise ContentError(sorted(set(resolver.problems)))
+    return out
+
+
+def published_config_matches(path: Path, content: ModelContent) -> list[str]:
+    """Compare a downloaded config.json with the recorded hash and values; return the differences."""
+    import hashlib
+
+    data = path.read_bytes()
+    problems = []
+    digest = hashlib.sha256(data).hexdigest()
+    if digest != content.checkpoint.config_sha256:
+        problems.append(f"config.json sha256 {digest} != recorded {content.checkpoint.config_sha256}")
+    published = json.loads(data)
+    for key, value in sorted(content.config.items()):
+        if published.get(key) != value and not (isinstance(value, dict) or isinstance(value, list)):
+            problems.append(f"config key '{key}': published {published.get(key)!r}, recorded {value!r}")
+    return problems
