@@ -7,6 +7,7 @@ child component times its repeat count, so a page's table adds up by constructio
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 import sympy
 
@@ -64,7 +65,14 @@ class Ledger:
 
 def evaluate(expr: sympy.Expr, values: dict[str, int | float]) -> int:
     """Substitute config values (by symbol name) into a size formula."""
-    return int(sympy.sympify(expr).subs({sym: values[sym.name] for sym in sympy.sympify(expr).free_symbols}))
+    expr = sympy.sympify(expr)
+    return _evaluate(expr, tuple(sorted((s.name, values[s.name]) for s in expr.free_symbols)))
+
+
+@lru_cache(maxsize=4096)
+def _evaluate(expr: sympy.Expr, values: tuple[tuple[str, int | float], ...]) -> int:
+    named = dict(values)
+    return int(expr.subs({sym: named[sym.name] for sym in expr.free_symbols}))
 
 
 def _product(shape: tuple[sympy.Expr, ...]) -> sympy.Expr:
@@ -98,11 +106,13 @@ def tensor_label(t: TensorSpec) -> str:
 
 
 def _tensor_row(t: TensorSpec, values: dict[str, int | float]) -> AccountRow:
-    factors = tuple(evaluate(s, values) for s in t.shape)
+    # Matrices are shown input by output, as in y = xW; the stored tensor is [out, in].
+    shape = tuple(reversed(t.shape)) if len(t.shape) == 2 else t.shape
+    factors = tuple(evaluate(s, values) for s in shape)
     value = 1
     for f in factors:
         value *= f
-    return AccountRow(tensor_label(t), " × ".join(show_formula(s) for s in t.shape), factors, value,
+    return AccountRow(tensor_label(t), " × ".join(show_formula(s) for s in shape), factors, value,
                       tensors=(t.pattern,))
 
 

@@ -244,7 +244,7 @@ def _rmsnorm(b: _Builder, key: str, title: str, template: str, ranges: tuple[Ind
     """RMSNorm with a learned per-feature gain."""
     y = Port(y_latex, x.shape, y_name)
     eps = fmt_num(b.c.rms_norm_eps) if b.c.rms_norm_eps >= 1e-4 else f"10^{{{int(math.log10(b.c.rms_norm_eps))}}}"
-    detail = (rf"{y_latex}=\frac{{{x.latex}}}{{\sqrt{{\operatorname{{mean}}({x.latex}^2)+{eps}}}}}\odot \gamma")
+    detail = (rf"{y_latex}=\frac{{{x.latex}}}{{\sqrt{{\operatorname{{mean}}(({x.latex})^2)+{eps}}}}}\odot \gamma")
     return Component(
         key=key, title=title, kind="learned", code=code,
         description=f"Scale each {getattr(b.c, size):,}-feature vector to unit root mean square, then by a "

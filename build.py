@@ -1,0 +1,96 @@
+#!/usr/bin/env python3
+"""Build the explorer site: `python build.py` writes site/; see --help for the other commands."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+from explorer.errors import ExplorerError
+
+ROOT = Path(__file__).resolve().parent
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--out", type=Path, default=ROOT / "site", help="output folder (default: site/)")
+    parser.add_argument("--content", type=Path, default=None, help="project root holding content/ (default: here)")
+    parser.add_argument("--check", action="store_true",
+                        help="verify every model against its checkpoint manifest and the reference; write nothing")
+    parser.add_argument("--record-checkpoint", metavar="SLUG",
+                        help="write content/models/SLUG/checkpoint.toml from --from-folder, --from-hub or --from-listing")
+    parser.add_argument("--from-folder", type=Path, help="local checkpoint folder (headers only)")
+    parser.add_argument("--from-hub", action="store_true", help="the Hub at the model's pinned revision (headers only)")
+    parser.add_argument("--from-listing", type=Path, help="a grouped JSON listing of the checkpoint's tensors")
+    parser.add_argument("--fetch-sources", action="store_true",
+                        help="download cited checkpoint files at their pinned revision when the Hub is reachable")
+    args = parser.parse_args(argv)
+    from explorer.pipeline import Project
+
+    project = Project(args.content.resolve() if args.content else ROOT)
+    try:
+        if args.record_checkpoint:
+            return record(project, args)
+        if args.check:
+            return check(project)
+        return build(project, args.out, args.fetch_sources)
+    except ExplorerError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+
+
+def build(project, out: Path, fetch_sources: bool) -> int:
+    from explorer.pipeline import build_site
+
+    start = time.perf_counter()
+    builds = build_site(project, out, fetch_sources=fetch_sources)
+    totals = ", ".join(f"{mb.slug} {mb.ledger.total:,} parameters" for mb in builds)
+    print(f"built {out} in {time.perf_counter() - start:.1f}s: {totals}")
+    return 0
+
+
+def check(project) -> int:
+    from explorer.pipeline import build_all, check_failures
+
+    builds = build_all(project)
+    failures = check_failures(builds)
+    for mb in builds:
+        rec = mb.checkpoint or mb.reference
+        against = "checkpoint manifest" if mb.checkpoint is not None else "reference implementation only"
+        tensors = sum(t.tensors for t in rec.totals)
+        print(f"{mb.slug}: {tensors:,} tensors against the {against}; parameters "
+              f"{rec.role_total('parameter')[1]:,}, scales {rec.role_total('quant_scale')[1]:,}, buffers "
+              f"{rec.role_total('buffer')[1]:,}; {'balanced' if rec.balanced else 'NOT balanced'}")
+    for line in failures:
+        print(line)
+    return 1 if failures else 0
+
+
+def record(project, args) -> int:
+    from explorer.checkpoint import (MANIFEST_FILE, CheckpointIndex, read_hub_checkpoint, read_listing,
+                                     read_local_checkpoint, write_manifest)
+    from explorer.content import load_model_content
+
+    content = load_model_content(project.content / "models" / args.record_checkpoint)
+    ref = content.checkpoint
+    if args.from_folder:
+        index, provenance = read_local_checkpoint(args.from_folder), f"headers of a local copy ({args.from_folder.name})"
+    elif args.from_hub:
+        index, provenance = read_hub_checkpoint(ref.repo_id, ref.revision), "headers read from the Hub with range requests"
+    elif args.from_listing:
+        index = read_listing(args.from_listing)
+        provenance = index.provenance or f"grouped listing {args.from_listing.name}"
+    else:
+        print("error: --record-checkpoint needs --from-folder, --from-hub or --from-listing", file=sys.stderr)
+        return 1
+    index = CheckpointIndex(index.tensors, index.source, ref.repo_id, ref.revision, provenance)
+    path = content.folder / MANIFEST_FILE
+    write_manifest(index, path, provenance)
+    print(f"wrote {path}: {len(index.tensors):,} tensors")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

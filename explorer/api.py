@@ -1,0 +1,61 @@
+"""site/api/<slug>.json: the component tree with parameters, shapes, tensors, evidence and the ledger."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .account import evaluate
+from .model_build import ModelBuild
+from .reconcile import Reconciliation
+from .spec.types import Component, path_key, walk
+
+
+def model_api(mb: ModelBuild) -> dict[str, Any]:
+    """A JSON-ready description of one model, for other tools."""
+    ref = mb.content.checkpoint
+    return {
+        "slug": mb.slug,
+        "name": mb.content.meta.name,
+        "family": mb.spec.family,
+        "checkpoint": {"repo_id": ref.repo_id, "revision": ref.revision, "config_sha256": ref.config_sha256},
+        "total_parameters": mb.ledger.total,
+        "components": [_component(mb, anc, comp) for anc, comp in walk(mb.spec.root)],
+        "ledger": _ledger(mb.checkpoint) if mb.checkpoint is not None else None,
+        "reference_check": {"reference": mb.reference_label, "skipped": list(mb.reference_skips),
+                            **_ledger(mb.reference)},
+    }
+
+
+def _component(mb: ModelBuild, ancestors: tuple[Component, ...], comp: Component) -> dict[str, Any]:
+    path = path_key(ancestors, comp)
+    acc = mb.ledger.accounts[path]
+    return {
+        "path": path, "title": comp.title, "kind": comp.kind, "parent": path_key(ancestors[:-1], ancestors[-1])
+        if ancestors else None,
+        "repeat": comp.repeat, "instances": acc.instances, "instances_label": acc.instances_label,
+        "parameters_per_instance": acc.per_instance, "parameters_total": acc.total, "formula": acc.formula,
+        "rows": [{"label": r.label, "formula": r.formula, "factors": list(r.factors), "value": r.value,
+                  "child": r.child or None} for r in acc.rows],
+        "shapes": {"inputs": [{"name": p.name, "latex": p.latex, "shape": p.shape.display} for p in comp.inputs],
+                   "outputs": [{"name": p.name, "latex": p.latex, "shape": p.shape.display} for p in comp.outputs],
+                   "steps": [{"name": s.name, "latex": s.latex, "shape": s.shape.display if s.shape else None}
+                             for s in comp.steps if not s.heading]},
+        "tensors": [{"pattern": t.pattern, "count": t.count, "role": t.role, "dtype": t.dtype or None,
+                     "quantized": t.quantized, "optional": t.optional,
+                     "shape": [evaluate(s, mb.spec.values) for s in t.shape] if t.shape is not None else None}
+                    for t in comp.tensors],
+        "checked_against": mb.checked_against(path),
+        "evidence": [{"claim": c.claim, "source": c.source, "file": c.file, "revision": c.revision,
+                      "lines": [c.first, c.last], "url": c.url, "excerpt_available": c.lines is not None}
+                     for c in mb.citations.get(path, ())],
+    }
+
+
+def _ledger(rec: Reconciliation) -> dict[str, Any]:
+    return {
+        "source": rec.source, "balanced": rec.balanced,
+        "by_role_and_dtype": [{"role": t.role, "dtype": t.dtype, "tensors": t.tensors, "elements": t.elements,
+                               "bytes": t.bytes} for t in rec.totals],
+        "unowned": list(rec.unowned), "owned_twice": list(rec.owned_twice), "missing": list(rec.missing),
+        "shape_mismatch": [m.name for m in rec.shape_mismatch], "dtype_mismatch": [m.name for m in rec.dtype_mismatch],
+    }

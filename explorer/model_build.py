@@ -1,0 +1,51 @@
+"""The per-model results of the compute stages, handed to the view stage as one value."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .account import Ledger
+from .checkpoint import CheckpointIndex
+from .content import ModelContent
+from .reconcile import Reconciliation
+from .sources import ResolvedCitation
+from .spec.types import ModelSpec
+
+
+@dataclass(frozen=True, slots=True)
+class ModelBuild:
+    """Everything computed for one model: spec, accounts, citations and the checks of its tensors."""
+
+    content: ModelContent
+    spec: ModelSpec
+    ledger: Ledger
+    citations: dict[str, tuple[ResolvedCitation, ...]]
+    reference: Reconciliation
+    """Spec against the reference implementation on the meta device."""
+    reference_label: str
+    reference_skips: tuple[str, ...]
+    """Component paths the reference implementation does not build."""
+    checkpoint: Reconciliation | None
+    """Spec against the recorded checkpoint manifest, where one exists."""
+    checkpoint_index: CheckpointIndex | None
+
+    @property
+    def slug(self) -> str:
+        return self.spec.slug
+
+    @property
+    def check_phrase(self) -> str:
+        if self.checkpoint is not None:
+            return "parameter count checked against the checkpoint’s tensor headers"
+        return "parameter count checked against the reference implementation only"
+
+    def checked_against(self, path: str) -> str:
+        """What one component's count was checked against."""
+        ref = self.content.checkpoint
+        if self.checkpoint is not None:
+            return (f"checkpoint headers at {ref.repo_id}@{ref.revision[:7]} "
+                    f"({len(self.checkpoint_index.tensors):,} tensors, recorded manifest)")  # type: ignore[union-attr]
+        if any(path == s or path.startswith(s + ".") for s in self.reference_skips):
+            return ("the configuration only: the reference implementation does not build this module and no "
+                    "checkpoint tensor listing is recorded for this model")
+        return f"the reference implementation only ({self.reference_label}); no checkpoint tensor listing is recorded"

@@ -1,0 +1,103 @@
+"""The build: compute everything for every model, then write (MkDocs' build(), in stages)."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from .account import account
+from .api import model_api
+from .checkpoint import MANIFEST_FILE, read_manifest
+from .content import ModelContent, load_all_models
+from .errors import ContentError, ReconciliationError
+from .model_build import ModelBuild
+from .reconcile import reconcile
+from .reference import NOT_IN_REFERENCE, reference_index
+from .render import write_site
+from .sources import resolve_citations
+from .spec import load_model_spec
+from .views import site_pages
+
+Progress = Callable[[str], None]
+
+
+@dataclass(frozen=True, slots=True)
+class Project:
+    """Where the inputs live (the repository root by default)."""
+
+    root: Path
+
+    @property
+    def content(self) -> Path:
+        return self.root / "content"
+
+    @property
+    def templates(self) -> Path:
+        return self.root / "templates"
+
+    @property
+    def static(self) -> Path:
+        return self.root / "static"
+
+
+def stderr_progress(message: str) -> None:
+    print(f"  {message}", file=sys.stderr, flush=True)
+
+
+def build_model(content: ModelContent, fetch_sources: bool = False) -> ModelBuild:
+    """Run the compute stages for one model: spec, accounts, citations, reference and checkpoint checks."""
+    spec = load_model_spec(content)
+    ledger = account(spec)
+    citations = resolve_citations(spec, content, fetch=fetch_sources)
+    ref = reference_index(spec)
+    skips = NOT_IN_REFERENCE.get(spec.family, ())
+    ref_check = reconcile(spec, ref.index, reference=True, skip_owners=skips)
+    manifest = content.folder / MANIFEST_FILE
+    index = read_manifest(manifest) if manifest.exists() else None
+    if index is not None and (index.repo_id, index.revision) != (content.checkpoint.repo_id, content.checkpoint.revision):
+        raise ContentError([f"{manifest}: key 'manifest.revision': {index.repo_id}@{index.revision} does not match "
+                            f"model.toml's {content.checkpoint.repo_id}@{content.checkpoint.revision}"])
+    ckpt_check = reconcile(spec, index) if index is not None else None
+    return ModelBuild(content, spec, ledger, citations, ref_check, ref.label, skips, ckpt_check, index)
+
+
+def build_all(project: Project, progress: Progress = stderr_progress, fetch_sources: bool = False) -> list[ModelBuild]:
+    """Load and compute every model; ContentError lists content problems of all models together."""
+    contents = load_all_models(project.content)
+    builds, problems = [], []
+    for content in contents:
+        progress(f"{content.slug}: spec, accounting, citations, reference and checkpoint checks")
+        try:
+            builds.append(build_model(content, fetch_sources))
+        except ContentError as e:
+            problems.extend(e.problems)
+    if problems:
+        raise ContentError(problems)
+    return builds
+
+
+def check_failures(builds: list[ModelBuild]) -> list[str]:
+    """Every difference between spec, reference and checkpoint, prefixed by model."""
+    out = []
+    for mb in builds:
+        out += [f"{mb.slug} (reference): {d}" for d in mb.reference.differences()]
+        if mb.checkpoint is not None:
+            out += [f"{mb.slug} (checkpoint): {d}" for d in mb.checkpoint.differences()]
+    return out
+
+
+def build_site(project: Project, out_dir: Path, progress: Progress = stderr_progress,
+               fetch_sources: bool = False) -> list[ModelBuild]:
+    """Compute everything, refuse to publish unbalanced numbers, then write the site atomically."""
+    builds = build_all(project, progress, fetch_sources)
+    failures = check_failures(builds)
+    if failures:
+        raise ReconciliationError("stored tensors and spec disagree:\n" + "\n".join(failures))
+    how_to_read = (project.content / "how-to-read.md").read_text(encoding="utf-8")
+    pages = site_pages(builds, how_to_read)
+    data = {f"api/{mb.slug}.json": model_api(mb) for mb in builds}
+    progress(f"writing {len(pages)} pages to {out_dir}")
+    write_site(pages, data, out_dir, project.templates, project.static, progress)
+    return builds

@@ -1,0 +1,67 @@
+"""The reference implementation as an oracle: transformers' model built from the same config on the meta
+device (no weights allocated), its tensors mapped to the checkpoint's names.
+
+transformers fuses each layer's routed experts into 3-D tensors (experts.gate_up_proj [E, 2·I, d],
+experts.down_proj [E, d, I]); we split them back into the checkpoint's per-expert gate/up/down weights.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from dataclasses import dataclass
+
+from .checkpoint import CheckpointIndex, TensorInfo
+from .spec.types import ModelSpec
+
+_FUSED = re.compile(r"^(?P<prefix>.*\.mlp\.experts)\.(?P<kind>gate_up_proj|down_proj)$")
+NOT_IN_REFERENCE = {"deepseek_v3": ("mtp",)}
+"""Component paths the reference does not build (transformers skips the stored MTP layer on load)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ReferenceModel:
+    """Name and version of the reference, and its tensors under checkpoint names."""
+
+    label: str
+    index: CheckpointIndex
+
+
+def transformers_config(spec: ModelSpec) -> dict:
+    """The config.json keys transformers needs (quantization is a storage format, not architecture)."""
+    skip = {"quantization_config", "auto_map", "architectures"}
+    return {k: v for k, v in dataclasses.asdict(spec.config).items() if k not in skip}  # type: ignore[call-overload]
+
+
+def build_reference_model(spec: ModelSpec):  # -> transformers PreTrainedModel on meta
+    """Instantiate transformers' DeepseekV3ForCausalLM for this config on the meta device."""
+    import torch
+    from transformers import DeepseekV3Config, DeepseekV3ForCausalLM
+
+    config = DeepseekV3Config(**transformers_config(spec))
+    with torch.device("meta"):
+        return DeepseekV3ForCausalLM(config)
+
+
+def reference_index(spec: ModelSpec) -> ReferenceModel:
+    """Every parameter and persistent buffer of the reference model, under checkpoint tensor names."""
+    import transformers
+
+    model = build_reference_model(spec)
+    tensors: dict[str, TensorInfo] = {}
+    for name, tensor in model.state_dict().items():
+        for split_name, shape in _unfuse(name, tuple(tensor.shape)):
+            tensors[split_name] = TensorInfo(split_name, "F32", shape)
+    label = f"transformers {transformers.__version__} {type(model).__name__} on the meta device"
+    return ReferenceModel(label, CheckpointIndex(dict(sorted(tensors.items())), source=label))
+
+
+def _unfuse(name: str, shape: tuple[int, ...]) -> list[tuple[str, tuple[int, ...]]]:
+    match = _FUSED.match(name)
+    if not match:
+        return [(name, shape)]
+    prefix, n_experts = match["prefix"], shape[0]
+    if match["kind"] == "down_proj":
+        return [(f"{prefix}.{e}.down_proj.weight", shape[1:]) for e in range(n_experts)]
+    half = shape[1] // 2
+    return [(f"{prefix}.{e}.{part}.weight", (half, shape[2])) for e in range(n_experts) for part in ("gate_proj", "up_proj")]

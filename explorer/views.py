@@ -1,0 +1,511 @@
+"""View models: every string a template shows, formatted here, so templates hold no arithmetic."""
+
+from __future__ import annotations
+
+import datetime
+from dataclasses import dataclass
+from functools import lru_cache
+
+from pygments import highlight
+from pygments.formatters import HtmlFormatter
+from pygments.lexers import JsonLexer, PythonLexer
+
+from .account import AccountRow, ComponentAccount
+from .content import render_markdown
+from .mathml import STREAMS, numbers_mathml, product_mathml, to_mathml
+from .model_build import ModelBuild
+from .reconcile import SCALE_SUFFIX, scale_shape
+from .sources import ResolvedCitation
+from .spec.types import Component, Port, Step, TensorSpec, path_key, walk
+
+
+@dataclass(frozen=True, slots=True)
+class Link:
+    text: str
+    href: str
+
+
+@dataclass(frozen=True, slots=True)
+class StepView:
+    mathml: str
+    latex: str
+    shape: str
+    anchor: str
+    heading: bool
+
+
+@dataclass(frozen=True, slots=True)
+class PortView:
+    mathml: str
+    shape: str
+
+
+@dataclass(frozen=True, slots=True)
+class RowView:
+    label: str
+    calculation: str
+    """MathML or plain text."""
+    formula: str
+    value: str
+    href: str
+
+
+@dataclass(frozen=True, slots=True)
+class TensorRowView:
+    pattern: str
+    owner: Link
+    role: str
+    count: str
+    shape: str
+    dtype: str
+    elements: str
+    scale: str
+
+
+@dataclass(frozen=True, slots=True)
+class CardView:
+    title: str
+    href: str
+    kind: str
+    description: str
+    params: str
+    repeat: str
+
+
+@dataclass(frozen=True, slots=True)
+class CitationView:
+    claim: str
+    scope: str
+    source: str
+    file: str
+    revision_short: str
+    url: str
+    lines: str
+    excerpt_html: str
+    """Highlighted lines with numbers, or "" when the file is not available offline."""
+    unavailable: str
+
+
+@dataclass(frozen=True, slots=True)
+class HeaderView:
+    """The model banner on every page of a model."""
+
+    name: str
+    href: str
+    meta: str
+    tagline: str
+    repo_id: str
+    revision_short: str
+    repo_url: str
+    checked: str
+
+
+@dataclass(frozen=True, slots=True)
+class ParametersView:
+    headline: str
+    rows: tuple[RowView, ...]
+    total: str
+    across: str
+    across_math: str
+    check: str
+    notes: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class OutlineNode:
+    title: str
+    href: str
+    params: str
+    repeat: str
+    children: tuple[OutlineNode, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class PageBase:
+    """Fields every page has."""
+
+    title: str
+    description: str
+    root: str
+    """Relative prefix to the site root ("" or "../../")."""
+    path: str
+    """Output path relative to the site root."""
+
+
+@dataclass(frozen=True, slots=True)
+class ComponentPage(PageBase):
+    header: HeaderView
+    section: str
+    crumbs: tuple[Link, ...]
+    heading: str
+    kind: str
+    code: str
+    summary: str
+    prose_html: str
+    extras: tuple[tuple[str, str], ...]
+    equations: tuple[StepView, ...]
+    steps: tuple[StepView, ...]
+    steps_label: str
+    inputs: tuple[PortView, ...]
+    outputs: tuple[PortView, ...]
+    params_line: str
+    parameters: ParametersView | None
+    tensors: tuple[TensorRowView, ...]
+    tensors_check: str
+    children: tuple[CardView, ...]
+    code_blocks: tuple[CitationView, ...]
+    citations: tuple[CitationView, ...]
+    sources_count: str
+    prev: Link | None
+    next: Link | None
+    outline: OutlineNode | None
+    ledger: LedgerView | None
+    legend: tuple[tuple[str, str], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class LedgerRowView:
+    role: str
+    dtype: str
+    tensors: str
+    elements: str
+    bytes: str
+
+
+@dataclass(frozen=True, slots=True)
+class LedgerView:
+    source: str
+    rows: tuple[LedgerRowView, ...]
+    total_tensors: str
+    total_elements: str
+    total_bytes: str
+    parameters: str
+    scales: str
+    buffers: str
+    status: str
+    balanced: bool
+    reference: str
+
+
+@dataclass(frozen=True, slots=True)
+class ModelCardView:
+    name: str
+    href: str
+    meta: str
+    tagline: str
+    params: str
+    facts: tuple[tuple[str, str], ...]
+    checked: str
+    preview_svg: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class IndexPage(PageBase):
+    models: tuple[ModelCardView, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ProsePage(PageBase):
+    heading: str
+    body_html: str
+
+
+ROLE_NAMES = {"parameter": "parameters", "quant_scale": "FP8 block scales", "buffer": "stored buffers"}
+KIND_NAMES = {"learned": "learned", "computed": "computed", "buffer": "buffer", "group": "group"}
+
+
+def page_href(path: str) -> str:
+    """File name of a component page inside its model folder."""
+    return "index.html" if path == "" else f"{path}.html"
+
+
+def month(released: str) -> str:
+    return datetime.date.fromisoformat(released + "-01").strftime("%b %Y")
+
+
+def fmt(n: int) -> str:
+    return f"{n:,}"
+
+
+def plural(n: int, noun: str) -> str:
+    return f"{n:,} {noun}" if n != 1 or not noun.endswith("s") else f"{n:,} {noun[:-1]}"
+
+
+# ----------------------------------------------------------------------------------------- small parts
+
+def step_view(step: Step, prefix: str = "") -> StepView:
+    return StepView(to_mathml(step.latex), step.latex, step.shape.display if step.shape else "",
+                    f"{prefix}{step.name}" if step.name else "", step.heading)
+
+
+def port_view(port: Port) -> PortView:
+    return PortView(to_mathml(port.latex), port.shape.display)
+
+
+@lru_cache(maxsize=None)
+def highlight_lines(lines: tuple[str, ...], first: int, file: str) -> str:
+    """Pygments HTML with the file's own line numbers."""
+    lexer = JsonLexer() if file.endswith(".json") else PythonLexer()
+    formatter = HtmlFormatter(linenos="table", linenostart=first, cssclass="code", wrapcode=True)
+    return highlight("\n".join(lines) + "\n", lexer, formatter)
+
+
+def citation_view(cit: ResolvedCitation, scope: str) -> CitationView:
+    short = cit.revision[:12] if cit.source != "transformers" else cit.revision
+    unavailable = "" if cit.lines is not None else (
+        f"Excerpt unavailable offline: {cit.file} at {cit.revision[:7]} is not in the local Hugging Face cache. "
+        "The pinned line range is recorded in the project's content; build with --fetch-sources where the Hub is "
+        "reachable to show and re-check it.")
+    return CitationView(
+        claim=cit.claim, scope=scope, source=cit.source, file=cit.file,
+        revision_short=("v" + short) if cit.source == "transformers" else short, url=cit.url,
+        lines=f"{cit.first}–{cit.last}",
+        excerpt_html=highlight_lines(cit.lines, cit.first, cit.file) if cit.lines is not None else "",
+        unavailable=unavailable)
+
+
+def calculation(row: AccountRow) -> str:
+    if row.across_children:
+        return f"{fmt(row.value)} across its components"
+    return product_mathml(row.factors)
+
+
+def header_view(mb: ModelBuild, root: str) -> HeaderView:
+    ref = mb.content.checkpoint
+    return HeaderView(
+        name=mb.content.meta.name, href=f"{root}models/{mb.slug}/index.html",
+        meta=f"{mb.content.meta.lab} · {month(mb.content.meta.released)}", tagline=mb.content.meta.tagline,
+        repo_id=ref.repo_id, revision_short=ref.revision[:7],
+        repo_url=f"https://huggingface.co/{ref.repo_id}/tree/{ref.revision}", checked=mb.check_phrase)
+
+
+# ------------------------------------------------------------------------------------------- parameters
+
+def parameters_view(mb: ModelBuild, comp: Component, acc: ComponentAccount, path: str) -> ParametersView | None:
+    if acc.per_instance == 0:
+        return None
+    rows = tuple(RowView(r.label, calculation(r), r.formula, fmt(r.value),
+                         page_href(r.child) if r.child else "") for r in acc.rows)
+    learned = "across its learned components" if comp.children else "per instance"
+    noun = acc.instances_label.rstrip("s") if acc.instances_label.endswith("s") else acc.instances_label
+    headline = (f"{fmt(acc.per_instance)} parameters per {noun}, {learned}" if comp.children
+                else f"{fmt(acc.per_instance)} parameters per instance.")
+    return ParametersView(
+        headline=headline, rows=rows, total=fmt(acc.per_instance),
+        across=_across_text(acc), across_math=numbers_mathml((acc.per_instance, acc.instances, acc.total), ("×", "=")),
+        check=_check_sentence(mb, path), notes=comp.notes)
+
+
+def _across_text(acc: ComponentAccount) -> str:
+    label = acc.instances_label if acc.instances_label != "instances" else "instances"
+    if acc.instances == 1 and acc.instances_label == "instances":
+        return "In the model once:"
+    breakdown = [f"{fmt(n)} {lbl}" for n, lbl in acc.instances_factors if n > 1]
+    detail = f" ({' × '.join(breakdown)})" if len(breakdown) > 1 else ""
+    return f"Across {fmt(acc.instances)} independent {_plural_label(label)}{detail}:"
+
+
+def _plural_label(label: str) -> str:
+    return label if label.endswith("s") else label + "s"
+
+
+def _check_sentence(mb: ModelBuild, path: str) -> str:
+    against = mb.checked_against(path)
+    if mb.checkpoint is not None:
+        return ("Derived from the pinned configuration and implementation, and equal to the count of the checkpoint’s "
+                "tensors read from its safetensors headers (FP8 block scales and stored rotary buffers excluded). "
+                f"Checked against {against}.")
+    return f"Derived from the pinned configuration; checked tensor by tensor against {against}."
+
+
+def params_line(acc: ComponentAccount) -> str:
+    if acc.per_instance == 0:
+        return "no learned parameters"
+    if acc.instances == 1:
+        return fmt(acc.per_instance)
+    return f"{fmt(acc.per_instance)} · × {fmt(acc.instances)} {_plural_label(acc.instances_label)} = {fmt(acc.total)}"
+
+
+# ---------------------------------------------------------------------------------------------- tensors
+
+def tensor_rows(mb: ModelBuild, ancestors: tuple[Component, ...], comp: Component) -> tuple[TensorRowView, ...]:
+    """Every tensor family the component owns, itself or through its descendants."""
+    rows = []
+    block = tuple(getattr(mb.spec.config.quantization_config, "weight_block_size", ()) or ())  # type: ignore[attr-defined]
+    for anc, c in walk(comp, ancestors):
+        owner = path_key(anc, c)
+        for t in c.tensors:
+            rows.append(_tensor_row(mb, t, owner, c.title, block))
+    return tuple(rows)
+
+
+def _tensor_row(mb: ModelBuild, t: TensorSpec, owner: str, title: str, block: tuple[int, ...]) -> TensorRowView:
+    from .account import evaluate
+
+    shape = tuple(evaluate(s, mb.spec.values) for s in t.shape) if t.shape is not None else None
+    stored = _stored(mb, t)
+    if shape is None and stored is not None:
+        shape = stored.shape
+    elements = 1
+    for s in shape or ():
+        elements *= s
+    scale = ""
+    if t.quantized and shape is not None:
+        scale = f"{t.pattern.rsplit('.', 1)[-1]}{SCALE_SUFFIX} [{', '.join(map(str, scale_shape(shape, block)))}] F32"
+    role = "buffer (not a parameter)" if t.role == "buffer" else "parameter"
+    if t.optional and stored is None:
+        role += ", not stored"
+    return TensorRowView(
+        pattern=t.pattern, owner=Link(title, page_href(owner)), role=role, count=fmt(t.count),
+        shape="[" + ", ".join(fmt(s) for s in shape) + "]" if shape is not None else "not set by the config",
+        dtype=stored.dtype if stored is not None else (t.dtype or "—"),
+        elements=fmt(elements * t.count) if shape is not None else "—", scale=scale)
+
+
+def _stored(mb: ModelBuild, t: TensorSpec):
+    if mb.checkpoint_index is None:
+        return None
+    return mb.checkpoint_index.tensors.get(t.names()[0])
+
+
+# --------------------------------------------------------------------------------------------- evidence
+
+def evidence(mb: ModelBuild, ancestors: tuple[Component, ...], comp: Component) -> tuple[CitationView, ...]:
+    """The component's own citations, then the nearest ancestor's (the module that defines it)."""
+    path = path_key(ancestors, comp)
+    views = [citation_view(c, comp.key or "model") for c in mb.citations.get(path, ())]
+    chain = list(ancestors)
+    while chain and len(views) < 2:
+        parent = chain.pop()
+        parent_path = path_key(tuple(chain), parent)
+        views += [citation_view(c, parent.key or "model") for c in mb.citations.get(parent_path, ())]
+    return tuple(views)
+
+
+def code_blocks(citations: tuple[CitationView, ...]) -> tuple[CitationView, ...]:
+    """The "Code" section: pinned checkpoint files first, then transformers; one block per file range."""
+    ordered = sorted(citations, key=lambda c: (c.source == "transformers", c.file.endswith(".json"), c.file, c.lines))
+    seen, out = set(), []
+    for c in ordered:
+        if (c.file, c.lines) not in seen:
+            seen.add((c.file, c.lines))
+            out.append(c)
+    return tuple(out[:3])
+
+
+# ---------------------------------------------------------------------------------------------- pages
+
+def children_cards(mb: ModelBuild, path: str, comp: Component) -> tuple[CardView, ...]:
+    cards = []
+    for ch in comp.children:
+        ch_path = f"{path}.{ch.key}" if path else ch.key
+        acc = mb.ledger.accounts[ch_path]
+        cards.append(CardView(ch.title, page_href(ch_path), KIND_NAMES[ch.kind], ch.description,
+                              params_line(acc), f"× {fmt(ch.repeat)} {ch.repeat_label}" if ch.repeat > 1 else ""))
+    return tuple(cards)
+
+
+def siblings(ancestors: tuple[Component, ...], comp: Component) -> tuple[Link | None, Link | None]:
+    if not ancestors:
+        return None, None
+    parent = ancestors[-1]
+    keys = [c.key for c in parent.children]
+    i = keys.index(comp.key)
+    parent_path = path_key(ancestors[:-1], parent)
+
+    def link(c: Component) -> Link:
+        return Link(c.title, page_href(f"{parent_path}.{c.key}" if parent_path else c.key))
+
+    return (link(parent.children[i - 1]) if i > 0 else None,
+            link(parent.children[i + 1]) if i + 1 < len(keys) else None)
+
+
+def outline(mb: ModelBuild, comp: Component, path: str = "") -> OutlineNode:
+    acc = mb.ledger.accounts[path]
+    kids = tuple(outline(mb, ch, f"{path}.{ch.key}" if path else ch.key) for ch in comp.children)
+    return OutlineNode(comp.crumb or comp.title if path else mb.content.meta.name, page_href(path),
+                       fmt(acc.per_instance) if acc.per_instance else "",
+                       f"× {fmt(comp.repeat)}" if comp.repeat > 1 else "", kids)
+
+
+def ledger_view(mb: ModelBuild) -> LedgerView:
+    rec = mb.checkpoint or mb.reference
+    rows = tuple(LedgerRowView(ROLE_NAMES[t.role], t.dtype, fmt(t.tensors), fmt(t.elements), fmt(t.bytes))
+                 for t in rec.totals)
+    problems = (f"{len(rec.unowned)} unowned, {len(rec.owned_twice)} owned twice, {len(rec.missing)} missing, "
+                f"{len(rec.shape_mismatch)} shape mismatches, {len(rec.dtype_mismatch)} dtype mismatches")
+    ref = (f"Against the reference implementation ({mb.reference_label}): "
+           f"{fmt(mb.reference.role_total('parameter')[0])} parameter tensors, "
+           f"{fmt(mb.reference.role_total('parameter')[1])} elements, "
+           f"{'balanced' if mb.reference.balanced else 'NOT balanced'}"
+           + (f"; modules it does not build: {', '.join(mb.reference_skips)}." if mb.reference_skips else "."))
+    source = (f"Checkpoint headers of {mb.content.checkpoint.repo_id}@{mb.content.checkpoint.revision[:7]}, "
+              f"from the recorded manifest ({mb.checkpoint_index.provenance})" if mb.checkpoint_index is not None
+              else "No checkpoint tensor listing is recorded for this model: its numbers are checked against the "
+                   "reference implementation only (stored bytes below assume float32 for the reference's tensors).")
+    return LedgerView(
+        source=source, rows=rows, total_tensors=fmt(sum(t.tensors for t in rec.totals)),
+        total_elements=fmt(sum(t.elements for t in rec.totals)), total_bytes=fmt(sum(t.bytes for t in rec.totals)),
+        parameters=fmt(rec.role_total("parameter")[1]), scales=fmt(rec.role_total("quant_scale")[1]),
+        buffers=fmt(rec.role_total("buffer")[1]), status=problems, balanced=rec.balanced, reference=ref)
+
+
+def component_page(mb: ModelBuild, ancestors: tuple[Component, ...], comp: Component) -> ComponentPage:
+    path = path_key(ancestors, comp)
+    root = "../../"
+    acc = mb.ledger.accounts[path]
+    cits = evidence(mb, ancestors, comp)
+    crumbs = tuple(Link(a.crumb or a.title, page_href(path_key(ancestors[:i], a)))
+                   for i, a in enumerate(ancestors) if i > 0)
+    is_model = path == ""
+    prev, nxt = siblings(ancestors, comp)
+    show_steps = len(comp.steps) > len(comp.equations) or comp.steps != comp.equations
+    name = mb.content.meta.name
+    title = name if is_model else f"{comp.title} · {name}"
+    return ComponentPage(
+        title=title, description=comp.description, root=root, path=f"models/{mb.slug}/{page_href(path)}",
+        header=header_view(mb, root), section=ancestors[-1].title if len(ancestors) > 1 else (
+            "Model" if is_model else "Overview"),
+        crumbs=crumbs, heading=name if is_model else comp.title, kind=KIND_NAMES[comp.kind], code=comp.code,
+        summary=comp.description, prose_html=render_markdown(mb.content.prose.get(path, "")),
+        extras=comp.extras, equations=tuple(step_view(s, "eq-") for s in comp.equations),
+        steps=tuple(step_view(s, "step-") for s in comp.steps) if show_steps else (),
+        steps_label=f"All {sum(1 for s in comp.steps if not s.heading)} steps",
+        inputs=tuple(port_view(p) for p in comp.inputs), outputs=tuple(port_view(p) for p in comp.outputs),
+        params_line=params_line(acc), parameters=parameters_view(mb, comp, acc, path),
+        tensors=tensor_rows(mb, ancestors, comp), tensors_check=mb.checked_against(path),
+        children=children_cards(mb, path, comp), code_blocks=code_blocks(cits), citations=cits,
+        sources_count=str(len(cits)),
+        prev=prev, next=nxt, outline=outline(mb, comp) if is_model else None,
+        ledger=ledger_view(mb) if is_model else None, legend=STREAMS_LEGEND)
+
+
+STREAMS_LEGEND = tuple((cls, name) for cls, name in STREAMS)
+
+
+def model_card(mb: ModelBuild, preview_svg: str = "") -> ModelCardView:
+    c = mb.spec.config
+    facts = (
+        ("transformer blocks", fmt(c.num_hidden_layers)),  # type: ignore[attr-defined]
+        ("routed experts", f"{c.n_routed_experts} (top {c.num_experts_per_tok})"),  # type: ignore[attr-defined]
+        ("attention heads", fmt(c.num_attention_heads)),  # type: ignore[attr-defined]
+        ("vocabulary", fmt(c.vocab_size)),  # type: ignore[attr-defined]
+    )
+    return ModelCardView(mb.content.meta.name, f"models/{mb.slug}/index.html",
+                         f"{mb.content.meta.lab} · {month(mb.content.meta.released)}", mb.content.meta.tagline,
+                         fmt(mb.ledger.total), facts, mb.check_phrase, preview_svg)
+
+
+def site_pages(builds: list[ModelBuild], how_to_read_md: str, previews: dict[str, str] | None = None) -> list[PageBase]:
+    """Every page of the site, in a fixed order."""
+    previews = previews or {}
+    pages: list[PageBase] = [
+        IndexPage("LLM architectures, component by component", "Models explained component by component, with "
+                  "exact parameter accounting and pinned sources.", "", "index.html",
+                  tuple(model_card(mb, previews.get(mb.slug, "")) for mb in builds)),
+        ProsePage("How to read a page", "What every element of an explorer page means.", "", "how-to-read.html",
+                  "How to read a page", render_markdown(how_to_read_md)),
+    ]
+    for mb in builds:
+        pages += [component_page(mb, anc, comp) for anc, comp in walk(mb.spec.root)]
+    return pages
