@@ -201,26 +201,29 @@ def _check_index_agrees(weight_map: dict[str, str], tensors: dict[str, TensorInf
 
 # ----------------------------------------------------------------------------------------------- Hub
 
-def read_hub_checkpoint(repo_id: str, revision: str, timeout: float = 10.0) -> CheckpointIndex:
+def read_hub_checkpoint(repo_id: str, revision: str, timeout: float = 10.0,
+                        endpoint: str | None = None) -> CheckpointIndex:
     """Read every header of a Hub checkpoint at a pinned revision with range requests (a few MB for 1 TB).
 
-    Uses huggingface_hub's URL building, session, auth headers and HF_ENDPOINT, and this module's parser.
+    Uses huggingface_hub's URL building, session, auth headers and HF_ENDPOINT (or `endpoint`), and this
+    module's parser.
     """
     from huggingface_hub import HfApi
 
-    api = HfApi()
+    api = HfApi(endpoint=endpoint)
     where = f"{repo_id}@{revision}"
     try:
         if api.file_exists(repo_id, INDEX_FILE, revision=revision):
             from huggingface_hub import hf_hub_download
 
-            weight_map = _read_index(Path(hf_hub_download(repo_id, INDEX_FILE, revision=revision)))
+            weight_map = _read_index(Path(hf_hub_download(repo_id, INDEX_FILE, revision=revision,
+                                                          endpoint=endpoint)))
             shards = sorted(set(weight_map.values()))
         else:
             weight_map, shards = {}, [SINGLE_FILE]
         tensors: dict[str, TensorInfo] = {}
         for shard in shards:
-            tensors.update(read_hub_header(repo_id, revision, shard, timeout))
+            tensors.update(read_hub_header(repo_id, revision, shard, timeout, endpoint))
     except CheckpointError:
         raise
     except Exception as e:  # huggingface_hub and httpx raise many types; name the repo and the reason
@@ -231,12 +234,13 @@ def read_hub_checkpoint(repo_id: str, revision: str, timeout: float = 10.0) -> C
                            revision=revision)
 
 
-def read_hub_header(repo_id: str, revision: str, filename: str, timeout: float = 10.0) -> dict[str, TensorInfo]:
+def read_hub_header(repo_id: str, revision: str, filename: str, timeout: float = 10.0,
+                    endpoint: str | None = None) -> dict[str, TensorInfo]:
     """Fetch and parse one file's header with at most two range requests."""
     from huggingface_hub import get_session, hf_hub_url
     from huggingface_hub.utils import build_hf_headers, hf_raise_for_status
 
-    url = hf_hub_url(repo_id, filename, revision=revision)
+    url = hf_hub_url(repo_id, filename, revision=revision, endpoint=endpoint)
     headers = build_hf_headers()
     try:
         response = get_session().get(url, headers={**headers, "range": f"bytes=0-{HUB_PREFIX_BYTES - 1}"},

@@ -1,0 +1,90 @@
+"""A loopback HTTP server standing in for the Hugging Face Hub: serves files at /{repo}/resolve/{rev}/{file}
+with HEAD, Range requests and the Hub's error headers, and counts the bytes it sends."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+_PATH = re.compile(r"^/(?P<repo>[^/]+/[^/]+)/resolve/(?P<rev>[^/]+)/(?P<file>.+)$")
+
+
+class FakeHub:
+    """Files by (repo_id, revision, filename); `delay` seconds before answering simulates a stalled Hub."""
+
+    def __init__(self) -> None:
+        self.files: dict[tuple[str, str, str], bytes] = {}
+        self.bytes_sent = 0
+        self.requests: list[tuple[str, str]] = []
+        self.delay = 0.0
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self._server.server_address[1]}"
+
+    def __enter__(self) -> FakeHub:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+    def _lookup(self, path: str) -> tuple[int, dict[str, str], bytes | None]:
+        match = _PATH.match(path)
+        if not match:
+            return 404, {"X-Error-Code": "RepoNotFound"}, None
+        repo, rev, name = match["repo"], match["rev"], match["file"]
+        if not any(r == repo for r, _, _ in self.files):
+            return 404, {"X-Error-Code": "RepoNotFound", "X-Error-Message": "Repository not found"}, None
+        if not any(r == repo and v == rev for r, v, _ in self.files):
+            return 404, {"X-Error-Code": "RevisionNotFound", "X-Error-Message": "Invalid rev id"}, None
+        data = self.files.get((repo, rev, name))
+        if data is None:
+            return 404, {"X-Error-Code": "EntryNotFound", "X-Error-Message": "Entry not found"}, None
+        etag = hashlib.sha256(data).hexdigest()
+        return 200, {"X-Repo-Commit": rev, "ETag": f'"{etag}"'}, data
+
+    def _handler(hub):  # noqa: N805 (the closure's self is the hub)
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args: object) -> None:
+                pass
+
+            def _answer(self, head: bool) -> None:
+                hub.requests.append((self.command, self.path))
+                if hub.delay:
+                    time.sleep(hub.delay)
+                status, headers, data = hub._lookup(self.path)
+                body = b""
+                if data is not None:
+                    body, status, headers = _ranged(data, self.headers.get("range"), headers)
+                self.send_response(status)
+                for k, v in headers.items():
+                    self.send_header(k, v)
+                self.send_header("Content-Length", str(len(data) if head and data is not None else len(body)))
+                self.end_headers()
+                if not head:
+                    self.wfile.write(body)
+                    hub.bytes_sent += len(body)
+
+            def do_HEAD(self) -> None:
+                self._answer(head=True)
+
+            def do_GET(self) -> None:
+                self._answer(head=False)
+
+        return Handler
+
+
+def _ranged(data: bytes, range_header: str | None, headers: dict[str, str]) -> tuple[bytes, int, dict[str, str]]:
+    match = re.match(r"bytes=(\d+)-(\d*)", range_header or "")
+    if not match:
+        return data, 200, headers
+    start = int(match[1])
+    end = min(int(match[2]) if match[2] else len(data) - 1, len(data) - 1)
+    return data[start:end + 1], 206, {**headers, "Content-Range": f"bytes {start}-{end}/{len(data)}"}
