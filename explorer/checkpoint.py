@@ -112,7 +112,7 @@ def _parse_entry(name: str, entry: Any, source: str, shard: str) -> tuple[Tensor
     if not isinstance(entry, dict):
         raise CheckpointError(source, f"{where}: entry is not an object")
     dtype, shape, offsets = entry.get("dtype"), entry.get("shape"), entry.get("data_offsets")
-    if dtype not in DTYPE_BYTES:
+    if not isinstance(dtype, str) or dtype not in DTYPE_BYTES:
         raise CheckpointError(source, f"{where}: unknown dtype {dtype!r}")
     if not isinstance(shape, list) or not all(_is_count(s) for s in shape):
         raise CheckpointError(source, f"{where}: shape must be a list of non-negative integers, got {shape!r}")

@@ -78,13 +78,13 @@ def build_all(project: Project, progress: Progress = stderr_progress, fetch_sour
     return builds
 
 
-def check_failures(builds: list[ModelBuild]) -> list[str]:
-    """Every difference between spec, reference and checkpoint, prefixed by model."""
+def check_failures(builds: list[ModelBuild], limit: int | None = 20) -> list[str]:
+    """Differences between spec, reference and checkpoint, prefixed by model (at most `limit` per kind)."""
     out = []
     for mb in builds:
-        out += [f"{mb.slug} (reference): {d}" for d in mb.reference.differences()]
+        out += [f"{mb.slug} (reference): {d}" for d in mb.reference.differences(limit)]
         if mb.checkpoint is not None:
-            out += [f"{mb.slug} (checkpoint): {d}" for d in mb.checkpoint.differences()]
+            out += [f"{mb.slug} (checkpoint): {d}" for d in mb.checkpoint.differences(limit)]
     return out
 
 

@@ -73,15 +73,23 @@ class Reconciliation:
         rows = [t for t in self.totals if t.role == role]
         return sum(r.tensors for r in rows), sum(r.elements for r in rows), sum(r.bytes for r in rows)
 
-    def differences(self) -> list[str]:
-        """One line per problem, for the terminal."""
-        out = [f"unowned: {n}" for n in self.unowned]
-        out += [f"owned twice: {n}" for n in self.owned_twice]
-        out += [f"missing: {n}" for n in self.missing]
-        out += [f"shape mismatch: {m.name} ({m.owner}): expected {m.expected}, stored {m.stored}"
-                for m in self.shape_mismatch]
-        out += [f"dtype mismatch: {m.name} ({m.owner}): expected {m.expected}, stored {m.stored}"
-                for m in self.dtype_mismatch]
+    def differences(self, limit: int | None = None) -> list[str]:
+        """One line per problem, for the terminal; with limit, at most that many per kind and a count."""
+        kinds = [
+            ("unowned", [n for n in self.unowned]),
+            ("owned twice", [n for n in self.owned_twice]),
+            ("missing", [n for n in self.missing]),
+            ("shape mismatch", [f"{m.name} ({m.owner}): expected {m.expected}, stored {m.stored}"
+                                for m in self.shape_mismatch]),
+            ("dtype mismatch", [f"{m.name} ({m.owner}): expected {m.expected}, stored {m.stored}"
+                                for m in self.dtype_mismatch]),
+        ]
+        out = []
+        for kind, items in kinds:
+            shown = items if limit is None else items[:limit]
+            out += [f"{kind}: {item}" for item in shown]
+            if len(items) > len(shown):
+                out.append(f"{kind}: … and {len(items) - len(shown):,} more ({len(items):,} in all)")
         return out
 
 

