@@ -24,6 +24,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--from-folder", type=Path, help="local checkpoint folder (headers only)")
     parser.add_argument("--from-hub", action="store_true", help="the Hub at the model's pinned revision (headers only)")
     parser.add_argument("--from-listing", type=Path, help="a grouped JSON listing of the checkpoint's tensors")
+    parser.add_argument("--no-cache", action="store_true",
+                        help="recompute the torch stages instead of reading .cache/execute")
     parser.add_argument("--fetch-sources", action="store_true",
                         help="download cited checkpoint files at their pinned revision when the Hub is reachable")
     args = parser.parse_args(argv)
@@ -35,17 +37,17 @@ def main(argv: list[str] | None = None) -> int:
             return record(project, args)
         if args.check:
             return check(project)
-        return build(project, args.out, args.fetch_sources)
+        return build(project, args.out, args.fetch_sources, not args.no_cache)
     except ExplorerError as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
 
 
-def build(project, out: Path, fetch_sources: bool) -> int:
+def build(project, out: Path, fetch_sources: bool, use_cache: bool) -> int:
     from explorer.pipeline import build_site
 
     start = time.perf_counter()
-    builds = build_site(project, out, fetch_sources=fetch_sources)
+    builds = build_site(project, out, fetch_sources=fetch_sources, use_cache=use_cache)
     totals = ", ".join(f"{mb.slug} {mb.ledger.total:,} parameters" for mb in builds)
     print(f"built {out} in {time.perf_counter() - start:.1f}s: {totals}")
     return 0

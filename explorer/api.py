@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from .account import evaluate
@@ -45,6 +46,11 @@ def _component(mb: ModelBuild, ancestors: tuple[Component, ...], comp: Component
                      "shape": [evaluate(s, mb.spec.values) for s in t.shape] if t.shape is not None else None}
                     for t in comp.tensors],
         "checked_against": mb.checked_against(path),
+        "trace": {"device": mb.trace.device, "free_sizes": mb.trace.free,
+                  "inputs": [list(t) for t in mb.trace.components[path].inputs],
+                  "outputs": [list(t) for t in mb.trace.components[path].outputs],
+                  "steps": {k: list(v) for k, v in sorted(mb.trace.components[path].steps.items())}},
+        "equation_check": dataclasses.asdict(mb.checks[path]),
         "evidence": [{"claim": c.claim, "source": c.source, "file": c.file, "revision": c.revision,
                       "lines": [c.first, c.last], "url": c.url, "excerpt_available": c.lines is not None}
                      for c in mb.citations.get(path, ())],

@@ -109,7 +109,7 @@ def _coerce(value: Any, hint: Any, where: str, problems: list[str]) -> Any:
     if dataclasses.is_dataclass(hint):
         return parse_table(value, hint, where.replace(": key '", ": table '"), problems)
     if origin is tuple:
-        if not isinstance(value, list):
+        if not isinstance(value, (list, tuple)):
             problems.append(f"{where}: expected {_hint_name(hint)}, got {_type_name(value)}")
             return None
         item_hints = [args[0]] * len(value) if args[-1] is Ellipsis else list(args)
@@ -134,9 +134,10 @@ def _hint_name(hint: Any) -> str:
     origin = typing.get_origin(hint)
     if origin is tuple:
         args = typing.get_args(hint)
+        plural = {int: "integers", float: "numbers", str: "strings", bool: "booleans"}.get(args[0], "values")
         if args and args[-1] is Ellipsis:
-            return f"an array of {_hint_name(args[0])}"
-        return f"an array of {len(args)} {_hint_name(args[0])}"
+            return f"an array of {plural}"
+        return f"an array of {len(args)} {plural}"
     if dataclasses.is_dataclass(hint):
         return "a table"
     names = {int: "an integer", float: "a number", bool: "true or false", str: "a string"}

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from .account import Ledger
 from .checkpoint import CheckpointIndex
 from .content import ModelContent
+from .execution import EquationCheck, ShapeTrace
 from .reconcile import Reconciliation
 from .sources import ResolvedCitation
 from .spec.types import ModelSpec
@@ -28,6 +29,10 @@ class ModelBuild:
     checkpoint: Reconciliation | None
     """Spec against the recorded checkpoint manifest, where one exists."""
     checkpoint_index: CheckpointIndex | None
+    trace: ShapeTrace
+    """Shapes of every component, traced at full size on the meta device."""
+    checks: dict[str, EquationCheck]
+    """Each component's step program compared with transformers at a tiny config."""
 
     @property
     def slug(self) -> str:

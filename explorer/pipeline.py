@@ -7,6 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from . import cache
 from .account import account
 from .api import model_api
 from .checkpoint import MANIFEST_FILE, read_manifest
@@ -14,7 +15,7 @@ from .content import ModelContent, load_all_models
 from .errors import ContentError, ReconciliationError
 from .model_build import ModelBuild
 from .reconcile import reconcile
-from .reference import NOT_IN_REFERENCE, reference_index
+from .reference import NOT_IN_REFERENCE
 from .render import write_site
 from .sources import resolve_citations
 from .spec import load_model_spec
@@ -41,18 +42,33 @@ class Project:
     def static(self) -> Path:
         return self.root / "static"
 
+    @property
+    def cache(self) -> Path:
+        return self.root / ".cache" / "execute"
+
 
 def stderr_progress(message: str) -> None:
     print(f"  {message}", file=sys.stderr, flush=True)
 
 
-def build_model(content: ModelContent, fetch_sources: bool = False) -> ModelBuild:
-    """Run the compute stages for one model: spec, accounts, citations, reference and checkpoint checks."""
+def build_model(content: ModelContent, fetch_sources: bool = False, cache_dir: Path | None = None,
+                progress: Progress = stderr_progress) -> ModelBuild:
+    """Run the compute stages for one model: spec, accounts, citations, torch stages, tensor checks."""
     spec = load_model_spec(content)
     ledger = account(spec)
     citations = resolve_citations(spec, content, fetch=fetch_sources)
-    ref = reference_index(spec)
     skips = NOT_IN_REFERENCE.get(spec.family, ())
+    cached = cache.load(cache_dir, spec)
+    if cached is not None:
+        progress(f"{spec.slug}: reference tensors, shape trace and equation checks from cache")
+        ref, execution = cached
+    else:
+        progress(f"{spec.slug}: building the reference on meta, tracing at full size, checking equations")
+        from .execute import execute  # torch is imported only when something must run
+        from .reference import reference_index
+
+        ref, execution = reference_index(spec), execute(spec, skips)
+        cache.save(cache_dir, spec, ref, execution)
     ref_check = reconcile(spec, ref.index, reference=True, skip_owners=skips)
     manifest = content.folder / MANIFEST_FILE
     index = read_manifest(manifest) if manifest.exists() else None
@@ -60,17 +76,19 @@ def build_model(content: ModelContent, fetch_sources: bool = False) -> ModelBuil
         raise ContentError([f"{manifest}: key 'manifest.revision': {index.repo_id}@{index.revision} does not match "
                             f"model.toml's {content.checkpoint.repo_id}@{content.checkpoint.revision}"])
     ckpt_check = reconcile(spec, index) if index is not None else None
-    return ModelBuild(content, spec, ledger, citations, ref_check, ref.label, skips, ckpt_check, index)
+    return ModelBuild(content, spec, ledger, citations, ref_check, ref.label, skips, ckpt_check, index,
+                      execution.trace, execution.checks)
 
 
-def build_all(project: Project, progress: Progress = stderr_progress, fetch_sources: bool = False) -> list[ModelBuild]:
+def build_all(project: Project, progress: Progress = stderr_progress, fetch_sources: bool = False,
+              use_cache: bool = True) -> list[ModelBuild]:
     """Load and compute every model; ContentError lists content problems of all models together."""
     contents = load_all_models(project.content)
     builds, problems = [], []
     for content in contents:
-        progress(f"{content.slug}: spec, accounting, citations, reference and checkpoint checks")
+        progress(f"{content.slug}: spec, accounting, citations and checkpoint checks")
         try:
-            builds.append(build_model(content, fetch_sources))
+            builds.append(build_model(content, fetch_sources, project.cache if use_cache else None, progress))
         except ContentError as e:
             problems.extend(e.problems)
     if problems:
@@ -89,9 +107,9 @@ def check_failures(builds: list[ModelBuild], limit: int | None = 20) -> list[str
 
 
 def build_site(project: Project, out_dir: Path, progress: Progress = stderr_progress,
-               fetch_sources: bool = False) -> list[ModelBuild]:
+               fetch_sources: bool = False, use_cache: bool = True) -> list[ModelBuild]:
     """Compute everything, refuse to publish unbalanced numbers, then write the site atomically."""
-    builds = build_all(project, progress, fetch_sources)
+    builds = build_all(project, progress, fetch_sources, use_cache)
     failures = check_failures(builds)
     if failures:
         raise ReconciliationError("stored tensors and spec disagree:\n" + "\n".join(failures))

@@ -12,11 +12,12 @@ from pygments.lexers import JsonLexer, PythonLexer
 
 from .account import AccountRow, ComponentAccount
 from .content import render_markdown
+from .diagrams import FlowNode, budget_svg, flow_svg
 from .mathml import STREAMS, numbers_mathml, product_mathml, to_mathml
 from .model_build import ModelBuild
 from .reconcile import SCALE_SUFFIX, scale_shape
 from .sources import ResolvedCitation
-from .spec.types import Component, Port, Step, TensorSpec, path_key, walk
+from .spec.types import Component, Port, Shape, Step, TensorSpec, path_key, walk
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,6 +149,9 @@ class ComponentPage(PageBase):
     steps_label: str
     inputs: tuple[PortView, ...]
     outputs: tuple[PortView, ...]
+    trace_note: str
+    check: CheckView
+    diagram: str
     params_line: str
     parameters: ParametersView | None
     tensors: tuple[TensorRowView, ...]
@@ -161,6 +165,15 @@ class ComponentPage(PageBase):
     outline: OutlineNode | None
     ledger: LedgerView | None
     legend: tuple[tuple[str, str], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class CheckView:
+    """The equation check line: what the step program was compared with, and the error measured."""
+
+    status: str
+    text: str
+    link: Link | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -233,13 +246,21 @@ def plural(n: int, noun: str) -> str:
 
 # ----------------------------------------------------------------------------------------- small parts
 
-def step_view(step: Step, prefix: str = "") -> StepView:
-    return StepView(to_mathml(step.latex), step.latex, step.shape.display if step.shape else "",
+def traced_display(traced: tuple[int, ...] | None, shape: Shape | None) -> str:
+    """A traced shape with the spec's dimension names: (2, 5, 7168) -> [B batch, T positions, 7168 d]."""
+    if shape is None or traced is None:
+        return ""
+    return "[" + ", ".join(d.display if d.size is None else f"{size} {d.label}"
+                           for size, d in zip(traced, shape.dims)) + "]"
+
+
+def step_view(step: Step, traced: dict[str, tuple[int, ...]], prefix: str = "") -> StepView:
+    return StepView(to_mathml(step.latex), step.latex, traced_display(traced.get(step.name), step.shape),
                     f"{prefix}{step.name}" if step.name else "", step.heading)
 
 
-def port_view(port: Port) -> PortView:
-    return PortView(to_mathml(port.latex), port.shape.display)
+def port_view(port: Port, traced: tuple[int, ...] | None) -> PortView:
+    return PortView(to_mathml(port.latex), traced_display(traced, port.shape))
 
 
 @lru_cache(maxsize=None)
@@ -454,6 +475,7 @@ def component_page(mb: ModelBuild, ancestors: tuple[Component, ...], comp: Compo
     path = path_key(ancestors, comp)
     root = "../../"
     acc = mb.ledger.accounts[path]
+    traced = mb.trace.components[path]
     cits = evidence(mb, ancestors, comp)
     crumbs = tuple(Link(a.crumb or a.title, page_href(path_key(ancestors[:i], a)))
                    for i, a in enumerate(ancestors) if i > 0)
@@ -468,10 +490,14 @@ def component_page(mb: ModelBuild, ancestors: tuple[Component, ...], comp: Compo
             "Model" if is_model else "Overview"),
         crumbs=crumbs, heading=name if is_model else comp.title, kind=KIND_NAMES[comp.kind], code=comp.code,
         summary=comp.description, prose_html=render_markdown(mb.content.prose.get(path, "")),
-        extras=comp.extras, equations=tuple(step_view(s, "eq-") for s in comp.equations),
-        steps=tuple(step_view(s, "step-") for s in comp.steps) if show_steps else (),
+        extras=comp.extras, equations=tuple(step_view(s, traced.steps, "eq-") for s in comp.equations),
+        steps=tuple(step_view(s, traced.steps, "step-") for s in comp.steps) if show_steps else (),
         steps_label=f"All {sum(1 for s in comp.steps if not s.heading)} steps",
-        inputs=tuple(port_view(p) for p in comp.inputs), outputs=tuple(port_view(p) for p in comp.outputs),
+        inputs=tuple(port_view(p, t) for p, t in zip(comp.inputs, traced.inputs)),
+        outputs=tuple(port_view(p, t) for p, t in zip(comp.outputs, traced.outputs)),
+        trace_note=(f"Shapes traced by running this component at full size on the {mb.trace.device} device "
+                    f"(no weights allocated), with B = {mb.trace.free['B']} and T = {mb.trace.free['T']}."),
+        check=check_view(mb, path), diagram=flow_diagram(mb, path, comp, traced),
         params_line=params_line(acc), parameters=parameters_view(mb, comp, acc, path),
         tensors=tensor_rows(mb, ancestors, comp), tensors_check=mb.checked_against(path),
         children=children_cards(mb, path, comp), code_blocks=code_blocks(cits), citations=cits,
@@ -481,6 +507,55 @@ def component_page(mb: ModelBuild, ancestors: tuple[Component, ...], comp: Compo
 
 
 STREAMS_LEGEND = tuple((cls, name) for cls, name in STREAMS)
+
+
+def check_view(mb: ModelBuild, path: str) -> CheckView:
+    check = mb.checks[path]
+    if check.status == "checked":
+        detail = f"; {check.detail}" if check.detail else ""
+        return CheckView("checked", f"Equations executed and checked against {check.reference} on a {check.config}: "
+                         f"max |Δ| = {check.max_abs_error:.1e} (tolerance {check.tolerance:g}){detail}.", None)
+    if check.status == "part":
+        parent = mb.ledger.accounts[check.part_of]
+        title = _title_of(mb, check.part_of)
+        return CheckView("part", f"Equations executed and checked as part of {title}: its step program runs "
+                         "these steps and matches the reference there.", Link(title, page_href(parent.path)))
+    return CheckView("unchecked", f"Equations traced but not checked against a reference: {check.detail}.", None)
+
+
+def _title_of(mb: ModelBuild, path: str) -> str:
+    for anc, comp in walk(mb.spec.root):
+        if path_key(anc, comp) == path:
+            return comp.title if path else mb.content.meta.name
+    return path
+
+
+def flow_diagram(mb: ModelBuild, path: str, comp: Component, traced) -> str:
+    """SVG: inputs → the component (its children) → outputs, labelled with traced shapes."""
+    inputs = [FlowNode(p.name, traced_display(t, p.shape)) for p, t in zip(comp.inputs, traced.inputs)]
+    outputs = [FlowNode(p.name, traced_display(t, p.shape)) for p, t in zip(comp.outputs, traced.outputs)]
+    children = []
+    for ch in comp.children[:6]:
+        ch_path = f"{path}.{ch.key}" if path else ch.key
+        count = mb.ledger.accounts[ch_path].per_instance
+        times = f"{fmt(ch.repeat)} × " if ch.repeat > 1 else ""
+        children.append(FlowNode(ch.crumb if ch.crumb and ch.repeat == 1 and len(ch.crumb) < 24 else ch.title,
+                                 f"{times}{fmt(count)} params" if count else ch.kind, page_href(ch_path)))
+    return flow_svg(comp.title if path else mb.content.meta.name, inputs, children, outputs)
+
+
+def budget_preview(mb: ModelBuild) -> str:
+    """Index preview: the share of parameters in each top-level part of the model."""
+    segments = []
+    for ch in mb.spec.root.children:
+        acc = mb.ledger.accounts[ch.key]
+        if ch.children and ch.kind == "group":
+            for sub in ch.children:
+                sub_acc = mb.ledger.accounts[f"{ch.key}.{sub.key}"]
+                segments.append((sub.crumb or sub.title, sub_acc.total))
+        elif acc.total:
+            segments.append((ch.title, acc.total))
+    return budget_svg(mb.content.meta.name, segments)
 
 
 def model_card(mb: ModelBuild, preview_svg: str = "") -> ModelCardView:
@@ -496,13 +571,12 @@ def model_card(mb: ModelBuild, preview_svg: str = "") -> ModelCardView:
                          fmt(mb.ledger.total), facts, mb.check_phrase, preview_svg)
 
 
-def site_pages(builds: list[ModelBuild], how_to_read_md: str, previews: dict[str, str] | None = None) -> list[PageBase]:
+def site_pages(builds: list[ModelBuild], how_to_read_md: str) -> list[PageBase]:
     """Every page of the site, in a fixed order."""
-    previews = previews or {}
     pages: list[PageBase] = [
         IndexPage("LLM architectures, component by component", "Models explained component by component, with "
                   "exact parameter accounting and pinned sources.", "", "index.html",
-                  tuple(model_card(mb, previews.get(mb.slug, "")) for mb in builds)),
+                  tuple(model_card(mb, budget_preview(mb)) for mb in builds)),
         ProsePage("How to read a page", "What every element of an explorer page means.", "", "how-to-read.html",
                   "How to read a page", render_markdown(how_to_read_md)),
     ]

@@ -56,6 +56,23 @@ def test_moe_block_steps_cover_the_seeds_steps(built_site):
         assert html.escape(latex, quote=True) in steps, latex
 
 
+def test_pages_show_traced_shapes_checks_and_a_diagram(built_site):
+    moe = text_of(built_site / "models/kimi-k2/blocks.moe.moe.html")
+    assert "Equations executed and checked against transformers 5.23.0 DeepseekV3MoE on a tiny config" in moe
+    assert re.search(r"max \|Δ\| = \d\.\de-\d\d \(tolerance 0\.0001\)", moe)
+    assert "Shapes traced by running this component at full size on the meta device" in moe
+    router = text_of(built_site / "models/kimi-k2/blocks.moe.moe.router.html")
+    assert "same experts selected for all 10 tokens" in router
+    scores = text_of(built_site / "models/kimi-k2/blocks.moe.attn.scores.html")
+    assert "checked as part of Multi-head latent attention" in scores
+    page = (built_site / "models/kimi-k2/blocks.moe.moe.html").read_text()
+    svg = re.search(r"<svg.*?</svg>", page, flags=re.S).group(0)
+    assert 'aria-label="Data flow of Mixture of experts"' in svg and "[B batch, T positions, 7168 d]" in svg
+    assert 'href="blocks.moe.moe.router.html"' in svg
+    index = (built_site / "index.html").read_text()
+    assert 'aria-label="Parameter budget of Kimi K2"' in index and "60 MoE blocks: 99.7%" in index
+
+
 def test_down_projection_page_shows_what_the_seed_shows(built_site):
     text = text_of(built_site / "models/kimi-k2/blocks.dense.mlp.down_proj.html")
     for expected in [

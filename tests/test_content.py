@@ -107,8 +107,8 @@ def test_cited_transformers_symbol_missing_from_its_file():
 
 
 def test_failed_build_exits_1_and_leaves_the_previous_site(project_copy, tmp_path):
-    out = tmp_path / "out"
-    out.mkdir()
+    out = tmp_path / "sites" / "out"
+    out.mkdir(parents=True)
     (out / "index.html").write_text("previous site")
     edit(project_copy, KIMI, r"^n_routed_experts = ", "n_routed_expert = ")
     result = run_build("--content", str(project_copy), "--out", str(out))
@@ -116,7 +116,7 @@ def test_failed_build_exits_1_and_leaves_the_previous_site(project_copy, tmp_pat
     assert "key 'n_routed_expert': unknown; did you mean 'n_routed_experts'?" in result.stderr
     assert "Traceback" not in result.stderr
     assert (out / "index.html").read_text() == "previous site"
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["content", "out", "static", "templates"]
+    assert [p.name for p in out.parent.iterdir()] == ["out"]  # no half-written temporary folder left beside it
 
 
 # ------------------------------------------------------------------------ checkpoint files in the HF cache

@@ -235,7 +235,7 @@ def _linear(b: _Builder, key: str, title: str, code: str, description: str, temp
         inputs=(x,), outputs=(y,),
         equations=(Step(step, y.shape, key),), steps=(Step(step, y.shape, key),),
         tensors=(b.weight(template, ranges, (d_out, S[d_in] if isinstance(d_in, str) else d_in), quantized),),
-        citations=citations, notes=LINEAR_NOTES, 
+        citations=citations, notes=LINEAR_NOTES, program="linear",
     )
 
 
@@ -257,7 +257,7 @@ def _rmsnorm(b: _Builder, key: str, title: str, template: str, ranges: tuple[Ind
                             "multiplies by a learned weight of that length.", "checkpoint", "DeepseekV3RMSNorm"),
                    Citation("The same RMSNorm in the transformers implementation.", "transformers",
                             "DeepseekV3RMSNorm", TRANSFORMERS_FILE)),
-        row_label=row_label or title,
+        row_label=row_label or title, program="rmsnorm",
     )
 
 
@@ -265,8 +265,11 @@ def _layers(indices: tuple[int, ...]) -> tuple[IndexRange, ...]:
     return (IndexRange("layer", indices),)
 
 
-def _repeat_steps(children: tuple[Component, ...]) -> tuple[Step, ...]:
-    return tuple(s for ch in children for s in ch.steps)
+def _prefixed(steps: tuple[Step, ...], prefix: str) -> tuple[Step, ...]:
+    """Steps spliced into a parent's list keep unique anchors: "expert-gate_proj", "shared-gate_proj"."""
+    from dataclasses import replace
+
+    return tuple(replace(s, name=prefix + s.name) for s in steps)
 
 
 # ------------------------------------------------------------------------------------------- attention
@@ -292,8 +295,8 @@ def _rope(b: _Builder, prefix: str, ranges: tuple[IndexRange, ...]) -> Component
              Shape((pairs,)), "inv-freq"),
         Step(rf"{ctx('R_t')}=\left(\cos t\omega_j,\ \sin t\omega_j\right)_{{j}}", angles.shape, "angles"),
         Step(r"\operatorname{RoPE}(x,R_t)_{j}=\begin{pmatrix}\cos t\omega_j & -\sin t\omega_j\\ \sin t\omega_j"
-             r" & \cos t\omega_j\end{pmatrix}\begin{pmatrix}x_{j}\\ x_{j+" + str(d // 2) + r"}\end{pmatrix}",
-             None, "rotate"),
+             r" & \cos t\omega_j\end{pmatrix}\begin{pmatrix}x_{2j}\\ x_{2j+1}\end{pmatrix}",
+             Shape((T, Dim("d_rope", d))), "rotate"),
     )
     buffer = TensorSpec(prefix + "rotary_emb.inv_freq", None, ranges, role="buffer", dtype=b.dtype, optional=True,
                         note="stored by some checkpoints; the modeling code recomputes it and does not load it")
@@ -314,7 +317,7 @@ def _rope(b: _Builder, prefix: str, ranges: tuple[IndexRange, ...]) -> Component
             Citation("transformers computes the same YaRN inverse frequencies.", "transformers",
                      "_compute_yarn_parameters", ROPE_UTILS_FILE),
         ),
-        row_label="Rotary embedding (computed)",
+        row_label="Rotary embedding (computed)", program="rope",
     )
 
 
@@ -344,7 +347,7 @@ def _scores(b: _Builder) -> Component:
         citations=(Citation("The softmax scale is (qk_nope_head_dim + qk_rope_head_dim)^-0.5, multiplied by "
                             "mscale squared when YaRN's mscale_all_dim is set.", "transformers",
                             "DeepseekV3Attention.__init__", TRANSFORMERS_FILE),),
-        row_label="Scores and softmax (computed)",
+        row_label="Scores and softmax (computed)", program="scores",
     )
 
 
@@ -444,7 +447,7 @@ def _attention(b: _Builder, ranges: tuple[IndexRange, ...], x: Port) -> Componen
             Citation("transformers builds the same projections and forward pass.", "transformers",
                      "DeepseekV3Attention", TRANSFORMERS_FILE),
         ),
-        reference="DeepseekV3Attention",
+        reference="DeepseekV3Attention", program="attention",
     )
 
 
@@ -491,7 +494,7 @@ def _swiglu(b: _Builder, key: str, title: str, crumb: str, prefix: str, ranges: 
         equations=(Step(rf"{y_latex}=\left(\operatorname{{SiLU}}({x.latex}W_1)\odot {x.latex}W_3\right)W_2",
                         y.shape, "swiglu"),),
         steps=steps, children=(gate, up, down), citations=citations,
-        reference="DeepseekV3MLP",
+        reference="DeepseekV3MLP", program="swiglu",
     )
 
 
@@ -539,7 +542,7 @@ def _router(b: _Builder, ranges: tuple[IndexRange, ...], x: Port) -> Component:
                      "DeepseekV3TopkRouter", TRANSFORMERS_FILE),
         ),
         notes=("The correction bias b shifts which experts are selected but not the gate values G.",),
-        reference="DeepseekV3TopkRouter",
+        reference="DeepseekV3TopkRouter", program="router",
     )
 
 
@@ -571,9 +574,9 @@ def _moe(b: _Builder, layers: tuple[int, ...], x: Port, y_latex: str) -> Compone
                                "n_shared_experts, added to the routed output.", "checkpoint", "DeepseekV3MoE.__init__"),))
     steps = (
         *router.steps,
-        *expert.steps,
+        *_prefixed(expert.steps, "expert-"),
         Step(rf"y^{{\mathrm{{routed}}}}=\sum_{{i=1}}^{{{E}}}G_i\,E_i", x.shape, "routed-sum"),
-        *shared.steps,
+        *_prefixed(shared.steps, "shared-"),
         Step(rf"{y_latex}=y^{{\mathrm{{routed}}}}+y^{{\mathrm{{shared}}}}", x.shape, "moe-out"),
     )
     return Component(
@@ -581,12 +584,13 @@ def _moe(b: _Builder, layers: tuple[int, ...], x: Port, y_latex: str) -> Compone
         code="DeepseekV3MoE(config)",
         description=f"Route each token to {c.num_experts_per_tok} of {E} experts and add one shared expert.",
         inputs=(x,), outputs=(Port(y_latex, x.shape, "delta_ffn"),),
-        equations=(steps[-3], steps[-1]), steps=steps, children=(router, expert, shared),
+        equations=tuple(s for s in steps if s.name in ("routed-sum", "moe-out")), steps=steps,
+        children=(router, expert, shared),
         citations=(Citation("The MoE layer sums the gated outputs of the selected routed experts and adds the "
                             "shared experts' output.", "checkpoint", "DeepseekV3MoE.forward"),
                    Citation("transformers' MoE adds the shared experts to the routed experts' output.",
                             "transformers", "DeepseekV3MoE", TRANSFORMERS_FILE)),
-        reference="DeepseekV3MoE",
+        reference="DeepseekV3MoE", program="moe",
     )
 
 
@@ -630,10 +634,10 @@ def _block(b: _Builder, key: str, title: str, layers: tuple[int, ...], moe: bool
     residual_attn = Step(r"x'_n=x_n+\Delta_{\mathrm{attn}}", x.shape, "residual-attn")
     residual_ffn = Step(r"x_{n+1}=x'_n+\Delta_{\mathrm{ffn}}", x.shape, "residual-ffn")
     steps = (
-        replace(attn_norm.equations[0], name="attn-norm"),
+        attn_norm.equations[0],
         Step(r"\text{Multi-head latent attention:}", heading=True, name="mla"),
         *attn.steps, residual_attn,
-        replace(ffn_norm.equations[0], name="ffn-norm"),
+        ffn_norm.equations[0],
         Step(rf"\text{{{ffn_name}}}", heading=True, name="ffn"),
         *ffn.steps, residual_ffn,
     )
@@ -649,6 +653,7 @@ def _block(b: _Builder, key: str, title: str, layers: tuple[int, ...], moe: bool
         inputs=(x, attn.inputs[1], attn.inputs[2]), outputs=(Port("x_{n+1}", x.shape, "x_next"),),
         equations=(residual_attn, residual_ffn), steps=steps,
         children=(attn_norm, attn, ffn_norm, ffn), citations=BLOCK_CITATIONS, reference="DeepseekV3DecoderLayer",
+        program="block",
     )
 
 
@@ -677,7 +682,7 @@ def _embedding(b: _Builder, key: str, title: str, template: str, ranges: tuple[I
                             "layers and a final RMSNorm.", "checkpoint", "DeepseekV3Model.__init__"),
                    Citation("transformers builds the same embedding, layers and final norm.", "transformers",
                             "DeepseekV3Model.__init__", TRANSFORMERS_FILE)),
-        notes=(note,) if note else (),
+        notes=(note,) if note else (), program="embedding",
     )
 
 
@@ -695,7 +700,7 @@ def _head(b: _Builder, key: str, title: str, template: str, ranges: tuple[IndexR
                             "DeepseekV3ForCausalLM.__init__"),
                    Citation("transformers builds the same untied head.", "transformers",
                             "DeepseekV3ForCausalLM.__init__", TRANSFORMERS_FILE)),
-        notes=LINEAR_NOTES,
+        notes=LINEAR_NOTES, program="head",
     )
 
 
@@ -751,6 +756,7 @@ def _mtp(b: _Builder, first_layer: int) -> Component:
         citations=(Citation("transformers skips the stored multi-token-prediction layer when loading.",
                             "transformers", "DeepseekV3PreTrainedModel", TRANSFORMERS_FILE),),
         notes=("Its weights are counted in what the checkpoint stores, and shown apart from the main model.",),
+        program="mtp",
     )
 
 
@@ -773,7 +779,7 @@ def build_spec(slug: str, raw_config: dict, where: str) -> ModelSpec:
         inputs=blocks[0].inputs, outputs=blocks[0].outputs,
         equations=(Step(r"x_{n+1}=\operatorname{Block}_n(x_n),\quad n=1,\dots," + str(L), blocks[0].inputs[0].shape,
                         "stack"),),
-        children=tuple(blocks), citations=BLOCK_CITATIONS[:1],
+        children=tuple(blocks), citations=BLOCK_CITATIONS[:1], program="stack",
     )
     children = [_embedding(b, "embed", "Token embedding", "model.embed_tokens.weight"), stack]
     if c.num_nextn_predict_layers:
@@ -788,7 +794,8 @@ def build_spec(slug: str, raw_config: dict, where: str) -> ModelSpec:
                    Step(r"x_{n+1}=\operatorname{Block}_n(x_n)", None, "blocks"),
                    Step(r"\ell=\operatorname{RMSNorm}(x_{" + str(L + 1) + r"})\,W_{\mathrm{vocab}}", logits.shape,
                         "head")),
-        children=tuple(children), citations=children[0].citations[:1],
+        children=tuple(children), citations=children[0].citations[:1], program="model",
+        reference="DeepseekV3ForCausalLM",
     )
     return ModelSpec(slug=slug, family=FAMILY, root=root, values=b.values, config=c)
 

@@ -160,6 +160,8 @@ class Component:
     """Label of this component's row in its parent's accounting table (default: title)."""
     reference: str = ""
     """transformers class that the executor compares this component with (empty: none)."""
+    program: str = ""
+    """Name of the executable step program that computes this component (explorer/programs.py)."""
     extras: tuple[tuple[str, str], ...] = field(default=())
     """Further facts shown in the component's header, (label, value)."""
 

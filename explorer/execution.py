@@ -1,0 +1,50 @@
+"""Results of the torch executor as plain data (no torch import), for the cache, the views and the API."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+TOLERANCE = 1e-4
+"""Largest |Δ| accepted between our float32 programs and the reference's at the tiny config."""
+
+
+@dataclass(frozen=True, slots=True)
+class ComponentTrace:
+    """Shapes recorded while running one component."""
+
+    inputs: tuple[tuple[int, ...], ...]
+    outputs: tuple[tuple[int, ...], ...]
+    steps: dict[str, tuple[int, ...]]
+
+
+@dataclass(frozen=True, slots=True)
+class ShapeTrace:
+    """Every component's traced shapes, by path."""
+
+    device: str
+    free: dict[str, int]
+    components: dict[str, ComponentTrace]
+
+
+@dataclass(frozen=True, slots=True)
+class EquationCheck:
+    """One comparison of a component's step program with the reference implementation."""
+
+    status: str
+    """"checked", "part" (checked as part of an enclosing component) or "unchecked"."""
+    reference: str = ""
+    config: str = ""
+    max_abs_error: float = 0.0
+    tolerance: float = TOLERANCE
+    detail: str = ""
+    """E.g. "same experts selected for all 10 tokens", or why it is not checked."""
+    part_of: str = ""
+    """Path of the enclosing checked component, for status "part"."""
+
+
+@dataclass(frozen=True, slots=True)
+class Execution:
+    """What the executor found for one model: traced shapes and equation checks."""
+
+    trace: ShapeTrace
+    checks: dict[str, EquationCheck]

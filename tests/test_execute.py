@@ -1,0 +1,206 @@
+"""The torch executor: full-size shape traces on meta that must agree with the spec, executable equations
+that must agree with transformers, errors that name model, component and step, and the cache."""
+
+from __future__ import annotations
+
+import dataclasses
+import resource
+
+import pytest
+import torch
+
+from conftest import ROOT
+from explorer import programs
+from explorer.errors import ExecutionError
+from explorer.execute import check_equations, execute, model_weights, tiny_hyperparameters, trace
+from explorer.spec.deepseek_v3 import build_spec
+from explorer.spec.types import Shape, walk
+
+
+@pytest.fixture(scope="module")
+def specs(builds):
+    return {slug: mb.spec for slug, mb in builds.items()}
+
+
+def test_full_size_trace_records_every_step_with_the_spec_shapes(specs):
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    traced = trace(specs["kimi-k2"])
+    grown_mb = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 1024
+    assert grown_mb < 500  # a 1T-parameter model traced without allocating its 2 TB of float32 weights
+    moe = traced.components["blocks.moe"]
+    assert moe.steps["softmax"] == (2, 64, 5, 5)
+    assert moe.steps["expert-gate_proj"] == (2, 5, 2048)
+    assert moe.steps["q-concat"] == (2, 5, 64, 192)
+    assert traced.components[""].outputs == ((2, 5, 163840),)
+    steps_in_spec = {(p, s.name) for p, c in _paths(specs["kimi-k2"]) for s in c.steps if s.shape and not s.heading}
+    steps_traced = {(p, n) for p, t in traced.components.items() for n in t.steps}
+    assert steps_in_spec <= steps_traced
+
+
+def _paths(spec):
+    from explorer.spec.types import path_key
+
+    return [(path_key(a, c), c) for a, c in walk(spec.root)]
+
+
+def test_deepseek_v3_trace_includes_the_mtp_module(specs):
+    traced = trace(specs["deepseek-v3"])
+    assert traced.components["mtp"].steps["eh_proj"] == (2, 5, 7168)
+    assert traced.components["blocks.moe"].steps["softmax"] == (2, 128, 5, 5)
+
+
+def test_meta_weights_count_exactly_the_ledgers_parameters(builds):
+    mb = builds["kimi-k2"]
+    weights = model_weights(mb.spec, "meta")
+    assert all(w.is_meta for w in weights.values())
+    assert sum(w.numel() for w in weights.values()) == mb.ledger.total
+
+
+def test_spec_shape_that_the_trace_contradicts_fails(specs):
+    spec = specs["kimi-k2"]
+    wrong = Shape(spec.root.children[1].children[1].steps[-1].shape.dims[:-1])  # drop the feature dimension
+    moe_block = spec.root.children[1].children[1]
+    steps = tuple(dataclasses.replace(s, shape=wrong) if s.name == "residual-ffn" else s for s in moe_block.steps)
+    bad = _replace_child(spec, "blocks", "moe", dataclasses.replace(moe_block, steps=steps))
+    with pytest.raises(ExecutionError) as info:
+        trace(bad)
+    assert str(info.value) == ("kimi-k2 › blocks.moe › step 'residual-ffn': spec shape [B batch, T positions], "
+                               "but rank 3 traced, 2 in the spec")
+
+
+def _replace_child(spec, group_key, child_key, new_child):
+    root = spec.root
+    group = next(c for c in root.children if c.key == group_key)
+    new_group = dataclasses.replace(group, children=tuple(new_child if c.key == child_key else c
+                                                          for c in group.children))
+    new_root = dataclasses.replace(root, children=tuple(new_group if c.key == group_key else c for c in root.children))
+    return dataclasses.replace(spec, root=new_root)
+
+
+def test_executor_failure_names_model_component_step_and_what_ran(specs, monkeypatch):
+    def broken(*args):
+        raise RuntimeError("simulated kernel failure")
+
+    monkeypatch.setattr(programs.torch, "einsum", broken)  # the routed experts' einsum, inside every MoE block
+    with pytest.raises(ExecutionError) as info:
+        trace(specs["kimi-k2"])
+    err = info.value
+    assert str(err) == ("kimi-k2 › model › step 'blocks': RuntimeError: simulated kernel failure (after: embed)")
+    assert err.executed == ("embed",)
+    assert isinstance(err.__cause__, RuntimeError)
+
+
+@pytest.fixture(scope="module")
+def tiny_specs(specs):
+    return {slug: build_spec(slug, tiny_hyperparameters(spec.config), "tiny") for slug, spec in specs.items()}
+
+
+@pytest.mark.parametrize("slug", ["kimi-k2", "deepseek-v3"])
+def test_equations_agree_with_transformers(specs, tiny_specs, slug):
+    checks = check_equations(specs[slug], tiny_specs[slug], ("mtp",))
+    checked = {p: c for p, c in checks.items() if c.status == "checked"}
+    for path in ["", "blocks.moe", "blocks.moe.attn", "blocks.moe.moe", "blocks.moe.moe.router",
+                 "blocks.dense.mlp", "blocks.moe.attn.rope", "blocks.dense.attn_norm"]:
+        assert path in checked, path
+        assert checked[path].max_abs_error < 1e-5, (path, checked[path])
+    assert checked["blocks.moe.moe.router"].detail == "same experts selected for all 10 tokens"
+    assert checks["blocks.moe.attn.scores"].status == "part"
+    assert checks["blocks.moe.attn.scores"].part_of == "blocks.moe.attn"
+    assert checks["blocks.moe.moe.expert.down_proj"].part_of == "blocks.moe.moe"
+
+
+def test_tiny_config_keeps_the_routing_structure(tiny_specs):
+    ds = tiny_specs["deepseek-v3"].config
+    assert (ds.n_group, ds.topk_group, ds.num_experts_per_tok, ds.routed_scaling_factor) == (8, 4, 8, 2.5)
+    assert ds.n_routed_experts == 16
+    kimi = tiny_specs["kimi-k2"].config
+    assert (kimi.n_group, kimi.num_experts_per_tok, kimi.routed_scaling_factor) == (1, 8, 2.827)
+
+
+def test_router_that_weights_by_the_bias_is_caught(specs, tiny_specs, monkeypatch):
+    """If the correction bias also weighted the experts (a plausible misreading), the check must fail."""
+    original = programs.route
+
+    def biased(run, x):
+        gates, picked = original(run, x)
+        return gates + run.w("e_score_correction_bias") * (gates > 0), picked
+
+    monkeypatch.setattr(programs, "route", biased)
+    with pytest.raises(ExecutionError) as info:
+        check_equations(specs["deepseek-v3"], tiny_specs["deepseek-v3"], ("mtp",))
+    message = str(info.value)
+    assert message.startswith("deepseek-v3 › equation checks: ")
+    assert "\n  blocks.moe.moe.router: max |Δ|" in message and "against transformers DeepseekV3TopkRouter" in message
+    assert "\n  blocks.moe.moe: max |Δ|" in message and "\n  blocks.moe.moe.shared" not in message
+
+
+def test_router_without_group_limit_selects_different_experts(specs, tiny_specs, monkeypatch):
+    """Ignoring DeepSeek-V3's group limit changes which experts are selected: the check names the step."""
+    tiny = tiny_specs["deepseek-v3"]
+    ungrouped = dataclasses.replace(tiny.config, n_group=1, topk_group=1)
+
+    def route_ignoring_groups(run, x):
+        return original(dataclasses.replace(run, config=ungrouped), x)
+
+    original = programs.route
+    monkeypatch.setattr(programs, "route", route_ignoring_groups)
+    with pytest.raises(ExecutionError) as info:
+        check_equations(specs["deepseek-v3"], tiny, ("mtp",))
+    assert ("\n  blocks.moe.moe.router: step 'select' selects different experts from transformers' "
+            "DeepseekV3TopkRouter") in str(info.value)
+
+
+def test_rope_on_half_split_pairs_is_caught(specs, tiny_specs, monkeypatch):
+    """Rotating (x_j, x_j+d/2) instead of DeepSeek's adjacent pairs changes attention outputs."""
+    def half_split(x, angles, factor=1.0):
+        d = x.shape[-1] // 2
+        pairs_first_with_second_half = torch.stack([x[..., :d], x[..., d:]], dim=-1).flatten(-2)
+        return original(pairs_first_with_second_half, angles, factor)
+
+    original = programs.rotate
+    monkeypatch.setattr(programs, "rotate", half_split)
+    with pytest.raises(ExecutionError) as info:
+        check_equations(specs["kimi-k2"], tiny_specs["kimi-k2"], ("mtp",))
+    message = str(info.value)
+    assert "\n  blocks.dense.attn: max |Δ|" in message and "against transformers DeepseekV3Attention" in message
+    assert "blocks.dense.attn.rope" not in message  # the angles themselves are right; the pairing is not
+
+
+def test_mtp_is_traced_but_reported_unchecked(builds):
+    checks = builds["deepseek-v3"].checks
+    assert checks["mtp"].status == "unchecked"
+    assert "transformers does not implement this module" in checks["mtp.block.moe"].detail
+
+
+def test_cache_skips_torch_and_a_changed_config_reruns_only_its_model(project_copy, monkeypatch):
+    import re
+
+    from explorer import execute as execute_module
+    from explorer.pipeline import Project, build_all
+
+    project = Project(project_copy)
+    messages: list[str] = []
+    build_all(project, progress=messages.append)
+    assert sum("building the reference on meta" in m for m in messages) == 2
+
+    def forbidden(*args, **kwargs):
+        raise AssertionError("torch stages ran despite a warm cache")
+
+    monkeypatch.setattr(execute_module, "execute", forbidden)
+    messages.clear()
+    build_all(project, progress=messages.append)
+    assert sum("from cache" in m for m in messages) == 2
+
+    toml = project_copy / "content/models/kimi-k2/model.toml"
+    toml.write_text(re.sub(r"^rope_theta = 50000.0", "rope_theta = 60000.0", toml.read_text(), flags=re.M))
+    monkeypatch.undo()
+    messages.clear()
+    build_all(project, progress=messages.append)
+    assert "kimi-k2: building the reference on meta, tracing at full size, checking equations" in messages
+    assert "deepseek-v3: reference tensors, shape trace and equation checks from cache" in messages
+
+
+def test_execute_returns_trace_and_checks_for_every_component(specs):
+    result = execute(specs["kimi-k2"], ("mtp",))
+    paths = {p for p, _ in _paths(specs["kimi-k2"])}
+    assert set(result.trace.components) == paths == set(result.checks)
