@@ -1,12 +1,13 @@
 #!/usr/bin/env python3
-"""Build-time benchmark: the whole site and each stage, per model and per page.
+"""Build benchmark: the whole site cold and with a warm cache, the torch stages per model, and per page.
 
-Prints ratios against a reference measured in the same run: rendering one trivial Jinja page, so numbers
-compare across machines of different speed.
+Every time is also printed as a ratio against a reference measured in the same run (rendering one trivial
+Jinja page to disk), so numbers compare across machines of different speed.
 """
 
 from __future__ import annotations
 
+import shutil
 import sys
 import tempfile
 import time
@@ -16,41 +17,60 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 
-def timed(fn, *args, repeat: int = 1):
-    best = float("inf")
-    result = None
+def best_of(fn, repeat: int = 1):
+    best, result = float("inf"), None
     for _ in range(repeat):
         start = time.perf_counter()
-        result = fn(*args)
+        result = fn()
         best = min(best, time.perf_counter() - start)
     return best, result
 
 
-def reference_render() -> None:
-    """The unit: one small page through Jinja2 with autoescape, written to disk."""
+def reference_unit() -> float:
+    """Seconds to render and write one small page with Jinja2 (autoescape on)."""
     from jinja2 import Environment
 
-    env = Environment(autoescape=True)
-    template = env.from_string("<html><body>{% for i in items %}<p>{{ i }}</p>{% endfor %}</body></html>")
+    template = Environment(autoescape=True).from_string(
+        "<html><body>{% for i in items %}<p>{{ i }}</p>{% endfor %}</body></html>")
     with tempfile.TemporaryDirectory() as tmp:
-        for _ in range(100):
-            (Path(tmp) / "page.html").write_text(template.render(items=range(50)))
+        def hundred() -> None:
+            for _ in range(100):
+                (Path(tmp) / "page.html").write_text(template.render(items=range(50)))
+        seconds, _ = best_of(hundred, repeat=5)
+    return seconds / 100
 
 
 def main() -> None:
+    from explorer.content import load_all_models
+    from explorer.execute import execute
     from explorer.pipeline import Project, build_site
+    from explorer.reference import NOT_IN_REFERENCE
+    from explorer.spec import load_model_spec
 
-    project = Project(ROOT)
-    unit, _ = timed(reference_render, repeat=5)
-    unit /= 100
+    unit = reference_unit()
+    print(f"reference unit: one trivial page rendered and written in {unit * 1e3:.3f} ms")
+
+    def show(label: str, seconds: float) -> None:
+        print(f"{label}: {seconds:.2f} s = {seconds / unit:,.0f} units")
+
+    for content in load_all_models(ROOT / "content"):
+        spec = load_model_spec(content)
+        seconds, _ = best_of(lambda: execute(spec, NOT_IN_REFERENCE.get(spec.family, ())))
+        show(f"trace at full size on meta + equation checks, {spec.slug}", seconds)
+
     with tempfile.TemporaryDirectory() as tmp:
-        total, builds = timed(build_site, project, Path(tmp) / "site", lambda _: None)
-        pages = sum(1 for _ in (Path(tmp) / "site").rglob("*.html"))
-    print(f"reference: one trivial page rendered in {unit * 1e3:.3f} ms")
-    print(f"whole site: {pages} pages in {total:.2f} s = {total / unit:,.0f} reference pages")
-    print(f"per page: {total / pages * 1e3:.1f} ms = {total / pages / unit:,.0f}× a trivial page")
-    for mb in builds:
-        print(f"  {mb.slug}: {mb.ledger.total:,} parameters")
+        project_root = Path(tmp) / "project"
+        for name in ("content", "templates", "static"):
+            shutil.copytree(ROOT / name, project_root / name)
+        project = Project(project_root)
+        out = Path(tmp) / "site"
+        cold, _ = best_of(lambda: build_site(project, out, lambda _: None))
+        warm, _ = best_of(lambda: build_site(project, out, lambda _: None), repeat=2)
+        pages = sum(1 for _ in out.rglob("*.html"))
+    show(f"whole site, cold cache ({pages} pages)", cold)
+    show("whole site, warm cache (nothing changed)", warm)
+    show("per page, warm cache", warm / pages)
+    print(f"warm / cold: {warm / cold:.2f}")
 
 
 if __name__ == "__main__":

@@ -17,6 +17,7 @@ from .model_build import ModelBuild
 from .reconcile import reconcile
 from .reference import NOT_IN_REFERENCE
 from .render import write_site
+from .search import search_script
 from .sources import resolve_citations
 from .spec import load_model_spec
 from .views import site_pages
@@ -117,5 +118,6 @@ def build_site(project: Project, out_dir: Path, progress: Progress = stderr_prog
     pages = site_pages(builds, how_to_read)
     data = {f"api/{mb.slug}.json": model_api(mb) for mb in builds}
     progress(f"writing {len(pages)} pages to {out_dir}")
-    write_site(pages, data, out_dir, project.templates, project.static, progress)
+    texts = {"search-index.js": search_script(builds)}
+    write_site(pages, data, out_dir, project.templates, project.static, progress, texts)
     return builds

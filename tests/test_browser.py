@@ -1,0 +1,148 @@
+"""The site as a reader meets it, in Debian's Chromium driven by Playwright: no console errors, no request
+leaving the site, math rendered, no layout shift, search by tensor name; screenshots kept as artifacts."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT
+
+ARTIFACTS = ROOT / "test-artifacts"
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+PAGES = {
+    "index": "index.html",
+    "model": "models/kimi-k2/index.html",
+    "moe-block": "models/kimi-k2/blocks.moe.html",
+    "down-proj": "models/kimi-k2/blocks.dense.mlp.down_proj.html",
+}
+WIDTHS = {"desktop": 1280, "phone": 390}
+CLS_PROBE = """
+window.__cls = 0;
+new PerformanceObserver(list => { for (const e of list.getEntries()) if (!e.hadRecentInput) window.__cls += e.value; })
+  .observe({type: 'layout-shift', buffered: true});
+"""
+
+
+@pytest.fixture(scope="module")
+def browser():
+    from playwright.sync_api import sync_playwright
+
+    assert Path(CHROMIUM).exists(), "Debian's chromium is required: run scripts/setup.sh"
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, args=[
+            "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+            "--disable-sync", "--no-first-run", "--disable-quic"])
+        yield b
+        b.close()
+
+
+def open_page(browser, site: Path, rel: str, width: int, **context_options):
+    """A page with console errors, page errors and every request recorded."""
+    context = browser.new_context(viewport={"width": width, "height": 900}, **context_options)
+    page = context.new_page()
+    page.add_init_script(CLS_PROBE)
+    page.errors, page.requests = [], []
+    page.on("console", lambda m: page.errors.append(m.text) if m.type == "error" else None)
+    page.on("pageerror", lambda e: page.errors.append(str(e)))
+    page.on("request", lambda r: page.requests.append(r.url))
+    page.goto((site / rel).as_uri())
+    page.wait_for_load_state("load")
+    return context, page
+
+
+@pytest.mark.parametrize("width_name", WIDTHS)
+@pytest.mark.parametrize("name", PAGES)
+def test_page_loads_cleanly_in_chromium(browser, built_site, name, width_name):
+    context, page = open_page(browser, built_site, PAGES[name], WIDTHS[width_name])
+    try:
+        page.wait_for_timeout(300)
+        assert page.errors == []
+        site_uri = built_site.as_uri()
+        assert [u for u in page.requests if not u.startswith(site_uri)] == []
+        assert page.evaluate("window.__cls") < 0.01
+        assert page.evaluate("document.documentElement.scrollWidth") <= WIDTHS[width_name] + 1  # no sideways scroll
+        if name != "index":
+            _assert_math_rendered(page)
+        ARTIFACTS.mkdir(exist_ok=True)
+        page.screenshot(path=str(ARTIFACTS / f"{name}-{width_name}.png"), full_page=True)
+    finally:
+        context.close()
+
+
+def _assert_math_rendered(page):
+    count = page.locator("math").count()
+    assert count > 0
+    boxes = page.evaluate("""() => Array.from(document.querySelectorAll('math')).slice(0, 12)
+        .map(m => m.getBoundingClientRect()).filter(r => r.width > 0).map(r => [r.width, r.height])""")
+    assert boxes and all(h > 8 for _, h in boxes), boxes  # laid out as formulas, not collapsed
+    text = page.evaluate("document.body.innerText")
+    for raw in ("\\operatorname", "\\mathrm", "\\frac", "\\color"):
+        assert raw not in text, f"raw LaTeX {raw} visible"
+    # the LaTeX source stays available for copying and screen readers
+    assert page.locator("math[alttext]").count() == count
+
+
+def test_search_finds_components_by_tensor_name(browser, built_site):
+    context, page = open_page(browser, built_site, "index.html", 1280)
+    try:
+        page.keyboard.press("/")
+        assert page.evaluate("document.activeElement.id") == "search-input"
+        page.keyboard.type("kv_b_proj")
+        first = page.locator(".search-results a").first
+        first.wait_for()
+        assert first.get_attribute("href").endswith("blocks.dense.attn.kv_b_proj.html")
+        page.fill("#search-input", "e_score_correction_bias")
+        page.wait_for_timeout(100)
+        hrefs = page.locator(".search-results a").evaluate_all("els => els.map(e => e.getAttribute('href'))")
+        assert hrefs[0] == "models/kimi-k2/blocks.moe.moe.router.html"
+        assert "models/deepseek-v3/blocks.moe.moe.router.html" in hrefs
+        with page.expect_navigation():
+            page.keyboard.press("Enter")
+        assert page.url.endswith("models/kimi-k2/blocks.moe.moe.router.html")
+        assert page.errors == []
+    finally:
+        context.close()
+
+
+def test_pages_work_without_javascript(browser, built_site):
+    context, page = open_page(browser, built_site, PAGES["moe-block"], 1280, java_script_enabled=False)
+    try:
+        assert page.locator("form.search").is_hidden()
+        assert "17,059,365,248" in page.inner_text("main")
+        page.click("summary:has-text('All')")
+        assert page.locator("#steps .step").nth(5).is_visible()
+    finally:
+        context.close()
+
+
+def test_dark_theme_follows_the_system_setting(browser, built_site):
+    colours = []
+    for scheme in ("light", "dark"):
+        context, page = open_page(browser, built_site, PAGES["down-proj"], 1280, color_scheme=scheme)
+        colours.append(page.evaluate("getComputedStyle(document.body).backgroundColor"))
+        context.close()
+    assert colours[0] != colours[1]
+
+
+def test_print_hides_navigation(browser, built_site):
+    context, page = open_page(browser, built_site, PAGES["moe-block"], 1280)
+    try:
+        page.emulate_media(media="print")
+        assert page.locator(".site-nav").is_hidden()
+        assert page.locator("#parameters").is_visible()
+    finally:
+        context.close()
+
+
+def test_keyboard_reaches_open_inside_cards(browser, built_site):
+    context, page = open_page(browser, built_site, PAGES["moe-block"], 1280)
+    try:
+        page.focus(".card")
+        with page.expect_navigation():
+            page.keyboard.press("Enter")
+        assert page.url.endswith("blocks.moe.attn_norm.html")
+    finally:
+        context.close()
