@@ -24,6 +24,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--from-folder", type=Path, help="local checkpoint folder (headers only)")
     parser.add_argument("--from-hub", action="store_true", help="the Hub at the model's pinned revision (headers only)")
     parser.add_argument("--from-listing", type=Path, help="a grouped JSON listing of the checkpoint's tensors")
+    parser.add_argument("--verify-hub", action="store_true",
+                        help="fetch each model's config.json at its pinned revision and compare hash and values")
     parser.add_argument("--no-cache", action="store_true",
                         help="recompute the torch stages instead of reading .cache/execute")
     parser.add_argument("--fetch-sources", action="store_true",
@@ -37,6 +39,8 @@ def main(argv: list[str] | None = None) -> int:
             return record(project, args)
         if args.check:
             return check(project)
+        if args.verify_hub:
+            return verify_hub(project)
         return build(project, args.out, args.fetch_sources, not args.no_cache)
     except ExplorerError as e:
         print(f"error: {e}", file=sys.stderr)
@@ -70,9 +74,31 @@ def check(project) -> int:
     return 1 if failures else 0
 
 
+def verify_hub(project) -> int:
+    from explorer.content import load_all_models
+    from explorer.sources import verify_published_config
+
+    failed = False
+    for content in load_all_models(project.content):
+        problems = verify_published_config(content)
+        ref = content.checkpoint
+        print(f"{content.slug}: config.json at {ref.repo_id}@{ref.revision[:7]}: "
+              + ("matches the recorded sha256 and values" if not problems else f"{len(problems)} differences"))
+        for problem in problems:
+            print(f"  {problem}")
+        failed = failed or bool(problems)
+    return 1 if failed else 0
+
+
 def record(project, args) -> int:
-    from explorer.checkpoint import (MANIFEST_FILE, CheckpointIndex, read_hub_checkpoint, read_listing,
-                                     read_local_checkpoint, write_manifest)
+    from explorer.checkpoint import (
+        MANIFEST_FILE,
+        CheckpointIndex,
+        read_hub_checkpoint,
+        read_listing,
+        read_local_checkpoint,
+        write_manifest,
+    )
     from explorer.content import load_model_content
 
     content = load_model_content(project.content / "models" / args.record_checkpoint)

@@ -55,7 +55,7 @@ def main() -> None:
 
     for content in load_all_models(ROOT / "content"):
         spec = load_model_spec(content)
-        seconds, _ = best_of(lambda: execute(spec, NOT_IN_REFERENCE.get(spec.family, ())))
+        seconds, _ = best_of(lambda spec=spec: execute(spec, NOT_IN_REFERENCE.get(spec.family, ())))
         show(f"trace at full size on meta + equation checks, {spec.slug}", seconds)
 
     with tempfile.TemporaryDirectory() as tmp:

@@ -133,7 +133,7 @@ def _is_count(x: Any) -> bool:
 def _check_spans(spans: list[tuple[int, int, str]], source: str, data_size: int | None) -> None:
     """Offsets may not overlap, nor run past the data buffer."""
     spans.sort()
-    for (b0, e0, n0), (b1, e1, n1) in zip(spans, spans[1:]):
+    for (_, e0, n0), (b1, _, n1) in zip(spans, spans[1:]):
         if b1 < e0:
             raise CheckpointError(source, f"tensors '{n0}' and '{n1}' overlap (bytes {b1:,}–{e0:,})")
     if data_size is not None and spans and spans[-1][1] > data_size:

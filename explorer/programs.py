@@ -241,8 +241,7 @@ def layer_order(stack: Component) -> list[tuple[int, Component]]:
 
 
 def run_model(comp: Component, run: Run, ids: Tensor) -> list[Tensor]:
-    embed, stack, *rest = comp.children
-    norm, head = rest[-2], rest[-1]
+    stack = comp.children[1]
     x = run.rec("embed", F.embedding(ids, run.w("model.embed_tokens.weight")))
     positions = torch.arange(ids.shape[1], device=ids.device)
     angles = run_rope(comp, run.child(prefix="_rope-"), positions)[0]

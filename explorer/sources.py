@@ -218,16 +218,31 @@ def resolve_citations(spec: ModelSpec, content: ModelContent, fetch: bool = Fals
 
 
 def published_config_matches(path: Path, content: ModelContent) -> list[str]:
-    """Compare a downloaded config.json with the recorded hash and values; return the differences."""
+    """Compare a downloaded config.json with the recorded sha256 and values; return the differences."""
     import hashlib
 
     data = path.read_bytes()
     problems = []
     digest = hashlib.sha256(data).hexdigest()
     if digest != content.checkpoint.config_sha256:
-        problems.append(f"config.json sha256 {digest} != recorded {content.checkpoint.config_sha256}")
+        problems.append(f"sha256 {digest} differs from the recorded {content.checkpoint.config_sha256}")
     published = json.loads(data)
-    for key, value in sorted(content.config.items()):
-        if published.get(key) != value and not (isinstance(value, dict) or isinstance(value, list)):
-            problems.append(f"config key '{key}': published {published.get(key)!r}, recorded {value!r}")
+    for key in sorted(set(published) | set(content.config)):
+        if published.get(key) != content.config.get(key):
+            problems.append(f"key '{key}': published {published.get(key)!r}, recorded {content.config.get(key)!r}")
     return problems
+
+
+def verify_published_config(content: ModelContent) -> list[str]:
+    """Fetch config.json at the pinned revision (Hub or local cache) and compare; raise when unreachable."""
+    from huggingface_hub import hf_hub_download
+
+    from .errors import CheckpointError
+
+    ref = content.checkpoint
+    try:
+        path = Path(hf_hub_download(ref.repo_id, "config.json", revision=ref.revision))
+    except Exception as e:  # huggingface_hub raises many types; name the repo and the reason
+        raise CheckpointError(f"{ref.repo_id}@{ref.revision}/config.json", f"{type(e).__name__}: "
+                              f"{str(e).splitlines()[0] if str(e) else ''}") from e
+    return published_config_matches(path, content)

@@ -10,15 +10,25 @@ import struct
 from pathlib import Path
 
 import pytest
+from conftest import safetensors_bytes, write_safetensors
+from hub_server import FakeHub
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from conftest import safetensors_bytes, write_safetensors
-from explorer.checkpoint import (MAX_HEADER_BYTES, CheckpointIndex, TensorInfo, expand_name, group_tensors,
-                                 parse_header, read_hub_checkpoint, read_local_checkpoint, read_manifest,
-                                 read_safetensors_file, write_manifest)
+from explorer.checkpoint import (
+    MAX_HEADER_BYTES,
+    CheckpointIndex,
+    TensorInfo,
+    expand_name,
+    group_tensors,
+    parse_header,
+    read_hub_checkpoint,
+    read_local_checkpoint,
+    read_manifest,
+    read_safetensors_file,
+    write_manifest,
+)
 from explorer.errors import CheckpointError
-from hub_server import FakeHub
 
 TENSORS = {"a.weight": ("BF16", [4, 8]), "a.weight_scale_inv": ("F32", [1, 1]), "b": ("F8_E4M3", [3])}
 
@@ -272,7 +282,6 @@ def test_hub_header_with_bad_offsets_names_the_url(hf_home):
 
 
 from explorer.checkpoint import read_hub_header  # noqa: E402  (used by the timeout test)
-
 
 # ------------------------------------------------------------------------ a real checkpoint written by others
 

@@ -10,8 +10,8 @@ import re
 from pathlib import Path
 
 import pytest
-
 from conftest import ROOT, run_build
+
 from explorer.content import load_model_content
 from explorer.errors import ContentError
 from explorer.spec import load_model_spec

@@ -9,7 +9,6 @@ import resource
 import pytest
 import torch
 
-from conftest import ROOT
 from explorer import programs
 from explorer.errors import ExecutionError
 from explorer.execute import check_equations, execute, model_weights, tiny_hyperparameters, trace

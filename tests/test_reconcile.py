@@ -8,11 +8,11 @@ import os
 import re
 
 import pytest
+from conftest import run_build, write_safetensors
+from hub_server import FakeHub
 
-from conftest import ROOT, run_build, write_safetensors
 from explorer.checkpoint import CheckpointIndex, TensorInfo
 from explorer.reconcile import expected_tensors, reconcile, scale_shape
-from hub_server import FakeHub
 
 
 def test_kimi_k2_ledger_balances_to_the_published_numbers(builds):
@@ -184,3 +184,33 @@ def test_api_json_carries_the_ledger(built_site, slug):
         assert data["ledger"]["unowned"] == [] and data["ledger"]["missing"] == []
     else:
         assert data["ledger"] is None
+
+
+def test_verify_hub_confirms_the_recorded_config(project_copy, tmp_path):
+    """--verify-hub fetches config.json at the pinned revision through HF_ENDPOINT and compares it."""
+    from explorer.content import load_model_content
+
+    models = {slug: load_model_content(project_copy / "content/models" / slug) for slug in ("kimi-k2", "deepseek-v3")}
+    with FakeHub() as hub:
+        for slug, content in models.items():
+            text = json.dumps(content.config, indent=2, sort_keys=True) + "\n"  # DeepSeek-V3's published layout
+            if slug == "kimi-k2":
+                text = text.replace('"n_routed_experts": 384', '"n_routed_experts": 385')
+            hub.files[(content.checkpoint.repo_id, content.checkpoint.revision, "config.json")] = text.encode()
+        env = {**os.environ, "HF_ENDPOINT": hub.url, "HF_HOME": str(tmp_path / "hf")}
+        env.pop("HF_HUB_OFFLINE", None)
+        result = run_build("--verify-hub", "--content", str(project_copy), env=env)
+    assert result.returncode == 1
+    out = result.stdout
+    assert "deepseek-v3: config.json at deepseek-ai/DeepSeek-V3@e815299: matches the recorded sha256 and values" in out
+    assert "kimi-k2: config.json at moonshotai/Kimi-K2-Instruct@fd1984e: 2 differences" in out
+    assert "  key 'n_routed_experts': published 385, recorded 384" in out
+
+
+def test_verify_hub_unreachable_names_the_file(project_copy, tmp_path):
+    env = {**os.environ, "HF_ENDPOINT": "http://127.0.0.1:9", "HF_HOME": str(tmp_path / "hf"), "HF_HUB_ETAG_TIMEOUT": "2"}
+    env.pop("HF_HUB_OFFLINE", None)
+    result = run_build("--verify-hub", "--content", str(project_copy), env=env)
+    assert result.returncode == 1
+    assert "error: moonshotai/Kimi-K2-Instruct@fd1984e2b7a3350dbf7305fe73a4ede25c14de50/config.json:" in result.stderr
+    assert "Traceback" not in result.stderr

@@ -289,8 +289,8 @@ def _rope(b: _Builder, prefix: str, ranges: tuple[IndexRange, ...]) -> Component
     d = c.qk_rope_head_dim
     steps = (
         Step(rf"\theta_j={fmt_num(c.rope_theta)}^{{-2j/{d}}},\quad j=0,\dots,{d // 2 - 1}", Shape((pairs,)), "theta"),
-        Step(rf"\gamma_j=\operatorname{{clamp}}\!\left(\frac{{j-j_{{\mathrm{{low}}}}}}{{j_{{\mathrm{{high}}}}"
-             rf"-j_{{\mathrm{{low}}}}}},0,1\right)", Shape((pairs,)), "ramp"),
+        Step(r"\gamma_j=\operatorname{clamp}\!\left(\frac{j-j_{\mathrm{low}}}{j_{\mathrm{high}}"
+             r"-j_{\mathrm{low}}},0,1\right)", Shape((pairs,)), "ramp"),
         Step(rf"\omega_j=\gamma_j\,\frac{{\theta_j}}{{{fmt_num(r.factor)}}}+(1-\gamma_j)\,\theta_j",
              Shape((pairs,)), "inv-freq"),
         Step(rf"{ctx('R_t')}=\left(\cos t\omega_j,\ \sin t\omega_j\right)_{{j}}", angles.shape, "angles"),
@@ -407,8 +407,8 @@ def _attention(b: _Builder, ranges: tuple[IndexRange, ...], x: Port) -> Componen
     steps = (
         Step(rf"{cq.latex}=xW_{{DQ}}", cq.shape, "q-down"),
         Step(rf"{cq_hat.latex}=\operatorname{{RMSNorm}}({cq.latex})", cq.shape, "q-norm"),
-        Step(rf"c^{{KV}}=xW_{{DKV}}", ckv.shape, "kv-down"),
-        Step(rf"\hat c^{{KV}}=\operatorname{{RMSNorm}}(c^{{KV}})", ckv.shape, "kv-norm"),
+        Step(r"c^{KV}=xW_{DKV}", ckv.shape, "kv-down"),
+        Step(r"\hat c^{KV}=\operatorname{RMSNorm}(c^{KV})", ckv.shape, "kv-norm"),
         Step(rf"{q('q^{C}')}={cq_hat.latex}W_{{UQ}}", b.tokens(Dim("heads·d_nope", n * c.qk_nope_head_dim)), "q-content"),
         Step(rf"{q('Q^{C}')}=\operatorname{{reshape}}({q('q^{C}')})", hd(nope), "q-content-heads"),
         Step(rf"{q_pe}={cq_hat.latex}W_{{QR}}", b.tokens(Dim("heads·d_rope", n * c.qk_rope_head_dim)),
@@ -436,7 +436,7 @@ def _attention(b: _Builder, ranges: tuple[IndexRange, ...], x: Port) -> Componen
                     f"dimensional key-value latent, with a {c.qk_rope_head_dim}-dimensional rotary key shared by "
                     "all heads.",
         inputs=(x, Port(ctx("R"), rope.outputs[0].shape, "R"), scores.inputs[3]), outputs=(delta,),
-        equations=(Step(rf"\Delta_{{\mathrm{{attn}}}}=\operatorname{{MLA}}(x_{{\mathrm{{attn}}}})", x.shape, "mla"),),
+        equations=(Step(r"\Delta_{\mathrm{attn}}=\operatorname{MLA}(x_{\mathrm{attn}})", x.shape, "mla"),),
         steps=steps, children=children,
         citations=(
             Citation("Attention compresses queries through q_a_proj, q_a_layernorm and q_b_proj, and keys and values "
@@ -467,7 +467,6 @@ def _swiglu(b: _Builder, key: str, title: str, crumb: str, prefix: str, ranges: 
             code: str, citations: tuple[Citation, ...]) -> Component:
     """down(silu(gate x) ⊙ up x): three bias-free projections."""
     g = Port("g", b.tokens(ff_dim), "g")
-    u = Port("u", b.tokens(ff_dim), "u")
     h = Port("h", b.tokens(ff_dim), "h")
     y = Port(y_latex, x.shape, y_name)
     d = b.c.hidden_size
@@ -610,7 +609,6 @@ BLOCK_CITATIONS = (
 def _block(b: _Builder, key: str, title: str, layers: tuple[int, ...], moe: bool, label: str,
            prefix: str = "model.layers.{layer}.") -> Component:
     """One decoder layer kind (dense or MoE), repeated over `layers`."""
-    from dataclasses import replace
 
     ranges = _layers(layers)
     x = Port("x_n", b.tokens("hidden_size"), "x")
