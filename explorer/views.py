@@ -155,6 +155,8 @@ class ComponentPage(PageBase):
     params_line: str
     parameters: ParametersView | None
     tensors: tuple[TensorRowView, ...]
+    tensors_summary: str
+    """Summary line of the collapsible table when the component owns many tensor families ("" otherwise)."""
     tensors_check: str
     children: tuple[CardView, ...]
     code_blocks: tuple[CitationView, ...]
@@ -383,6 +385,10 @@ def _tensor_row(mb: ModelBuild, t: TensorSpec, owner: str, title: str, block: tu
         elements=fmt(elements * t.count) if shape is not None else "—", scale=scale)
 
 
+def _count(row: TensorRowView) -> int:
+    return int(row.count.replace(",", ""))
+
+
 def _stored(mb: ModelBuild, t: TensorSpec):
     if mb.checkpoint_index is None:
         return None
@@ -476,6 +482,7 @@ def component_page(mb: ModelBuild, ancestors: tuple[Component, ...], comp: Compo
     root = "../../"
     acc = mb.ledger.accounts[path]
     traced = mb.trace.components[path]
+    tensors = tensor_rows(mb, ancestors, comp)
     cits = evidence(mb, ancestors, comp)
     crumbs = tuple(Link(a.crumb or a.title, page_href(path_key(ancestors[:i], a)))
                    for i, a in enumerate(ancestors) if i > 0)
@@ -499,7 +506,9 @@ def component_page(mb: ModelBuild, ancestors: tuple[Component, ...], comp: Compo
                     f"(no weights allocated), with B = {mb.trace.free['B']} and T = {mb.trace.free['T']}."),
         check=check_view(mb, path), diagram=flow_diagram(mb, path, comp, traced),
         params_line=params_line(acc), parameters=parameters_view(mb, comp, acc, path),
-        tensors=tensor_rows(mb, ancestors, comp), tensors_check=mb.checked_against(path),
+        tensors=tensors, tensors_check=mb.checked_against(path),
+        tensors_summary=(f"All {len(tensors)} tensor families ({fmt(sum(_count(t) for t in tensors))} tensors)"
+                         if len(tensors) > 6 else ""),
         children=children_cards(mb, path, comp), code_blocks=code_blocks(cits), citations=cits,
         sources_count=str(len(cits)),
         prev=prev, next=nxt, outline=outline(mb, comp) if is_model else None,
