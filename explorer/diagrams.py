@@ -46,9 +46,10 @@ def _arrow(x1: float, y1: float, x2: float, y2: float) -> str:
     return f'<path d="M{x1:.0f},{y1:.0f} L{x2:.0f},{y2:.0f}" class="a" marker-end="url(#arrow)"/>'
 
 
-def flow_svg(title: str, inputs: list[FlowNode], children: list[FlowNode], outputs: list[FlowNode]) -> str:
+def flow_svg(title: str, inputs: list[FlowNode], children: list[FlowNode], outputs: list[FlowNode],
+             detail: str = "") -> str:
     """Inputs on top, the component (with its children) in the middle, outputs below; arrows between."""
-    rows = [inputs, children or [FlowNode(title, "")], outputs]
+    rows = [inputs, children or [FlowNode(title, detail)], outputs]
     width = max(len(r) * (_width(r) + GAP) for r in rows if r) + 40
     width = max(width, 360)
     y_in, y_mid = 10, 10 + BOX_H + 40
@@ -58,7 +59,7 @@ def flow_svg(title: str, inputs: list[FlowNode], children: list[FlowNode], outpu
     in_boxes, in_x = _row(inputs, y_in, width, "in")
     frame = (f'<rect x="10" y="{y_mid - 12}" width="{width - 20:.0f}" height="{mid_h + 12}" rx="8" class="frame"/>'
              f'<text x="20" y="{y_mid + 2}" class="f">{escape(title)}</text>' if children else "")
-    mid_boxes, mid_x = _row(rows[1], y_mid + (12 if children else 0), width, "mid")
+    mid_boxes, _ = _row(rows[1], y_mid + (12 if children else 0), width, "mid")
     out_boxes, out_x = _row(outputs, y_out, width, "out")
     parts += in_boxes + [frame] + mid_boxes + out_boxes
     parts += [_arrow(x, y_in + BOX_H, width / 2, y_mid - 14) for x in in_x]
@@ -91,5 +92,5 @@ ARROW_DEFS = ('<defs><marker id="arrow" viewBox="0 0 10 10" refX="9" refY="5" ma
 
 
 def _svg(width: float, height: float, body: str, label: str) -> str:
-    return (f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {width:.0f} {height:.0f}" role="img" '
-            f'aria-label="{escape(label)}" class="diagram">{body}</svg>')
+    return (f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {width:.0f} {height:.0f}" width="{width:.0f}" '
+            f'height="{height:.0f}" role="img" aria-label="{escape(label)}" class="diagram">{body}</svg>')

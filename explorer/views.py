@@ -512,7 +512,8 @@ def component_page(mb: ModelBuild, ancestors: tuple[Component, ...], comp: Compo
         children=children_cards(mb, path, comp), code_blocks=code_blocks(cits), citations=cits,
         sources_count=str(len(cits)),
         prev=prev, next=nxt, outline=outline(mb, comp) if is_model else None,
-        ledger=ledger_view(mb) if is_model else None, legend=STREAMS_LEGEND)
+        ledger=ledger_view(mb) if is_model else None,
+        legend=STREAMS_LEGEND if any("stream-" in s.latex for s in comp.steps + comp.equations) else ())
 
 
 STREAMS_LEGEND = tuple((cls, name) for cls, name in STREAMS)
@@ -550,7 +551,9 @@ def flow_diagram(mb: ModelBuild, path: str, comp: Component, traced) -> str:
         times = f"{fmt(ch.repeat)} × " if ch.repeat > 1 else ""
         children.append(FlowNode(ch.crumb if ch.crumb and ch.repeat == 1 and len(ch.crumb) < 24 else ch.title,
                                  f"{times}{fmt(count)} params" if count else ch.kind, page_href(ch_path)))
-    return flow_svg(comp.title if path else mb.content.meta.name, inputs, children, outputs)
+    own = mb.ledger.accounts[path].per_instance
+    detail = f"{fmt(own)} params" if own else f"{comp.kind}, no parameters"
+    return flow_svg(comp.title if path else mb.content.meta.name, inputs, children, outputs, detail)
 
 
 def budget_preview(mb: ModelBuild) -> str:
