@@ -84,7 +84,8 @@ def _product(shape: tuple[sympy.Expr, ...]) -> sympy.Expr:
 
 def param_formula(component: Component) -> sympy.Expr:
     """Symbolic parameter count of one instance: own parameter tensors plus children times repeats."""
-    own = sum((_product(t.shape) for t in component.tensors if _is_parameter(t)), sympy.Integer(0))
+    own = sum((_product(t.shape) for t in component.tensors if t.shape is not None and _is_parameter(t)),
+              sympy.Integer(0))
     return own + sum((child.repeat * param_formula(child) for child in component.children), sympy.Integer(0))
 
 
@@ -107,6 +108,7 @@ def tensor_label(t: TensorSpec) -> str:
 
 def _tensor_row(t: TensorSpec, values: dict[str, int | float]) -> AccountRow:
     # Matrices are shown input by output, as in y = xW; the stored tensor is [out, in].
+    assert t.shape is not None  # only parameters, whose shapes the config determines, get rows
     shape = tuple(reversed(t.shape)) if len(t.shape) == 2 else t.shape
     factors = tuple(evaluate(s, values) for s in shape)
     value = 1

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import CheckpointError, ContentError
+from .spec.types import compress_indices
 
 MAX_HEADER_BYTES = 100_000_000
 """Larger headers are refused (the safetensors library's own limit), so a bad length cannot exhaust memory."""
@@ -340,12 +341,10 @@ def _factor(indices: list[tuple[int, ...]]) -> list[tuple[str, ...]]:
     for idx in indices:
         rest_by_first.setdefault(idx[0], []).append(idx[1:])
     by_rest: dict[tuple[tuple[int, ...], ...], list[int]] = {}
-    for first, rest in rest_by_first.items():
-        by_rest.setdefault(tuple(rest), []).append(first)
+    for first, rests in rest_by_first.items():
+        by_rest.setdefault(tuple(rests), []).append(first)
     out = []
     for rest, firsts in sorted(by_rest.items(), key=lambda kv: min(kv[1])):
-        from .spec.types import compress_indices
-
         head = compress_indices(tuple(sorted(firsts)))
         out += [(head, *tail) for tail in _factor(list(rest))]
     return out

@@ -106,7 +106,7 @@ def _coerce(value: Any, hint: Any, where: str, problems: list[str]) -> Any:
             return None
         inner = [a for a in args if a is not type(None)]
         return _coerce(value, inner[0], where, problems)
-    if dataclasses.is_dataclass(hint):
+    if isinstance(hint, type) and dataclasses.is_dataclass(hint):
         return parse_table(value, hint, where.replace(": key '", ": table '"), problems)
     if origin is tuple:
         if not isinstance(value, (list, tuple)):
@@ -195,7 +195,8 @@ def render_markdown(source: str) -> str:
 
 def load_all_models(content_dir: Path) -> list[ModelContent]:
     """Load every model folder under content/models, collecting problems across all of them."""
-    models, problems = [], []
+    models: list[ModelContent] = []
+    problems: list[str] = []
     for folder in sorted(p for p in (content_dir / "models").iterdir() if p.is_dir()):
         try:
             models.append(load_model_content(folder))

@@ -85,7 +85,8 @@ def build_all(project: Project, progress: Progress = stderr_progress, fetch_sour
               use_cache: bool = True) -> list[ModelBuild]:
     """Load and compute every model; ContentError lists content problems of all models together."""
     contents = load_all_models(project.content)
-    builds, problems = [], []
+    builds: list[ModelBuild] = []
+    problems: list[str] = []
     for content in contents:
         progress(f"{content.slug}: spec, accounting, citations and checkpoint checks")
         try:

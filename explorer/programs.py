@@ -82,8 +82,8 @@ def yarn_inverse_frequencies(run: Run, device: torch.device) -> tuple[Tensor, fl
         return d * math.log(r.original_max_position_embeddings / (rotations * 2 * math.pi)) / (2 * math.log(c.rope_theta))
 
     low = max(math.floor(correction_dim(r.beta_fast)), 0)
-    high = min(math.ceil(correction_dim(r.beta_slow)), d - 1)
-    high = high + 0.001 if low == high else high
+    high: float = min(math.ceil(correction_dim(r.beta_slow)), d - 1)
+    high = high + 0.001 if low == high else high  # as transformers does, to avoid dividing by zero
     ramp = run.rec("ramp", torch.clamp((torch.arange(d // 2, device=device).float() - low) / (high - low), 0, 1))
     omega = run.rec("inv-freq", ramp * theta / r.factor + (1 - ramp) * theta)
 
