@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from .account import evaluate
-from .checkpoint import DTYPE_BYTES, CheckpointIndex, TensorInfo
+from .checkpoint import CheckpointIndex, TensorInfo
 from .spec.types import ModelSpec, TensorSpec, path_key, walk
 
 Role = Literal["parameter", "quant_scale", "buffer"]
@@ -170,7 +170,3 @@ def reconcile(spec: ModelSpec, index: CheckpointIndex, reference: bool = False,
 
 def _show(shape: tuple[int, ...]) -> str:
     return "[" + ", ".join(str(s) for s in shape) + "]"
-
-
-def stored_bytes(index: CheckpointIndex) -> int:
-    return sum(t.elements * DTYPE_BYTES[t.dtype] for t in index.tensors.values())

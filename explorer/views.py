@@ -242,10 +242,6 @@ def fmt(n: int) -> str:
     return f"{n:,}"
 
 
-def plural(n: int, noun: str) -> str:
-    return f"{n:,} {noun}" if n != 1 or not noun.endswith("s") else f"{n:,} {noun[:-1]}"
-
-
 # ----------------------------------------------------------------------------------------- small parts
 
 def traced_display(traced: tuple[int, ...] | None, shape: Shape | None) -> str:

@@ -8,7 +8,6 @@ and tensor names. Nothing model-specific lives here: a model is its config plus 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import sympy
@@ -798,19 +797,6 @@ def build_spec(slug: str, raw_config: dict, where: str) -> ModelSpec:
     return ModelSpec(slug=slug, family=FAMILY, root=root, values=b.values, config=c)
 
 
-def checkpoint_symbols() -> set[str]:
-    """Every checkpoint-code symbol the family cites (to validate a model's line map)."""
-    from .types import walk
-
-    spec = _example_root()
-    return {cit.symbol for _, comp in walk(spec) for cit in comp.citations if cit.source == "checkpoint"}
-
-
-def _example_root() -> Component:
-    """A tiny config of the family, used to enumerate what the family cites."""
-    return build_spec("example", TINY_CONFIG, "tiny config").root
-
-
 TINY_CONFIG: dict = {
     "vocab_size": 64, "hidden_size": 32, "intermediate_size": 48, "moe_intermediate_size": 16,
     "num_hidden_layers": 3, "num_attention_heads": 4, "num_key_value_heads": 4, "n_shared_experts": 1,
@@ -825,7 +811,4 @@ TINY_CONFIG: dict = {
     "quantization_config": {"quant_method": "fp8", "fmt": "e4m3", "activation_scheme": "dynamic",
                             "weight_block_size": [128, 128]},
 }
-"""A small config of the family for tests, the executor's numeric checks and symbol enumeration."""
-
-
-FAMILY_BUILDERS: dict[str, Callable[[str, dict, str], ModelSpec]] = {FAMILY: build_spec}
+"""A small, self-consistent config of the family, for tests."""
