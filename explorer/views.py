@@ -316,9 +316,10 @@ def parameters_view(mb: ModelBuild, comp: Component, acc: ComponentAccount, path
 
 
 def _across_text(acc: ComponentAccount) -> str:
-    label = acc.instances_label if acc.instances_label != "instances" else "instances"
+    """'Across 60 independent MoE blocks:'; empty for a component the model has once and nothing repeats."""
+    label = acc.instances_label
     if acc.instances == 1 and acc.instances_label == "instances":
-        return "In the model once:"
+        return ""
     breakdown = [f"{fmt(n)} {lbl}" for n, lbl in acc.instances_factors if n > 1]
     detail = f" ({' × '.join(breakdown)})" if len(breakdown) > 1 else ""
     return f"Across {fmt(acc.instances)} independent {_plural_label(label)}{detail}:"
