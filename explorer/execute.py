@@ -110,12 +110,12 @@ def port_tensor(port: Port, spec: ModelSpec, device: str, generator: torch.Gener
 
 # ----------------------------------------------------------------------------------------------- trace
 
-def label(traced: tuple[int, ...], shape: Shape) -> str | None:
+def label(traced: tuple[int, ...], shape: Shape, free: dict[str, int] = FREE_SIZES) -> str | None:
     """None when a traced shape agrees with the spec's named shape, else what disagrees."""
     if len(traced) != len(shape.dims):
         return f"rank {len(traced)} traced, {len(shape.dims)} in the spec"
     for size, dim in zip(traced, shape.dims):
-        want = FREE_SIZES[dim.symbol] if dim.size is None else dim.size
+        want = free[dim.symbol] if dim.size is None else dim.size
         if size != want:
             return f"dimension {dim.display!r} is {size} in the trace"
     return None

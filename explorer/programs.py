@@ -99,7 +99,7 @@ def rotate(x: Tensor, angles: Tensor, factor: float = 1.0) -> Tensor:
 
     angles: [T, pairs]; x: [T, d_rope], [B, T, d_rope] or [B, T, H, d_rope].
     """
-    cos, sin = angles.cos() * factor, angles.sin() * factor
+    cos, sin = (angles.cos() * factor).to(x.dtype), (angles.sin() * factor).to(x.dtype)  # as transformers does
     if x.dim() == 3:
         cos, sin = cos[None], sin[None]
     elif x.dim() == 4:
