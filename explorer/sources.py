@@ -12,6 +12,7 @@ import importlib.metadata
 import importlib.util
 import json
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -152,48 +153,34 @@ class _Resolver:
         ref = self.content.checkpoint
         if not ref.modeling_file:
             return None
-        key = f"checkpoint.source_lines.{cit.symbol}"
-        if cit.symbol not in ref.source_lines:
-            self.problems.append(f"{self.model_file}: key '{key}': missing (a line range [first, last] of "
-                                 f"{ref.modeling_file} at {ref.revision[:7]})")
-            return None
-        first, last = ref.source_lines[cit.symbol]
-        lines = None
-        if self.modeling is not None:
-            text = self._text(self.modeling)
-            found = locate_symbol(text, cit.symbol)
-            if found != (first, last):
-                actual = f"lines {found[0]}–{found[1]}" if found else "no such symbol"
-                self.problems.append(f"{self.model_file}: key '{key}': [{first}, {last}] does not hold "
-                                     f"'{cit.symbol}' in {ref.modeling_file} at {ref.revision[:7]} (found: {actual})")
-                return None
-            lines = _lines(text, first, last)
-        return ResolvedCitation(
-            cit.claim, ref.repo_id, ref.modeling_file, ref.revision, first, last, lines,
-            HUB_FILE_URL.format(repo=ref.repo_id, revision=ref.revision, path=ref.modeling_file) + f"#L{first}",
-            cit.symbol)
+        return self._pinned(cit, "source_lines", ref.source_lines, ref.modeling_file, self.modeling, locate_symbol)
 
     def _config(self, cit: Citation) -> ResolvedCitation | None:
         ref = self.content.checkpoint
-        key = f"checkpoint.config_lines.{cit.symbol}"
-        if cit.symbol not in ref.config_lines:
-            self.problems.append(f"{self.model_file}: key '{key}': missing (line range of \"{cit.symbol}\" in "
-                                 "the published config.json)")
+        return self._pinned(cit, "config_lines", ref.config_lines, "config.json", self.config_json, locate_json_key)
+
+    def _pinned(self, cit: Citation, table: str, ranges: dict[str, tuple[int, int]], filename: str,
+                local: Path | None, locate: Callable[[str, str], tuple[int, int] | None]) -> ResolvedCitation | None:
+        """A range recorded in content for a file of the checkpoint repo; verified when the file is at hand."""
+        ref = self.content.checkpoint
+        key = f"checkpoint.{table}.{cit.symbol}"
+        if cit.symbol not in ranges:
+            self.problems.append(f"{self.model_file}: key '{key}': missing (a line range [first, last] of "
+                                 f"{filename} at {ref.revision[:7]})")
             return None
-        first, last = ref.config_lines[cit.symbol]
+        first, last = ranges[cit.symbol]
         lines = None
-        if self.config_json is not None:
-            text = self._text(self.config_json)
-            found = locate_json_key(text, cit.symbol)
+        if local is not None:
+            text = self._text(local)
+            found = locate(text, cit.symbol)
             if found != (first, last):
+                actual = f"lines {found[0]}–{found[1]}" if found else "no such symbol"
                 self.problems.append(f"{self.model_file}: key '{key}': [{first}, {last}] does not hold "
-                                     f"\"{cit.symbol}\" in config.json at {ref.revision[:7]} (found: {found})")
+                                     f"'{cit.symbol}' in {filename} at {ref.revision[:7]} (found: {actual})")
                 return None
             lines = _lines(text, first, last)
-        return ResolvedCitation(
-            cit.claim, ref.repo_id, "config.json", ref.revision, first, last, lines,
-            HUB_FILE_URL.format(repo=ref.repo_id, revision=ref.revision, path="config.json") + f"#L{first}",
-            cit.symbol)
+        url = HUB_FILE_URL.format(repo=ref.repo_id, revision=ref.revision, path=filename) + f"#L{first}"
+        return ResolvedCitation(cit.claim, ref.repo_id, filename, ref.revision, first, last, lines, url, cit.symbol)
 
 
 def _lines(text: str, first: int, last: int) -> tuple[str, ...]:
