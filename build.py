@@ -115,7 +115,7 @@ def record(project, args) -> int:
         return 1
     index = CheckpointIndex(index.tensors, index.source, ref.repo_id, ref.revision, provenance)
     path = content.folder / MANIFEST_FILE
-    write_manifest(index, path, provenance)
+    write_manifest(index, path)
     print(f"wrote {path}: {len(index.tensors):,} tensors")
     return 0
 

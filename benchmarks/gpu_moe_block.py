@@ -27,23 +27,17 @@ def moe_block_weights(spec, device: str, dtype: torch.dtype) -> tuple[dict[str, 
 
     block = next(c for c in spec.root.children[1].children if c.key == "moe")
     prefix = module_prefix(block, first_layer(block))
-    shapes = {n: tuple(t.shape) for n, t in model_weights(spec, "meta").items() if n.startswith(prefix)}
     generator = torch.Generator(device=device).manual_seed(0)
-    weights = {}
-    for name, shape in sorted(shapes.items()):
-        w = torch.randn(shape, generator=generator, device=device, dtype=dtype) * 0.02
-        weights[name] = w + 1 if name.endswith("norm.weight") else w
-    return weights, block, prefix
+    return model_weights(spec, device, generator, dtype, prefix), block, prefix
 
 
 def run(spec, device: str, dtype: torch.dtype, tokens: int, iterations: int) -> dict:
     from explorer.execute import label
-    from explorer.programs import Run, causal_mask, run_block, yarn_inverse_frequencies
+    from explorer.programs import Run, causal_mask, rotary_angles, run_block
 
     weights, block, prefix = moe_block_weights(spec, device, dtype)
     x = torch.randn(1, tokens, spec.config.hidden_size, device=device, dtype=dtype)
-    omega, _ = yarn_inverse_frequencies(Run(spec.config, {}), torch.device(device))
-    angles = torch.arange(tokens, device=device).float()[:, None] * omega[None, :]
+    angles = rotary_angles(Run(spec.config, {}), torch.arange(tokens, device=device))
     mask = causal_mask(tokens, torch.device(device)).to(dtype)
 
     def forward() -> Run:

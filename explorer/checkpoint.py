@@ -350,8 +350,8 @@ def _factor(indices: list[tuple[int, ...]]) -> list[tuple[str, ...]]:
     return out
 
 
-def write_manifest(index: CheckpointIndex, path: Path, provenance: str) -> None:
-    """Record an index as content/models/<slug>/checkpoint.toml (grouped names, with provenance)."""
+def write_manifest(index: CheckpointIndex, path: Path) -> None:
+    """Record an index as content/models/<slug>/checkpoint.toml (grouped names, with its provenance)."""
     groups = group_tensors(index.tensors.values())
     lines = [
         "# Stored tensors of the checkpoint, written by `python build.py --record-checkpoint`.",
@@ -360,7 +360,7 @@ def write_manifest(index: CheckpointIndex, path: Path, provenance: str) -> None:
         "[manifest]",
         f"repo_id = {json.dumps(index.repo_id)}",
         f"revision = {json.dumps(index.revision)}",
-        f"provenance = {json.dumps(provenance)}",
+        f"provenance = {json.dumps(index.provenance)}",
         f"tensor_count = {len(index.tensors)}",
         "",
     ]

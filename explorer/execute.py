@@ -18,7 +18,8 @@ import torch
 from .account import evaluate
 from .errors import ExecutionError
 from .execution import TOLERANCE, ComponentTrace, EquationCheck, Execution, ShapeTrace
-from .programs import PROGRAMS, WHOLE_MODEL_PROGRAMS, Run, causal_mask
+from .programs import PROGRAMS, WHOLE_MODEL_PROGRAMS, Run, causal_mask, rotary_angles
+from .reference import stacked_state, transformers_config
 from .spec.types import Component, ModelSpec, Port, Shape, path_key, walk
 
 FREE_SIZES = {"B": 2, "T": 5}
@@ -55,8 +56,10 @@ def first_layer(comp: Component) -> int | None:
     return None
 
 
-def model_weights(spec: ModelSpec, device: str, generator: torch.Generator | None = None) -> dict[str, torch.Tensor]:
-    """Every parameter of the model by checkpoint name, routed experts stacked: meta (free) or random CPU."""
+def model_weights(spec: ModelSpec, device: str, generator: torch.Generator | None = None,
+                  dtype: torch.dtype = torch.float32, prefix: str = "") -> dict[str, torch.Tensor]:
+    """Every parameter by checkpoint name (those under prefix), routed experts stacked: on meta (free) or random
+    on a real device."""
     weights: dict[str, torch.Tensor] = {}
     for _, comp in walk(spec.root):
         for t in comp.tensors:
@@ -68,7 +71,8 @@ def model_weights(spec: ModelSpec, device: str, generator: torch.Generator | Non
                 shape = [len(experts[0].values), *shape]
             for layer in _layer_values(t):
                 name = t.template.replace("{expert}.", "").format(layer=layer)
-                weights[name] = _tensor(shape, name, device, generator)
+                if name.startswith(prefix):
+                    weights[name] = _tensor(shape, name, device, generator, dtype)
     return weights
 
 
@@ -77,10 +81,11 @@ def _layer_values(t) -> tuple[int | None, ...]:
     return layers[0].values if layers else (None,)
 
 
-def _tensor(shape: list[int], name: str, device: str, generator: torch.Generator | None) -> torch.Tensor:
+def _tensor(shape: list[int], name: str, device: str, generator: torch.Generator | None,
+            dtype: torch.dtype) -> torch.Tensor:
     if device == "meta":
-        return torch.empty(shape, device="meta")
-    values = torch.randn(shape, generator=generator) * 0.1
+        return torch.empty(shape, device="meta", dtype=dtype)
+    values = torch.randn(shape, generator=generator, device=device, dtype=dtype) * 0.1
     return values + 1.0 if name.endswith("norm.weight") else values
 
 
@@ -98,11 +103,7 @@ def port_tensor(port: Port, spec: ModelSpec, device: str, generator: torch.Gener
     if port.name == "mask":
         return causal_mask(shape[0], torch.device(device))
     if port.name == "R":
-        from .programs import yarn_inverse_frequencies
-
-        run = Run(spec.config, {})  # type: ignore[arg-type]
-        omega, _ = yarn_inverse_frequencies(run, torch.device(device))
-        return torch.arange(shape[0], device=device).float()[:, None] * omega[None, :]
+        return rotary_angles(Run(spec.config, {}), torch.arange(shape[0], device=device))  # type: ignore[arg-type]
     if device == "meta":
         return torch.empty(shape, device="meta")
     return torch.randn(shape, generator=generator)
@@ -204,27 +205,10 @@ def tiny_label(spec: ModelSpec) -> str:
             f"blocks, float32 random weights")
 
 
-def reference_weights(model) -> dict[str, torch.Tensor]:
-    """transformers' state dict under our names: fused experts split into stacked gate/up/down weights."""
-    out = {}
-    for name, tensor in model.state_dict().items():
-        if name.endswith("mlp.experts.gate_up_proj"):
-            half = tensor.shape[1] // 2
-            base = name.removesuffix("gate_up_proj")
-            out[base + "gate_proj.weight"], out[base + "up_proj.weight"] = tensor[:, :half], tensor[:, half:]
-        elif name.endswith("mlp.experts.down_proj"):
-            out[name + ".weight"] = tensor
-        else:
-            out[name] = tensor
-    return out
-
-
 def _tiny_reference(spec: ModelSpec):
     """A randomly initialised tiny transformers model of the family, float32, eager attention."""
     from transformers import DeepseekV3Config, DeepseekV3ForCausalLM
     from transformers.utils import logging
-
-    from .reference import transformers_config
 
     logging.set_verbosity_error()  # the tiny config trips warnings about token ids and context length
     torch.manual_seed(0)
@@ -250,7 +234,7 @@ def check_equations(spec: ModelSpec, tiny: ModelSpec, not_built: tuple[str, ...]
     import transformers
 
     model = _tiny_reference(tiny)
-    weights = reference_weights(model)
+    weights = stacked_state(model)
     version = transformers.__version__
     label_text = tiny_label(tiny)
     checks: dict[str, EquationCheck] = {}

@@ -108,9 +108,14 @@ def rotate(x: Tensor, angles: Tensor, factor: float = 1.0) -> Tensor:
     return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1)
 
 
-def run_rope(comp: Component, run: Run, positions: Tensor) -> list[Tensor]:
+def rotary_angles(run: Run, positions: Tensor) -> Tensor:
+    """R_t: the angle t·ω_j of every position and rotary pair, [T, pairs]."""
     omega, _ = yarn_inverse_frequencies(run, positions.device)
-    angles = run.rec("angles", positions.float()[:, None] * omega[None, :])
+    return run.rec("angles", positions.float()[:, None] * omega[None, :])
+
+
+def run_rope(comp: Component, run: Run, positions: Tensor) -> list[Tensor]:
+    angles = rotary_angles(run, positions)
     run.rec("rotate", rotate(torch.zeros(positions.shape[0], run.config.qk_rope_head_dim, device=positions.device),
                              angles))
     return [angles]

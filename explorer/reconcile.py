@@ -100,7 +100,7 @@ def scale_shape(shape: tuple[int, ...], block: tuple[int, ...]) -> tuple[int, ..
 
 def expected_tensors(spec: ModelSpec) -> tuple[list[ExpectedTensor], list[str]]:
     """Every tensor the spec expects, and names claimed by two components."""
-    block = _block_size(spec)
+    block = block_size(spec)
     out: list[ExpectedTensor] = []
     for ancestors, comp in walk(spec.root):
         owner = path_key(ancestors, comp)
@@ -112,7 +112,8 @@ def expected_tensors(spec: ModelSpec) -> tuple[list[ExpectedTensor], list[str]]:
     return out, sorted(n for n, c in counts.items() if c > 1)
 
 
-def _block_size(spec: ModelSpec) -> tuple[int, ...]:
+def block_size(spec: ModelSpec) -> tuple[int, ...]:
+    """quantization_config.weight_block_size, or () for an unquantized checkpoint."""
     qc = getattr(spec.config, "quantization_config", None)
     return tuple(qc.weight_block_size) if qc is not None else ()
 

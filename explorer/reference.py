@@ -43,25 +43,34 @@ def build_reference_model(spec: ModelSpec):  # -> transformers PreTrainedModel o
         return DeepseekV3ForCausalLM(config)
 
 
+def stacked_state(model) -> dict:
+    """The reference's state dict with its fused experts split into the checkpoint's gate/up/down weights,
+    stacked over experts: experts.gate_up_proj [E, 2·I, d] -> experts.gate_proj.weight and
+    experts.up_proj.weight [E, I, d]; experts.down_proj [E, d, I] -> experts.down_proj.weight."""
+    out = {}
+    for name, tensor in model.state_dict().items():
+        match = _FUSED.match(name)
+        if match is None:
+            out[name] = tensor
+        elif match["kind"] == "down_proj":
+            out[f"{match['prefix']}.down_proj.weight"] = tensor
+        else:
+            gate, up = tensor.chunk(2, dim=1)
+            out[f"{match['prefix']}.gate_proj.weight"], out[f"{match['prefix']}.up_proj.weight"] = gate, up
+    return out
+
+
 def reference_index(spec: ModelSpec) -> ReferenceModel:
     """Every parameter and persistent buffer of the reference model, under checkpoint tensor names."""
     import transformers
 
     model = build_reference_model(spec)
     tensors: dict[str, TensorInfo] = {}
-    for name, tensor in model.state_dict().items():
-        for split_name, shape in _unfuse(name, tuple(tensor.shape)):
-            tensors[split_name] = TensorInfo(split_name, "F32", shape)
+    for name, tensor in stacked_state(model).items():
+        shape = tuple(tensor.shape)
+        prefix, _, leaf = name.partition(".experts.")
+        names = [f"{prefix}.experts.{e}.{leaf}" for e in range(shape[0])] if leaf else [name]
+        for split_name in names:
+            tensors[split_name] = TensorInfo(split_name, "F32", shape[1:] if leaf else shape)
     label = f"transformers {transformers.__version__} {type(model).__name__} on the meta device"
     return ReferenceModel(label, CheckpointIndex(dict(sorted(tensors.items())), source=label))
-
-
-def _unfuse(name: str, shape: tuple[int, ...]) -> list[tuple[str, tuple[int, ...]]]:
-    match = _FUSED.match(name)
-    if not match:
-        return [(name, shape)]
-    prefix, n_experts = match["prefix"], shape[0]
-    if match["kind"] == "down_proj":
-        return [(f"{prefix}.{e}.down_proj.weight", shape[1:]) for e in range(n_experts)]
-    half = shape[1] // 2
-    return [(f"{prefix}.{e}.{part}.weight", (half, shape[2])) for e in range(n_experts) for part in ("gate_proj", "up_proj")]

@@ -117,7 +117,6 @@ class _Resolver:
     def __init__(self, content: ModelContent, fetch: bool) -> None:
         self.content = content
         self.model_file = content.folder / "model.toml"
-        self.fetch = fetch
         self.problems: list[str] = []
         self._texts: dict[Path, str] = {}
         ref = content.checkpoint

@@ -10,12 +10,12 @@ from pygments import highlight
 from pygments.formatters import HtmlFormatter
 from pygments.lexers import JsonLexer, PythonLexer
 
-from .account import AccountRow, ComponentAccount
+from .account import AccountRow, ComponentAccount, evaluate
 from .content import render_markdown
 from .diagrams import FlowNode, budget_svg, flow_svg
 from .mathml import STREAMS, numbers_mathml, product_mathml, to_mathml
 from .model_build import ModelBuild
-from .reconcile import SCALE_SUFFIX, scale_shape
+from .reconcile import SCALE_SUFFIX, block_size, scale_shape
 from .sources import ResolvedCitation
 from .spec.types import Component, Port, Shape, Step, TensorSpec, path_key, walk
 
@@ -226,7 +226,6 @@ class ProsePage(PageBase):
 
 
 ROLE_NAMES = {"parameter": "parameters", "quant_scale": "FP8 block scales", "buffer": "stored buffers"}
-KIND_NAMES = {"learned": "learned", "computed": "computed", "buffer": "buffer", "group": "group"}
 
 
 def page_href(path: str) -> str:
@@ -348,20 +347,17 @@ def params_line(acc: ComponentAccount) -> str:
 
 # ---------------------------------------------------------------------------------------------- tensors
 
-def tensor_rows(mb: ModelBuild, ancestors: tuple[Component, ...], comp: Component) -> tuple[TensorRowView, ...]:
-    """Every tensor family the component owns, itself or through its descendants."""
-    rows = []
-    block = tuple(getattr(mb.spec.config.quantization_config, "weight_block_size", ()) or ())  # type: ignore[attr-defined]
-    for anc, c in walk(comp, ancestors):
-        owner = path_key(anc, c)
-        for t in c.tensors:
-            rows.append(_tensor_row(mb, t, owner, c.title, block))
-    return tuple(rows)
+def owned_tensors(ancestors: tuple[Component, ...], comp: Component) -> list[tuple[str, Component, TensorSpec]]:
+    """Every tensor family the component owns, itself or through its descendants: (owner path, owner, spec)."""
+    return [(path_key(anc, c), c, t) for anc, c in walk(comp, ancestors) for t in c.tensors]
+
+
+def tensor_rows(mb: ModelBuild, owned: list[tuple[str, Component, TensorSpec]]) -> tuple[TensorRowView, ...]:
+    block = block_size(mb.spec)
+    return tuple(_tensor_row(mb, t, owner, c.title, block) for owner, c, t in owned)
 
 
 def _tensor_row(mb: ModelBuild, t: TensorSpec, owner: str, title: str, block: tuple[int, ...]) -> TensorRowView:
-    from .account import evaluate
-
     shape = tuple(evaluate(s, mb.spec.values) for s in t.shape) if t.shape is not None else None
     stored = _stored(mb, t)
     if shape is None and stored is not None:
@@ -382,14 +378,10 @@ def _tensor_row(mb: ModelBuild, t: TensorSpec, owner: str, title: str, block: tu
         elements=fmt(elements * t.count) if shape is not None else "—", scale=scale)
 
 
-def _count(row: TensorRowView) -> int:
-    return int(row.count.replace(",", ""))
-
-
 def _stored(mb: ModelBuild, t: TensorSpec):
     if mb.checkpoint_index is None:
         return None
-    return mb.checkpoint_index.tensors.get(t.names()[0])
+    return mb.checkpoint_index.tensors.get(t.first_name)
 
 
 # --------------------------------------------------------------------------------------------- evidence
@@ -424,7 +416,7 @@ def children_cards(mb: ModelBuild, path: str, comp: Component) -> tuple[CardView
     for ch in comp.children:
         ch_path = f"{path}.{ch.key}" if path else ch.key
         acc = mb.ledger.accounts[ch_path]
-        cards.append(CardView(ch.title, page_href(ch_path), KIND_NAMES[ch.kind], ch.description,
+        cards.append(CardView(ch.title, page_href(ch_path), ch.kind, ch.description,
                               params_line(acc), f"× {fmt(ch.repeat)} {ch.repeat_label}" if ch.repeat > 1 else ""))
     return tuple(cards)
 
@@ -479,7 +471,7 @@ def component_page(mb: ModelBuild, ancestors: tuple[Component, ...], comp: Compo
     root = "../../"
     acc = mb.ledger.accounts[path]
     traced = mb.trace.components[path]
-    tensors = tensor_rows(mb, ancestors, comp)
+    owned = owned_tensors(ancestors, comp)
     cits = evidence(mb, ancestors, comp)
     crumbs = tuple(Link(a.crumb or a.title, page_href(path_key(ancestors[:i], a)))
                    for i, a in enumerate(ancestors) if i > 0)
@@ -492,7 +484,7 @@ def component_page(mb: ModelBuild, ancestors: tuple[Component, ...], comp: Compo
         title=title, description=comp.description, root=root, path=f"models/{mb.slug}/{page_href(path)}",
         header=header_view(mb, root), section=ancestors[-1].title if len(ancestors) > 1 else (
             "Model" if is_model else "Overview"),
-        crumbs=crumbs, heading=name if is_model else comp.title, kind=KIND_NAMES[comp.kind], code=comp.code,
+        crumbs=crumbs, heading=name if is_model else comp.title, kind=comp.kind, code=comp.code,
         summary=comp.description, prose_html=render_markdown(mb.content.prose.get(path, "")),
         extras=comp.extras, equations=tuple(step_view(s, traced.steps, "eq-") for s in comp.equations),
         steps=tuple(step_view(s, traced.steps, "step-") for s in comp.steps) if show_steps else (),
@@ -503,17 +495,14 @@ def component_page(mb: ModelBuild, ancestors: tuple[Component, ...], comp: Compo
                     f"(no weights allocated), with B = {mb.trace.free['B']} and T = {mb.trace.free['T']}."),
         check=check_view(mb, path), diagram=flow_diagram(mb, path, comp, traced),
         params_line=params_line(acc), parameters=parameters_view(mb, comp, acc, path),
-        tensors=tensors, tensors_check=mb.checked_against(path),
-        tensors_summary=(f"All {len(tensors)} tensor families ({fmt(sum(_count(t) for t in tensors))} tensors)"
-                         if len(tensors) > 6 else ""),
+        tensors=tensor_rows(mb, owned), tensors_check=mb.checked_against(path),
+        tensors_summary=(f"All {len(owned)} tensor families ({fmt(sum(t.count for _, _, t in owned))} tensors)"
+                         if len(owned) > 6 else ""),
         children=children_cards(mb, path, comp), code_blocks=code_blocks(cits), citations=cits,
         sources_count=str(len(cits)),
         prev=prev, next=nxt, outline=outline(mb, comp) if is_model else None,
         ledger=ledger_view(mb) if is_model else None,
-        legend=STREAMS_LEGEND if any("stream-" in s.latex for s in comp.steps + comp.equations) else ())
-
-
-STREAMS_LEGEND = tuple((cls, name) for cls, name in STREAMS)
+        legend=STREAMS if any("stream-" in s.latex for s in comp.steps + comp.equations) else ())
 
 
 def check_view(mb: ModelBuild, path: str) -> CheckView:
@@ -523,10 +512,9 @@ def check_view(mb: ModelBuild, path: str) -> CheckView:
         return CheckView("checked", f"Equations executed and checked against {check.reference} on a {check.config}: "
                          f"max |Δ| = {check.max_abs_error:.1e} (tolerance {check.tolerance:g}){detail}.", None)
     if check.status == "part":
-        parent = mb.ledger.accounts[check.part_of]
         title = _title_of(mb, check.part_of)
         return CheckView("part", f"Equations executed and checked as part of {title}: its step program runs "
-                         "these steps and matches the reference there.", Link(title, page_href(parent.path)))
+                         "these steps and matches the reference there.", Link(title, page_href(check.part_of)))
     return CheckView("unchecked", f"Equations traced but not checked against a reference: {check.detail}.", None)
 
 

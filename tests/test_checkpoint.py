@@ -23,6 +23,7 @@ from explorer.checkpoint import (
     group_tensors,
     parse_header,
     read_hub_checkpoint,
+    read_hub_header,
     read_local_checkpoint,
     read_manifest,
     read_safetensors_file,
@@ -171,9 +172,9 @@ def test_grouping_and_expansion_are_inverse():
 
 def test_manifest_round_trip(tmp_path):
     tensors = {n: TensorInfo(n, "BF16", (4, 2), "s1") for n in ("x.0.w", "x.1.w", "y")}
-    index = CheckpointIndex(tensors, "test", "org/name", "a" * 40)
+    index = CheckpointIndex(tensors, "test", "org/name", "a" * 40, "written by a test")
     path = tmp_path / "checkpoint.toml"
-    write_manifest(index, path, "written by a test")
+    write_manifest(index, path)
     back = read_manifest(path)
     assert back.tensors == tensors
     assert (back.repo_id, back.revision, back.provenance) == ("org/name", "a" * 40, "written by a test")
@@ -279,9 +280,6 @@ def test_hub_header_with_bad_offsets_names_the_url(hf_home):
             read_hub_checkpoint(REPO, REV, endpoint=hub.url)
     assert info.value.source == f"{hub.url}/{REPO}/resolve/{REV}/model.safetensors"
     assert info.value.reason == "tensor 'a' ends at byte 8, past the data buffer (0 bytes)"
-
-
-from explorer.checkpoint import read_hub_header  # noqa: E402  (used by the timeout test)
 
 # ------------------------------------------------------------------------ a real checkpoint written by others
 

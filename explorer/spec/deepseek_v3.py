@@ -8,10 +8,11 @@ and tensor names. Nothing model-specific lives here: a model is its config plus 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import sympy
 
+from ..content import parse_table
 from ..errors import ContentError
 from .types import Citation, Component, Dim, IndexRange, ModelSpec, Port, Shape, Step, TensorSpec
 
@@ -115,8 +116,6 @@ T = Dim("positions", symbol="T")
 
 def validate_config(raw: dict, where: str) -> DeepseekV3Hyperparameters:
     """Parse and cross-check a config table; raise ContentError listing every problem."""
-    from ..content import parse_table
-
     problems: list[str] = []
     config = parse_table(raw, DeepseekV3Hyperparameters, where, problems)
     if config is not None:
@@ -239,7 +238,7 @@ def _linear(b: _Builder, key: str, title: str, code: str, description: str, temp
 
 
 def _rmsnorm(b: _Builder, key: str, title: str, template: str, ranges: tuple[IndexRange, ...], size: str,
-             x: Port, y_latex: str, y_name: str, code: str, row_label: str = "") -> Component:
+             x: Port, y_latex: str, y_name: str, code: str) -> Component:
     """RMSNorm with a learned per-feature gain."""
     y = Port(y_latex, x.shape, y_name)
     eps = fmt_num(b.c.rms_norm_eps) if b.c.rms_norm_eps >= 1e-4 else f"10^{{{int(math.log10(b.c.rms_norm_eps))}}}"
@@ -256,7 +255,7 @@ def _rmsnorm(b: _Builder, key: str, title: str, template: str, ranges: tuple[Ind
                             "multiplies by a learned weight of that length.", "checkpoint", "DeepseekV3RMSNorm"),
                    Citation("The same RMSNorm in the transformers implementation.", "transformers",
                             "DeepseekV3RMSNorm", TRANSFORMERS_FILE)),
-        row_label=row_label or title, program="rmsnorm",
+        program="rmsnorm",
     )
 
 
@@ -266,8 +265,6 @@ def _layers(indices: tuple[int, ...]) -> tuple[IndexRange, ...]:
 
 def _prefixed(steps: tuple[Step, ...], prefix: str) -> tuple[Step, ...]:
     """Steps spliced into a parent's list keep unique anchors: "expert-gate_proj", "shared-gate_proj"."""
-    from dataclasses import replace
-
     return tuple(replace(s, name=prefix + s.name) for s in steps)
 
 
@@ -297,8 +294,7 @@ def _rope(b: _Builder, prefix: str, ranges: tuple[IndexRange, ...]) -> Component
              r" & \cos t\omega_j\end{pmatrix}\begin{pmatrix}x_{2j}\\ x_{2j+1}\end{pmatrix}",
              Shape((T, Dim("d_rope", d))), "rotate"),
     )
-    buffer = TensorSpec(prefix + "rotary_emb.inv_freq", None, ranges, role="buffer", dtype=b.dtype, optional=True,
-                        note="stored by some checkpoints; the modeling code recomputes it and does not load it")
+    buffer = TensorSpec(prefix + "rotary_emb.inv_freq", None, ranges, role="buffer", dtype=b.dtype, optional=True)
     return Component(
         key="rope", title="YaRN rotary position embedding", kind="computed",
         code="DeepseekV3YarnRotaryEmbedding(qk_rope_head_dim, ...)",
@@ -393,12 +389,12 @@ def _attention(b: _Builder, ranges: tuple[IndexRange, ...], x: Port) -> Componen
                    Dim("heads·(d_nope+d_v)", n * (c.qk_nope_head_dim + c.v_head_dim)),
                    rf"[{k('k^{C}')};{v('v')}]=\hat c^{{KV}}[W_{{UK}};W_{{UV}}]", ckv_hat, k("k"), "kv")
     o_in = Port(ctx("O"), b.tokens(Dim("heads·d_v", n * c.v_head_dim)), "O")
+    o_step = rf"\Delta_{{\mathrm{{attn}}}}=[{ctx('O_1')};\dots;{ctx(f'O_{{{n}}}')}]W_{{O}}"  # the concatenated heads
     o_proj = _linear(b, "o_proj", "Output projection", "self.o_proj(attn_output)",
                      f"Mix the {n} heads' {c.v_head_dim}-dimensional outputs ({n * c.v_head_dim:,} features) back "
                      f"to {c.hidden_size:,} features.", p + "o_proj.weight", ranges,
                      S["num_attention_heads"] * S["v_head_dim"],
-                     S["hidden_size"], b.dim("hidden_size"), "", o_in, r"\Delta_{\mathrm{attn}}", "delta_attn")
-    o_proj = _replace_o_proj_steps(b, o_proj, n, c)
+                     S["hidden_size"], b.dim("hidden_size"), o_step, o_in, r"\Delta_{\mathrm{attn}}", "delta_attn")
     rope = _rope(b, p, ranges)
     scores = _scores(b)
     hd = lambda *dims: b.tokens(heads, *dims)  # noqa: E731
@@ -446,17 +442,8 @@ def _attention(b: _Builder, ranges: tuple[IndexRange, ...], x: Port) -> Componen
             Citation("transformers builds the same projections and forward pass.", "transformers",
                      "DeepseekV3Attention", TRANSFORMERS_FILE),
         ),
-        reference="DeepseekV3Attention", program="attention",
+        program="attention",
     )
-
-
-def _replace_o_proj_steps(b: _Builder, o_proj: Component, n: int, c: DeepseekV3Hyperparameters) -> Component:
-    """The output projection's step reads the concatenated heads."""
-    from dataclasses import replace
-
-    step = Step(rf"\Delta_{{\mathrm{{attn}}}}=[{ctx('O_1')};\dots;{ctx(f'O_{{{n}}}')}]W_{{O}}",
-                b.tokens("hidden_size"), "o_proj")
-    return replace(o_proj, equations=(step,), steps=(step,))
 
 
 # ------------------------------------------------------------------------------------------ feed-forward
@@ -492,7 +479,7 @@ def _swiglu(b: _Builder, key: str, title: str, crumb: str, prefix: str, ranges: 
         equations=(Step(rf"{y_latex}=\left(\operatorname{{SiLU}}({x.latex}W_1)\odot {x.latex}W_3\right)W_2",
                         y.shape, "swiglu"),),
         steps=steps, children=(gate, up, down), citations=citations,
-        reference="DeepseekV3MLP", program="swiglu",
+        program="swiglu",
     )
 
 
@@ -530,8 +517,7 @@ def _router(b: _Builder, ranges: tuple[IndexRange, ...], x: Port) -> Component:
         inputs=(x,), outputs=(Port("G", b.tokens(experts), "gates"),),
         equations=steps[-2:], steps=steps,
         tensors=(b.weight(p + "weight", ranges, (S["n_routed_experts"], S["hidden_size"]), quantized=False),
-                 TensorSpec(p + "e_score_correction_bias", (S["n_routed_experts"],), ranges, dtype="F32",
-                            note="used only to select experts, not to weight them; kept in F32")),
+                 TensorSpec(p + "e_score_correction_bias", (S["n_routed_experts"],), ranges, dtype="F32")),
         citations=(
             Citation("The gate scores experts with a sigmoid, adds e_score_correction_bias only for selection "
                      "(noaux_tc), keeps the top groups, takes the top-k, normalises and scales by "
@@ -540,7 +526,7 @@ def _router(b: _Builder, ranges: tuple[IndexRange, ...], x: Port) -> Component:
                      "DeepseekV3TopkRouter", TRANSFORMERS_FILE),
         ),
         notes=("The correction bias b shifts which experts are selected but not the gate values G.",),
-        reference="DeepseekV3TopkRouter", program="router",
+        program="router",
     )
 
 
@@ -558,8 +544,6 @@ def _moe(b: _Builder, layers: tuple[int, ...], x: Port, y_latex: str) -> Compone
                                "DeepseekV3MoE.__init__"),
                       Citation("transformers fuses the experts' gate and up weights into one 3-D tensor.",
                                "transformers", "DeepseekV3Experts", TRANSFORMERS_FILE)))
-    from dataclasses import replace
-
     expert = replace(expert, repeat=E, repeat_label="routed experts", repeat_formula="n_routed_experts",
                      row_label="Routed experts")
     d_shared = S["moe_intermediate_size"] * S["n_shared_experts"]
@@ -588,7 +572,7 @@ def _moe(b: _Builder, layers: tuple[int, ...], x: Port, y_latex: str) -> Compone
                             "shared experts' output.", "checkpoint", "DeepseekV3MoE.forward"),
                    Citation("transformers' MoE adds the shared experts to the routed experts' output.",
                             "transformers", "DeepseekV3MoE", TRANSFORMERS_FILE)),
-        reference="DeepseekV3MoE", program="moe",
+        program="moe",
     )
 
 
@@ -649,7 +633,7 @@ def _block(b: _Builder, key: str, title: str, layers: tuple[int, ...], moe: bool
         crumb=f"{n} {kind} block" + ("s" if n != 1 else ""),
         inputs=(x, attn.inputs[1], attn.inputs[2]), outputs=(Port("x_{n+1}", x.shape, "x_next"),),
         equations=(residual_attn, residual_ffn), steps=steps,
-        children=(attn_norm, attn, ffn_norm, ffn), citations=BLOCK_CITATIONS, reference="DeepseekV3DecoderLayer",
+        children=(attn_norm, attn, ffn_norm, ffn), citations=BLOCK_CITATIONS,
         program="block",
     )
 
@@ -726,8 +710,6 @@ def _mtp(b: _Builder, first_layer: int) -> Component:
                  f"Project the concatenated {2 * c.hidden_size:,} features back to {c.hidden_size:,}.",
                  p + "eh_proj.weight", ranges, 2 * S["hidden_size"], S["hidden_size"], b.dim("hidden_size"),
                  r"x_{\mathrm{mtp}}=[h';e']\,W_{M}", cat, r"x_{\mathrm{mtp}}", "x_mtp")
-    from dataclasses import replace
-
     block = _block(b, "block", "MTP transformer block", layers, moe=True, label="run on the combined state")
     block = replace(block, crumb="MTP block", repeat=1, repeat_label="", repeat_formula="")
     norm = _final_norm(b, p + "shared_head.norm.weight", "head_norm", "MTP head RMSNorm", ranges)
@@ -792,7 +774,6 @@ def build_spec(slug: str, raw_config: dict, where: str) -> ModelSpec:
                    Step(r"\ell=\operatorname{RMSNorm}(x_{" + str(L + 1) + r"})\,W_{\mathrm{vocab}}", logits.shape,
                         "head")),
         children=tuple(children), citations=children[0].citations[:1], program="model",
-        reference="DeepseekV3ForCausalLM",
     )
     return ModelSpec(slug=slug, family=FAMILY, root=root, values=b.values, config=c)
 

@@ -92,7 +92,6 @@ class TensorSpec:
     """Stored in the checkpoint's quantized format with a block scale beside it (weight_scale_inv)."""
     dtype: str = ""
     """Expected stored dtype; filled in by the family from the config's quantization_config."""
-    note: str = ""
     optional: bool = False
     """Expected only where the checkpoint stores it (buffers the modeling code does not load)."""
 
@@ -107,6 +106,11 @@ class TensorSpec:
         for r in self.ranges:
             n *= len(r.values)
         return n
+
+    @property
+    def first_name(self) -> str:
+        """The name at every index's first value (without expanding them all)."""
+        return self.template.format(**{r.var: r.values[0] for r in self.ranges})
 
     def names(self) -> list[str]:
         """Every concrete tensor name, in index order."""
@@ -158,8 +162,6 @@ class Component:
     """Breadcrumb text, e.g. "61 transformer blocks" or "SwiGLU" (default: title)."""
     row_label: str = ""
     """Label of this component's row in its parent's accounting table (default: title)."""
-    reference: str = ""
-    """transformers class that the executor compares this component with (empty: none)."""
     program: str = ""
     """Name of the executable step program that computes this component (explorer/programs.py)."""
     extras: tuple[tuple[str, str], ...] = field(default=())
