@@ -21,9 +21,11 @@ def model_api(mb: ModelBuild) -> dict[str, Any]:
         "checkpoint": {"repo_id": ref.repo_id, "revision": ref.revision, "config_sha256": ref.config_sha256},
         "total_parameters": mb.ledger.total,
         "components": [_component(mb, anc, comp) for anc, comp in walk(mb.spec.root)],
-        "ledger": _ledger(mb.checkpoint) if mb.checkpoint is not None else None,
+        "ledger": _ledger(mb.checkpoint, f"checkpoint headers of {ref.repo_id}@{ref.revision}, recorded in "
+                                         f"content/models/{mb.slug}/checkpoint.toml")
+        if mb.checkpoint is not None else None,
         "reference_check": {"reference": mb.reference_label, "skipped": list(mb.reference_skips),
-                            **_ledger(mb.reference)},
+                            **_ledger(mb.reference, mb.reference_label)},
     }
 
 
@@ -57,9 +59,10 @@ def _component(mb: ModelBuild, ancestors: tuple[Component, ...], comp: Component
     }
 
 
-def _ledger(rec: Reconciliation) -> dict[str, Any]:
+def _ledger(rec: Reconciliation, source: str) -> dict[str, Any]:
+    """source: what the tensors were read from, in words that do not depend on where the site was built."""
     return {
-        "source": rec.source, "balanced": rec.balanced,
+        "source": source, "balanced": rec.balanced,
         "by_role_and_dtype": [{"role": t.role, "dtype": t.dtype, "tensors": t.tensors, "elements": t.elements,
                                "bytes": t.bytes} for t in rec.totals],
         "unowned": list(rec.unowned), "owned_twice": list(rec.owned_twice), "missing": list(rec.missing),

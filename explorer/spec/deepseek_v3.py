@@ -701,7 +701,7 @@ def _mtp(b: _Builder, first_layer: int) -> Component:
     h = Port("h_i", b.tokens("hidden_size"), "h")
     cat = Port(r"[h';e']", b.tokens(Dim("2d", 2 * c.hidden_size)), "concat")
     embed = _embedding(b, "embed", "MTP token embedding", p + "embed_tokens.weight", ranges,
-                       note="A stored copy; DeepSeek-V3 shares it with the main embedding when it runs MTP.")
+                       note="Stored as a tensor of its own under the MTP layer's prefix.")
     enorm = _rmsnorm(b, "enorm", "Embedding RMSNorm", p + "enorm.weight", ranges, "hidden_size",
                      Port("e_{i+1}", h.shape, "e"), "e'", "e_norm", "self.enorm(embeds)")
     hnorm = _rmsnorm(b, "hnorm", "Hidden-state RMSNorm", p + "hnorm.weight", ranges, "hidden_size", h, "h'",
@@ -725,8 +725,7 @@ def _mtp(b: _Builder, first_layer: int) -> Component:
     return Component(
         key="mtp", title="Multi-token prediction module", kind="learned", code="model.layers.{num_hidden_layers + k}",
         description="Predicts one token further ahead from the main model's last hidden state and the next token's "
-                    "embedding; stored in the checkpoint, used in training and for speculative decoding, not run by "
-                    "the standard inference code.",
+                    "embedding; stored in the checkpoint, skipped by transformers when it loads the model.",
         repeat=n, repeat_label="MTP modules" if n != 1 else "MTP module", repeat_formula="num_nextn_predict_layers",
         crumb=f"{n} MTP module" + ("s" if n != 1 else ""),
         inputs=(h, Port("t_{i+1}", Shape((B, T)), "next_ids")), outputs=(Port(r"\ell^{\mathrm{mtp}}",
