@@ -43,9 +43,8 @@ def reference_unit() -> float:
 def main() -> None:
     from explorer.content import load_all_models
     from explorer.execute import execute
+    from explorer.families import FAMILIES, load_model_spec
     from explorer.pipeline import Project, build_site
-    from explorer.reference import NOT_IN_REFERENCE
-    from explorer.spec import load_model_spec
 
     unit = reference_unit()
     print(f"reference unit: one trivial page rendered and written in {unit * 1e3:.3f} ms")
@@ -55,7 +54,7 @@ def main() -> None:
 
     for content in load_all_models(ROOT / "content"):
         spec = load_model_spec(content)
-        seconds, _ = best_of(lambda spec=spec: execute(spec, NOT_IN_REFERENCE.get(spec.family, ())))
+        seconds, _ = best_of(lambda spec=spec: execute(spec, FAMILIES[spec.family].reference.not_built))
         show(f"trace at full size on meta + equation checks, {spec.slug}", seconds)
 
     with tempfile.TemporaryDirectory() as tmp:

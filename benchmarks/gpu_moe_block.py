@@ -32,18 +32,19 @@ def moe_block_weights(spec, device: str, dtype: torch.dtype) -> tuple[dict[str, 
 
 
 def run(spec, device: str, dtype: torch.dtype, tokens: int, iterations: int) -> dict:
+    from explorer.components.base import PROGRAMS, Run
+    from explorer.components.blocks import angles_for, causal_mask
     from explorer.execute import label
-    from explorer.programs import Run, causal_mask, rotary_angles, run_block
 
     weights, block, prefix = moe_block_weights(spec, device, dtype)
-    x = torch.randn(1, tokens, spec.config.hidden_size, device=device, dtype=dtype)
-    angles = rotary_angles(Run(spec.config, {}), torch.arange(tokens, device=device))
+    x = torch.randn(1, tokens, int(spec.values["hidden_size"]), device=device, dtype=dtype)
+    angles = angles_for(block, torch.arange(tokens, device=device))
     mask = causal_mask(tokens, torch.device(device)).to(dtype)
 
     def forward() -> Run:
-        run_ = Run(spec.config, weights, module=prefix)
+        run_ = Run(weights, module=prefix)
         with torch.no_grad():
-            run_block(block, run_, x, angles, mask)
+            PROGRAMS[block.program](block, run_, x, angles, mask)
         return run_
 
     recorded = forward()  # also the warm-up
@@ -75,9 +76,8 @@ def run(spec, device: str, dtype: torch.dtype, tokens: int, iterations: int) -> 
 
 def main(argv: list[str] | None = None) -> int:
     from explorer.content import load_model_content
-    from explorer.execute import tiny_hyperparameters
-    from explorer.spec import load_model_spec
-    from explorer.spec.deepseek_v3 import build_spec
+    from explorer.execute import tiny_spec
+    from explorer.families import load_model_spec
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--device", default="cuda")
@@ -88,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     spec = load_model_spec(load_model_content(ROOT / "content/models/kimi-k2"))
     if args.tiny:
-        spec = build_spec(spec.slug, tiny_hyperparameters(spec.config), "tiny")
+        spec = tiny_spec(spec)
     result = run(spec, args.device, torch.bfloat16, args.tokens, args.iterations)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=1, sort_keys=True))

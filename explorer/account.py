@@ -84,13 +84,9 @@ def _product(shape: tuple[sympy.Expr, ...]) -> sympy.Expr:
 
 def param_formula(component: Component) -> sympy.Expr:
     """Symbolic parameter count of one instance: own parameter tensors plus children times repeats."""
-    own = sum((_product(t.shape) for t in component.tensors if t.shape is not None and _is_parameter(t)),
+    own = sum((_product(t.shape) for t in component.tensors if t.is_parameter and t.shape is not None),
               sympy.Integer(0))
     return own + sum((child.repeat * param_formula(child) for child in component.children), sympy.Integer(0))
-
-
-def _is_parameter(t: TensorSpec) -> bool:
-    return t.role == "parameter" and t.shape is not None
 
 
 def show_formula(expr: sympy.Expr) -> str:
@@ -126,7 +122,7 @@ def _child_row(child: Component, ancestors_path: str, values: dict[str, int | fl
     if child.repeat > 1:
         return AccountRow(label, f"{child.repeat_formula or child.repeat} × ({show_formula(expr)})",
                           (child.repeat, per), child.repeat * per, child=path)
-    has_rows = bool(child.children) or sum(1 for t in child.tensors if _is_parameter(t)) > 1
+    has_rows = bool(child.children) or sum(1 for t in child.tensors if t.is_parameter) > 1
     return AccountRow(label, show_formula(expr), (per,), per, child=path, across_children=has_rows)
 
 
@@ -134,7 +130,7 @@ def account_component(ancestors: tuple[Component, ...], component: Component,
                       values: dict[str, int | float]) -> ComponentAccount:
     """Rows, per-instance total and instance count of one component."""
     path = path_key(ancestors, component)
-    rows = [_tensor_row(t, values) for t in component.tensors if _is_parameter(t)]
+    rows = [_tensor_row(t, values) for t in component.tensors if t.is_parameter]
     rows += [_child_row(ch, path, values) for ch in component.children if param_formula(ch) != 0]
     chain = ancestors + (component,)
     factors = tuple((c.repeat, c.repeat_label) for c in chain if c.repeat_label)

@@ -44,7 +44,7 @@ def _component(mb: ModelBuild, ancestors: tuple[Component, ...], comp: Component
                    "steps": [{"name": s.name, "latex": s.latex, "shape": s.shape.display if s.shape else None}
                              for s in comp.steps if not s.heading]},
         "tensors": [{"pattern": t.pattern, "count": t.count, "role": t.role, "dtype": t.dtype or None,
-                     "quantized": t.quantized, "optional": t.optional,
+                     "storage": t.storage.label, "tied_to": t.tied_to or None, "optional": t.optional,
                      "shape": [evaluate(s, mb.spec.values) for s in t.shape] if t.shape is not None else None}
                     for t in comp.tensors],
         "checked_against": mb.checked_against(path),

@@ -17,8 +17,7 @@ from .reference import ReferenceModel
 from .spec.types import ModelSpec
 
 _PACKAGE = Path(__file__).resolve().parent
-_SOURCES = ("programs.py", "execute.py", "reference.py", "spec/types.py")
-FORMAT = 1
+FORMAT = 2
 
 
 def execution_key(spec: ModelSpec) -> str:
@@ -26,8 +25,9 @@ def execution_key(spec: ModelSpec) -> str:
     h = hashlib.sha256()
     h.update(json.dumps([FORMAT, spec.slug, spec.family, dataclasses.asdict(spec.config)],  # type: ignore[call-overload]
                         sort_keys=True, default=str).encode())
-    for rel in (*_SOURCES, f"spec/{spec.family}.py"):
-        h.update((_PACKAGE / rel).read_bytes())
+    for path in sorted(_PACKAGE.rglob("*.py")):  # any module can change a result: hash the whole package
+        h.update(path.relative_to(_PACKAGE).as_posix().encode())
+        h.update(path.read_bytes())
     for package in ("torch", "transformers"):
         h.update(importlib.metadata.version(package).encode())
     return h.hexdigest()[:32]

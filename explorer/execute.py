@@ -1,50 +1,41 @@
 """The torch executor: trace every component's shapes at full size on the meta device (no weights
 allocated), and check every executable equation against transformers at a tiny config on CPU.
 
-Trace: each component's step program (programs.py) runs on meta tensors of the model's real sizes, with
+Trace: each component's program (explorer/components/) runs on meta tensors of the model's real sizes, with
 B = 2 and T = 5 standing in for the free dimensions; every recorded shape must match the spec's named
 shape, or the build fails naming the model, component and step. Checks: the same programs run on CPU with
-the weights of a randomly initialised tiny transformers model of the same family, and their outputs are
-compared with the corresponding transformers module's.
+the weights of a randomly initialised tiny transformers model of the same family (the family's tiny config),
+and their outputs are compared with the corresponding transformers module's. Nothing here knows a family: the
+family's reference binding names the classes and the tensor renames.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import math
-
 import torch
 
 from .account import evaluate
+from .components import PROGRAMS, REFERENCE_CALLS, Run
+from .components.base import tensor_prefix
+from .components.blocks import angles_for, causal_mask, rope_of
+from .components.moe import RoutingMismatch
 from .errors import ExecutionError
-from .execution import TOLERANCE, ComponentTrace, EquationCheck, Execution, ShapeTrace
-from .programs import PROGRAMS, WHOLE_MODEL_PROGRAMS, Run, causal_mask, rotary_angles
-from .reference import stacked_state, transformers_config
+from .execution import TOLERANCE, ComponentTrace, EquationCheck, Execution, ShapeTrace, within_tolerance
+from .families import FAMILIES
+from .reference import reference_state, tiny_reference_model
 from .spec.types import Component, ModelSpec, Port, Shape, path_key, walk
 
 FREE_SIZES = {"B": 2, "T": 5}
 """Sizes that stand in for the free dimensions while tracing (distinct, so a swapped axis is caught)."""
+WHOLE_MODEL_PROGRAMS = {"stack", "model", "mtp"}
+"""Programs that address weights by full checkpoint name (they span several layers)."""
 
 
 # --------------------------------------------------------------------------------------------- weights
 
 def module_prefix(comp: Component, layer: int | None = None) -> str:
-    """The reference module a component maps to: the common dotted prefix of its tensors' names."""
-    templates = [t.template for _, c in walk(comp) for t in c.tensors]
-    if not templates:
-        return ""
-    parts = [t.split(".") for t in templates]
-    common = []
-    for segments in zip(*parts):
-        if len(set(segments)) != 1:
-            break
-        common.append(segments[0])
-    if len(templates) == 1:
-        common = common[:-1]  # a leaf's module, not its weight
-    prefix = ".".join(common)
-    if layer is not None:
-        prefix = prefix.replace("{layer}", str(layer))
-    return prefix + "." if prefix else ""
+    """The reference module a component maps to, at one layer: "model.layers.3.self_attn."."""
+    prefix = tensor_prefix(comp)
+    return prefix.replace("{layer}", str(layer)) if layer is not None else prefix
 
 
 def first_layer(comp: Component) -> int | None:
@@ -59,8 +50,9 @@ def first_layer(comp: Component) -> int | None:
 def model_weights(spec: ModelSpec, device: str, generator: torch.Generator | None = None,
                   dtype: torch.dtype = torch.float32, prefix: str = "") -> dict[str, torch.Tensor]:
     """Every parameter by checkpoint name (those under prefix), routed experts stacked: on meta (free) or random
-    on a real device."""
+    on a real device. A tied tensor is the same tensor object as the one it is tied to."""
     weights: dict[str, torch.Tensor] = {}
+    tied: list[tuple[str, str]] = []
     for _, comp in walk(spec.root):
         for t in comp.tensors:
             if t.role != "parameter" or t.shape is None:
@@ -71,8 +63,13 @@ def model_weights(spec: ModelSpec, device: str, generator: torch.Generator | Non
                 shape = [len(experts[0].values), *shape]
             for layer in _layer_values(t):
                 name = t.template.replace("{expert}.", "").format(layer=layer)
-                if name.startswith(prefix):
+                if t.tied_to:
+                    tied.append((name, t.tied_to))
+                elif name.startswith(prefix):
                     weights[name] = _tensor(shape, name, device, generator, dtype)
+    for name, target in tied:
+        if target in weights:
+            weights[name] = weights[target]
     return weights
 
 
@@ -91,8 +88,9 @@ def _tensor(shape: list[int], name: str, device: str, generator: torch.Generator
 
 # ---------------------------------------------------------------------------------------------- inputs
 
-def port_tensor(port: Port, spec: ModelSpec, device: str, generator: torch.Generator | None = None) -> torch.Tensor:
-    """A tensor for one input port, with the free dimensions at FREE_SIZES."""
+def port_tensor(port: Port, spec: ModelSpec, comp: Component, device: str,
+                generator: torch.Generator | None = None) -> torch.Tensor:
+    """A tensor for one input port of `comp`, with the free dimensions at FREE_SIZES."""
     shape = [FREE_SIZES[d.symbol] if d.size is None else d.size for d in port.shape.dims]
     if port.name in ("input_ids", "next_ids"):
         vocab = spec.values["vocab_size"]
@@ -103,7 +101,8 @@ def port_tensor(port: Port, spec: ModelSpec, device: str, generator: torch.Gener
     if port.name == "mask":
         return causal_mask(shape[0], torch.device(device))
     if port.name == "R":
-        return rotary_angles(Run(spec.config, {}), torch.arange(shape[0], device=device))  # type: ignore[arg-type]
+        owner = comp if rope_of(comp) is not None else spec.root
+        return angles_for(owner, torch.arange(shape[0], device=device))
     if device == "meta":
         return torch.empty(shape, device="meta")
     return torch.randn(shape, generator=generator)
@@ -127,9 +126,9 @@ def run_component(spec: ModelSpec, ancestors: tuple[Component, ...], comp: Compo
     """Run one component's program; an error names model › component › the step after the last recorded."""
     module = "" if comp.program in WHOLE_MODEL_PROGRAMS else module_prefix(comp, first_layer(comp))
     if "{expert}" in module:  # one routed expert: the first slice of the stacked expert weights
-        module = module.replace("experts.{expert}.", "experts.")
+        module = module.replace("{expert}.", "")
         weights = {k: v[0] for k, v in weights.items() if k.startswith(module)}
-    run = Run(spec.config, weights, module=module)  # type: ignore[arg-type]
+    run = Run(weights, module=module)
     where = f"{spec.slug} › {path_key(ancestors, comp) or 'model'}"
     try:
         with torch.no_grad():
@@ -152,7 +151,7 @@ def trace(spec: ModelSpec) -> ShapeTrace:
     weights = model_weights(spec, "meta")
     components = {}
     for ancestors, comp in walk(spec.root):
-        inputs = [port_tensor(p, spec, "meta") for p in comp.inputs]
+        inputs = [port_tensor(p, spec, comp, "meta") for p in comp.inputs]
         run, outputs = run_component(spec, ancestors, comp, weights, inputs)
         components[path_key(ancestors, comp)] = _check_shapes(spec, ancestors, comp, run, inputs, outputs)
     return ShapeTrace("meta", dict(FREE_SIZES), components)
@@ -182,48 +181,24 @@ def _check_shapes(spec: ModelSpec, ancestors: tuple[Component, ...], comp: Compo
 
 # ---------------------------------------------------------------------------------------------- checks
 
-def tiny_hyperparameters(config) -> dict:
-    """A tiny config of the same family that keeps the routing structure (groups, top-k, scaling, YaRN)."""
-    per_group = max(2, math.ceil(config.num_experts_per_tok / config.topk_group))
-    raw = dataclasses.asdict(config)
-    raw.update(
-        vocab_size=97, hidden_size=64, intermediate_size=96, moe_intermediate_size=32,
-        num_hidden_layers=min(config.first_k_dense_replace, 1) + 1, first_k_dense_replace=min(config.first_k_dense_replace, 1),
-        num_attention_heads=4, num_key_value_heads=4, q_lora_rank=48, kv_lora_rank=32, qk_nope_head_dim=16,
-        qk_rope_head_dim=8, v_head_dim=16, n_routed_experts=config.n_group * per_group,
-        num_nextn_predict_layers=min(config.num_nextn_predict_layers, 1),
-        max_position_embeddings=int(64 * config.rope_scaling.factor), bos_token_id=0, eos_token_id=1,
-        rope_scaling={**raw["rope_scaling"], "original_max_position_embeddings": 64},
-    )
-    return raw
+def tiny_spec(spec: ModelSpec) -> ModelSpec:
+    """The family's tiny config of this model, built as a spec."""
+    family = FAMILIES[spec.family]
+    return family.build_spec(spec.slug, family.tiny_config(spec.config), f"{spec.slug}: tiny config")
 
 
-def tiny_label(spec: ModelSpec) -> str:
-    c = spec.config
-    return (f"tiny config: d {c.hidden_size}, {c.num_attention_heads} heads, {c.n_routed_experts} experts in "  # type: ignore[attr-defined]
-            f"{c.n_group} group{'s' if c.n_group > 1 else ''}, top {c.num_experts_per_tok}, {c.num_hidden_layers} "  # type: ignore[attr-defined]
-            f"blocks, float32 random weights")
-
-
-def _tiny_reference(spec: ModelSpec):
-    """A randomly initialised tiny transformers model of the family, float32, eager attention."""
-    from transformers import DeepseekV3Config, DeepseekV3ForCausalLM
-    from transformers.utils import logging
-
-    logging.set_verbosity_error()  # the tiny config trips warnings about token ids and context length
-    torch.manual_seed(0)
-    config = DeepseekV3Config(**transformers_config(spec))
-    config._attn_implementation = "eager"
-    model = DeepseekV3ForCausalLM(config).eval()
-    generator = torch.Generator().manual_seed(1)
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            p.copy_(torch.randn(p.shape, generator=generator) * 0.1 + (1.0 if name.endswith("norm.weight") else 0.0))
-        for layer in model.model.layers:
-            if hasattr(layer.mlp, "gate"):  # a non-zero bias, so "bias steers selection only" is exercised
-                layer.mlp.gate.e_score_correction_bias.copy_(torch.randn(layer.mlp.gate.e_score_correction_bias.shape,
-                                                                         generator=generator) * 0.05)
-    return model
+def tiny_label(tiny: ModelSpec) -> str:
+    v = tiny.values
+    parts = [f"d {v['hidden_size']}", f"{v['num_attention_heads']} heads"]
+    if "num_key_value_heads" in v and v["num_key_value_heads"] != v["num_attention_heads"]:
+        parts.append(f"{v['num_key_value_heads']} KV heads")
+    c = tiny.config
+    if "n_routed_experts" in v:
+        groups = getattr(c, "n_group", 1)
+        parts.append(f"top {v['num_experts_per_tok']} of {v['n_routed_experts']} experts"
+                     + (f" in {groups} groups (top {getattr(c, 'topk_group', 1)})" if groups > 1 else ""))
+    parts.append(f"{sum(b.repeat for b in tiny.root.child('blocks').children)} blocks")
+    return "tiny config: " + ", ".join(parts) + ", float32 random weights"
 
 
 def check_equations(spec: ModelSpec, tiny: ModelSpec, not_built: tuple[str, ...] = ()) -> dict[str, EquationCheck]:
@@ -233,8 +208,8 @@ def check_equations(spec: ModelSpec, tiny: ModelSpec, not_built: tuple[str, ...]
     """
     import transformers
 
-    model = _tiny_reference(tiny)
-    weights = stacked_state(model)
+    model = tiny_reference_model(tiny)
+    weights = reference_state(tiny, model)
     version = transformers.__version__
     label_text = tiny_label(tiny)
     checks: dict[str, EquationCheck] = {}
@@ -249,7 +224,7 @@ def check_equations(spec: ModelSpec, tiny: ModelSpec, not_built: tuple[str, ...]
             continue
         try:
             result = _check_one(tiny, model, weights, ancestors, comp)
-        except _Mismatch as e:
+        except RoutingMismatch as e:
             failures.append(f"{path or 'model'}: {e}")
             continue
         if result is None:
@@ -258,7 +233,7 @@ def check_equations(spec: ModelSpec, tiny: ModelSpec, not_built: tuple[str, ...]
                       EquationCheck("unchecked", detail="no transformers module computes it on its own"))
         else:
             error, detail, module = result
-            if error > TOLERANCE:
+            if not within_tolerance(error):
                 failures.append(f"{path or 'model'}: max |Δ| {error:.3g} against transformers {module} exceeds "
                                 f"the tolerance {TOLERANCE:g}")
             result = EquationCheck("checked", f"transformers {version} {module}", label_text, error, TOLERANCE, detail)
@@ -267,10 +242,6 @@ def check_equations(spec: ModelSpec, tiny: ModelSpec, not_built: tuple[str, ...]
     if failures:
         raise ExecutionError(f"{spec.slug} › equation checks", "\n  " + "\n  ".join(failures))
     return checks
-
-
-class _Mismatch(Exception):
-    """A comparison that is not a number: the router selected different experts."""
 
 
 def _check_one(tiny: ModelSpec, model, weights: dict, ancestors: tuple[Component, ...], comp: Component):
@@ -283,59 +254,29 @@ def _check_one(tiny: ModelSpec, model, weights: dict, ancestors: tuple[Component
     except AttributeError:
         return None
     generator = torch.Generator().manual_seed(2)
-    inputs = [port_tensor(p, tiny, "cpu", generator) for p in comp.inputs]
+    inputs = [port_tensor(p, tiny, comp, "cpu", generator) for p in comp.inputs]
     run, outputs = run_component(tiny, ancestors, comp, weights, inputs)
+    call = REFERENCE_CALLS.get(comp.program, _call_plain)
     with torch.no_grad():
-        ours, theirs, detail = _call_reference(comp, ref, model, inputs, run, outputs[0])
+        ours, theirs, detail = call(comp, ref, model, inputs, run, outputs[0])
     error = float((ours.float() - theirs.float()).abs().max())
     return error, detail, type(ref).__name__
 
 
 def _reference_path(comp: Component) -> str | None:
-    if comp.program in ("scores", "stack", "mtp"):
+    if comp.reference == "-":
         return None
-    if comp.program == "rope":
-        return "model.rotary_emb"
+    if comp.reference:
+        return comp.reference
     prefix = module_prefix(comp, first_layer(comp))
     return None if "{expert}" in prefix else prefix
 
 
-def _call_reference(comp: Component, ref, model, inputs: list[torch.Tensor], run: Run, ours: torch.Tensor):
-    """Call the transformers module the way its parent does; return (ours, theirs, detail) to compare."""
-    kind = comp.program
-    if kind in ("attention", "block"):
-        x, _, M = inputs
-        T = x.shape[1]
-        cos, sin = model.model.rotary_emb(x, torch.arange(T)[None].expand(x.shape[0], T))
-        kwargs = {"position_embeddings": (cos, sin), "attention_mask": M[None, None]}
-        out = ref(hidden_states=x, **kwargs) if kind == "attention" else ref(x, **kwargs)
-        return ours, out[0] if isinstance(out, tuple) else out, "rotary angles from our YaRN program"
-    if kind == "rope":
-        (positions,) = inputs
-        cos, sin = ref(torch.zeros(1, positions.shape[0], 1), positions[None])
-        pairs = cos.shape[-1] // 2
-        theirs = torch.cat([cos[0, :, :pairs], sin[0, :, :pairs]], dim=-1)
-        return torch.cat([ours.cos(), ours.sin()], dim=-1), theirs, f"cos and sin of {positions.shape[0]} × {pairs} angles"
-    if kind == "router":
-        (x,) = inputs
-        _, their_weights, their_idx = ref(x)
-        ours_sel = run.recorded["select"].reshape(-1, run.recorded["select"].shape[-1])
-        their_sel = torch.zeros_like(ours_sel).scatter(-1, their_idx, 1.0)
-        if not torch.equal(ours_sel, their_sel):
-            raise _Mismatch("step 'select' selects different experts from transformers' DeepseekV3TopkRouter")
-        gates = torch.zeros_like(ours_sel).scatter(-1, their_idx, their_weights)
-        return ours.reshape(gates.shape), gates, f"same experts selected for all {ours_sel.shape[0]} tokens"
-    if kind == "model":
-        (ids,) = inputs
-        return ours, ref(ids).logits, "logits of the whole model"
+def _call_plain(comp: Component, ref, model, inputs, run: Run, ours: torch.Tensor):
     (x,) = inputs
     return ours, ref(x), ""
 
 
 def execute(spec: ModelSpec, not_built: tuple[str, ...] = ()) -> Execution:
     """Trace the model at full size on meta, then check its equations at a tiny config on CPU."""
-    from .spec import FAMILIES
-
-    tiny_raw = tiny_hyperparameters(spec.config)
-    tiny = FAMILIES[spec.family].build_spec(spec.slug, tiny_raw, f"{spec.slug}: tiny config")
-    return Execution(trace(spec), check_equations(spec, tiny, not_built))
+    return Execution(trace(spec), check_equations(spec, tiny_spec(spec), not_built))

@@ -48,3 +48,8 @@ class Execution:
 
     trace: ShapeTrace
     checks: dict[str, EquationCheck]
+
+
+def within_tolerance(error: float) -> bool:
+    """True only for a finite error at most TOLERANCE (NaN and infinity never pass)."""
+    return error == error and error <= TOLERANCE

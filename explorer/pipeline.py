@@ -13,13 +13,12 @@ from .api import model_api
 from .checkpoint import MANIFEST_FILE, read_manifest
 from .content import ModelContent, load_all_models
 from .errors import ContentError, ReconciliationError
+from .families import FAMILIES, load_model_spec
 from .model_build import ModelBuild
 from .reconcile import reconcile
-from .reference import NOT_IN_REFERENCE
 from .render import write_site
 from .search import search_script
 from .sources import resolve_citations
-from .spec import load_model_spec
 from .views import site_pages
 
 Progress = Callable[[str], None]
@@ -58,7 +57,7 @@ def build_model(content: ModelContent, fetch_sources: bool = False, cache_dir: P
     spec = load_model_spec(content)
     ledger = account(spec)
     citations = resolve_citations(spec, content, fetch=fetch_sources)
-    skips = NOT_IN_REFERENCE.get(spec.family, ())
+    skips = FAMILIES[spec.family].reference.not_built
     cached = cache.load(cache_dir, spec)
     if cached is not None:
         progress(f"{spec.slug}: reference tensors, shape trace and equation checks from cache")

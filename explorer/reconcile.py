@@ -1,21 +1,18 @@
 """Reconcile a model's spec with stored tensors: every stored tensor owned exactly once, nothing missing.
 
-Ownership roles: a learned parameter; the FP8 block scale of a named weight (weight_scale_inv, one F32 per
-block of quantization_config.weight_block_size, ceiling division); or a stored buffer (rotary inv_freq).
+Each tensor spec's storage scheme (explorer/spec/storage.py) says what a checkpoint stores for it: the weight, its
+block scales, its packed values; a tied tensor is stored once, under the name it is tied to.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass
-from typing import Literal
 
 from .account import evaluate
 from .checkpoint import CheckpointIndex, TensorInfo
+from .spec.storage import Role
 from .spec.types import ModelSpec, TensorSpec, path_key, walk
-
-Role = Literal["parameter", "quant_scale", "buffer"]
-SCALE_SUFFIX = "_scale_inv"
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,39 +90,30 @@ class Reconciliation:
         return out
 
 
-def scale_shape(shape: tuple[int, ...], block: tuple[int, ...]) -> tuple[int, ...]:
-    """One scale per block, ceiling division: [7168, 18432] with 128×128 blocks -> [56, 144]."""
-    return tuple(-(-s // b) for s, b in zip(shape, block))
-
-
 def expected_tensors(spec: ModelSpec) -> tuple[list[ExpectedTensor], list[str]]:
     """Every tensor the spec expects, and names claimed by two components."""
-    block = block_size(spec)
     out: list[ExpectedTensor] = []
     for ancestors, comp in walk(spec.root):
         owner = path_key(ancestors, comp)
         for t in comp.tensors:
-            out += _expand(t, owner, spec.values, block)
+            out += _expand(t, owner, spec.values)
     counts: dict[str, int] = defaultdict(int)
     for e in out:
         counts[e.name] += 1
     return out, sorted(n for n, c in counts.items() if c > 1)
 
 
-def block_size(spec: ModelSpec) -> tuple[int, ...]:
-    """quantization_config.weight_block_size, or () for an unquantized checkpoint."""
-    qc = getattr(spec.config, "quantization_config", None)
-    return tuple(qc.weight_block_size) if qc is not None else ()
-
-
-def _expand(t: TensorSpec, owner: str, values: dict[str, int | float], block: tuple[int, ...]) -> list[ExpectedTensor]:
-    shape = tuple(evaluate(s, values) for s in t.shape) if t.shape is not None else None
+def _expand(t: TensorSpec, owner: str, values: dict[str, int | float]) -> list[ExpectedTensor]:
+    """The stored tensors of one tensor family, by its storage scheme; a tied alias is optional (stored once)."""
     role: Role = "buffer" if t.role == "buffer" else "parameter"
-    names = t.names()
-    out = [ExpectedTensor(name, owner, role, shape, t.dtype, t.optional) for name in names]
-    if t.quantized and shape is not None:
-        scales = scale_shape(shape, block)
-        out += [ExpectedTensor(name + SCALE_SUFFIX, owner, "quant_scale", scales, "F32") for name in names]
+    if t.shape is None:
+        return [ExpectedTensor(name, owner, role, None, t.dtype, t.optional) for name in t.names()]
+    shape = tuple(evaluate(s, values) for s in t.shape)
+    out = []
+    for name in t.names():
+        for stored in t.storage.expand(name, shape, role):
+            out.append(ExpectedTensor(stored.name, owner, stored.role, stored.shape, stored.dtype,
+                                      t.optional or bool(t.tied_to)))
     return out
 
 

@@ -1,22 +1,19 @@
-"""The reference implementation as an oracle: transformers' model built from the same config on the meta
-device (no weights allocated), its tensors mapped to the checkpoint's names.
+"""The reference implementation as an oracle: transformers' model built from the same config, on the meta device
+(no weights allocated) for the tensor-by-tensor check and at a tiny config on CPU for the executed equations.
 
-transformers fuses each layer's routed experts into 3-D tensors (experts.gate_up_proj [E, 2·I, d],
-experts.down_proj [E, d, I]); we split them back into the checkpoint's per-expert gate/up/down weights.
+Which classes to build and how their tensor names map to the checkpoint's come from the family's reference
+binding (explorer/families/); nothing here names a family.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import re
 from dataclasses import dataclass
+from typing import Any
 
 from .checkpoint import CheckpointIndex, TensorInfo
+from .families import FAMILIES
+from .families.base import reference_config
 from .spec.types import ModelSpec
-
-_FUSED = re.compile(r"^(?P<prefix>.*\.mlp\.experts)\.(?P<kind>gate_up_proj|down_proj)$")
-NOT_IN_REFERENCE = {"deepseek_v3": ("mtp",)}
-"""Component paths the reference does not build (transformers skips the stored MTP layer on load)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,37 +24,54 @@ class ReferenceModel:
     index: CheckpointIndex
 
 
-def transformers_config(spec: ModelSpec) -> dict:
-    """The config.json keys transformers needs (quantization is a storage format, not architecture)."""
-    skip = {"quantization_config", "auto_map", "architectures"}
-    return {k: v for k, v in dataclasses.asdict(spec.config).items() if k not in skip}  # type: ignore[call-overload]
+def transformers_config(spec: ModelSpec) -> dict[str, Any]:
+    """The config.json keys the reference config class takes (quantization is a storage format, not architecture)."""
+    return reference_config(spec.config, FAMILIES[spec.family].reference.config_skip)
+
+
+def _classes(spec: ModelSpec):
+    import transformers
+
+    binding = FAMILIES[spec.family].reference
+    return getattr(transformers, binding.config_class), getattr(transformers, binding.model_class)
 
 
 def build_reference_model(spec: ModelSpec):  # -> transformers PreTrainedModel on meta
-    """Instantiate transformers' DeepseekV3ForCausalLM for this config on the meta device."""
+    """Instantiate the family's transformers model for this config on the meta device."""
     import torch
-    from transformers import DeepseekV3Config, DeepseekV3ForCausalLM
 
-    config = DeepseekV3Config(**transformers_config(spec))
+    config_class, model_class = _classes(spec)
+    config = config_class(**transformers_config(spec))
     with torch.device("meta"):
-        return DeepseekV3ForCausalLM(config)
+        return model_class(config)
 
 
-def stacked_state(model) -> dict:
-    """The reference's state dict with its fused experts split into the checkpoint's gate/up/down weights,
-    stacked over experts: experts.gate_up_proj [E, 2·I, d] -> experts.gate_proj.weight and
-    experts.up_proj.weight [E, I, d]; experts.down_proj [E, d, I] -> experts.down_proj.weight."""
-    out = {}
-    for name, tensor in model.state_dict().items():
-        match = _FUSED.match(name)
-        if match is None:
-            out[name] = tensor
-        elif match["kind"] == "down_proj":
-            out[f"{match['prefix']}.down_proj.weight"] = tensor
-        else:
-            gate, up = tensor.chunk(2, dim=1)
-            out[f"{match['prefix']}.gate_proj.weight"], out[f"{match['prefix']}.up_proj.weight"] = gate, up
-    return out
+def tiny_reference_model(tiny: ModelSpec):
+    """A randomly initialised tiny reference model, float32, eager attention; non-zero biases and norm gains near 1."""
+    import torch
+    from transformers.utils import logging
+
+    logging.set_verbosity_error()  # the tiny config trips warnings about token ids and context length
+    torch.manual_seed(0)
+    config_class, model_class = _classes(tiny)
+    config = config_class(**transformers_config(tiny))
+    config._attn_implementation = "eager"
+    model = model_class(config).eval()
+    generator = torch.Generator().manual_seed(1)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            p.copy_(torch.randn(p.shape, generator=generator) * 0.1 + (1.0 if name.endswith("norm.weight") else 0.0))
+        for name, buffer in model.named_buffers():
+            if name.endswith("e_score_correction_bias"):  # non-zero, so "the bias steers selection only" is exercised
+                buffer.copy_(torch.randn(buffer.shape, generator=generator) * 0.05)
+    return model
+
+
+def reference_state(spec: ModelSpec, model) -> dict[str, Any]:
+    """The reference's state dict under checkpoint names (routed experts stacked over a leading dimension)."""
+    renames = FAMILIES[spec.family].reference.renames
+    state = dict(model.state_dict())
+    return renames(state) if renames is not None else state
 
 
 def reference_index(spec: ModelSpec) -> ReferenceModel:
@@ -66,11 +80,12 @@ def reference_index(spec: ModelSpec) -> ReferenceModel:
 
     model = build_reference_model(spec)
     tensors: dict[str, TensorInfo] = {}
-    for name, tensor in stacked_state(model).items():
+    for name, tensor in reference_state(spec, model).items():
         shape = tuple(tensor.shape)
         prefix, _, leaf = name.partition(".experts.")
-        names = [f"{prefix}.experts.{e}.{leaf}" for e in range(shape[0])] if leaf else [name]
+        stacked = leaf and "." in leaf  # experts.gate_proj.weight [E, ...]: one tensor per expert in the checkpoint
+        names = [f"{prefix}.experts.{e}.{leaf}" for e in range(shape[0])] if stacked else [name]
         for split_name in names:
-            tensors[split_name] = TensorInfo(split_name, "F32", shape[1:] if leaf else shape)
+            tensors[split_name] = TensorInfo(split_name, "F32", shape[1:] if stacked else shape)
     label = f"transformers {transformers.__version__} {type(model).__name__} on the meta device"
     return ReferenceModel(label, CheckpointIndex(dict(sorted(tensors.items())), source=label))

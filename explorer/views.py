@@ -15,7 +15,6 @@ from .content import render_markdown
 from .diagrams import FlowNode, budget_svg, flow_svg
 from .mathml import STREAMS, numbers_mathml, product_mathml, to_mathml
 from .model_build import ModelBuild
-from .reconcile import SCALE_SUFFIX, block_size, scale_shape
 from .sources import ResolvedCitation
 from .spec.types import Component, Port, Shape, Step, TensorSpec, path_key, walk
 
@@ -353,11 +352,10 @@ def owned_tensors(ancestors: tuple[Component, ...], comp: Component) -> list[tup
 
 
 def tensor_rows(mb: ModelBuild, owned: list[tuple[str, Component, TensorSpec]]) -> tuple[TensorRowView, ...]:
-    block = block_size(mb.spec)
-    return tuple(_tensor_row(mb, t, owner, c.title, block) for owner, c, t in owned)
+    return tuple(_tensor_row(mb, t, owner, c.title) for owner, c, t in owned)
 
 
-def _tensor_row(mb: ModelBuild, t: TensorSpec, owner: str, title: str, block: tuple[int, ...]) -> TensorRowView:
+def _tensor_row(mb: ModelBuild, t: TensorSpec, owner: str, title: str) -> TensorRowView:
     shape = tuple(evaluate(s, mb.spec.values) for s in t.shape) if t.shape is not None else None
     stored = _stored(mb, t)
     if shape is None and stored is not None:
@@ -366,9 +364,12 @@ def _tensor_row(mb: ModelBuild, t: TensorSpec, owner: str, title: str, block: tu
     for s in shape or ():
         elements *= s
     scale = ""
-    if t.quantized and shape is not None:
-        scale = f"{t.pattern.rsplit('.', 1)[-1]}{SCALE_SUFFIX} [{', '.join(map(str, scale_shape(shape, block)))}] F32"
+    if shape is not None:  # what the storage scheme stores beside the values (block scales)
+        extra = t.storage.expand(t.first_name, shape)[1:]
+        scale = "; ".join(f"{e.name.rsplit('.', 1)[-1]} [{', '.join(map(str, e.shape))}] {e.dtype}" for e in extra)
     role = "buffer (not a parameter)" if t.role == "buffer" else "parameter"
+    if t.tied_to:
+        role = f"tied to {t.tied_to} (stored and counted once, there)"
     if t.optional and stored is None:
         role += ", not stored"
     return TensorRowView(
@@ -556,13 +557,7 @@ def budget_preview(mb: ModelBuild) -> str:
 
 
 def model_card(mb: ModelBuild, preview_svg: str = "") -> ModelCardView:
-    c = mb.spec.config
-    facts = (
-        ("transformer blocks", fmt(c.num_hidden_layers)),  # type: ignore[attr-defined]
-        ("routed experts", f"{c.n_routed_experts} (top {c.num_experts_per_tok})"),  # type: ignore[attr-defined]
-        ("attention heads", fmt(c.num_attention_heads)),  # type: ignore[attr-defined]
-        ("vocabulary", fmt(c.vocab_size)),  # type: ignore[attr-defined]
-    )
+    facts = mb.spec.facts
     return ModelCardView(mb.content.meta.name, f"models/{mb.slug}/index.html",
                          f"{mb.content.meta.lab} · {month(mb.content.meta.released)}", mb.content.meta.tagline,
                          fmt(mb.ledger.total), facts, mb.check_phrase, preview_svg)

@@ -93,9 +93,9 @@ def test_reference_mismatch_is_reported_per_tensor(builds):
     """A spec that disagrees with the reference names the tensors."""
     import dataclasses
 
+    from explorer.families import load_model_spec
     from explorer.reconcile import reconcile
     from explorer.reference import reference_index
-    from explorer.spec import load_model_spec
 
     mb = builds["kimi-k2"]
     config = dict(mb.content.config, moe_intermediate_size=1024)

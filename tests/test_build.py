@@ -61,7 +61,7 @@ def test_pages_show_traced_shapes_checks_and_a_diagram(built_site):
     assert re.search(r"max \|Δ\| = \d\.\de-\d\d \(tolerance 0\.0001\)", moe)
     assert "Shapes traced by running this component at full size on the meta device" in moe
     router = text_of(built_site / "models/kimi-k2/blocks.moe.moe.router.html")
-    assert "same experts selected for all 10 tokens" in router
+    assert "same 4 of 5 experts selected for all 10 tokens" in router
     scores = text_of(built_site / "models/kimi-k2/blocks.moe.attn.scores.html")
     assert "checked as part of Multi-head latent attention" in scores
     page = (built_site / "models/kimi-k2/blocks.moe.moe.html").read_text()

@@ -14,8 +14,8 @@ from conftest import ROOT, run_build
 
 from explorer.content import load_model_content
 from explorer.errors import ContentError
-from explorer.spec import load_model_spec
-from explorer.spec.deepseek_v3 import TRANSFORMERS_FILE
+from explorer.families import load_model_spec
+from explorer.families.deepseek_v3 import TRANSFORMERS_FILE
 from explorer.spec.types import Citation
 
 KIMI = "content/models/kimi-k2/model.toml"

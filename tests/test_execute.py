@@ -7,12 +7,10 @@ import dataclasses
 import resource
 
 import pytest
-import torch
 
-from explorer import programs
+from explorer.components import mla, moe
 from explorer.errors import ExecutionError
-from explorer.execute import check_equations, execute, model_weights, tiny_hyperparameters, trace
-from explorer.spec.deepseek_v3 import build_spec
+from explorer.execute import check_equations, execute, model_weights, tiny_spec, trace
 from explorer.spec.types import Shape, walk
 
 
@@ -80,7 +78,7 @@ def test_executor_failure_names_model_component_step_and_what_ran(specs, monkeyp
     def broken(*args):
         raise RuntimeError("simulated kernel failure")
 
-    monkeypatch.setattr(programs.torch, "einsum", broken)  # the routed experts' einsum, inside every MoE block
+    monkeypatch.setattr(moe.torch, "einsum", broken)  # the routed experts' einsum, inside every MoE block
     with pytest.raises(ExecutionError) as info:
         trace(specs["kimi-k2"])
     err = info.value
@@ -91,7 +89,7 @@ def test_executor_failure_names_model_component_step_and_what_ran(specs, monkeyp
 
 @pytest.fixture(scope="module")
 def tiny_specs(specs):
-    return {slug: build_spec(slug, tiny_hyperparameters(spec.config), "tiny") for slug, spec in specs.items()}
+    return {slug: tiny_spec(spec) for slug, spec in specs.items()}
 
 
 @pytest.mark.parametrize("slug", ["kimi-k2", "deepseek-v3"])
@@ -102,29 +100,31 @@ def test_equations_agree_with_transformers(specs, tiny_specs, slug):
                  "blocks.dense.mlp", "blocks.moe.attn.rope", "blocks.dense.attn_norm"]:
         assert path in checked, path
         assert checked[path].max_abs_error < 1e-5, (path, checked[path])
-    assert checked["blocks.moe.moe.router"].detail == "same experts selected for all 10 tokens"
+    assert checked["blocks.moe.moe.router"].detail.startswith("same 4 of ")
     assert checks["blocks.moe.attn.scores"].status == "part"
     assert checks["blocks.moe.attn.scores"].part_of == "blocks.moe.attn"
     assert checks["blocks.moe.moe.expert.down_proj"].part_of == "blocks.moe.moe"
 
 
 def test_tiny_config_keeps_the_routing_structure(tiny_specs):
+    """Top-k strictly below the experts, and more groups than topk_group, so selection is really tested."""
     ds = tiny_specs["deepseek-v3"].config
-    assert (ds.n_group, ds.topk_group, ds.num_experts_per_tok, ds.routed_scaling_factor) == (8, 4, 8, 2.5)
-    assert ds.n_routed_experts == 16
+    assert (ds.n_group, ds.topk_group, ds.num_experts_per_tok, ds.routed_scaling_factor) == (4, 2, 4, 2.5)
+    assert ds.n_routed_experts == 12 and ds.num_experts_per_tok < ds.topk_group * ds.n_routed_experts // ds.n_group
     kimi = tiny_specs["kimi-k2"].config
-    assert (kimi.n_group, kimi.num_experts_per_tok, kimi.routed_scaling_factor) == (1, 8, 2.827)
+    assert (kimi.n_group, kimi.num_experts_per_tok, kimi.routed_scaling_factor) == (1, 4, 2.827)
+    assert kimi.n_routed_experts > kimi.num_experts_per_tok
 
 
 def test_router_that_weights_by_the_bias_is_caught(specs, tiny_specs, monkeypatch):
     """If the correction bias also weighted the experts (a plausible misreading), the check must fail."""
-    original = programs.route
+    original = moe.route
 
-    def biased(run, x):
-        gates, picked = original(run, x)
+    def biased(run, o, x):
+        gates, picked = original(run, o, x)
         return gates + run.w("e_score_correction_bias") * (gates > 0), picked
 
-    monkeypatch.setattr(programs, "route", biased)
+    monkeypatch.setattr(moe, "route", biased)
     with pytest.raises(ExecutionError) as info:
         check_equations(specs["deepseek-v3"], tiny_specs["deepseek-v3"], ("mtp",))
     message = str(info.value)
@@ -136,13 +136,12 @@ def test_router_that_weights_by_the_bias_is_caught(specs, tiny_specs, monkeypatc
 def test_router_without_group_limit_selects_different_experts(specs, tiny_specs, monkeypatch):
     """Ignoring DeepSeek-V3's group limit changes which experts are selected: the check names the step."""
     tiny = tiny_specs["deepseek-v3"]
-    ungrouped = dataclasses.replace(tiny.config, n_group=1, topk_group=1)
 
-    def route_ignoring_groups(run, x):
-        return original(dataclasses.replace(run, config=ungrouped), x)
+    def route_ignoring_groups(run, o, x):
+        return original(run, dataclasses.replace(o, n_group=1, topk_group=1), x)
 
-    original = programs.route
-    monkeypatch.setattr(programs, "route", route_ignoring_groups)
+    original = moe.route
+    monkeypatch.setattr(moe, "route", route_ignoring_groups)
     with pytest.raises(ExecutionError) as info:
         check_equations(specs["deepseek-v3"], tiny, ("mtp",))
     assert ("\n  blocks.moe.moe.router: step 'select' selects different experts from transformers' "
@@ -151,13 +150,11 @@ def test_router_without_group_limit_selects_different_experts(specs, tiny_specs,
 
 def test_rope_on_half_split_pairs_is_caught(specs, tiny_specs, monkeypatch):
     """Rotating (x_j, x_j+d/2) instead of DeepSeek's adjacent pairs changes attention outputs."""
-    def half_split(x, angles, factor=1.0):
-        d = x.shape[-1] // 2
-        pairs_first_with_second_half = torch.stack([x[..., :d], x[..., d:]], dim=-1).flatten(-2)
-        return original(pairs_first_with_second_half, angles, factor)
+    def half_split(x, angles, o):
+        return original(x, angles, dataclasses.replace(o, pairing="half"))
 
-    original = programs.rotate
-    monkeypatch.setattr(programs, "rotate", half_split)
+    original = mla.rotate
+    monkeypatch.setattr(mla, "rotate", half_split)
     with pytest.raises(ExecutionError) as info:
         check_equations(specs["kimi-k2"], tiny_specs["kimi-k2"], ("mtp",))
     message = str(info.value)

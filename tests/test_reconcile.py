@@ -12,7 +12,8 @@ from conftest import ROOT, run_build, write_safetensors
 from hub_server import FakeHub
 
 from explorer.checkpoint import CheckpointIndex, TensorInfo
-from explorer.reconcile import expected_tensors, reconcile, scale_shape
+from explorer.reconcile import expected_tensors, reconcile
+from explorer.spec.storage import BlockFP8
 
 
 def test_kimi_k2_ledger_balances_to_the_published_numbers(builds):
@@ -36,8 +37,9 @@ def test_every_stored_tensor_is_owned_once(builds):
 
 
 def test_scale_shapes_use_ceiling_division():
-    assert scale_shape((576, 7168), (128, 128)) == (5, 56)
-    assert scale_shape((7168, 18432), (128, 128)) == (56, 144)
+    fp8 = BlockFP8("F8_E4M3", (128, 128))
+    assert fp8.scale_shape((576, 7168)) == (5, 56)
+    assert fp8.scale_shape((7168, 18432)) == (56, 144)
 
 
 def test_reports_unowned_missing_and_mismatches_all_at_once(builds):
@@ -108,9 +110,10 @@ quantization_config = [1, 2]
 
 def tiny_project(project_copy):
     """Add a small model of the family to a project copy; return its folder and the tensors it expects."""
+    from conftest import DEEPSEEK_TINY as TINY_CONFIG
+
     from explorer.content import load_model_content
-    from explorer.spec import load_model_spec
-    from explorer.spec.deepseek_v3 import TINY_CONFIG
+    from explorer.families import load_model_spec
 
     folder = project_copy / "content/models/tiny"
     folder.mkdir()

@@ -12,6 +12,8 @@ from typing import Literal
 
 import sympy
 
+from .storage import Dense, Storage
+
 Kind = Literal["learned", "computed", "buffer", "group"]
 """learned: owns trained weights; computed: no weights (RoPE, scores); buffer: stored non-trained
 tensor; group: a container such as the stack of blocks."""
@@ -88,12 +90,22 @@ class TensorSpec:
     """Symbolic shape; None for a stored buffer whose length the config does not determine."""
     ranges: tuple[IndexRange, ...] = ()
     role: TensorRole = "parameter"
-    quantized: bool = False
-    """Stored in the checkpoint's quantized format with a block scale beside it (weight_scale_inv)."""
-    dtype: str = ""
-    """Expected stored dtype; filled in by the family from the config's quantization_config."""
+    storage: Storage = Dense("")
+    """How the checkpoint stores it (dtype, block scales, packed values); chosen by the family from the config's
+    torch_dtype and quantization_config."""
     optional: bool = False
     """Expected only where the checkpoint stores it (buffers the modeling code does not load)."""
+    tied_to: str = ""
+    """Name of the tensor this one shares its values with (a tied LM head): stored and counted once, there."""
+
+    @property
+    def dtype(self) -> str:
+        return getattr(self.storage, "dtype", "")
+
+    @property
+    def is_parameter(self) -> bool:
+        """Counted in the parameter total: learned, shaped by the config, and not a tied alias."""
+        return self.role == "parameter" and self.shape is not None and not self.tied_to
 
     @property
     def pattern(self) -> str:
@@ -163,9 +175,31 @@ class Component:
     row_label: str = ""
     """Label of this component's row in its parent's accounting table (default: title)."""
     program: str = ""
-    """Name of the executable step program that computes this component (explorer/programs.py)."""
+    """Name of the executable step program that computes this component (explorer/components/)."""
+    options: object = None
+    """The program's settings (a frozen dataclass of the component's library module: eps, heads, window...)."""
+    reference: str = ""
+    """Module path in the reference model when it is not the tensors' common prefix ("model.rotary_emb"), or
+    "-" when no reference module computes this component alone."""
     extras: tuple[tuple[str, str], ...] = field(default=())
     """Further facts shown in the component's header, (label, value)."""
+
+
+    def child(self, key: str) -> Component:
+        """The child with this key (programs address children by key, never by position)."""
+        for c in self.children:
+            if c.key == key:
+                return c
+        raise KeyError(f"{self.key or 'model'} has no child {key!r} (children: {[c.key for c in self.children]})")
+
+    def has_child(self, key: str) -> bool:
+        return any(c.key == key for c in self.children)
+
+
+class Hyperparameters:
+    """Base of every family's typed config dataclass (config.json keys, named as published)."""
+
+    __slots__ = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -177,8 +211,12 @@ class ModelSpec:
     root: Component
     values: dict[str, int | float]
     """Config symbol -> value, for evaluating formulas."""
-    config: object
+    config: Hyperparameters
     """The family's typed config dataclass."""
+    facts: tuple[tuple[str, str], ...] = ()
+    """(label, value) for the index card, chosen by the family."""
+    defaulted: tuple[str, ...] = ()
+    """Config keys the published config.json omits, whose values are the reference config class's defaults."""
 
 
 def compress_indices(values: tuple[int, ...]) -> str:

@@ -1,0 +1,11 @@
+"""The component library: every part a family composes, each owning its spec, program and reference call.
+
+Importing this package registers every program (`base.PROGRAMS`) and reference call (`base.REFERENCE_CALLS`).
+"""
+
+from __future__ import annotations
+
+from . import attention, blocks, embedding, linear, mla, mlp, moe, mtp, norms, rope  # noqa: F401  (registration)
+from .base import PROGRAMS, REFERENCE_CALLS, Ctx, Reference, Run
+
+__all__ = ["PROGRAMS", "REFERENCE_CALLS", "Ctx", "Reference", "Run"]

@@ -1,0 +1,86 @@
+"""Token embedding (optionally scaled by √d), learned absolute positions, and the LM head (tied or not)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from ..spec.types import Citation, Component, IndexRange, Port, Shape, Step
+from .base import B, Ctx, Run, T, fmt_num, options, program
+
+
+@dataclass(frozen=True, slots=True)
+class EmbeddingOptions:
+    scale: float = 1.0
+    """Multiplier applied after the lookup (Gemma: √d, rounded to the model's dtype)."""
+
+
+@dataclass(frozen=True, slots=True)
+class HeadOptions:
+    tied: bool = False
+
+
+def embedding(ctx: Ctx, key: str, title: str, *, weight: str, ranges: tuple[IndexRange, ...] = (),
+              scale: float = 1.0, citations: tuple[Citation, ...] = (), notes: tuple[str, ...] = ()) -> Component:
+    """nn.Embedding(vocab_size, hidden_size): one row per token id, optionally scaled."""
+    tokens = Port("t", Shape((B, T)), "input_ids")
+    x = Port("x_1", ctx.tokens("hidden_size"), "x")
+    lookup = Step(r"x_1=E_{\mathrm{tok}}[t]" if scale == 1.0 else rf"x_1={fmt_num(scale)}\,E_{{\mathrm{{tok}}}}[t]",
+                  x.shape, "lookup")
+    scaled = "" if scale == 1.0 else f", multiplied by {scale:.4g} (the square root of the width)"
+    return Component(
+        key=key, title=title, kind="learned", code="nn.Embedding(vocab_size, hidden_size)",
+        description=f"Look up a {ctx.size('hidden_size'):,}-feature vector for each of {ctx.size('vocab_size'):,} "
+                    f"token ids{scaled}.",
+        inputs=(tokens,), outputs=(x,), equations=(lookup,), steps=(lookup,),
+        tensors=(ctx.tensor(weight, ranges, (ctx.sym("vocab_size"), ctx.sym("hidden_size"))),),
+        citations=citations, notes=notes, program="embedding", options=EmbeddingOptions(scale),
+    )
+
+
+def sqrt_width_scale(hidden_size: int, dtype: str) -> float:
+    """Gemma's embedding scale √d, as the reference computes it: rounded to the model's dtype."""
+    exact = math.sqrt(hidden_size)
+    if dtype == "BF16":
+        return float(torch.tensor(exact, dtype=torch.bfloat16))
+    return exact
+
+
+def head(ctx: Ctx, key: str, title: str, *, weight: str, ranges: tuple[IndexRange, ...] = (), tied_to: str = "",
+         citations: tuple[Citation, ...] = ()) -> Component:
+    """The bias-free projection to vocabulary logits, stored on its own or tied to the token embedding."""
+    x = Port(r"\hat x", ctx.tokens("hidden_size"), "x")
+    logits = Port(r"\ell", ctx.tokens("vocab_size"), "logits")
+    matrix = r"E_{\mathrm{tok}}^{\top}" if tied_to else r"W_{\mathrm{vocab}}"
+    step = Step(rf"\ell=\hat x\,{matrix}", logits.shape, "logits")
+    tie_text = (f"tied to the token embedding ({tied_to}): the same matrix, stored and counted once" if tied_to
+                else "not tied to the embedding")
+    notes = ((f"Tied: this head reads {tied_to}, so the checkpoint stores no tensor of its own and its parameters "
+              "are counted once, in the token embedding.",) if tied_to else
+             ("This projection has no bias parameter.", "The reference module holds the weight output by input, [out, in]."))
+    return Component(
+        key=key, title=title, kind="learned", code="nn.Linear(hidden_size, vocab_size, bias=False)",
+        description=f"Project {ctx.size('hidden_size'):,} features to {ctx.size('vocab_size'):,} next-token logits; "
+                    f"{tie_text}.",
+        inputs=(x,), outputs=(logits,), equations=(step,), steps=(step,),
+        tensors=(ctx.tensor(weight, ranges, (ctx.sym("vocab_size"), ctx.sym("hidden_size")), tied_to=tied_to),),
+        citations=citations, notes=notes, program="head", options=HeadOptions(bool(tied_to)),
+    )
+
+
+def lookup(run: Run, ids: torch.Tensor, module: str, opts: EmbeddingOptions) -> torch.Tensor:
+    x = F.embedding(ids, run.w(module + "weight"))
+    return x * torch.tensor(opts.scale, dtype=x.dtype) if opts.scale != 1.0 else x
+
+
+@program("embedding")
+def run_embedding(comp: Component, run: Run, ids: torch.Tensor) -> list[torch.Tensor]:
+    return [run.rec("lookup", lookup(run, ids, "", options(comp, EmbeddingOptions)))]
+
+
+@program("head")
+def run_head(comp: Component, run: Run, x: torch.Tensor) -> list[torch.Tensor]:
+    return [run.rec("logits", F.linear(x, run.w("weight")))]

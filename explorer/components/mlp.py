@@ -1,0 +1,122 @@
+"""Feed-forward networks: gated MLPs (SwiGLU, GeGLU: down(act(gate x) ⊙ up x)) and the plain two-layer MLP
+(GPT-2: proj(GELU(x W_fc + b_fc)) + b_proj).
+
+References: "GLU Variants Improve Transformer" (arXiv:2002.05202); GPT-2 (Radford et al., 2019).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Literal
+
+import sympy
+import torch
+import torch.nn.functional as F
+
+from ..spec.types import Citation, Component, Dim, IndexRange, Port, Step
+from .base import Ctx, Run, options, program, run_child
+from .linear import Layout, linear
+
+Activation = Literal["silu", "gelu_tanh", "gelu"]
+ACT_LATEX = {"silu": r"a=g\,\sigma(g)", "gelu_tanh": r"a=\operatorname{GELU}_{\tanh}(g)",
+             "gelu": r"a=\operatorname{GELU}(g)"}
+ACT_NAMES = {"silu": "SiLU", "gelu_tanh": "GELU (tanh approximation)", "gelu": "GELU"}
+
+
+@dataclass(frozen=True, slots=True)
+class MLPOptions:
+    act: Activation
+    gated: bool = True
+
+
+def activation(g: torch.Tensor, act: Activation) -> torch.Tensor:
+    if act == "silu":
+        return g * torch.sigmoid(g)
+    if act == "gelu_tanh":
+        return 0.5 * g * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (g + 0.044715 * g.pow(3))))
+    return F.gelu(g)
+
+
+def gated_mlp(ctx: Ctx, key: str, title: str, crumb: str, *, prefix: str, ranges: tuple[IndexRange, ...],
+              d_ff: sympy.Expr, ff_dim: Dim, x: Port, y: Port, description: str, code: str,
+              citations: tuple[Citation, ...], act: Activation = "silu", names: tuple[str, str, str] = (
+                  "gate_proj", "up_proj", "down_proj")) -> Component:
+    """down(act(gate x) ⊙ up x): three bias-free projections; `names` are their module names in the checkpoint."""
+    g = Port("g", ctx.tokens(ff_dim), "g")
+    h = Port("h", ctx.tokens(ff_dim), "h")
+    d = ctx.size("hidden_size")
+    gate_n, up_n, down_n = names
+    gate = linear(ctx, gate_n, "Gate projection", weight=prefix + gate_n + ".weight", ranges=ranges, d_in="hidden_size",
+                  d_out=d_ff, out_dim=ff_dim, x=x, y=g, equation=rf"g={x.latex}W_{{1}}", code=f"self.{gate_n}(x)",
+                  description=f"Project {d:,} features to {ff_dim.size:,} gate pre-activations.")
+    up = linear(ctx, up_n, "Up projection", weight=prefix + up_n + ".weight", ranges=ranges, d_in="hidden_size",
+                d_out=d_ff, out_dim=ff_dim, x=x, y=Port("u", ctx.tokens(ff_dim), "u"), equation=rf"u={x.latex}W_{{3}}",
+                code=f"self.{up_n}(x)", description=f"Project {d:,} features to {ff_dim.size:,} values that the gate "
+                                                  "multiplies.")
+    down = linear(ctx, down_n, "Down projection", weight=prefix + down_n + ".weight", ranges=ranges, d_in=d_ff,
+                  d_out="hidden_size", out_dim=ctx.dim("hidden_size"), x=h, y=y, equation=rf"{y.latex}=hW_{{2}}",
+                  code=f"self.{down_n}(self.act_fn(self.{gate_n}(x)) * self.{up_n}(x))",
+                  description=f"Map {ff_dim.size:,} gated features back to {d:,} features.")
+    act_name = "silu" if act == "silu" else "gelu"
+    steps = (gate.steps[0], up.steps[0], Step(ACT_LATEX[act], g.shape, act_name), Step(r"h=a\odot u", h.shape, "product"),
+             down.steps[0])
+    glu = "SiLU" if act == "silu" else "GELU"
+    return Component(
+        key=key, title=title, crumb=crumb, kind="learned", code=code, description=description, inputs=(x,),
+        outputs=(y,),
+        equations=(Step(rf"{y.latex}=\left(\operatorname{{{glu}}}({x.latex}W_1)\odot {x.latex}W_3\right)W_2", y.shape,
+                        "swiglu"),),
+        steps=steps, children=(gate, up, down), citations=citations, program="gated_mlp", options=MLPOptions(act),
+    )
+
+
+def gated(run: Run, comp: Component, x: torch.Tensor, act: Activation) -> torch.Tensor:
+    """The gated MLP's steps, recorded under the children's names."""
+    gate_c, up_c, down_c = comp.children
+    g = run_child(comp, gate_c.key, run, x)
+    u = run_child(comp, up_c.key, run, x)
+    a = run.rec("silu" if act == "silu" else "gelu", activation(g, act))
+    h = run.rec("product", a * u)
+    return run_child(comp, down_c.key, run, h)
+
+
+@program("gated_mlp")
+def run_gated_mlp(comp: Component, run: Run, x: torch.Tensor) -> list[torch.Tensor]:
+    return [run.rec("swiglu", gated(run, comp, x, options(comp, MLPOptions).act))]
+
+
+def plain_mlp(ctx: Ctx, key: str, *, prefix: str, ranges: tuple[IndexRange, ...], x: Port, y: Port,
+              names: tuple[str, str], act: Activation, bias: bool, layout: Layout,
+              citations: tuple[Citation, ...]) -> Component:
+    """proj(act(x W_fc + b_fc)) + b_proj, as GPT-2's c_fc and c_proj."""
+    fc_n, proj_n = names
+    ff = Dim("d_ff", ctx.size("intermediate_size"))
+    h = Port("h", ctx.tokens(ff), "h")
+    d = ctx.size("hidden_size")
+    b1, b2 = (r"+b_{\mathrm{fc}}", r"+b_{\mathrm{proj}}") if bias else ("", "")
+    fc = linear(ctx, fc_n, "Expansion", weight=prefix + fc_n + ".weight", ranges=ranges, d_in="hidden_size",
+                d_out="intermediate_size", out_dim=ff, x=x, y=Port("g", ctx.tokens(ff), "g"),
+                equation=rf"g={x.latex}W_{{\mathrm{{fc}}}}{b1}", code=f"self.{fc_n}(hidden_states)", bias=bias,
+                layout=layout, description=f"Expand {d:,} features to {ff.size:,}.")
+    proj = linear(ctx, proj_n, "Projection back", weight=prefix + proj_n + ".weight", ranges=ranges,
+                  d_in="intermediate_size", d_out="hidden_size", out_dim=ctx.dim("hidden_size"), x=h, y=y,
+                  equation=rf"{y.latex}=hW_{{\mathrm{{proj}}}}{b2}", code=f"self.{proj_n}(hidden_states)", bias=bias,
+                  layout=layout, description=f"Project {ff.size:,} activated features back to {d:,}.")
+    steps = (fc.steps[0], Step(ACT_LATEX[act].replace("a=", "h="), h.shape, "gelu"), proj.steps[0])
+    return Component(
+        key=key, title="MLP", kind="learned", code="MLP(intermediate_size, config)",
+        description=f"Expand to {ff.size:,} features, apply {ACT_NAMES[act]}, and project back to {d:,}.",
+        inputs=(x,), outputs=(y,),
+        equations=(Step(rf"{y.latex}=\operatorname{{GELU}}({x.latex}W_{{\mathrm{{fc}}}}{b1})W_{{\mathrm{{proj}}}}{b2}",
+                        y.shape, "mlp"),),
+        steps=steps, children=(fc, proj), citations=citations, program="plain_mlp", options=MLPOptions(act, False),
+    )
+
+
+@program("plain_mlp")
+def run_plain_mlp(comp: Component, run: Run, x: torch.Tensor) -> list[torch.Tensor]:
+    fc_c, proj_c = comp.children
+    g = run_child(comp, fc_c.key, run, x)
+    h = run.rec("gelu", activation(g, options(comp, MLPOptions).act))
+    return [run.rec("mlp", run_child(comp, proj_c.key, run, h))]

@@ -1,0 +1,224 @@
+"""Mixture of experts: routers (sigmoid scores with a correction bias and group-limited top-k as in DeepSeek-V3;
+softmax top-k with or without renormalisation; a router bias), routed experts stored per expert, shared experts,
+and the gated sum.
+
+References: Switch Transformers (arXiv:2101.03961); Mixtral of Experts (arXiv:2401.04088); DeepSeek-V3 technical
+report (arXiv:2412.19437) for auxiliary-loss-free balancing (the correction bias) and node-limited routing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Literal
+
+import sympy
+import torch
+import torch.nn.functional as F
+
+from ..spec.storage import Dense
+from ..spec.types import Citation, Component, Dim, IndexRange, Port, Step, TensorSpec
+from .base import Ctx, Run, fmt_num, options, prefixed, program, reference_call, relative_module, run_child
+from .mlp import Activation, activation, gated_mlp
+
+
+@dataclass(frozen=True, slots=True)
+class RouterOptions:
+    experts: int
+    k: int
+    scoring: Literal["sigmoid", "softmax"]
+    norm_topk_prob: bool
+    scaling: float = 1.0
+    correction_bias: bool = False
+    """A learned bias added to the scores for selection only (DeepSeek-V3's e_score_correction_bias)."""
+    n_group: int = 1
+    topk_group: int = 1
+    router_bias: bool = False
+    """A bias added to the router logits (gpt-oss)."""
+    softmax_after_topk: bool = False
+    """Take the top-k logits first, then a softmax over those k (gpt-oss)."""
+
+
+def router(ctx: Ctx, *, weight: str, ranges: tuple[IndexRange, ...], x: Port, o: RouterOptions, code: str,
+           citations: tuple[Citation, ...], bias_name: str = "e_score_correction_bias") -> Component:
+    """Score every expert, select k per token, and weight the selected experts."""
+    E, kk = o.experts, o.k
+    experts = Dim("experts", E)
+    bias_latex = r"+b_r" if o.router_bias else ""
+    steps = [Step(rf"z={x.latex}W_{{r}}{bias_latex}", ctx.tokens(experts), "logits")]
+    if o.softmax_after_topk:
+        steps += [Step(rf"E^{{\mathrm{{sel}}}}_i=\big[\,i\in\operatorname{{top}}_{{{kk}}}(z)\,\big]", ctx.tokens(experts),
+                       "select"),
+                  Step(r"G_i=\frac{e^{z_i}E^{\mathrm{sel}}_i}{\sum_j e^{z_j}E^{\mathrm{sel}}_j}",
+                       ctx.tokens(experts), "gates")]
+    else:
+        steps.append(Step(r"s=\sigma(z)" if o.scoring == "sigmoid" else r"s=\operatorname{softmax}(z)",
+                          ctx.tokens(experts), "scores"))
+        choice = "s+b" if o.correction_bias else "s"
+        if o.n_group > 1:
+            steps.append(Step(rf"\mathcal{{G}}=\operatorname{{top}}_{{{o.topk_group}}}\Big(\textstyle\sum_{{\text{{top 2 in "
+                              rf"group}}}}({choice})\Big)\ \text{{over {o.n_group} groups of {E // o.n_group}}}", None,
+                              "groups"))
+            steps.append(Step(rf"E^{{\mathrm{{sel}}}}_i=\big[\,i\in\operatorname{{top}}_{{{kk}}}\big(({choice})\odot"
+                              rf"\mathbb{{1}}[\operatorname{{group}}(i)\in\mathcal{{G}}]\big)\,\big]", ctx.tokens(experts),
+                              "select"))
+        else:
+            paren = f"({choice})" if o.correction_bias else choice
+            steps.append(Step(rf"E^{{\mathrm{{sel}}}}_i=\big[\,i\in\operatorname{{top}}_{{{kk}}}{paren}\,\big]",
+                              ctx.tokens(experts), "select"))
+        scale = fmt_num(o.scaling) + r"\," if o.scaling != 1.0 else ""
+        steps.append(Step(rf"G_{{i}}={scale}\frac{{s_i\,E^{{\mathrm{{sel}}}}_i}}{{\sum_{{j}}s_j\,E^{{\mathrm{{sel}}}}_j}}"
+                          if o.norm_topk_prob else rf"G_{{i}}={scale}s_i\,E^{{\mathrm{{sel}}}}_i", ctx.tokens(experts),
+                          "gates"))
+    tensors = [ctx.tensor(weight, ranges, (ctx.sym("n_routed_experts"), ctx.sym("hidden_size")))]
+    prefix = weight.removesuffix("weight")
+    if o.router_bias:
+        tensors.append(ctx.tensor(prefix + "bias", ranges, (ctx.sym("n_routed_experts"),)))
+    if o.correction_bias:
+        tensors.append(TensorSpec(prefix + bias_name, (ctx.sym("n_routed_experts"),), ranges, storage=Dense("F32")))
+    return Component(
+        key="router", title="Router", kind="learned", code=code, description=_describe(o), inputs=(x,),
+        outputs=(Port("G", ctx.tokens(experts), "gates"),), equations=tuple(steps[-2:]), steps=tuple(steps),
+        tensors=tuple(tensors), citations=citations,
+        notes=("The correction bias b shifts which experts are selected but not the gate values G.",)
+        if o.correction_bias else (), program="router", options=o,
+    )
+
+
+def _describe(o: RouterOptions) -> str:
+    if o.softmax_after_topk:
+        return (f"Score all {o.experts} experts, keep the {o.k} highest logits per token, and weight them by a "
+                "softmax over those logits.")
+    groups = f", restricted to the best {o.topk_group} of {o.n_group} expert groups" if o.n_group > 1 else ""
+    if o.scoring == "sigmoid":
+        by = "score plus a correction bias" if o.correction_bias else "score"
+        weight = (f"their normalised scores × {fmt_num(o.scaling)}" if o.norm_topk_prob else
+                  f"their scores × {fmt_num(o.scaling)}")
+        return f"Score all {o.experts} experts with sigmoid affinities, pick {o.k} by {by}{groups}, and weight them by {weight}."
+    renorm = "renormalised over the selected experts" if o.norm_topk_prob else "as they are (not renormalised)"
+    return f"Score all {o.experts} experts with a softmax, pick the top {o.k} per token, and weight them by their probabilities, {renorm}."
+
+
+def route(run: Run, o: RouterOptions, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Gates G [B, T, E] (zero for unselected experts) and the selected indices [B, T, k]; run is the router's."""
+    z = F.linear(x.float(), run.w("weight").float(), run.w("bias").float() if o.router_bias else None)
+    run.rec("logits", z)
+    if o.softmax_after_topk:
+        top = z.topk(o.k, dim=-1)
+        run.rec("select", torch.zeros_like(z).scatter(-1, top.indices, 1.0))
+        gates = torch.zeros_like(z).scatter(-1, top.indices, F.softmax(top.values, dim=-1))
+        return run.rec("gates", gates), top.indices
+    s = run.rec("scores", torch.sigmoid(z) if o.scoring == "sigmoid" else F.softmax(z, dim=-1))
+    choice = s + run.w("e_score_correction_bias") if o.correction_bias else s  # the bias steers selection only
+    if o.n_group > 1:
+        per_group = choice.view(*choice.shape[:-1], o.n_group, -1)
+        group_scores = per_group.topk(2, dim=-1).values.sum(-1)
+        keep = torch.zeros_like(group_scores).scatter(-1, group_scores.topk(o.topk_group, dim=-1).indices, 1.0)
+        run.rec("groups", keep)
+        mask = keep[..., None].expand(per_group.shape).reshape(choice.shape)
+        choice = choice.masked_fill(mask == 0, float("-inf"))
+    picked = choice.topk(o.k, dim=-1).indices
+    selected = run.rec("select", torch.zeros_like(s).scatter(-1, picked, 1.0))
+    weighted = s * selected
+    if o.norm_topk_prob:
+        weighted = weighted / (weighted.sum(-1, keepdim=True) + 1e-20)
+    return run.rec("gates", o.scaling * weighted), picked
+
+
+@program("router")
+def run_router(comp: Component, run: Run, x: torch.Tensor) -> list[torch.Tensor]:
+    return [route(run, options(comp, RouterOptions), x)[0]]
+
+
+class RoutingMismatch(Exception):
+    """The router selected different experts from the reference: not a number to compare."""
+
+
+@reference_call("router")
+def call_router(comp: Component, ref, model, inputs, run: Run, ours: torch.Tensor):
+    """The reference router returns (logits, weights of the k selected, their indices)."""
+    (x,) = inputs
+    out = ref(x)
+    their_weights, their_idx = out[-2], out[-1]
+    ours_sel = run.recorded["select"].reshape(-1, run.recorded["select"].shape[-1])
+    their_sel = torch.zeros_like(ours_sel).scatter(-1, their_idx.reshape(ours_sel.shape[0], -1), 1.0)
+    if not torch.equal(ours_sel, their_sel):
+        raise RoutingMismatch(f"step 'select' selects different experts from transformers' {type(ref).__name__}")
+    gates = torch.zeros_like(ours_sel).scatter(-1, their_idx.reshape(ours_sel.shape[0], -1),
+                                               their_weights.reshape(ours_sel.shape[0], -1).float())
+    k = their_idx.shape[-1]
+    return ours.reshape(gates.shape), gates, f"same {k} of {ours_sel.shape[1]} experts selected for all {ours_sel.shape[0]} tokens"
+
+
+# ----------------------------------------------------------------------------------------------- the MoE
+
+@dataclass(frozen=True, slots=True)
+class MoEOptions:
+    act: Activation
+    shared: bool
+
+
+def routed_experts(ctx: Ctx, *, prefix: str, ranges: tuple[IndexRange, ...], x: Port, experts: int, k: int,
+                   code: str, citations: tuple[Citation, ...], names: tuple[str, str, str] = (
+                       "gate_proj", "up_proj", "down_proj"), act: Activation = "silu") -> Component:
+    """One routed SwiGLU expert of width moe_intermediate_size, repeated `experts` times, stored per expert."""
+    expert_ranges = ranges + (IndexRange("expert", tuple(range(experts))),)
+    e = gated_mlp(ctx, "expert", "Routed expert", "Routed expert", prefix=prefix + "{expert}.", ranges=expert_ranges,
+                  d_ff=ctx.sym("moe_intermediate_size"), ff_dim=ctx.dim("moe_intermediate_size"), x=x,
+                  y=Port("E_i", x.shape, "expert_out"), names=names, act=act,
+                  description=f"One of {experts} SwiGLU experts of width {ctx.size('moe_intermediate_size'):,}; each "
+                              f"token runs {k} of them.", code=code, citations=citations)
+    return replace(e, repeat=experts, repeat_label="routed experts", repeat_formula="n_routed_experts",
+                   row_label="Routed experts")
+
+
+def shared_expert(ctx: Ctx, *, prefix: str, ranges: tuple[IndexRange, ...], x: Port, d_shared: sympy.Expr,
+                  code: str, citations: tuple[Citation, ...]) -> Component:
+    width = ctx.size(d_shared)
+    return gated_mlp(ctx, "shared", "Shared expert", "Shared expert", prefix=prefix, ranges=ranges, d_ff=d_shared,
+                     ff_dim=Dim("d_shared", width), x=x, y=Port(r"y^{\mathrm{shared}}", x.shape, "shared_out"),
+                     description=f"A SwiGLU MLP of width {width:,} that every token runs.", code=code,
+                     citations=citations)
+
+
+def moe(ctx: Ctx, *, x: Port, y_latex: str, router_c: Component, expert: Component, shared: Component | None,
+        code: str, citations: tuple[Citation, ...]) -> Component:
+    """Route each token to k experts and sum their gated outputs (plus the shared experts')."""
+    E, kk = expert.repeat, options(router_c, RouterOptions).k
+    steps = [*router_c.steps, *prefixed(expert.steps, "expert-"),
+             Step(rf"y^{{\mathrm{{routed}}}}=\sum_{{i=1}}^{{{E}}}G_i\,E_i", x.shape, "routed-sum")]
+    if shared is not None:
+        steps += [*prefixed(shared.steps, "shared-"),
+                  Step(rf"{y_latex}=y^{{\mathrm{{routed}}}}+y^{{\mathrm{{shared}}}}", x.shape, "moe-out")]
+    else:
+        steps.append(Step(rf"{y_latex}=y^{{\mathrm{{routed}}}}", x.shape, "moe-out"))
+    n_shared = " and add one shared expert" if shared is not None else ""
+    return Component(
+        key="moe", title="Mixture of experts", crumb="Mixture of experts", kind="learned", code=code,
+        description=f"Route each token to {kk} of {E} experts{n_shared}.",
+        inputs=(x,), outputs=(Port(y_latex, x.shape, "delta_ffn"),),
+        equations=tuple(s for s in steps if s.name in ("routed-sum", "moe-out")), steps=tuple(steps),
+        children=(router_c, expert) + ((shared,) if shared is not None else ()), citations=citations, program="moe",
+        options=MoEOptions(options(expert, type(expert.options)).act, shared is not None),
+    )
+
+
+@program("moe")
+def run_moe(comp: Component, run: Run, x: torch.Tensor) -> list[torch.Tensor]:
+    o = options(comp, MoEOptions)
+    router_c, expert = comp.child("router"), comp.child("expert")
+    G, _ = route(run.child(relative_module(comp, router_c)), options(router_c, RouterOptions), x)
+    stacked = relative_module(comp, expert).replace("{expert}.", "")
+    W1, W3, W2 = (run.w(f"{stacked}{c.key}.weight") for c in expert.children)       # [E, ...]
+    ex = run.child(prefix="expert-")
+    g = torch.einsum("btd,eid->ebti", x, W1)
+    u = torch.einsum("btd,eid->ebti", x, W3)
+    ex.rec(expert.children[0].key, g[0]), ex.rec(expert.children[1].key, u[0])
+    a = activation(g, o.act)
+    h = a * u
+    ex.rec("silu" if o.act == "silu" else "gelu", a[0]), ex.rec("product", h[0])
+    E_out = torch.einsum("ebti,edi->ebtd", h, W2)                                       # [E, B, T, d]
+    ex.rec(expert.children[2].key, E_out[0])
+    y = run.rec("routed-sum", torch.einsum("bte,ebtd->btd", G.to(E_out.dtype), E_out))
+    if o.shared:
+        y = y + run_child(comp, "shared", run, x, prefix="shared-")
+    return [run.rec("moe-out", y)]

@@ -1,0 +1,77 @@
+"""Normalisation layers: RMSNorm (gain w, or Gemma's 1 + w) and LayerNorm with a bias."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+import torch
+import torch.nn.functional as F
+
+from ..spec.types import Citation, Component, IndexRange, Port, Step
+from .base import Ctx, Run, fmt_eps, options, program
+
+Gain = Literal["w", "1+w"]
+
+
+@dataclass(frozen=True, slots=True)
+class NormOptions:
+    kind: Literal["rms", "layer"]
+    eps: float
+    gain: Gain = "w"
+    """RMSNorm's learned gain: multiply by w, or by (1 + w) as Gemma stores it (zero-initialised)."""
+
+
+def rmsnorm(ctx: Ctx, key: str, title: str, *, weight: str, ranges: tuple[IndexRange, ...], size: str, x: Port,
+            y: Port, code: str, eps: float, gain: Gain = "w", citations: tuple[Citation, ...] = ()) -> Component:
+    """RMSNorm over the last dimension with a learned per-feature gain."""
+    g = r"\gamma" if gain == "w" else r"(1+\gamma)"
+    detail = (rf"{y.latex}=\frac{{{x.latex}}}{{\sqrt{{\operatorname{{mean}}(({x.latex})^2)+{fmt_eps(eps)}}}}}"
+              rf"\odot {g}")
+    gain_text = "a learned gain" if gain == "w" else "one plus a learned gain (stored as the offset from 1)"
+    return Component(
+        key=key, title=title, kind="learned", code=code,
+        description=f"Scale each {ctx.size(size):,}-feature vector to unit root mean square, then by {gain_text}.",
+        inputs=(x,), outputs=(y,),
+        equations=(Step(rf"{y.latex}=\operatorname{{RMSNorm}}({x.latex})", y.shape, key),),
+        steps=(Step(detail, y.shape, key),),
+        tensors=(ctx.tensor(weight, ranges, (ctx.sym(size),)),),
+        citations=citations or ctx.citations("rmsnorm", (ctx.reference.cite(
+            "RMSNorm divides by the root mean square over the last dimension (plus eps) and multiplies by a "
+            "learned weight of that length.", "RMSNorm"),)),
+        program="norm", options=NormOptions("rms", eps, gain),
+    )
+
+
+def layernorm(ctx: Ctx, key: str, title: str, *, weight: str, ranges: tuple[IndexRange, ...], size: str, x: Port,
+              y: Port, code: str, eps: float, citations: tuple[Citation, ...] = ()) -> Component:
+    """LayerNorm: subtract the mean, divide by the standard deviation, scale by w and add b."""
+    detail = (rf"{y.latex}=\frac{{{x.latex}-\mu}}{{\sqrt{{\sigma^2+{fmt_eps(eps)}}}}}\odot\gamma+\beta,\quad "
+              rf"\mu=\operatorname{{mean}}({x.latex}),\ \sigma^2=\operatorname{{var}}({x.latex})")
+    return Component(
+        key=key, title=title, kind="learned", code=code,
+        description=f"Centre and scale each {ctx.size(size):,}-feature vector, then apply a learned gain and bias.",
+        inputs=(x,), outputs=(y,),
+        equations=(Step(rf"{y.latex}=\operatorname{{LayerNorm}}({x.latex})", y.shape, key),),
+        steps=(Step(detail, y.shape, key),),
+        tensors=(ctx.tensor(weight, ranges, (ctx.sym(size),)),
+                 ctx.tensor(weight.removesuffix(".weight") + ".bias", ranges, (ctx.sym(size),))),
+        citations=citations, program="norm", options=NormOptions("layer", eps),
+    )
+
+
+def apply_norm(run: Run, name: str, x: torch.Tensor, opts: NormOptions, module: str) -> torch.Tensor:
+    """The norm whose weights are `module`weight (and bias); records the result as step `name`."""
+    w = run.w(module + "weight")
+    if opts.kind == "layer":
+        return run.rec(name, F.layer_norm(x, (x.shape[-1],), w, run.w(module + "bias"), opts.eps))
+    xf = x.float()
+    y = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + opts.eps)
+    if opts.gain == "1+w":
+        return run.rec(name, (y * (1.0 + w.float())).to(x.dtype))
+    return run.rec(name, w * y.to(x.dtype))
+
+
+@program("norm")
+def run_norm(comp: Component, run: Run, x: torch.Tensor) -> list[torch.Tensor]:
+    return [apply_norm(run, comp.steps[0].name, x, options(comp, NormOptions), "")]

@@ -1,0 +1,235 @@
+"""Rotary position embedding: inverse frequencies (default, linear, dynamic, Llama 3, YaRN), the angles R_t of
+every position, and the rotation of feature pairs (adjacent pairs, or the two halves of the rotary features).
+
+References: RoFormer (arXiv:2104.09864); YaRN (arXiv:2309.00071); the Llama 3 herd of models report
+(arXiv:2407.21783) for the wavelength-dependent scaling; transformers' modeling_rope_utils.py for how each
+variant is computed in the reference.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Literal
+
+import torch
+
+from ..spec.storage import Dense
+from ..spec.types import Citation, Component, Dim, IndexRange, Port, Shape, Step, TensorSpec
+from .base import Ctx, Run, T, ctx_colour, fmt_num, options, program, reference_call
+
+RopeKind = Literal["default", "linear", "dynamic", "llama3", "yarn"]
+Pairing = Literal["interleaved", "half"]
+ROPE_UTILS_FILE = "modeling_rope_utils.py"
+
+
+@dataclass(frozen=True, slots=True)
+class RopeOptions:
+    kind: RopeKind
+    theta: float
+    dim: int
+    """Rotary features per head (even)."""
+    pairing: Pairing = "half"
+    """Which features rotate together: (x_2j, x_2j+1), or (x_j, x_j+d/2) as rotate_half does."""
+    factor: float = 1.0
+    original_max_position_embeddings: int = 0
+    beta_fast: float = 32.0
+    beta_slow: float = 1.0
+    mscale: float = 1.0
+    mscale_all_dim: float = 0.0
+    low_freq_factor: float = 1.0
+    high_freq_factor: float = 4.0
+
+    @property
+    def pairs(self) -> int:
+        return self.dim // 2
+
+
+# ------------------------------------------------------------------------------------------- the numbers
+
+def yarn_bounds(o: RopeOptions) -> tuple[int, float]:
+    """The ramp's correction dimensions j_low, j_high (pairs below j_low keep θ_j, above j_high are divided)."""
+    def correction_dim(rotations: float) -> float:
+        return o.dim * math.log(o.original_max_position_embeddings / (rotations * 2 * math.pi)) / (2 * math.log(o.theta))
+
+    low = max(math.floor(correction_dim(o.beta_fast)), 0)
+    high: float = min(math.ceil(correction_dim(o.beta_slow)), o.dim - 1)
+    return low, high + 0.001 if low == high else high  # as the reference does, to avoid dividing by zero
+
+
+def yarn_mscale(factor: float, m: float) -> float:
+    return 0.1 * m * math.log(factor) + 1.0 if factor > 1 else 1.0
+
+
+def attention_factor(o: RopeOptions) -> float:
+    """YaRN scales cos and sin by mscale(factor, mscale) / mscale(factor, mscale_all_dim); others by 1."""
+    if o.kind != "yarn":
+        return 1.0
+    if o.mscale_all_dim:
+        return yarn_mscale(o.factor, o.mscale) / yarn_mscale(o.factor, o.mscale_all_dim)
+    return yarn_mscale(o.factor, 1.0)
+
+
+def inverse_frequencies(run: Run, o: RopeOptions, device: torch.device) -> torch.Tensor:
+    """ω_j for each rotary pair, recording θ_j (and YaRN's ramp γ_j)."""
+    theta = run.rec("theta", 1.0 / (o.theta ** (torch.arange(0, o.dim, 2, device=device).float() / o.dim)))
+    if o.kind == "linear":
+        return run.rec("inv-freq", theta / o.factor)
+    if o.kind == "yarn":
+        low, high = yarn_bounds(o)
+        ramp = run.rec("ramp", torch.clamp((torch.arange(o.pairs, device=device).float() - low) / (high - low), 0, 1))
+        return run.rec("inv-freq", ramp * theta / o.factor + (1 - ramp) * theta)
+    if o.kind == "llama3":
+        return run.rec("inv-freq", _llama3(theta, o))
+    return run.rec("inv-freq", theta)  # default, and dynamic within its original context
+
+
+def _llama3(theta: torch.Tensor, o: RopeOptions) -> torch.Tensor:
+    wavelength = 2 * math.pi / theta
+    context = o.original_max_position_embeddings
+    blend = (context / wavelength - o.low_freq_factor) / (o.high_freq_factor - o.low_freq_factor)
+    blended = (1 - blend) * theta / o.factor + blend * theta
+    long = wavelength > context / o.low_freq_factor
+    short = wavelength < context / o.high_freq_factor
+    return torch.where(long, theta / o.factor, torch.where(short, theta, blended))
+
+
+def rotary_angles(run: Run, o: RopeOptions, positions: torch.Tensor) -> torch.Tensor:
+    """R_t: the angle t·ω_j of every position and rotary pair, [T, pairs]."""
+    omega = inverse_frequencies(run, o, positions.device)
+    return run.rec("angles", positions.float()[:, None] * omega[None, :])
+
+
+def rotate(x: torch.Tensor, angles: torch.Tensor, o: RopeOptions) -> torch.Tensor:
+    """Rotate each pair by its angle, with cos and sin scaled by the variant's attention factor.
+
+    Adjacent pairs come out as rotated evens then odds, as the reference's interleaved variant lays them out (q and
+    k share the layout, so q·k is unchanged). angles: [T, pairs]; x: [T, d], [B, T, d] or [B, T, H, d].
+    """
+    factor = attention_factor(o)
+    cos, sin = (angles.cos() * factor).to(x.dtype), (angles.sin() * factor).to(x.dtype)
+    if x.dim() == 3:
+        cos, sin = cos[None], sin[None]
+    elif x.dim() == 4:
+        cos, sin = cos[None, :, None], sin[None, :, None]
+    if o.pairing == "interleaved":
+        x1, x2 = x[..., 0::2], x[..., 1::2]
+    else:
+        x1, x2 = x[..., :o.pairs], x[..., o.pairs:]
+    return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1)
+
+
+# ------------------------------------------------------------------------------------------------- spec
+
+TITLES = {"default": "Rotary position embedding", "linear": "Rotary position embedding (linear scaling)",
+          "dynamic": "Rotary position embedding (dynamic NTK scaling)",
+          "llama3": "Rotary position embedding (Llama 3 scaling)", "yarn": "YaRN rotary position embedding"}
+
+
+def rope(ctx: Ctx, o: RopeOptions, *, code: str, prefix: str = "", ranges: tuple[IndexRange, ...] = (),
+         buffer: bool = False, citations: tuple[Citation, ...] = (), key: str = "rope") -> Component:
+    """The rotary angles a block's attention uses; `buffer`: a checkpoint may store inv_freq under `prefix`."""
+    pairs = Dim("pairs", o.pairs)
+    angles = Port(ctx_colour("R"), Shape((T, pairs)), "R")
+    steps = (Step(rf"\theta_j={fmt_num(o.theta)}^{{-2j/{o.dim}}},\quad j=0,\dots,{o.pairs - 1}", Shape((pairs,)),
+                  "theta"),
+             *_frequency_steps(o, pairs),
+             Step(rf"{ctx_colour('R_t')}=\left(\cos t\omega_j,\ \sin t\omega_j\right)_{{j}}", angles.shape, "angles"),
+             Step(_rotation_latex(o), Shape((T, Dim("d_rope", o.dim))), "rotate"))
+    tensors = (TensorSpec(prefix + "rotary_emb.inv_freq", None, ranges, role="buffer", optional=True,
+                          storage=Dense(ctx.dtype)),) if buffer else ()
+    return Component(
+        key=key, title=TITLES[o.kind], kind="computed", code=code, description=_description(o),
+        inputs=(Port("t", Shape((T,)), "positions"),), outputs=(angles,),
+        equations=tuple(s for s in steps if s.name in ("inv-freq", "angles")), steps=steps, tensors=tensors,
+        extras=_extras(o), citations=citations + (Citation(
+            "transformers computes the inverse frequencies of each rotary variant in its rope utilities.",
+            "transformers", _ROPE_FUNCTIONS[o.kind], ROPE_UTILS_FILE),),
+        row_label="Rotary embedding (computed)", program="rope", options=o, reference="model.rotary_emb",
+    )
+
+
+_ROPE_FUNCTIONS = {"default": "_compute_default_rope_parameters", "linear": "_compute_linear_scaling_rope_parameters",
+                   "dynamic": "_compute_dynamic_ntk_parameters", "llama3": "_compute_llama3_parameters",
+                   "yarn": "_compute_yarn_parameters"}
+
+
+def _frequency_steps(o: RopeOptions, pairs: Dim) -> tuple[Step, ...]:
+    shape = Shape((pairs,))
+    if o.kind == "yarn":
+        low, high = yarn_bounds(o)
+        return (Step(rf"\gamma_j=\operatorname{{clamp}}\!\left(\frac{{j-j_{{\mathrm{{low}}}}}}{{j_{{\mathrm{{high}}}}"
+                     rf"-j_{{\mathrm{{low}}}}}},0,1\right),\quad j_{{\mathrm{{low}}}}={low},\ "
+                     rf"j_{{\mathrm{{high}}}}={fmt_num(high)}", shape, "ramp"),
+                Step(rf"\omega_j=\gamma_j\,\frac{{\theta_j}}{{{fmt_num(o.factor)}}}+(1-\gamma_j)\,\theta_j", shape,
+                     "inv-freq"))
+    if o.kind == "linear":
+        return (Step(rf"\omega_j=\theta_j/{fmt_num(o.factor)}", shape, "inv-freq"),)
+    if o.kind == "llama3":
+        n = o.original_max_position_embeddings
+        return (Step(rf"\omega_j=\begin{{cases}}\theta_j & \lambda_j<{n}/{fmt_num(o.high_freq_factor)}\\ "
+                     rf"\theta_j/{fmt_num(o.factor)} & \lambda_j>{n}/{fmt_num(o.low_freq_factor)}\\ "
+                     rf"(1-\gamma_j)\,\theta_j/{fmt_num(o.factor)}+\gamma_j\,\theta_j & \text{{otherwise}}\end{{cases}},"
+                     rf"\quad \lambda_j=\frac{{2\pi}}{{\theta_j}},\ \gamma_j=\frac{{{n}/\lambda_j-"
+                     rf"{fmt_num(o.low_freq_factor)}}}{{{fmt_num(o.high_freq_factor)}-{fmt_num(o.low_freq_factor)}}}",
+                     shape, "inv-freq"),)
+    return (Step(r"\omega_j=\theta_j", shape, "inv-freq"),)
+
+
+def _rotation_latex(o: RopeOptions) -> str:
+    first, second = (r"x_{2j}", r"x_{2j+1}") if o.pairing == "interleaved" else ("x_{j}", rf"x_{{j+{o.pairs}}}")
+    return (r"\operatorname{RoPE}(x,R_t)_{j}=\begin{pmatrix}\cos t\omega_j & -\sin t\omega_j\\ \sin t\omega_j"
+            rf" & \cos t\omega_j\end{{pmatrix}}\begin{{pmatrix}}{first}\\ {second}\end{{pmatrix}}")
+
+
+def _description(o: RopeOptions) -> str:
+    pairs = "adjacent pairs" if o.pairing == "interleaved" else "pairs (feature j with feature j + d/2)"
+    base = f"Rotate each of the {o.pairs} {pairs} of rotary features by a position-dependent angle"
+    if o.kind == "yarn":
+        return (f"Rotate each of the {o.pairs} pairs of rotary features by a position-dependent angle, with YaRN "
+                f"stretching long wavelengths {fmt_num(o.factor)}× for a "
+                f"{o.original_max_position_embeddings * o.factor:,.0f}-position context.")
+    if o.kind == "llama3":
+        return (f"{base}; long wavelengths are stretched {fmt_num(o.factor)}×, short ones kept, and those between "
+                f"blended, extending a {o.original_max_position_embeddings:,}-position context.")
+    if o.kind == "linear":
+        return f"{base}; every frequency is divided by {fmt_num(o.factor)} (positions interpolated)."
+    if o.kind == "dynamic":
+        return (f"{base}; beyond {o.original_max_position_embeddings:,} positions the base grows with the sequence "
+                "(dynamic NTK); within it the angles are the default ones shown here.")
+    return base + "."
+
+
+def _extras(o: RopeOptions) -> tuple[tuple[str, str], ...]:
+    out = [("base θ", fmt_num(o.theta))]
+    if o.kind != "default":
+        out.append(("scaling factor", fmt_num(o.factor)))
+    if o.kind == "yarn":
+        out.append(("beta_fast / beta_slow", f"{fmt_num(o.beta_fast)} / {fmt_num(o.beta_slow)}"))
+    if o.kind == "llama3":
+        out.append(("low / high frequency factor", f"{fmt_num(o.low_freq_factor)} / {fmt_num(o.high_freq_factor)}"))
+    if o.kind in ("yarn", "llama3", "dynamic"):
+        out.append(("original context", f"{o.original_max_position_embeddings:,}"))
+    return tuple(out)
+
+
+# -------------------------------------------------------------------------------------- program, check
+
+@program("rope")
+def run_rope(comp: Component, run: Run, positions: torch.Tensor) -> list[torch.Tensor]:
+    o = options(comp, RopeOptions)
+    angles = rotary_angles(run, o, positions)
+    run.rec("rotate", rotate(torch.zeros(positions.shape[0], o.dim, device=positions.device), angles, o))
+    return [angles]
+
+
+@reference_call("rope")
+def call_rope(comp: Component, ref, model, inputs, run: Run, ours: torch.Tensor):
+    """The reference's rotary module returns cos and sin over both halves, already scaled by its factor."""
+    o = options(comp, RopeOptions)
+    (positions,) = inputs
+    cos, sin = ref(torch.zeros(1, positions.shape[0], 1), positions[None])
+    factor = attention_factor(o)
+    theirs = torch.cat([cos[0, :, :o.pairs], sin[0, :, :o.pairs]], dim=-1)
+    return (torch.cat([ours.cos() * factor, ours.sin() * factor], dim=-1), theirs,
+            f"cos and sin of {positions.shape[0]} × {o.pairs} angles")

@@ -1,0 +1,35 @@
+"""Model families: each composes library components into a model's tree and binds its reference implementation."""
+
+from __future__ import annotations
+
+from ..content import ModelContent
+from ..errors import ContentError, did_you_mean
+from ..spec.types import ModelSpec
+from .base import Family
+from .deepseek_v3 import FAMILY as DEEPSEEK_V3
+
+FAMILIES: dict[str, Family] = {f.name: f for f in (DEEPSEEK_V3,)}
+"""Family name (content's model.family) -> family."""
+
+
+def family_for(config: dict, where: str) -> Family:
+    """The family that reads a config.json, from its model_type (or architectures)."""
+    model_type = config.get("model_type", "")
+    for family in FAMILIES.values():
+        if model_type in family.model_types:
+            return family
+    for family in FAMILIES.values():
+        if any(a == family.reference.model_class for a in config.get("architectures", ())):
+            return family
+    known = sorted(t for f in FAMILIES.values() for t in f.model_types)
+    raise ContentError([f"{where}: key 'model_type': unknown model type {model_type!r}{did_you_mean(str(model_type), known)}"
+                        f" (known: {', '.join(known)})"])
+
+
+def load_model_spec(content: ModelContent) -> ModelSpec:
+    """Build the component tree of one model from its content; ContentError on bad config."""
+    family = FAMILIES.get(content.meta.family)
+    if family is None:
+        raise ContentError([f"{content.folder / 'model.toml'}: key 'model.family': unknown family "
+                            f"{content.meta.family!r}{did_you_mean(content.meta.family, FAMILIES)}"])
+    return family.build_spec(content.slug, content.config, f"{content.folder / 'model.toml'}: table 'config'")

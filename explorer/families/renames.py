@@ -1,0 +1,25 @@
+"""Reference state-dict renames shared by families: the reference's tensor names -> the checkpoint's."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+_FUSED = re.compile(r"^(?P<prefix>.*\.experts)\.(?P<kind>gate_up_proj|down_proj)$")
+
+
+def split_fused_experts(state: dict[str, Any]) -> dict[str, Any]:
+    """transformers fuses each layer's routed experts into 3-D tensors (experts.gate_up_proj [E, 2·I, d],
+    experts.down_proj [E, d, I]); split them back into the checkpoint's gate/up/down weights, stacked over
+    experts: experts.gate_proj.weight and experts.up_proj.weight [E, I, d], experts.down_proj.weight [E, d, I]."""
+    out = {}
+    for name, tensor in state.items():
+        match = _FUSED.match(name)
+        if match is None:
+            out[name] = tensor
+        elif match["kind"] == "down_proj":
+            out[f"{match['prefix']}.down_proj.weight"] = tensor
+        else:
+            gate, up = tensor.chunk(2, dim=1)
+            out[f"{match['prefix']}.gate_proj.weight"], out[f"{match['prefix']}.up_proj.weight"] = gate, up
+    return out

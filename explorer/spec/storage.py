@@ -1,0 +1,136 @@
+"""Storage schemes: how one logical weight is laid out in a checkpoint.
+
+A scheme expands a weight (its name and logical shape) into the tensors a checkpoint stores for it, each with
+its dtype, element count and bytes, so the ledger, the pages and the API read the same numbers.
+
+- Dense: the weight itself, in one dtype (BF16, F32, ...).
+- BlockFP8: the weight in FP8 plus one F32 scale per block (DeepSeek-V3's `weight_scale_inv`,
+  quantization_config.weight_block_size).
+- MXFP4: the weight replaced by `_blocks` (two 4-bit values per byte, 32 values per block) and `_scales`
+  (one shared 8-bit exponent per block), as gpt-oss stores its experts (OCP Microscaling Formats spec v1.0).
+- GGUFQuant: llama.cpp's block quantization types (Q4_1, Q8_0, Q4_K, ...), whose tensors keep their element
+  count and take a fixed number of bytes per block of values.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+Role = Literal["parameter", "quant_scale", "buffer"]
+"""parameter: a learned value (packed or not); quant_scale: quantization metadata; buffer: stored non-trained."""
+
+DTYPE_BYTES = {
+    "BOOL": 1, "U8": 1, "I8": 1, "F8_E4M3": 1, "F8_E5M2": 1, "F8_E8M0": 1, "I16": 2, "U16": 2, "F16": 2,
+    "BF16": 2, "I32": 4, "U32": 4, "F32": 4, "I64": 8, "U64": 8, "F64": 8, "C64": 8,
+}
+"""Bytes per element of each safetensors dtype."""
+
+TORCH_DTYPES = {"bfloat16": "BF16", "float16": "F16", "float32": "F32"}
+"""config.json torch_dtype -> safetensors dtype."""
+
+
+@dataclass(frozen=True, slots=True)
+class StoredTensor:
+    """One tensor a checkpoint stores for a logical weight."""
+
+    name: str
+    shape: tuple[int, ...]
+    dtype: str
+    role: Role
+    parameters: int
+    """Logical parameters this tensor carries (0 for scales and buffers)."""
+
+    @property
+    def elements(self) -> int:
+        return _product(self.shape)
+
+
+@dataclass(frozen=True, slots=True)
+class Dense:
+    """Stored as is."""
+
+    dtype: str
+
+    @property
+    def label(self) -> str:
+        return self.dtype
+
+    def expand(self, name: str, shape: tuple[int, ...], role: Role = "parameter") -> tuple[StoredTensor, ...]:
+        return (StoredTensor(name, shape, self.dtype, role, _product(shape) if role == "parameter" else 0),)
+
+
+@dataclass(frozen=True, slots=True)
+class BlockFP8:
+    """FP8 values and one scale per block of `block` (rows × columns), ceiling division at the edges."""
+
+    dtype: str
+    block: tuple[int, ...]
+    scale_dtype: str = "F32"
+    scale_suffix: str = "_scale_inv"
+
+    @property
+    def label(self) -> str:
+        return f"{self.dtype}, one {self.scale_dtype} scale per {' × '.join(map(str, self.block))} block"
+
+    @property
+    def stored_as(self) -> str:
+        """"in FP8 (e4m3) with one scale per 128 × 128 block", as the seed pages say it."""
+        fmt = self.dtype.removeprefix("F8_").lower()
+        return f"in FP8 ({fmt}) with one scale per {' × '.join(map(str, self.block))} block"
+
+    def scale_shape(self, shape: tuple[int, ...]) -> tuple[int, ...]:
+        """[7168, 18432] with 128 × 128 blocks -> [56, 144]."""
+        return tuple(-(-s // b) for s, b in zip(shape, self.block))
+
+    def expand(self, name: str, shape: tuple[int, ...], role: Role = "parameter") -> tuple[StoredTensor, ...]:
+        return (StoredTensor(name, shape, self.dtype, "parameter", _product(shape)),
+                StoredTensor(name + self.scale_suffix, self.scale_shape(shape), self.scale_dtype, "quant_scale", 0))
+
+
+@dataclass(frozen=True, slots=True)
+class MXFP4:
+    """32 E2M1 values per block packed two per byte (U8), one E8M0 exponent per block (U8); the last logical
+    axis is the packed one."""
+
+    block: int = 32
+
+    @property
+    def stored_as(self) -> str:
+        return f"in MXFP4 ({self.block} four-bit values and one shared exponent per block)"
+
+    @property
+    def label(self) -> str:
+        return f"MXFP4: {self.block} four-bit values per block, two per byte, one shared 8-bit exponent per block"
+
+    def expand(self, name: str, shape: tuple[int, ...], role: Role = "parameter") -> tuple[StoredTensor, ...]:
+        *outer, cols = shape
+        groups = -(-cols // self.block)
+        return (StoredTensor(name + "_blocks", (*outer, groups, self.block // 2), "U8", "parameter", _product(shape)),
+                StoredTensor(name + "_scales", (*outer, groups), "U8", "quant_scale", 0))
+
+
+@dataclass(frozen=True, slots=True)
+class GGUFQuant:
+    """A llama.cpp quantization type: `block_size` values in `type_size` bytes; the element count is kept."""
+
+    dtype: str
+    block_size: int
+    type_size: int
+
+    @property
+    def label(self) -> str:
+        return f"GGUF {self.dtype}: {self.block_size} values in {self.type_size} bytes"
+
+    def expand(self, name: str, shape: tuple[int, ...], role: Role = "parameter") -> tuple[StoredTensor, ...]:
+        return (StoredTensor(name, shape, self.dtype, role, _product(shape) if role == "parameter" else 0),)
+
+
+Storage = Dense | BlockFP8 | MXFP4 | GGUFQuant
+
+
+def _product(shape: tuple[int, ...]) -> int:
+    n = 1
+    for s in shape:
+        n *= s
+    return n
