@@ -24,6 +24,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--from-folder", type=Path, help="local checkpoint folder (headers only)")
     parser.add_argument("--from-hub", action="store_true", help="the Hub at the model's pinned revision (headers only)")
     parser.add_argument("--from-listing", type=Path, help="a grouped JSON listing of the checkpoint's tensors")
+    parser.add_argument("--add-model", metavar="SLUG",
+                        help="write content/models/SLUG/ from --config PATH (a config.json), --repo and --revision")
+    parser.add_argument("--config", type=Path, help="with --add-model: the published config.json")
+    parser.add_argument("--repo", help="with --add-model: the Hub repository, OWNER/NAME")
+    parser.add_argument("--revision", help="with --add-model: the pinned commit (40 hex digits)")
+    parser.add_argument("--released", default="", help="with --add-model: release month, YYYY-MM")
     parser.add_argument("--verify-hub", action="store_true",
                         help="fetch each model's config.json at its pinned revision and compare hash and values")
     parser.add_argument("--no-cache", action="store_true",
@@ -35,6 +41,8 @@ def main(argv: list[str] | None = None) -> int:
 
     project = Project(args.content.resolve() if args.content else ROOT)
     try:
+        if args.add_model:
+            return add(project, args)
         if args.record_checkpoint:
             return record(project, args)
         if args.check:
@@ -88,6 +96,19 @@ def verify_hub(project) -> int:
             print(f"  {problem}")
         failed = failed or bool(problems)
     return 1 if failed else 0
+
+
+def add(project, args) -> int:
+    from explorer.add_model import add_model
+
+    missing = [flag for flag, value in (("--config", args.config), ("--repo", args.repo), ("--revision", args.revision))
+               if not value]
+    if missing:
+        print(f"error: --add-model needs {', '.join(missing)}", file=sys.stderr)
+        return 1
+    path = add_model(project.content, args.add_model, args.config, args.repo, args.revision, args.released)
+    print(f"wrote {path}")
+    return 0
 
 
 def record(project, args) -> int:

@@ -42,6 +42,8 @@ class CheckpointRef:
     revision: str
     config_sha256: str
     config_provenance: str
+    config_nulls: tuple[str, ...] = ()
+    """config.json keys published as null (TOML has no null): the family reads them as None."""
     modeling_file: str = ""
     """The checkpoint's own modeling code (empty: it ships none that we cite)."""
     source_lines: dict[str, tuple[int, int]] = dataclasses.field(default_factory=dict)
@@ -169,11 +171,13 @@ def load_model_content(folder: Path) -> ModelContent:
         if not 0 < first <= last:
             problems.append(f"{path}: key 'checkpoint.source_lines.{symbol}': expected first <= last, "
                             f"got [{first}, {last}]")
+    for key in sorted(set(checkpoint.config_nulls if checkpoint else ()) & set(data.get("config", {}))):
+        problems.append(f"{path}: key 'checkpoint.config_nulls': '{key}' is listed as null but has a value in [config]")
     if problems:
         raise ContentError(problems)
     return ModelContent(
         slug=folder.name, folder=folder, meta=meta, checkpoint=checkpoint,
-        config=data["config"], prose=load_prose(folder / "prose"),
+        config={**data["config"], **{k: None for k in checkpoint.config_nulls}}, prose=load_prose(folder / "prose"),
     )
 
 

@@ -233,6 +233,9 @@ def page_href(path: str) -> str:
 
 
 def month(released: str) -> str:
+    """"2025-07" -> "Jul 2025"; an unrecorded release month is said so."""
+    if not released:
+        return "release month not recorded"
     return datetime.date.fromisoformat(released + "-01").strftime("%b %Y")
 
 

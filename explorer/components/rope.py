@@ -142,14 +142,20 @@ def rope(ctx: Ctx, o: RopeOptions, *, code: str, prefix: str = "", ranges: tuple
         key=key, title=TITLES[o.kind], kind="computed", code=code, description=_description(o),
         inputs=(Port("t", Shape((T,)), "positions"),), outputs=(angles,),
         equations=tuple(s for s in steps if s.name in ("inv-freq", "angles")), steps=steps, tensors=tensors,
-        extras=_extras(o), citations=citations + (Citation(
-            "transformers computes the inverse frequencies of each rotary variant in its rope utilities.",
-            "transformers", _ROPE_FUNCTIONS[o.kind], ROPE_UTILS_FILE),),
+        extras=_extras(o), citations=citations + (_reference_citation(ctx, o),),
         row_label="Rotary embedding (computed)", program="rope", options=o, reference="model.rotary_emb",
     )
 
 
-_ROPE_FUNCTIONS = {"default": "_compute_default_rope_parameters", "linear": "_compute_linear_scaling_rope_parameters",
+def _reference_citation(ctx: Ctx, o: RopeOptions) -> Citation:
+    if o.kind == "default":  # the default frequencies live in the family's own rotary module
+        return ctx.reference.cite("transformers computes the default inverse frequencies θ_j in the rotary module.",
+                                  "RotaryEmbedding.compute_default_rope_parameters")
+    return Citation(f"transformers computes the {o.kind} inverse frequencies in its rope utilities.", "transformers",
+                    _ROPE_FUNCTIONS[o.kind], ROPE_UTILS_FILE)
+
+
+_ROPE_FUNCTIONS = {"linear": "_compute_linear_scaling_rope_parameters",
                    "dynamic": "_compute_dynamic_ntk_parameters", "llama3": "_compute_llama3_parameters",
                    "yarn": "_compute_yarn_parameters"}
 

@@ -148,6 +148,8 @@ class DeepseekV3(Family):
             (0 <= c.first_k_dense_replace <= c.num_hidden_layers, "first_k_dense_replace",
              f"must be in 0..num_hidden_layers ({c.num_hidden_layers}), got {c.first_k_dense_replace}"),
             (c.moe_layer_freq >= 1, "moe_layer_freq", f"must be >= 1, got {c.moe_layer_freq}"),
+            (c.n_shared_experts >= 1, "n_shared_experts", "must be >= 1: the reference always builds the shared "
+             f"experts (width moe_intermediate_size × n_shared_experts), got {c.n_shared_experts}"),
             (c.num_attention_heads % c.num_key_value_heads == 0, "num_key_value_heads",
              f"must divide num_attention_heads ({c.num_attention_heads}), got {c.num_key_value_heads}"),
             (c.qk_rope_head_dim % 2 == 0, "qk_rope_head_dim", f"must be even (rotary pairs), got {c.qk_rope_head_dim}"),
@@ -171,7 +173,9 @@ class DeepseekV3(Family):
                                   "multiplies by a learned weight of that length.", "DeepseekV3RMSNorm"),
                       REFERENCE.cite("The same RMSNorm in the transformers implementation.", "RMSNorm"))})
         L = c.num_hidden_layers
-        moe_layers = tuple(i for i in range(L) if i >= c.first_k_dense_replace and i % c.moe_layer_freq == 0)
+        # The reference makes every layer from first_k_dense_replace on MoE; it does not read moe_layer_freq
+        # (modeling_deepseek_v3.py), so neither do we: a checkpoint's layout is what its loader builds.
+        moe_layers = tuple(i for i in range(L) if i >= c.first_k_dense_replace)
         dense_layers = tuple(i for i in range(L) if i not in moe_layers)
         blocks = []
         if dense_layers:
@@ -277,7 +281,7 @@ class DeepseekV3(Family):
                                code="DeepseekV3MLP(config, intermediate_size=moe_intermediate_size * n_shared_experts)",
                                citations=(_checkpoint("The shared experts are one SwiGLU MLP of width "
                                                       "moe_intermediate_size × n_shared_experts, added to the routed "
-                                                      "output.", "DeepseekV3MoE.__init__"),)) if c.n_shared_experts else None
+                                                      "output.", "DeepseekV3MoE.__init__"),))
         return moe(ctx, x=x, y_latex=y_latex, router_c=gate, expert=experts, shared=shared, code="DeepseekV3MoE(config)",
                    citations=(_checkpoint("The MoE layer sums the gated outputs of the selected routed experts and adds "
                                           "the shared experts' output.", "DeepseekV3MoE.forward"),
@@ -304,7 +308,7 @@ class DeepseekV3(Family):
                 "num_attention_heads": 4, "num_key_value_heads": 4, "q_lora_rank": 48 if c.q_lora_rank else None,
                 "kv_lora_rank": 32, "qk_nope_head_dim": 16, "qk_rope_head_dim": 8, "v_head_dim": 16,
                 "n_group": n_group, "topk_group": topk_group, "num_experts_per_tok": k,
-                "n_routed_experts": n_group * per_group, "n_shared_experts": min(c.n_shared_experts, 1),
+                "n_routed_experts": n_group * per_group, "n_shared_experts": 1,
                 "num_nextn_predict_layers": min(c.num_nextn_predict_layers, 1),
                 "max_position_embeddings": int(64 * factor), "bos_token_id": 0, "eos_token_id": 1,
                 "rope_scaling": rope_scaling}

@@ -1,0 +1,118 @@
+"""Write content/models/SLUG/ from a published config.json: `build.py --add-model SLUG --config PATH --repo OWNER/NAME
+--revision SHA`. The family comes from the config's model_type (or architectures); the config is validated by
+the family before anything is written; keys published as null are listed in `checkpoint.config_nulls` (TOML has
+no null), and the config's sha256 is recorded so that its bytes can be verified later.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import re
+from pathlib import Path
+from typing import Any
+
+from .content import MODEL_FILE
+from .errors import ContentError
+from .families import family_for
+
+SLUG = re.compile(r"^[a-z0-9][a-z0-9.\-]{0,63}$")
+REVISION = re.compile(r"^[0-9a-f]{40}$")
+REPO = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]*/[A-Za-z0-9][A-Za-z0-9_.\-]*$")
+
+
+def read_config_json(path: Path) -> tuple[dict[str, Any], str]:
+    """The config's keys (duplicate keys refused) and the sha256 of its bytes."""
+    try:
+        data = path.read_bytes()
+    except OSError as e:
+        raise ContentError([f"{path}: cannot read ({e.strerror})"]) from None
+
+    def no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+        keys = [k for k, _ in pairs]
+        dupes = sorted({k for k in keys if keys.count(k) > 1})
+        if dupes:
+            raise ContentError([f"{path}: key '{dupes[0]}': appears more than once"])
+        return dict(pairs)
+
+    try:
+        config = json.loads(data.decode("utf-8"), object_pairs_hook=no_duplicates)
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as e:
+        raise ContentError([f"{path}: not a JSON config ({type(e).__name__}: {e})"]) from None
+    if not isinstance(config, dict):
+        raise ContentError([f"{path}: expected a JSON object"])
+    return config, hashlib.sha256(data).hexdigest()
+
+
+def add_model(content_dir: Path, slug: str, config_path: Path, repo: str, revision: str, released: str = "") -> Path:
+    """Validate everything, then write content/models/SLUG/model.toml; ContentError lists every problem."""
+    problems = []
+    if not SLUG.match(slug):
+        problems.append(f"--add-model: slug {slug!r}: use lowercase letters, digits, '.' and '-' (a name, not a path)")
+    if not REPO.match(repo):
+        problems.append(f"--repo: {repo!r}: expected OWNER/NAME")
+    if not REVISION.match(revision):
+        problems.append(f"--revision: {revision!r}: expected a 40-hex-digit commit")
+    if released and not re.match(r"^\d{4}-(0[1-9]|1[0-2])$", released):
+        problems.append(f"--released: {released!r}: expected YYYY-MM")
+    folder = content_dir / "models" / slug
+    if SLUG.match(slug) and folder.exists():
+        problems.append(f"{folder}: already exists (choose another slug or remove it)")
+    if problems:
+        raise ContentError(problems)
+    config, sha256 = read_config_json(config_path)
+    family = family_for(config, str(config_path))
+    nulls = sorted(k for k, v in config.items() if v is None)
+    published = {k: v for k, v in config.items() if v is not None}
+    family.build_spec(slug, {**published, **{k: None for k in nulls}}, str(config_path))  # raises on a bad config
+    text = model_toml(slug, family.name, published, nulls, sha256, repo, revision, released, config_path.name)
+    folder.mkdir(parents=True)
+    tmp = folder / (MODEL_FILE + ".tmp")
+    tmp.write_text(text, encoding="utf-8")
+    tmp.replace(folder / MODEL_FILE)
+    return folder / MODEL_FILE
+
+
+def model_toml(slug: str, family: str, config: dict[str, Any], nulls: list[str], sha256: str, repo: str,
+               revision: str, released: str, source: str) -> str:
+    owner, name = repo.split("/", 1)
+    lines = [f"# {name}: content for explorer, written by `build.py --add-model` from {source}.", "",
+             "[model]", f"name = {toml_value(name)}", f"lab = {toml_value(owner)}", f"released = {toml_value(released)}",
+             f"tagline = {toml_value('')}", f"family = {toml_value(family)}", "",
+             "[checkpoint]", f"repo_id = {toml_value(repo)}", f"revision = {toml_value(revision)}",
+             f"config_sha256 = {toml_value(sha256)}",
+             f"config_provenance = {toml_value(f'{source} as given to --add-model; sha256 of its bytes recorded')}",
+             f"config_nulls = {toml_value(nulls)}", "", "[config]"]
+    tables = {k: v for k, v in sorted(config.items()) if isinstance(v, dict)}
+    lines += [f"{toml_key(k)} = {toml_value(v)}" for k, v in sorted(config.items()) if k not in tables]
+    for key, table in tables.items():
+        lines += ["", f"[config.{toml_key(key)}]"]
+        lines += [f"{toml_key(k)} = {toml_value(v)}" for k, v in sorted(table.items()) if v is not None]
+    return "\n".join(lines) + "\n"
+
+
+def toml_key(key: str) -> str:
+    return key if re.match(r"^[A-Za-z0-9_\-]+$", key) else json.dumps(key)
+
+
+def toml_value(value: Any) -> str:
+    """A TOML literal that reads back as the same value (floats by their shortest round-trip repr)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        if math.isnan(value):
+            return "nan"
+        if math.isinf(value):
+            return "inf" if value > 0 else "-inf"
+        text = repr(value)
+        return text if any(c in text for c in ".en") else text + ".0"
+    if isinstance(value, str):
+        return json.dumps(value, ensure_ascii=False)
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(toml_value(v) for v in value) + "]"
+    if isinstance(value, dict):
+        return "{ " + ", ".join(f"{toml_key(k)} = {toml_value(v)}" for k, v in sorted(value.items())) + " }"
+    raise ContentError([f"value {value!r}: cannot be written as TOML"])

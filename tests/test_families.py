@@ -1,0 +1,135 @@
+"""The family contract: any config the reference accepts builds and agrees with transformers; --add-model writes
+content from a config.json and refuses bad input with one line per problem."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from conftest import DEEPSEEK_TINY
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from explorer.add_model import add_model
+from explorer.content import load_model_content
+from explorer.errors import ContentError
+from explorer.execute import check_equations, tiny_spec
+from explorer.families import FAMILIES, load_model_spec
+from explorer.reconcile import reconcile
+from explorer.reference import reference_index
+
+REVISION = "0123456789abcdef0123456789abcdef01234567"
+DEEPSEEK = FAMILIES["deepseek_v3"]
+
+
+def agrees_with_reference(spec) -> None:
+    """Tensor by tensor on the meta device, then the executed equations at the family's tiny config."""
+    rec = reconcile(spec, reference_index(spec).index, reference=True, skip_owners=DEEPSEEK.reference.not_built)
+    assert rec.balanced, rec.differences(5)
+    check_equations(spec, tiny_spec(spec), DEEPSEEK.reference.not_built)
+
+
+def write_config(tmp_path: Path, config: dict) -> Path:
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config, indent=2))
+    return path
+
+
+def lite_config() -> dict:
+    """A DeepSeek-V2-Lite-style config: queries projected directly (q_lora_rank null), no rope scaling."""
+    config = {**DEEPSEEK_TINY, "model_type": "deepseek_v3", "q_lora_rank": None}
+    del config["rope_scaling"], config["quantization_config"]
+    return config
+
+
+def test_q_lora_rank_null_added_with_add_model_builds_and_agrees(tmp_path):
+    content = tmp_path / "content"
+    toml = add_model(content, "lite", write_config(tmp_path, lite_config()), "org/lite", REVISION)
+    text = toml.read_text()
+    assert 'config_nulls = ["q_lora_rank"]' in text and "rope_scaling" not in text
+    spec = load_model_spec(load_model_content(toml.parent))
+    attn = spec.root.child("blocks").child("moe").child("attn")
+    assert [c.key for c in attn.children][:1] == ["q_proj"] and not attn.has_child("q_a_proj")
+    agrees_with_reference(spec)
+
+
+def test_a_wrong_library_component_fails_the_reference_check(tmp_path):
+    """Deliberately wrong: a spec that gives q_proj the latent's width must not balance against transformers."""
+    import dataclasses
+
+    spec = DEEPSEEK.build_spec("lite", {**lite_config(), "q_lora_rank": None}, "test")
+    bad = dataclasses.replace(spec, values={**spec.values, "num_attention_heads": 2})
+    rec = reconcile(bad, reference_index(spec).index, reference=True, skip_owners=DEEPSEEK.reference.not_built)
+    assert not rec.balanced and any("q_proj.weight" in m.name for m in rec.shape_mismatch)
+
+
+@st.composite
+def deepseek_configs(draw):
+    """Configs inside the reference's accepted space, small enough to build in a test."""
+    n_group = draw(st.sampled_from([1, 2, 4]))
+    per_group = draw(st.integers(2, 4))
+    topk_group = draw(st.integers(1, n_group))
+    k = draw(st.integers(1, topk_group * per_group))
+    layers = draw(st.integers(1, 4))
+    rope = draw(st.sampled_from([None, "yarn", "linear"]))
+    config = {**DEEPSEEK_TINY, "num_hidden_layers": layers, "first_k_dense_replace": draw(st.integers(0, layers)),
+              "moe_layer_freq": draw(st.integers(1, 2)), "n_group": n_group, "topk_group": topk_group,
+              "n_routed_experts": n_group * per_group, "num_experts_per_tok": k,
+              "n_shared_experts": draw(st.integers(1, 2)), "q_lora_rank": draw(st.sampled_from([None, 24])),
+              "num_nextn_predict_layers": draw(st.integers(0, 1)), "norm_topk_prob": draw(st.booleans())}
+    if rope is None:
+        del config["rope_scaling"]
+    elif rope == "linear":
+        config["rope_scaling"] = {"rope_type": "linear", "factor": 2.0}
+    if draw(st.booleans()):
+        del config["quantization_config"]
+    return config
+
+
+@settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(deepseek_configs())
+def test_generated_configs_build_and_agree_with_transformers(config):
+    spec = DEEPSEEK.build_spec("generated", config, "generated")
+    agrees_with_reference(spec)
+
+
+# ------------------------------------------------------------------------------------------ bad --add-model
+
+def test_add_model_unknown_model_type_names_the_key(tmp_path):
+    path = write_config(tmp_path, {**lite_config(), "model_type": "deepseek_v9", "architectures": ["X"]})
+    with pytest.raises(ContentError) as info:
+        add_model(tmp_path / "content", "m", path, "org/m", REVISION)
+    assert info.value.problems[0].startswith(f"{path}: key 'model_type': unknown model type 'deepseek_v9'")
+    assert not (tmp_path / "content").exists()
+
+
+def test_add_model_unknown_key_and_wrong_type_each_get_one_line(tmp_path):
+    path = write_config(tmp_path, {**lite_config(), "hidden_sise": 3, "num_hidden_layers": "four"})
+    with pytest.raises(ContentError) as info:
+        add_model(tmp_path / "content", "m", path, "org/m", REVISION)
+    problems = info.value.problems
+    assert f"{path}: key 'hidden_sise': unknown; did you mean 'hidden_size'?" in problems
+    assert f"{path}: key 'num_hidden_layers': expected an integer, got a string 'four'" in problems
+    assert not (tmp_path / "content").exists()
+
+
+def test_add_model_refuses_an_existing_slug_and_a_path_as_slug(tmp_path):
+    path = write_config(tmp_path, lite_config())
+    add_model(tmp_path / "content", "m", path, "org/m", REVISION)
+    with pytest.raises(ContentError) as info:
+        add_model(tmp_path / "content", "m", path, "org/m", REVISION)
+    assert list(info.value.problems) == [f"{tmp_path / 'content/models/m'}: already exists (choose another slug or remove it)"]
+    with pytest.raises(ContentError) as info:
+        add_model(tmp_path / "content", "../x", path, "org/m", "abc")
+    assert len(info.value.problems) == 2 and "a name, not a path" in info.value.problems[0]
+
+
+def test_add_model_refuses_non_finite_and_out_of_range_values(tmp_path):
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({**lite_config(), "num_key_value_heads": -64}).replace('"rope_theta": 10000.0',
+                                                                                       '"rope_theta": Infinity'))
+    with pytest.raises(ContentError) as info:
+        add_model(tmp_path / "content", "m", path, "org/m", REVISION)
+    assert f"{path}: key 'num_key_value_heads': must be an integer in 1..10,000, got -64" in info.value.problems
+    assert f"{path}: key 'rope_theta': must be a finite number, got inf" in info.value.problems
