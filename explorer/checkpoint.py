@@ -411,6 +411,9 @@ def read_manifest(path: Path) -> CheckpointIndex:
     for g in groups:
         if g is not None and g.dtype not in DTYPE_BYTES and g.dtype not in ggml_blocks():
             problems.append(f"{path}: tensor '{g.name}': key 'dtype': unknown dtype {g.dtype!r}")
+        elif g is not None and g.shape and g.shape[-1] % storage_block(g.dtype)[0]:
+            problems.append(f"{path}: tensor '{g.name}': key 'shape': last dimension {g.shape[-1]} is not a "
+                            f"multiple of {g.dtype}'s block of {storage_block(g.dtype)[0]}")
     if problems:
         raise ContentError(problems)
     tensors: dict[str, TensorInfo] = {}

@@ -18,10 +18,10 @@ from __future__ import annotations
 
 import re
 import struct
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Union
+from typing import TYPE_CHECKING, Any, Union
 
 from .checkpoint import CheckpointIndex, TensorInfo
 from .errors import CheckpointError
@@ -354,19 +354,11 @@ def config_from_header(header: GGUFHeader) -> tuple[Config, dict[str, str]]:
     if arch not in MODEL_TYPES:
         raise CheckpointError(header.source, f"architecture '{arch}' has no config mapping; known: "
                                              f"{', '.join(sorted(MODEL_TYPES))}")
-    config: Config = {"model_type": MODEL_TYPES[arch]}
-    provenance = {"model_type": "general.architecture"}
-    keys = {k: f"{arch}.{v}" for k, v in _REQUIRED_KEYS.items()}
-    for key, gguf_key in {**keys, **{k: f"{arch}.{v}" for k, v in _OPTIONAL_KEYS.items()}, **_TOKEN_KEYS}.items():
-        value = header.metadata.get(gguf_key)
-        if value is None:
-            if key in keys:
-                raise CheckpointError(header.source, f"metadata has no '{gguf_key}' (for {key})")
-            continue
-        config[key], provenance[key] = _config_value(value, gguf_key, header.source), gguf_key
+    config, provenance = _metadata_values(header, arch)
+    config["model_type"], provenance["model_type"] = MODEL_TYPES[arch], "general.architecture"
     if "head_dim" not in config:  # Llama files carry no key_length: transformers' own default, hidden / heads
         config["head_dim"] = int(config["hidden_size"]) // int(config["num_attention_heads"])
-        provenance["head_dim"] = f"{keys['hidden_size']} / {keys['num_attention_heads']}"
+        provenance["head_dim"] = f"{provenance['hidden_size']} / {provenance['num_attention_heads']}"
     tokens = header.metadata.get("tokenizer.ggml.tokens")
     if not isinstance(tokens, tuple):
         raise CheckpointError(header.source, "metadata has no token list 'tokenizer.ggml.tokens' (for vocab_size)")
@@ -376,6 +368,43 @@ def config_from_header(header: GGUFHeader) -> tuple[Config, dict[str, str]]:
     provenance["tie_word_embeddings"] = ("no output.weight tensor: the head reuses token_embd.weight" if tied
                                          else "output.weight tensor stored")
     return dict(sorted(config.items())), dict(sorted(provenance.items()))
+
+
+def _metadata_values(header: GGUFHeader, arch: str) -> tuple[Config, dict[str, str]]:
+    """The values read directly from metadata keys; a missing required key is an error naming it."""
+    required = {k: f"{arch}.{v}" for k, v in _REQUIRED_KEYS.items()}
+    optional = {**{k: f"{arch}.{v}" for k, v in _OPTIONAL_KEYS.items()}, **_TOKEN_KEYS}
+    config: Config = {}
+    provenance: dict[str, str] = {}
+    for key, gguf_key in {**required, **optional}.items():
+        value = header.metadata.get(gguf_key)
+        if value is None and key in required:
+            raise CheckpointError(header.source, f"metadata has no '{gguf_key}' (for {key})")
+        if value is not None:
+            config[key], provenance[key] = _config_value(value, gguf_key, header.source), gguf_key
+    return config, provenance
+
+
+def config_differences(config: Config, provenance: dict[str, str], published: Mapping[str, Any]) -> list[str]:
+    """One line per value from the GGUF metadata that the content config lacks or states differently.
+
+    Floats are compared as the float32 GGUF stores (content's 1e-05 is GGUF's 9.99999974737875e-06).
+    """
+    lines = []
+    for key, value in config.items():
+        if key not in published:
+            lines.append(f"key '{key}': GGUF {provenance[key]} gives {value!r}; the content config lacks it")
+        elif not _same_value(value, published[key]):
+            lines.append(f"key '{key}': GGUF {provenance[key]} gives {value!r}, the content config {published[key]!r}")
+    return lines
+
+
+def _same_value(a: Any, b: Any) -> bool:
+    import numpy as np
+
+    if isinstance(a, float) and isinstance(b, (int, float)) and not isinstance(b, bool):
+        return bool(np.float32(a) == np.float32(b))
+    return type(a) is type(b) and a == b
 
 
 def _config_value(value: Value, key: str, source: str) -> int | float | bool | str:

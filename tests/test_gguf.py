@@ -15,9 +15,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from explorer import gguf as explorer_gguf
-from explorer.checkpoint import TensorInfo, read_manifest
-from explorer.errors import CheckpointError
+from explorer.checkpoint import TensorInfo, parse_header, read_manifest
+from explorer.errors import CheckpointError, ContentError
 from explorer.gguf import (
+    config_differences,
     config_from_header,
     dequantize_layer,
     gguf_config,
@@ -318,6 +319,22 @@ def test_gemma3_config_from_the_first_part(gemma3_header):
     assert provenance["head_dim"] == "gemma3.attention.key_length"
 
 
+def test_config_differences_name_the_gguf_key():
+    config, provenance = gguf_config(SMOLLM2)
+    published = {**config, "rms_norm_eps": 1e-05, "rope_theta": 100000}  # as config.json writes them
+    assert config_differences(config, provenance, published) == []
+    published = {**published, "num_key_value_heads": 4, "tie_word_embeddings": 1}
+    del published["max_position_embeddings"]
+    assert config_differences(config, provenance, published) == [
+        "key 'max_position_embeddings': GGUF llama.context_length gives 8192; the content config lacks it",
+        "key 'num_key_value_heads': GGUF llama.attention.head_count_kv gives 3, the content config 4",
+        "key 'tie_word_embeddings': GGUF no output.weight tensor: the head reuses token_embd.weight gives True, "
+        "the content config 1",
+    ]
+    assert config_differences(config, provenance, {**config, "rms_norm_eps": 1e-06}) == [
+        "key 'rms_norm_eps': GGUF llama.attention.layer_norm_rms_epsilon gives 1e-05, the content config 1e-06"]
+
+
 def meta_state(header):
     """Tensor names and shapes of the transformers model our config builds on the meta device, and its size."""
     import torch
@@ -392,6 +409,24 @@ def test_record_checkpoint_from_gguf(project_copy):
         bytes_by_type[t.dtype] = bytes_by_type.get(t.dtype, 0) + t.nbytes
     per_layer = 2 * 576 * 576 + 2 * 192 * 576 + 3 * 1536 * 576  # q, o; k, v; gate, up, down
     assert bytes_by_type == {"Q4_1": 30 * per_layer // 32 * 20, "Q8_0": 49152 * 576 // 32 * 34, "F32": 61 * 576 * 4}
+
+
+def test_manifest_accepts_ggml_types_and_safetensors_does_not(tmp_path):
+    path = tmp_path / "checkpoint.toml"
+    head = '[manifest]\nrepo_id = "r"\nrevision = "v"\nprovenance = "p"\ntensor_count = 1\n\n[[tensor]]\nname = "w"\n'
+    path.write_text(head + 'shape = [4, 256]\ndtype = "Q4_K"\n')
+    assert read_manifest(path).tensors["w"].nbytes == 4 * 144  # 256 values in 144 bytes per row
+    for shape, dtype, problem in [
+        ([4, 64], "Q4_K", "key 'shape': last dimension 64 is not a multiple of Q4_K's block of 256"),
+        ([4, 256], "Q4_Z", "key 'dtype': unknown dtype 'Q4_Z'"),
+    ]:
+        path.write_text(head + f'shape = {shape}\ndtype = "{dtype}"\n')
+        with pytest.raises(ContentError) as e:
+            read_manifest(path)
+        assert e.value.problems == (f"{path}: tensor 'w': {problem}",)
+    safetensors = json.dumps({"w": {"dtype": "Q4_1", "shape": [32], "data_offsets": [0, 20]}}).encode()
+    with pytest.raises(CheckpointError, match="tensor 'w': unknown dtype 'Q4_1'"):
+        parse_header(safetensors, "model.safetensors")
 
 
 def test_record_from_a_broken_gguf_names_the_file(project_copy, tmp_path):
