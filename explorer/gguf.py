@@ -9,9 +9,9 @@ Only the header is read, through a byte budget, so a file's first split part (ge
 the whole file and a remote range read could serve the same parser. Each GGML type's block size and bytes per
 block come from the gguf package (llama.cpp's own reader), so element and byte counts are exact.
 
-References: ggml docs/gguf.md (layout); gguf-py constants (GGML_QUANT_SIZES, GGUFValueType, Keys);
-llama.cpp convert_hf_to_gguf.py (tensor names, the q/k row permutation); transformers' GGUF loading
-(modeling_gguf_pytorch_utils.py), the oracle in tests/test_gguf.py.
+References: ggml docs/gguf.md (layout); gguf-py constants (GGML_QUANT_SIZES, GGMLQuantizationType, and
+GGUFValueType's numbering); llama.cpp convert_hf_to_gguf.py (tensor names, the q/k row permutation, Gemma's
+norm shift); transformers' GGUF loading (modeling_gguf_pytorch_utils.py), the oracle in tests/test_gguf.py.
 """
 
 from __future__ import annotations
