@@ -20,8 +20,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--check", action="store_true",
                         help="verify every model against its checkpoint manifest and the reference; write nothing")
     parser.add_argument("--record-checkpoint", metavar="SLUG",
-                        help="write content/models/SLUG/checkpoint.toml from --from-folder, --from-hub or --from-listing")
+                        help="write content/models/SLUG/checkpoint.toml from --from-folder, --from-gguf, --from-hub "
+                             "or --from-listing")
     parser.add_argument("--from-folder", type=Path, help="local checkpoint folder (headers only)")
+    parser.add_argument("--from-gguf", type=Path, help="local GGUF file, or its first split part (header only)")
     parser.add_argument("--from-hub", action="store_true", help="the Hub at the model's pinned revision (headers only)")
     parser.add_argument("--from-listing", type=Path, help="a grouped JSON listing of the checkpoint's tensors")
     parser.add_argument("--add-model", metavar="SLUG",
@@ -126,13 +128,19 @@ def record(project, args) -> int:
     ref = content.checkpoint
     if args.from_folder:
         index, provenance = read_local_checkpoint(args.from_folder), f"headers of a local copy ({args.from_folder.name})"
+    elif args.from_gguf:
+        from explorer.gguf import read_gguf_checkpoint
+
+        index = read_gguf_checkpoint(args.from_gguf)
+        provenance = f"GGUF header of {args.from_gguf.name}, llama.cpp names mapped to the reference's"
     elif args.from_hub:
         index, provenance = read_hub_checkpoint(ref.repo_id, ref.revision), "headers read from the Hub with range requests"
     elif args.from_listing:
         index = read_listing(args.from_listing)
         provenance = index.provenance or f"grouped listing {args.from_listing.name}"
     else:
-        print("error: --record-checkpoint needs --from-folder, --from-hub or --from-listing", file=sys.stderr)
+        print("error: --record-checkpoint needs --from-folder, --from-gguf, --from-hub or --from-listing",
+              file=sys.stderr)
         return 1
     index = CheckpointIndex(index.tensors, index.source, ref.repo_id, ref.revision, provenance)
     path = content.folder / MANIFEST_FILE

