@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import CheckpointError, ContentError
+from .spec.storage import DTYPE_BYTES
 from .spec.types import compress_indices
 
 MAX_HEADER_BYTES = 100_000_000
@@ -25,11 +26,6 @@ HUB_PREFIX_BYTES = 100_000
 """First request to the Hub: most headers fit, so one range request usually suffices."""
 INDEX_FILE = "model.safetensors.index.json"
 SINGLE_FILE = "model.safetensors"
-
-DTYPE_BYTES = {
-    "BOOL": 1, "U8": 1, "I8": 1, "F8_E4M3": 1, "F8_E5M2": 1, "F8_E8M0": 1, "I16": 2, "U16": 2, "F16": 2,
-    "BF16": 2, "I32": 4, "U32": 4, "F32": 4, "I64": 8, "U64": 8, "F64": 8, "C64": 8,
-}
 
 
 @cache
