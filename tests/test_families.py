@@ -133,3 +133,41 @@ def test_add_model_refuses_non_finite_and_out_of_range_values(tmp_path):
         add_model(tmp_path / "content", "m", path, "org/m", REVISION)
     assert f"{path}: key 'num_key_value_heads': must be an integer in 1..10,000, got -64" in info.value.problems
     assert f"{path}: key 'rope_theta': must be a finite number, got inf" in info.value.problems
+
+
+# ------------------------------------------------------------------------------------------------- Llama
+
+@pytest.fixture(scope="module")
+def llama_8b():
+    from conftest import ROOT
+
+    return load_model_spec(load_model_content(ROOT / "content/models/llama-3.1-8b"))
+
+
+def test_llama_totals_are_the_reference_parameter_counts(llama_8b):
+    from explorer.account import account
+    from explorer.reference import build_reference_model
+
+    model = build_reference_model(llama_8b)
+    assert account(llama_8b).total == sum(p.numel() for p in model.parameters()) == 8_030_261_248
+
+
+def test_llama_tiny_check_has_several_kv_groups(llama_8b):
+    tiny = tiny_spec(llama_8b)
+    assert (tiny.values["num_attention_heads"], tiny.values["num_key_value_heads"]) == (4, 2)
+
+
+def test_kv_heads_tiled_instead_of_repeated_per_group_fails(llama_8b, monkeypatch):
+    """Deliberately wrong GQA: query head h must read KV head ⌊h / groups⌋; tiling reads h mod kv_heads."""
+    from explorer.components import attention as attention_module
+    from explorer.errors import ExecutionError
+
+    def tiled(K, groups, dim):
+        return K.repeat(1, 1, groups, 1)
+
+    original = attention_module.repeat_kv_heads
+    monkeypatch.setattr(attention_module, "repeat_kv_heads", tiled)
+    with pytest.raises(ExecutionError) as info:
+        check_equations(llama_8b, tiny_spec(llama_8b))
+    assert "blocks.block.attn: max |Δ|" in str(info.value) and "LlamaAttention" in str(info.value)
+    assert original is not tiled

@@ -84,11 +84,16 @@ def window_mask(M: torch.Tensor, window: int | None) -> torch.Tensor:
     return M.masked_fill(too_far, float("-inf"))
 
 
+def repeat_kv_heads(x: torch.Tensor, groups: int, dim: int) -> torch.Tensor:
+    """Each key/value head serves `groups` consecutive query heads: head h reads KV head ⌊h / groups⌋."""
+    return x.repeat_interleave(groups, dim=dim)
+
+
 def attend(run: Run, o: ScoresOptions, Q: torch.Tensor, K: torch.Tensor, V: torch.Tensor, M: torch.Tensor) -> torch.Tensor:
     """O_h = softmax(τ Q_h K_hᵀ + M) V_h; heads on axis 2 of [B, T, H, d]; KV heads repeated over their group."""
     if o.groups > 1:
-        K = run.rec("repeat", K.repeat_interleave(o.groups, dim=2))                  # [B, T, H, d_qk]
-        V = V.repeat_interleave(o.groups, dim=2)                                    # [B, T, H, d_v]
+        K = run.rec("repeat", repeat_kv_heads(K, o.groups, 2))                       # [B, T, H, d_qk]
+        V = repeat_kv_heads(V, o.groups, 2)                                         # [B, T, H, d_v]
     M = run.rec("window", window_mask(M, o.window)) if o.window else M
     logits = torch.matmul(Q.transpose(1, 2), K.transpose(1, 2).transpose(-1, -2)) * o.scale  # [B, H, T, T]
     if o.softcap:

@@ -36,9 +36,10 @@ class Reference:
     prefix: str
     """Class-name prefix, e.g. "Llama"."""
 
-    def cite(self, claim: str, symbol: str) -> Citation:
-        """A transformers citation of `{prefix}{symbol}` ("RMSNorm" -> "LlamaRMSNorm") in the family's file."""
-        return Citation(claim, "transformers", self.prefix + symbol, self.file)
+    def cite(self, claim: str, symbol: str, prefixed: bool = True) -> Citation:
+        """A transformers citation of `{prefix}{symbol}` ("RMSNorm" -> "LlamaRMSNorm") in the family's file; with
+        prefixed=False, a module-level function named as is ("repeat_kv")."""
+        return Citation(claim, "transformers", (self.prefix if prefixed else "") + symbol, self.file)
 
 
 class Ctx:

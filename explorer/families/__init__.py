@@ -7,8 +7,9 @@ from ..errors import ContentError, did_you_mean
 from ..spec.types import ModelSpec
 from .base import Family
 from .deepseek_v3 import FAMILY as DEEPSEEK_V3
+from .llama import FAMILY as LLAMA
 
-FAMILIES: dict[str, Family] = {f.name: f for f in (DEEPSEEK_V3,)}
+FAMILIES: dict[str, Family] = {f.name: f for f in (DEEPSEEK_V3, LLAMA)}
 """Family name (content's model.family) -> family."""
 
 
