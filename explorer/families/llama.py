@@ -19,8 +19,16 @@ from ..components.embedding import embedding, head
 from ..components.mlp import gated_mlp
 from ..components.norms import rmsnorm
 from ..spec.types import Component, Hyperparameters
-from .base import DIM_LABELS, Family, ReferenceBinding, RopeScaling, rope_options, rope_scaling_problems, rule_problems
-from .base import stored_dtype
+from .base import (
+    DIM_LABELS,
+    Family,
+    ReferenceBinding,
+    RopeScaling,
+    rope_options,
+    rope_scaling_problems,
+    rule_problems,
+    stored_dtype,
+)
 
 
 @dataclass(frozen=True, slots=True)
