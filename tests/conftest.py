@@ -80,3 +80,8 @@ def builds():
     from explorer.pipeline import Project, build_all
 
     return {mb.slug: mb for mb in build_all(Project(ROOT), progress=lambda _: None)}
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--update-golden", action="store_true",
+                     help="rewrite tests/golden/ from the current build (read the diff against the seeds before committing)")

@@ -46,11 +46,17 @@ def test_deepseek_v3_trace_includes_the_mtp_module(specs):
     assert traced.components["blocks.moe"].steps["softmax"] == (2, 128, 5, 5)
 
 
-def test_meta_weights_count_exactly_the_ledgers_parameters(builds):
+def test_meta_weights_are_the_reference_models_tensors(builds):
+    """The weights the programs run on have the reference's names and shapes (experts stacked), not only its count."""
+    from explorer.reference import build_reference_model, reference_state
+
     mb = builds["kimi-k2"]
     weights = model_weights(mb.spec, "meta")
     assert all(w.is_meta for w in weights.values())
-    assert sum(w.numel() for w in weights.values()) == mb.ledger.total
+    reference = reference_state(mb.spec, build_reference_model(mb.spec))
+    ours = {n: tuple(w.shape) for n, w in weights.items()}
+    theirs = {n: tuple(t.shape) for n, t in reference.items()}
+    assert ours == theirs
 
 
 def test_spec_shape_that_the_trace_contradicts_fails(specs):

@@ -189,15 +189,15 @@ def _rotation_latex(o: RopeOptions) -> str:
 
 
 def _description(o: RopeOptions) -> str:
-    pairs = "adjacent pairs" if o.pairing == "interleaved" else "pairs (feature j with feature j + d/2)"
-    base = f"Rotate each of the {o.pairs} {pairs} of rotary features by a position-dependent angle"
+    pairs = "adjacent feature pairs" if o.pairing == "interleaved" else f"feature pairs (j, j + {o.pairs})"
+    base = f"Rotate each of the {o.pairs} {pairs} by a position-dependent angle"
     if o.kind == "yarn":
         return (f"Rotate each of the {o.pairs} pairs of rotary features by a position-dependent angle, with YaRN "
                 f"stretching long wavelengths {fmt_num(o.factor)}× for a "
                 f"{o.original_max_position_embeddings * o.factor:,.0f}-position context.")
     if o.kind == "llama3":
         return (f"{base}; long wavelengths are stretched {fmt_num(o.factor)}×, short ones kept, and those between "
-                f"blended, extending a {o.original_max_position_embeddings:,}-position context.")
+                f"blended, extending the original {o.original_max_position_embeddings:,}-position context.")
     if o.kind == "linear":
         return f"{base}; every frequency is divided by {fmt_num(o.factor)} (positions interpolated)."
     if o.kind == "dynamic":
