@@ -11,7 +11,21 @@ from functools import lru_cache
 
 import sympy
 
+from .spec.storage import StoredTensor
 from .spec.types import Component, ModelSpec, TensorSpec, path_key, walk
+
+
+@dataclass(frozen=True, slots=True)
+class TensorAccount:
+    """One tensor family a component owns, evaluated: its shape, count, elements and what its storage stores."""
+
+    spec: TensorSpec
+    shape: tuple[int, ...] | None
+    """None for a buffer whose length the config does not determine."""
+    elements: int | None
+    """Over all `spec.count` tensors of the family."""
+    stored: tuple[StoredTensor, ...]
+    """What the checkpoint stores for the family's first tensor (the value, then scales or packed parts)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,6 +59,8 @@ class ComponentAccount:
     instances_factors: tuple[tuple[int, str], ...]
     """(repeat, label) of each ancestor-or-self that repeats, outermost first."""
     formula: str
+    tensors: tuple[TensorAccount, ...] = ()
+    """The component's own tensor families."""
 
     @property
     def total(self) -> int:
@@ -141,7 +157,18 @@ def account_component(ancestors: tuple[Component, ...], component: Component,
     return ComponentAccount(
         path=path, rows=tuple(rows), per_instance=sum(r.value for r in rows), instances=instances,
         instances_label=label, instances_factors=factors, formula=show_formula(param_formula(component)),
+        tensors=tuple(tensor_account(t, values) for t in component.tensors),
     )
+
+
+def tensor_account(t: TensorSpec, values: dict[str, int | float]) -> TensorAccount:
+    if t.shape is None:
+        return TensorAccount(t, None, None, ())
+    shape = tuple(evaluate(s, values) for s in t.shape)
+    elements = t.count
+    for s in shape:
+        elements *= s
+    return TensorAccount(t, shape, elements, t.storage.expand(t.first_name, shape, "buffer" if t.role == "buffer" else "parameter"))
 
 
 def account(spec: ModelSpec) -> Ledger:

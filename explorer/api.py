@@ -5,7 +5,6 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from .account import evaluate
 from .model_build import ModelBuild
 from .reconcile import Reconciliation
 from .spec.types import Component, path_key, walk
@@ -43,10 +42,13 @@ def _component(mb: ModelBuild, ancestors: tuple[Component, ...], comp: Component
                    "outputs": [{"name": p.name, "latex": p.latex, "shape": p.shape.display} for p in comp.outputs],
                    "steps": [{"name": s.name, "latex": s.latex, "shape": s.shape.display if s.shape else None}
                              for s in comp.steps if not s.heading]},
-        "tensors": [{"pattern": t.pattern, "count": t.count, "role": t.role, "dtype": t.dtype or None,
-                     "storage": t.storage.label, "tied_to": t.tied_to or None, "optional": t.optional,
-                     "shape": [evaluate(s, mb.spec.values) for s in t.shape] if t.shape is not None else None}
-                    for t in comp.tensors],
+        "tensors": [{"pattern": ta.spec.pattern, "count": ta.spec.count, "role": ta.spec.role,
+                     "dtype": ta.spec.dtype or None, "storage": ta.spec.storage.label, "tied_to": ta.spec.tied_to or None,
+                     "optional": ta.spec.optional, "shape": list(ta.shape) if ta.shape is not None else None,
+                     "elements": ta.elements,
+                     "stored": [{"name": st.name, "shape": list(st.shape), "dtype": st.dtype, "role": st.role}
+                                for st in ta.stored]}
+                    for ta in acc.tensors],
         "checked_against": mb.checked_against(path),
         "trace": {"device": mb.trace.device, "free_sizes": mb.trace.free,
                   "inputs": [list(t) for t in mb.trace.components[path].inputs],

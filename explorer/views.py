@@ -10,7 +10,7 @@ from pygments import highlight
 from pygments.formatters import HtmlFormatter
 from pygments.lexers import JsonLexer, PythonLexer
 
-from .account import AccountRow, ComponentAccount, evaluate
+from .account import AccountRow, ComponentAccount, TensorAccount
 from .content import render_markdown
 from .diagrams import FlowNode, budget_svg, flow_svg
 from .mathml import STREAMS, numbers_mathml, product_mathml, to_mathml
@@ -349,27 +349,22 @@ def params_line(acc: ComponentAccount) -> str:
 
 # ---------------------------------------------------------------------------------------------- tensors
 
-def owned_tensors(ancestors: tuple[Component, ...], comp: Component) -> list[tuple[str, Component, TensorSpec]]:
-    """Every tensor family the component owns, itself or through its descendants: (owner path, owner, spec)."""
-    return [(path_key(anc, c), c, t) for anc, c in walk(comp, ancestors) for t in c.tensors]
+def owned_tensors(ancestors: tuple[Component, ...], comp: Component) -> list[tuple[str, Component]]:
+    """Every component (itself and its descendants) that owns tensors: (path, component)."""
+    return [(path_key(anc, c), c) for anc, c in walk(comp, ancestors) if c.tensors]
 
 
-def tensor_rows(mb: ModelBuild, owned: list[tuple[str, Component, TensorSpec]]) -> tuple[TensorRowView, ...]:
-    return tuple(_tensor_row(mb, t, owner, c.title) for owner, c, t in owned)
+def tensor_rows(mb: ModelBuild, owned: list[tuple[str, Component]]) -> tuple[TensorRowView, ...]:
+    return tuple(_tensor_row(mb, ta, owner, c.title) for owner, c in owned for ta in mb.ledger.accounts[owner].tensors)
 
 
-def _tensor_row(mb: ModelBuild, t: TensorSpec, owner: str, title: str) -> TensorRowView:
-    shape = tuple(evaluate(s, mb.spec.values) for s in t.shape) if t.shape is not None else None
+def _tensor_row(mb: ModelBuild, ta: TensorAccount, owner: str, title: str) -> TensorRowView:
+    t = ta.spec
     stored = _stored(mb, t)
-    if shape is None and stored is not None:
-        shape = stored.shape
-    elements = 1
-    for s in shape or ():
-        elements *= s
-    scale = ""
-    if shape is not None:  # what the storage scheme stores beside the values (block scales)
-        extra = t.storage.expand(t.first_name, shape)[1:]
-        scale = "; ".join(f"{e.name.rsplit('.', 1)[-1]} [{', '.join(map(str, e.shape))}] {e.dtype}" for e in extra)
+    shape = ta.shape if ta.shape is not None else (stored.shape if stored is not None else None)
+    elements = ta.elements if ta.elements is not None else (stored.elements * t.count if stored is not None else None)
+    # what the storage scheme stores beside the values (block scales, exponents)
+    scale = "; ".join(f"{e.name.rsplit('.', 1)[-1]} [{', '.join(map(str, e.shape))}] {e.dtype}" for e in ta.stored[1:])
     role = "buffer (not a parameter)" if t.role == "buffer" else "parameter"
     if t.tied_to:
         role = f"tied to {t.tied_to} (stored and counted once, there)"
@@ -379,7 +374,7 @@ def _tensor_row(mb: ModelBuild, t: TensorSpec, owner: str, title: str) -> Tensor
         pattern=t.pattern, owner=Link(title, page_href(owner)), role=role, count=fmt(t.count),
         shape="[" + ", ".join(fmt(s) for s in shape) + "]" if shape is not None else "not set by the config",
         dtype=stored.dtype if stored is not None else (t.dtype or "—"),
-        elements=fmt(elements * t.count) if shape is not None else "—", scale=scale)
+        elements=fmt(elements) if elements is not None else "—", scale=scale)
 
 
 def _stored(mb: ModelBuild, t: TensorSpec):
@@ -476,6 +471,8 @@ def component_page(mb: ModelBuild, ancestors: tuple[Component, ...], comp: Compo
     acc = mb.ledger.accounts[path]
     traced = mb.trace.components[path]
     owned = owned_tensors(ancestors, comp)
+    families = [ta for owner, _ in owned for ta in mb.ledger.accounts[owner].tensors]
+    tensors = tensor_rows(mb, owned)
     cits = evidence(mb, ancestors, comp)
     crumbs = tuple(Link(a.crumb or a.title, page_href(path_key(ancestors[:i], a)))
                    for i, a in enumerate(ancestors) if i > 0)
@@ -499,9 +496,9 @@ def component_page(mb: ModelBuild, ancestors: tuple[Component, ...], comp: Compo
                     f"(no weights allocated), with B = {mb.trace.free['B']} and T = {mb.trace.free['T']}."),
         check=check_view(mb, path), diagram=flow_diagram(mb, path, comp, traced),
         params_line=params_line(acc), parameters=parameters_view(mb, comp, acc, path),
-        tensors=tensor_rows(mb, owned), tensors_check=mb.checked_against(path),
-        tensors_summary=(f"All {len(owned)} tensor families ({fmt(sum(t.count for _, _, t in owned))} tensors)"
-                         if len(owned) > 6 else ""),
+        tensors=tensors, tensors_check=mb.checked_against(path),
+        tensors_summary=(f"All {len(tensors)} tensor families ({fmt(sum(ta.spec.count for ta in families))} tensors)"
+                         if len(tensors) > 6 else ""),
         children=children_cards(mb, path, comp), code_blocks=code_blocks(cits), citations=cits,
         sources_count=str(len(cits)),
         prev=prev, next=nxt, outline=outline(mb, comp) if is_model else None,
