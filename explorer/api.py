@@ -19,6 +19,14 @@ def model_api(mb: ModelBuild) -> dict[str, Any]:
         "family": mb.spec.family,
         "checkpoint": {"repo_id": ref.repo_id, "revision": ref.revision, "config_sha256": ref.config_sha256},
         "total_parameters": mb.ledger.total,
+        "figures": [{"key": f.key, "label": f.label, "value": f.value, "formula": f.formula, "definition": f.definition}
+                    for f in mb.figures.figures],
+        "kv_cache_per_layer": [{"block": c.block, "layers": c.layers, "elements_per_token": c.cache_per_token,
+                                "mha_elements_per_token": c.mha_per_token, "window": c.window}
+                               for c in mb.figures.attention],
+        "published_active_claim": {"claim": mb.claim.claim, "source": mb.claim.source,
+                                   "reproduced_by": mb.claim.matched.key if mb.claim.matched else None}
+        if mb.claim is not None else None,
         "components": [_component(mb, anc, comp) for anc, comp in walk(mb.spec.root)],
         "ledger": _ledger(mb.checkpoint, f"checkpoint headers of {ref.repo_id}@{ref.revision}, recorded in "
                                          f"content/models/{mb.slug}/checkpoint.toml")

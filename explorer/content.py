@@ -32,6 +32,10 @@ class ModelMeta:
     """Key of the family spec that builds this model's component tree (e.g. "deepseek_v3")."""
     order: int = 0
     """Position on the index page."""
+    active_claim: str = ""
+    """The lab's published active-parameter figure, as written ("32B"); checked against the derived figures."""
+    active_claim_source: str = ""
+    """Where it is published, e.g. "model card: 32 billion activated parameters"."""
 
 
 @dataclass(frozen=True, slots=True)

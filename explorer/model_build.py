@@ -8,6 +8,7 @@ from .account import Ledger
 from .checkpoint import CheckpointIndex
 from .content import ModelContent
 from .execution import EquationCheck, ShapeTrace
+from .figures import ClaimMatch, DerivedFigures
 from .reconcile import Reconciliation
 from .sources import ResolvedCitation
 from .spec.types import ModelSpec
@@ -33,6 +34,10 @@ class ModelBuild:
     """Shapes of every component, traced at full size on the meta device."""
     checks: dict[str, EquationCheck]
     """Each component's step program compared with transformers at a tiny config."""
+    figures: DerivedFigures
+    """Active parameters, KV cache, FLOPs and memory, derived from the spec and the ledger."""
+    claim: ClaimMatch | None
+    """The lab's published active-parameter figure and the definition that reproduces it."""
 
     @property
     def slug(self) -> str:

@@ -14,6 +14,7 @@ from .checkpoint import MANIFEST_FILE, read_manifest
 from .content import ModelContent, load_all_models
 from .errors import ContentError, ReconciliationError
 from .families import FAMILIES, load_model_spec
+from .figures import derive, match_claim
 from .model_build import ModelBuild
 from .reconcile import reconcile
 from .render import write_site
@@ -76,8 +77,11 @@ def build_model(content: ModelContent, fetch_sources: bool = False, cache_dir: P
         raise ContentError([f"{manifest}: key 'manifest.revision': {index.repo_id}@{index.revision} does not match "
                             f"model.toml's {content.checkpoint.repo_id}@{content.checkpoint.revision}"])
     ckpt_check = reconcile(spec, index) if index is not None else None
+    figures = derive(spec, ledger, ckpt_check)
+    meta = content.meta
+    claim = match_claim(figures, meta.active_claim, meta.active_claim_source) if meta.active_claim else None
     return ModelBuild(content, spec, ledger, citations, ref_check, ref.label, skips, ckpt_check, index,
-                      execution.trace, execution.checks)
+                      execution.trace, execution.checks, figures, claim)
 
 
 def build_all(project: Project, progress: Progress = stderr_progress, fetch_sources: bool = False,

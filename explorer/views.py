@@ -165,6 +165,7 @@ class ComponentPage(PageBase):
     next: Link | None
     outline: OutlineNode | None
     ledger: LedgerView | None
+    figures: FiguresView | None
     legend: tuple[tuple[str, str], ...]
 
 
@@ -199,6 +200,24 @@ class LedgerView:
     status: str
     balanced: bool
     reference: str
+
+
+@dataclass(frozen=True, slots=True)
+class FigureRowView:
+    label: str
+    value: str
+    readable: str
+    """The value in words a reader scans ("32.9 billion", "9.2 GB"); the exact integer stays beside it."""
+    formula: str
+    definition: str
+
+
+@dataclass(frozen=True, slots=True)
+class FiguresView:
+    rows: tuple[FigureRowView, ...]
+    claim: str
+    """How the lab's published active-parameter figure is reproduced ("" when none is recorded)."""
+    claim_matched: bool
 
 
 @dataclass(frozen=True, slots=True)
@@ -465,6 +484,32 @@ def ledger_view(mb: ModelBuild) -> LedgerView:
         buffers=fmt(rec.role_total("buffer")[1]), status=problems, balanced=rec.balanced, reference=ref)
 
 
+def readable(value: int, unit: str) -> str:
+    """1,026,408,232,448 -> "1.03 trillion"; bytes -> "9.21 GB" (decimal units)."""
+    if unit == "bytes":
+        for scale, name in ((1e12, "TB"), (1e9, "GB"), (1e6, "MB"), (1e3, "kB")):
+            if value >= scale:
+                return f"{value / scale:.3g} {name}"
+        return f"{value} bytes"
+    for scale, name in ((1e15, "quadrillion"), (1e12, "trillion"), (1e9, "billion"), (1e6, "million")):
+        if value >= scale:
+            return f"{value / scale:.3g} {name}"
+    return fmt(value)
+
+
+def figures_view(mb: ModelBuild) -> FiguresView:
+    rows = tuple(FigureRowView(f.label, fmt(f.value), readable(f.value, "bytes" if "bytes" in f.key else ""),
+                               f.formula, f.definition) for f in mb.figures.figures)
+    claim, matched = "", False
+    if mb.claim is not None:
+        m = mb.claim.matched
+        matched = m is not None
+        claim = (f"Published: {mb.claim.claim} active parameters ({mb.claim.source}). "
+                 + (f"Reproduced by “{m.label.lower()}”: {fmt(m.value)}, which rounds to {mb.claim.claim}." if m
+                    else "No definition derived here reproduces it within its rounding."))
+    return FiguresView(rows, claim, matched)
+
+
 def component_page(mb: ModelBuild, ancestors: tuple[Component, ...], comp: Component) -> ComponentPage:
     path = path_key(ancestors, comp)
     root = "../../"
@@ -503,6 +548,7 @@ def component_page(mb: ModelBuild, ancestors: tuple[Component, ...], comp: Compo
         sources_count=str(len(cits)),
         prev=prev, next=nxt, outline=outline(mb, comp) if is_model else None,
         ledger=ledger_view(mb) if is_model else None,
+        figures=figures_view(mb) if is_model else None,
         legend=STREAMS if any("stream-" in s.latex for s in comp.steps + comp.equations) else ())
 
 

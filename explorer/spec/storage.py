@@ -40,10 +40,17 @@ class StoredTensor:
     role: Role
     parameters: int
     """Logical parameters this tensor carries (0 for scales and buffers)."""
+    nbytes: int
+    """Bytes it takes in the checkpoint."""
 
     @property
     def elements(self) -> int:
         return _product(self.shape)
+
+
+def _stored(name: str, shape: tuple[int, ...], dtype: str, role: Role, parameters: int) -> StoredTensor:
+    """A tensor of a plain dtype: elements × bytes per element."""
+    return StoredTensor(name, shape, dtype, role, parameters, _product(shape) * DTYPE_BYTES.get(dtype, 0))
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,7 +64,7 @@ class Dense:
         return self.dtype
 
     def expand(self, name: str, shape: tuple[int, ...], role: Role = "parameter") -> tuple[StoredTensor, ...]:
-        return (StoredTensor(name, shape, self.dtype, role, _product(shape) if role == "parameter" else 0),)
+        return (_stored(name, shape, self.dtype, role, _product(shape) if role == "parameter" else 0),)
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,8 +91,8 @@ class BlockFP8:
         return tuple(-(-s // b) for s, b in zip(shape, self.block))
 
     def expand(self, name: str, shape: tuple[int, ...], role: Role = "parameter") -> tuple[StoredTensor, ...]:
-        return (StoredTensor(name, shape, self.dtype, "parameter", _product(shape)),
-                StoredTensor(name + self.scale_suffix, self.scale_shape(shape), self.scale_dtype, "quant_scale", 0))
+        return (_stored(name, shape, self.dtype, "parameter", _product(shape)),
+                _stored(name + self.scale_suffix, self.scale_shape(shape), self.scale_dtype, "quant_scale", 0))
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,8 +113,8 @@ class MXFP4:
     def expand(self, name: str, shape: tuple[int, ...], role: Role = "parameter") -> tuple[StoredTensor, ...]:
         *outer, cols = shape
         groups = -(-cols // self.block)
-        return (StoredTensor(name + "_blocks", (*outer, groups, self.block // 2), "U8", "parameter", _product(shape)),
-                StoredTensor(name + "_scales", (*outer, groups), "U8", "quant_scale", 0))
+        return (_stored(name + "_blocks", (*outer, groups, self.block // 2), "U8", "parameter", _product(shape)),
+                _stored(name + "_scales", (*outer, groups), "U8", "quant_scale", 0))
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,7 +130,9 @@ class GGUFQuant:
         return f"GGUF {self.dtype}: {self.block_size} values in {self.type_size} bytes"
 
     def expand(self, name: str, shape: tuple[int, ...], role: Role = "parameter") -> tuple[StoredTensor, ...]:
-        return (StoredTensor(name, shape, self.dtype, role, _product(shape) if role == "parameter" else 0),)
+        blocks = -(-_product(shape) // self.block_size)
+        return (StoredTensor(name, shape, self.dtype, role, _product(shape) if role == "parameter" else 0,
+                             blocks * self.type_size),)
 
 
 Storage = Dense | BlockFP8 | MXFP4 | GGUFQuant

@@ -1,0 +1,226 @@
+"""Derived figures: what runs per token, what a token of context costs, how much compute and memory, computed
+from the spec and the ledger (never in templates), each with its formula and its definition written out.
+
+- Active parameters: every parameter a token's forward pass reads, routed experts counted k of N; with and
+  without the token embedding (a lookup reads one row, not the matrix). Multi-token-prediction modules are not
+  part of the main forward pass and are left out.
+- KV cache: elements cached per token per layer (MLA: the latent plus the shared rotary key; attention: K and V of
+  every key/value head), the multiple against plain multi-head attention of the same width, and bytes at a
+  context length, with sliding-window layers capped at their window.
+- Forward FLOPs per token: 2 × the multiply-adds of the projections a token runs, plus the attention scores and
+  the weighted sum over the cached context, for decode (one token at context C) and prefill (C tokens).
+- Weight memory: the stored bytes (from the checkpoint ledger where one is recorded, else the storage schemes'
+  prediction), and the parameters at BF16, FP8 and 4-bit.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .account import Ledger
+from .components.attention import ScoresOptions
+from .components.mla import MLAOptions
+from .components.moe import RouterOptions
+from .reconcile import Reconciliation
+from .spec.types import Component, ModelSpec, path_key, walk
+
+CONTEXT = 131_072
+"""The context length at which per-sequence figures are stated (128K tokens)."""
+FLOP_CONTEXT = 4_096
+"""The context length at which attention FLOPs are stated."""
+CACHE_DTYPES = (("BF16", 2), ("FP8", 1))
+WEIGHT_DTYPES = (("BF16", 2.0), ("FP8", 1.0), ("4-bit", 0.5))
+
+
+@dataclass(frozen=True, slots=True)
+class Figure:
+    """One derived number with what it counts and how it was computed."""
+
+    key: str
+    label: str
+    value: int
+    formula: str
+    definition: str
+
+
+@dataclass(frozen=True, slots=True)
+class AttentionCost:
+    """Per-layer KV cache and attention FLOPs of one block kind."""
+
+    block: str
+    title: str
+    """The block kind's title ("MoE transformer block")."""
+    layers: int
+    cache_per_token: int
+    """Elements cached per token in one layer."""
+    mha_per_token: int
+    """The same for plain multi-head attention of the same heads and head widths."""
+    window: int | None
+    flops_per_key: int
+    """2 × multiply-adds per query per cached key: scores and weighted values over every head."""
+
+
+@dataclass(frozen=True, slots=True)
+class DerivedFigures:
+    """Every derived figure of one model."""
+
+    figures: tuple[Figure, ...]
+    attention: tuple[AttentionCost, ...]
+
+    def get(self, key: str) -> Figure:
+        return next(f for f in self.figures if f.key == key)
+
+
+def derive(spec: ModelSpec, ledger: Ledger, stored: Reconciliation | None) -> DerivedFigures:
+    """The derived figures of one model."""
+    inactive, inactive_text = _inactive_experts(spec, ledger)
+    mtp = sum(ledger.accounts[p].total for p, c in _paths(spec) if c.program == "mtp")
+    embed = ledger.accounts["embed"].total if "embed" in ledger.accounts else 0
+    total = ledger.total
+    active = total - mtp - inactive
+    costs = _attention_costs(spec, ledger)
+    matmul = active - embed  # every parameter a token multiplies (the embedding is a row lookup)
+    cache = sum(c.layers * c.cache_per_token for c in costs)
+    mha = sum(c.layers * c.mha_per_token for c in costs)
+    at_context = sum(c.layers * c.cache_per_token * min(CONTEXT, c.window or CONTEXT) for c in costs)
+    decode_attn = sum(c.layers * c.flops_per_key * min(FLOP_CONTEXT, c.window or FLOP_CONTEXT) for c in costs)
+    prefill_attn = sum(c.layers * c.flops_per_key * _keys_seen(FLOP_CONTEXT, c.window) for c in costs)
+    mtp_text = " − MTP modules" if mtp else ""
+    figures = [
+        Figure("total_parameters", "Parameters stored (all)", total, "sum of the ledger's rows",
+               "Every learned parameter the checkpoint stores, tied tensors once."),
+        Figure("active_parameters", "Active parameters per token", active,
+               f"total{mtp_text} − {inactive_text}" if inactive else f"total{mtp_text}",
+               "Every parameter a token's forward pass reads: all dense weights, the router, shared experts, and the "
+               "routed experts counted k of N; the embedding and the LM head included"
+               + ("; multi-token-prediction modules excluded (not part of the main forward pass)." if mtp else ".")),
+        Figure("active_parameters_no_embedding", "Active parameters per token, without the token embedding",
+               active - embed, "active − vocab_size × hidden_size",
+               "As above, less the token embedding matrix, of which a token reads one row."),
+        *(Figure(f"kv_cache_per_layer_{c.block.rsplit('.', 1)[-1]}",
+                 f"KV cache per token per layer ({c.title.lower()}, {c.layers} layer{'s' if c.layers != 1 else ''})",
+                 c.cache_per_token, _cache_formula(spec, c), "Elements one layer caches for one token; "
+                 f"plain multi-head attention of the same heads would cache {c.mha_per_token:,} "
+                 f"({c.mha_per_token / c.cache_per_token:.3g}×)." + (f" This layer keeps only its last {c.window:,} "
+                                                                    "tokens." if c.window else ""))
+          for c in costs),
+        Figure("kv_cache_per_token", "KV cache per token (all layers)", cache,
+               " + ".join(f"{c.layers} × {c.cache_per_token}" for c in costs),
+               "Elements cached for one token across every layer (before any window applies)."),
+        Figure("kv_cache_vs_mha", "Plain multi-head attention would cache (per token)", mha,
+               " + ".join(f"{c.layers} × {c.mha_per_token}" for c in costs),
+               "K and V of every query head at full width, for comparison."),
+        *(Figure(f"kv_cache_bytes_{name.lower()}", f"KV cache at {CONTEXT:,} tokens, {name}", at_context * size,
+                 f"Σ layers × per-token elements × min({CONTEXT:,}, window) × {size} byte{'s' if size > 1 else ''}",
+                 f"Bytes cached for one sequence of {CONTEXT:,} tokens with {name} cache entries; sliding-window "
+                 "layers keep only their window.") for name, size in CACHE_DTYPES),
+        Figure("flops_decode", f"Forward FLOPs per token, decode at {FLOP_CONTEXT:,} context",
+               2 * matmul + decode_attn, f"2 × {matmul:,} + attention over {FLOP_CONTEXT:,} keys",
+               "Two FLOPs per multiply-add: every projection a token runs (active parameters less the embedding), "
+               "plus the scores and weighted values over the cached keys."),
+        Figure("flops_prefill", f"Forward FLOPs, prefill of {FLOP_CONTEXT:,} tokens",
+               FLOP_CONTEXT * 2 * matmul + prefill_attn,
+               f"{FLOP_CONTEXT:,} × 2 × {matmul:,} + causal attention over 1..{FLOP_CONTEXT:,} keys",
+               "Every position's projections, plus causal attention where position t sees t keys (or its window)."),
+        Figure("weight_bytes_stored", "Weight memory as stored", _stored_bytes(ledger, stored),
+               "Σ stored tensor bytes" + (" (checkpoint ledger)" if stored is not None else " (predicted storage)"),
+               "Bytes of every stored tensor: values, block scales and buffers, at their stored dtypes."),
+        *(Figure(f"weight_bytes_{name.lower().replace('-', '')}", f"Weight memory at {name}", int(total * size),
+                 f"total × {size:g} byte{'s' if size > 1 else ''}", f"Every parameter at {name}, with no scales.")
+          for name, size in WEIGHT_DTYPES),
+    ]
+    return DerivedFigures(tuple(figures), tuple(costs))
+
+
+def _paths(spec: ModelSpec) -> list[tuple[str, Component]]:
+    return [(path_key(anc, c), c) for anc, c in walk(spec.root)]
+
+
+def _inactive_experts(spec: ModelSpec, ledger: Ledger) -> tuple[int, str]:
+    """Parameters of the routed experts a token does not run, and the formula, over every MoE module."""
+    total, parts = 0, []
+    for path, comp in _paths(spec):
+        if comp.program != "moe" or path.startswith("mtp"):
+            continue
+        router = next(c for c in comp.children if c.program == "router")
+        o = router.options
+        assert isinstance(o, RouterOptions)
+        expert = ledger.accounts[f"{path}.expert"]
+        instances = ledger.accounts[path].instances
+        total += instances * (o.experts - o.k) * expert.per_instance
+        parts.append(f"{instances} × ({o.experts} − {o.k}) × {expert.per_instance:,}")
+    return total, " − ".join(parts)
+
+
+def _attention_costs(spec: ModelSpec, ledger: Ledger) -> list[AttentionCost]:
+    out = []
+    for path, comp in _paths(spec):
+        if comp.program not in ("mla", "attention") or path.startswith("mtp"):
+            continue
+        scores = next(c for c in comp.children if c.program == "scores")
+        so = scores.options
+        assert isinstance(so, ScoresOptions)
+        layers = ledger.accounts[path].instances
+        if comp.program == "mla":
+            o = comp.options
+            assert isinstance(o, MLAOptions)
+            cache, mha = o.kv_lora_rank + o.rope, o.heads * (o.nope + o.rope + o.v)
+            per_key = 2 * o.heads * (o.nope + o.rope + o.v)
+        else:
+            d = int(spec.values["head_dim"])
+            cache, mha, per_key = 2 * so.kv_heads * d, 2 * so.heads * d, 2 * so.heads * 2 * d
+        block = path.rsplit(".", 1)[0]
+        title = next(c.title for p, c in _paths(spec) if p == block)
+        out.append(AttentionCost(block, title, layers, cache, mha, so.window, per_key))
+    return out
+
+
+def _cache_formula(spec: ModelSpec, c: AttentionCost) -> str:
+    if "kv_lora_rank" in spec.values:
+        return "kv_lora_rank + qk_rope_head_dim"
+    return "2 × num_key_value_heads × head_dim"
+
+
+def _keys_seen(context: int, window: int | None) -> int:
+    """Σ_{t=1..C} min(t, W): the keys every position of a causal prefill attends to."""
+    if window is None or window >= context:
+        return context * (context + 1) // 2
+    return window * (window + 1) // 2 + (context - window) * window
+
+
+def _stored_bytes(ledger: Ledger, stored: Reconciliation | None) -> int:
+    if stored is not None:
+        return sum(t.bytes for t in stored.totals)
+    return sum(ta.spec.count * st.nbytes for acc in ledger.accounts.values() for ta in acc.tensors
+               for st in ta.stored if st.role != "buffer")
+
+
+# --------------------------------------------------------------------------------------- published claims
+
+@dataclass(frozen=True, slots=True)
+class ClaimMatch:
+    """A lab's published "active parameters" figure and the definition that reproduces it."""
+
+    claim: str
+    """As published, e.g. "32B"."""
+    source: str
+    matched: Figure | None
+    """The first derived figure that rounds to the claim at its precision, or None."""
+
+
+def parse_claim(claim: str) -> tuple[float, float]:
+    """"32B" -> (32e9, 1e9): the value and the unit of its last digit; "12.9B" -> (12.9e9, 1e8)."""
+    number = claim.strip().rstrip("BbMm")
+    scale = 1e9 if claim.strip()[-1:] in "Bb" else 1e6
+    decimals = len(number.split(".", 1)[1]) if "." in number else 0
+    return float(number) * scale, scale / 10 ** decimals
+
+
+def match_claim(figures: DerivedFigures, claim: str, source: str) -> ClaimMatch:
+    """The definition (with or without the embedding) whose value rounds to the claim."""
+    value, unit = parse_claim(claim)
+    for key in ("active_parameters", "active_parameters_no_embedding"):
+        figure = figures.get(key)
+        if abs(figure.value - value) <= unit / 2:
+            return ClaimMatch(claim, source, figure)
+    return ClaimMatch(claim, source, None)
