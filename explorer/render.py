@@ -13,9 +13,10 @@ from typing import Any
 
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
 
-from .views import ComponentPage, IndexPage, PageBase, ProsePage
+from .views import CompareIndexPage, ComparePage, ComponentPage, IndexPage, PageBase, ProsePage
 
-TEMPLATES = {IndexPage: "index.html", ProsePage: "prose.html", ComponentPage: "component.html"}
+TEMPLATES = {IndexPage: "index.html", ProsePage: "prose.html", ComponentPage: "component.html",
+             ComparePage: "compare.html", CompareIndexPage: "compare_index.html"}
 
 
 def environment(template_dir: Path) -> Environment:

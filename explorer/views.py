@@ -11,6 +11,7 @@ from pygments.formatters import HtmlFormatter
 from pygments.lexers import JsonLexer, PythonLexer
 
 from .account import AccountRow, ComponentAccount, TensorAccount
+from .compare import RoleTotals, compare_roles, config_differences, role_totals
 from .content import render_markdown
 from .diagrams import FlowNode, budget_svg, flow_svg
 from .mathml import STREAMS, numbers_mathml, product_mathml, to_mathml
@@ -166,6 +167,8 @@ class ComponentPage(PageBase):
     outline: OutlineNode | None
     ledger: LedgerView | None
     figures: FiguresView | None
+    compare: tuple[Link, ...]
+    """Model page only: its comparison with every other model."""
     legend: tuple[tuple[str, str], ...]
 
 
@@ -241,6 +244,39 @@ class IndexPage(PageBase):
 class ProsePage(PageBase):
     heading: str
     body_html: str
+
+
+@dataclass(frozen=True, slots=True)
+class CompareRowView:
+    label: str
+    left: str
+    right: str
+    delta: str
+
+
+@dataclass(frozen=True, slots=True)
+class ConfigRowView:
+    key: str
+    left: str
+    right: str
+    differs: bool
+
+
+@dataclass(frozen=True, slots=True)
+class ComparePage(PageBase):
+    left: Link
+    right: Link
+    rows: tuple[CompareRowView, ...]
+    total: CompareRowView
+    figures: tuple[CompareRowView, ...]
+    config: tuple[ConfigRowView, ...]
+    note: str
+
+
+@dataclass(frozen=True, slots=True)
+class CompareIndexPage(PageBase):
+    pairs: tuple[tuple[Link, tuple[Link, ...]], ...]
+    """Each model, with a link to its comparison with every other model."""
 
 
 ROLE_NAMES = {"parameter": "parameters", "quant_scale": "FP8 block scales", "buffer": "stored buffers"}
@@ -510,7 +546,8 @@ def figures_view(mb: ModelBuild) -> FiguresView:
     return FiguresView(rows, claim, matched)
 
 
-def component_page(mb: ModelBuild, ancestors: tuple[Component, ...], comp: Component) -> ComponentPage:
+def component_page(mb: ModelBuild, ancestors: tuple[Component, ...], comp: Component,
+                   others: tuple[tuple[str, str], ...] = ()) -> ComponentPage:
     path = path_key(ancestors, comp)
     root = "../../"
     acc = mb.ledger.accounts[path]
@@ -549,6 +586,7 @@ def component_page(mb: ModelBuild, ancestors: tuple[Component, ...], comp: Compo
         prev=prev, next=nxt, outline=outline(mb, comp) if is_model else None,
         ledger=ledger_view(mb) if is_model else None,
         figures=figures_view(mb) if is_model else None,
+        compare=tuple(Link(name, f"../../{compare_path(mb.slug, other)}") for other, name in others) if is_model else (),
         legend=STREAMS if any("stream-" in s.latex for s in comp.steps + comp.equations) else ())
 
 
@@ -618,6 +656,50 @@ def site_pages(builds: list[ModelBuild], how_to_read_md: str) -> list[PageBase]:
         ProsePage("How to read a page", "What every element of an explorer page means.", "", "how-to-read.html",
                   "How to read a page", render_markdown(how_to_read_md)),
     ]
+    names = tuple((mb.slug, mb.content.meta.name) for mb in builds)
     for mb in builds:
-        pages += [component_page(mb, anc, comp) for anc, comp in walk(mb.spec.root)]
+        others = tuple((slug, name) for slug, name in names if slug != mb.slug)
+        pages += [component_page(mb, anc, comp, others) for anc, comp in walk(mb.spec.root)]
+    totals = {mb.slug: role_totals(mb.spec, mb.ledger) for mb in builds}
+    pages += [compare_page(a, b, totals) for i, a in enumerate(builds) for b in builds[i + 1:]]
+    pages.append(compare_index(builds))
     return pages
+
+
+# ---------------------------------------------------------------------------------------------- compare
+
+def compare_path(a: str, b: str) -> str:
+    """One page per unordered pair, named in site order is not known here: sorted slugs."""
+    first, second = sorted((a, b))
+    return f"compare/{first}-vs-{second}.html"
+
+
+def compare_page(a: ModelBuild, b: ModelBuild, totals: dict[str, RoleTotals]) -> ComparePage:
+    left, right = sorted((a, b), key=lambda mb: mb.slug)
+    rows = tuple(CompareRowView(r.role, fmt(r.left), fmt(r.right), _signed(r.delta))
+                 for r in compare_roles(totals[left.slug], totals[right.slug]))
+    total = CompareRowView("Total", fmt(left.ledger.total), fmt(right.ledger.total),
+                           _signed(right.ledger.total - left.ledger.total))
+    keys = [f.key for f in left.figures.figures if f.key in {g.key for g in right.figures.figures}]
+    figures = tuple(CompareRowView(left.figures.get(k).label, fmt(left.figures.get(k).value),
+                                   fmt(right.figures.get(k).value),
+                                   _signed(right.figures.get(k).value - left.figures.get(k).value)) for k in keys)
+    config = tuple(ConfigRowView(*row) for row in config_differences(left.content.config, right.content.config))
+    lname, rname = left.content.meta.name, right.content.meta.name
+    return ComparePage(
+        f"{lname} vs {rname}", f"{lname} and {rname} side by side: parameters by role, derived figures, configs.",
+        "../", compare_path(left.slug, right.slug), Link(lname, f"../models/{left.slug}/index.html"),
+        Link(rname, f"../models/{right.slug}/index.html"), rows, total, figures, config,
+        note=f"Each row is a role's parameters in each model; Δ is {rname} minus {lname}, and the rows' Δ add up to "
+             "the totals' Δ exactly (every stored parameter belongs to one role).")
+
+
+def _signed(n: int) -> str:
+    return f"+{fmt(n)}" if n > 0 else ("0" if n == 0 else f"−{fmt(-n)}")
+
+
+def compare_index(builds: list[ModelBuild]) -> CompareIndexPage:
+    pairs = tuple((Link(a.content.meta.name, f"../models/{a.slug}/index.html"),
+                   tuple(Link(b.content.meta.name, f"../{compare_path(a.slug, b.slug)}") for b in builds if b is not a))
+                  for a in builds)
+    return CompareIndexPage("Compare models", "Every pair of models side by side.", "../", "compare/index.html", pairs)

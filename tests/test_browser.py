@@ -16,6 +16,7 @@ PAGES = {
     "model": "models/kimi-k2/index.html",
     "moe-block": "models/kimi-k2/blocks.moe.html",
     "down-proj": "models/kimi-k2/blocks.dense.mlp.down_proj.html",
+    "compare": "compare/deepseek-v3-vs-kimi-k2.html",
 }
 WIDTHS = {"desktop": 1280, "phone": 390}
 CLS_PROBE = """

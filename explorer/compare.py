@@ -1,0 +1,84 @@
+"""Models side by side: each model's parameters partitioned by role (embedding, attention, feed-forward or
+experts, norms, head, ...), so that for any two models the rows' deltas sum exactly to the totals' difference.
+
+Each stored parameter tensor belongs to exactly one component, and each component to the role of its nearest
+classified ancestor-or-self, so a model's role totals add up to its ledger total by construction.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .account import Ledger
+from .spec.types import Component, ModelSpec, path_key, walk
+
+ROLES = ("Token embedding", "Position embedding", "Attention", "Feed-forward (dense)", "Mixture of experts",
+         "Norms", "LM head", "Multi-token prediction", "Vision tower and projector", "Other")
+_BY_PROGRAM = {"attention": "Attention", "mla": "Attention", "gated_mlp": "Feed-forward (dense)",
+               "plain_mlp": "Feed-forward (dense)", "moe": "Mixture of experts", "mtp": "Multi-token prediction",
+               "norm": "Norms", "head": "LM head", "embedding": "Token embedding", "positions": "Position embedding",
+               "vision": "Vision tower and projector"}
+
+
+@dataclass(frozen=True, slots=True)
+class RoleTotals:
+    """One model's parameters by role; `values` sums to `total`."""
+
+    slug: str
+    values: dict[str, int]
+    total: int
+
+
+def role_of(ancestors: tuple[Component, ...], comp: Component) -> str:
+    """The role of the outermost classified component on the path (a norm inside attention is attention's)."""
+    for c in (*ancestors, comp):
+        role = _BY_PROGRAM.get(c.program)
+        if role is not None:
+            return role
+    return "Other"
+
+
+def role_totals(spec: ModelSpec, ledger: Ledger) -> RoleTotals:
+    values = dict.fromkeys(ROLES, 0)
+    for ancestors, comp in walk(spec.root):
+        own = sum(ta.elements or 0 for ta in ledger.accounts[path_key(ancestors, comp)].tensors if ta.spec.is_parameter)
+        if own:
+            values[role_of(ancestors, comp)] += own
+    return RoleTotals(spec.slug, values, ledger.total)
+
+
+@dataclass(frozen=True, slots=True)
+class RoleRow:
+    role: str
+    left: int
+    right: int
+
+    @property
+    def delta(self) -> int:
+        return self.right - self.left
+
+
+def compare_roles(left: RoleTotals, right: RoleTotals) -> tuple[RoleRow, ...]:
+    """Rows for the roles either model has; their deltas sum to right.total − left.total."""
+    return tuple(RoleRow(r, left.values[r], right.values[r]) for r in ROLES if left.values[r] or right.values[r])
+
+
+def config_differences(left: dict, right: dict) -> tuple[tuple[str, str, str, bool], ...]:
+    """(key, left value, right value, differs) over the union of top-level config keys, sorted."""
+    rows = []
+    for key in sorted(set(left) | set(right)):
+        a, b = left.get(key, "—"), right.get(key, "—")
+        rows.append((key, _show(a), _show(b), a != b))
+    return tuple(rows)
+
+
+def _show(value: object) -> str:
+    if isinstance(value, dict):
+        return ", ".join(f"{k}: {_show(v)}" for k, v in sorted(value.items()))
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(_show(v) for v in value) + "]"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return f"{value:,}"
+    return str(value)
