@@ -12,6 +12,7 @@ from pygments.lexers import JsonLexer, PythonLexer
 
 from .account import AccountRow, ComponentAccount, TensorAccount
 from .compare import RoleTotals, compare_roles, config_differences, role_totals
+from .model_picture import describe, draw
 from .content import render_markdown
 from .diagrams import FlowNode, budget_svg, flow_svg
 from .mathml import STREAMS, numbers_mathml, product_mathml, to_mathml
@@ -169,6 +170,9 @@ class ComponentPage(PageBase):
     figures: FiguresView | None
     compare: tuple[Link, ...]
     """Model page only: its comparison with every other model."""
+    picture: str
+    """Model page only: the whole-model SVG (residual stream, block kinds, experts lit per token)."""
+    picture_caption: str
     legend: tuple[tuple[str, str], ...]
 
 
@@ -552,6 +556,7 @@ def component_page(mb: ModelBuild, ancestors: tuple[Component, ...], comp: Compo
     root = "../../"
     acc = mb.ledger.accounts[path]
     traced = mb.trace.components[path]
+    picture = describe(mb.spec, mb.content.meta.name) if not ancestors else None
     owned = owned_tensors(ancestors, comp)
     families = [ta for owner, _ in owned for ta in mb.ledger.accounts[owner].tensors]
     tensors = tensor_rows(mb, owned)
@@ -586,6 +591,7 @@ def component_page(mb: ModelBuild, ancestors: tuple[Component, ...], comp: Compo
         prev=prev, next=nxt, outline=outline(mb, comp) if is_model else None,
         ledger=ledger_view(mb) if is_model else None,
         figures=figures_view(mb) if is_model else None,
+        picture=draw(picture) if picture is not None else "", picture_caption=picture.caption if picture else "",
         compare=tuple(Link(name, f"../../{compare_path(mb.slug, other)}") for other, name in others) if is_model else (),
         legend=STREAMS if any("stream-" in s.latex for s in comp.steps + comp.equations) else ())
 

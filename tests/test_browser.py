@@ -64,7 +64,7 @@ def test_page_loads_cleanly_in_chromium(browser, built_site, name, width_name):
         assert [u for u in page.requests if not u.startswith(site_uri)] == []
         assert page.evaluate("window.__cls") < 0.01
         assert page.evaluate("document.documentElement.scrollWidth") <= WIDTHS[width_name] + 1  # no sideways scroll
-        if name != "index":
+        if name not in ("index", "compare"):  # pages without equations
             _assert_math_rendered(page)
         ARTIFACTS.mkdir(exist_ok=True)
         page.screenshot(path=str(ARTIFACTS / f"{name}-{width_name}.png"), full_page=True)
@@ -144,5 +144,19 @@ def test_keyboard_reaches_open_inside_cards(browser, built_site):
         with page.expect_navigation():
             page.keyboard.press("Enter")
         assert page.url.endswith("blocks.moe.attn_norm.html")
+    finally:
+        context.close()
+
+
+@pytest.mark.parametrize("width_name", WIDTHS)
+def test_whole_model_picture_fits_and_lights_k_experts(browser, built_site, width_name):
+    """The model page's picture: inside the viewport at both widths, one strip per layer, 8 of 384 experts lit."""
+    context, page = open_page(browser, built_site, PAGES["model"], WIDTHS[width_name])
+    try:
+        box = page.locator("figure.whole-model svg").bounding_box()
+        assert box is not None and box["x"] >= 0 and box["x"] + box["width"] <= WIDTHS[width_name]
+        assert page.locator("figure.whole-model rect.layer").count() == 61 + 2  # strips, plus the legend swatches
+        assert page.locator("figure.whole-model rect.expert.lit").count() == 8
+        assert page.locator("figure.whole-model rect.expert").count() == 384
     finally:
         context.close()
