@@ -12,11 +12,11 @@ from pygments.lexers import JsonLexer, PythonLexer
 
 from .account import AccountRow, ComponentAccount, TensorAccount
 from .compare import RoleTotals, compare_roles, config_differences, role_totals
-from .model_picture import describe, draw
 from .content import render_markdown
 from .diagrams import FlowNode, budget_svg, flow_svg
 from .mathml import STREAMS, numbers_mathml, product_mathml, to_mathml
 from .model_build import ModelBuild
+from .model_picture import describe, draw
 from .sources import ResolvedCitation
 from .spec.types import Component, Port, Shape, Step, TensorSpec, path_key, walk
 
