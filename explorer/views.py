@@ -170,6 +170,8 @@ class ComponentPage(PageBase):
     figures: FiguresView | None
     compare: tuple[Link, ...]
     """Model page only: its comparison with every other model."""
+    same_part: tuple[Link, ...]
+    """The same library part (same program and key) in other models."""
     picture: str
     """Model page only: the whole-model SVG (residual stream, block kinds, experts lit per token)."""
     picture_caption: str
@@ -551,7 +553,8 @@ def figures_view(mb: ModelBuild) -> FiguresView:
 
 
 def component_page(mb: ModelBuild, ancestors: tuple[Component, ...], comp: Component,
-                   others: tuple[tuple[str, str], ...] = ()) -> ComponentPage:
+                   others: tuple[tuple[str, str], ...] = (),
+                   parts: dict[tuple[str, str], list[tuple[str, str, str, str]]] | None = None) -> ComponentPage:
     path = path_key(ancestors, comp)
     root = "../../"
     acc = mb.ledger.accounts[path]
@@ -591,6 +594,8 @@ def component_page(mb: ModelBuild, ancestors: tuple[Component, ...], comp: Compo
         prev=prev, next=nxt, outline=outline(mb, comp) if is_model else None,
         ledger=ledger_view(mb) if is_model else None,
         figures=figures_view(mb) if is_model else None,
+        same_part=tuple(Link(f"{name}: {title}", f"../{slug}/{page_href(p)}")
+                        for slug, name, p, title in _same_part(parts or {}, mb.slug, path, comp)),
         picture=draw(picture) if picture is not None else "", picture_caption=picture.caption if picture else "",
         compare=tuple(Link(name, f"../../{compare_path(mb.slug, other)}") for other, name in others) if is_model else (),
         legend=STREAMS if any("stream-" in s.latex for s in comp.steps + comp.equations) else ())
@@ -663,13 +668,36 @@ def site_pages(builds: list[ModelBuild], how_to_read_md: str) -> list[PageBase]:
                   "How to read a page", render_markdown(how_to_read_md)),
     ]
     names = tuple((mb.slug, mb.content.meta.name) for mb in builds)
+    parts = library_parts(builds)
     for mb in builds:
         others = tuple((slug, name) for slug, name in names if slug != mb.slug)
-        pages += [component_page(mb, anc, comp, others) for anc, comp in walk(mb.spec.root)]
+        pages += [component_page(mb, anc, comp, others, parts) for anc, comp in walk(mb.spec.root)]
     totals = {mb.slug: role_totals(mb.spec, mb.ledger) for mb in builds}
     pages += [compare_page(a, b, totals) for i, a in enumerate(builds) for b in builds[i + 1:]]
     pages.append(compare_index(builds))
     return pages
+
+
+def library_parts(builds: list[ModelBuild]) -> dict[tuple[str, str], list[tuple[str, str, str, str]]]:
+    """(program, key) -> (slug, model name, path, title) of every component built from that library part."""
+    out: dict[tuple[str, str], list[tuple[str, str, str, str]]] = {}
+    for mb in builds:
+        for anc, comp in walk(mb.spec.root):
+            if anc:
+                out.setdefault((comp.program, comp.key), []).append(
+                    (mb.slug, mb.content.meta.name, path_key(anc, comp), comp.title))
+    return out
+
+
+def _same_part(parts: dict, slug: str, path: str, comp: Component) -> list[tuple[str, str, str, str]]:
+    """The first component of each other model built from the same library part under the same key."""
+    if not path:
+        return []
+    seen: dict[str, tuple[str, str, str, str]] = {}
+    for entry in parts.get((comp.program, comp.key), []):
+        if entry[0] != slug and entry[0] not in seen:
+            seen[entry[0]] = entry
+    return list(seen.values())
 
 
 # ---------------------------------------------------------------------------------------------- compare

@@ -38,3 +38,10 @@ def test_every_pair_is_reachable_from_the_compare_index_and_model_pages(built_si
         assert (built_site / f"compare/{a}-vs-{b}.html").exists()
     model = (built_site / "models/kimi-k2/index.html").read_text()
     assert 'href="../../compare/deepseek-v3-vs-kimi-k2.html"' in model
+
+
+def test_component_pages_link_the_same_library_part_in_other_models(built_site):
+    router = (built_site / "models/kimi-k2/blocks.moe.moe.router.html").read_text()
+    assert 'href="../deepseek-v3/blocks.moe.moe.router.html">DeepSeek-V3: Router</a>' in router
+    attn = (built_site / "models/llama-3.1-8b/blocks.block.attn.html").read_text()
+    assert "llama-3.1-70b/blocks.block.attn.html" in attn and "kimi-k2" not in attn.split('class="same-part"')[1][:400]
