@@ -540,6 +540,23 @@ def test_bad_listing_leaves_the_manifest_and_exits_1(project_copy, tmp_path):
     assert manifest.read_bytes() == before
 
 
+def test_record_slug_is_a_name_not_a_path(project_copy, tmp_path):
+    """Issue 13, reproduction 6: `--record-checkpoint ../../x` used to write outside content/."""
+    from conftest import run_build
+
+    folder = tmp_path / "ckpt"
+    folder.mkdir()
+    write_safetensors(folder / "model.safetensors", {"w": ("F32", [2])})
+    (project_copy / "x").mkdir()  # where content/models/../../x points
+    result = run_build("--content", str(project_copy), "--record-checkpoint", "../../x", "--from-folder", str(folder))
+    assert (result.returncode, result.stderr) == (
+        1, "error: model '../../x': not a model name (lowercase letters, digits, '-' and '.')\n")
+    result = run_build("--content", str(project_copy), "--record-checkpoint", "kimi-k3", "--from-folder", str(folder))
+    assert result.returncode == 1 and result.stderr.endswith("no such model; did you mean 'kimi-k2'?\n")
+    assert [p.relative_to(project_copy) for p in project_copy.rglob("checkpoint.toml")] == [
+        Path("content/models/kimi-k2/checkpoint.toml")]
+
+
 def test_recording_a_folder_with_a_non_bmp_name_reads_back(project_copy, tmp_path):
     """Issue 13, reproduction 6: a non-BMP character in the folder name wrote TOML the next build rejected."""
     from conftest import run_build
