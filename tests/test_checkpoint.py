@@ -10,7 +10,7 @@ import struct
 from pathlib import Path
 
 import pytest
-from conftest import safetensors_bytes, write_safetensors
+from conftest import build_main, run_build, safetensors_bytes, write_safetensors
 from hub_server import FakeHub
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -364,8 +364,6 @@ def test_record_from_a_hostile_hub_is_one_line_and_keeps_the_manifest(project_co
     import os
     import time
 
-    from conftest import run_build
-
     manifest = project_copy / "content/models/kimi-k2/checkpoint.toml"
     before = manifest.read_bytes()
     with FakeHub() as hub:
@@ -530,28 +528,24 @@ def test_listing_is_validated(tmp_path, data, reason):
 
 
 def test_bad_listing_leaves_the_manifest_and_exits_1(project_copy, tmp_path):
-    from conftest import run_build
-
     manifest = project_copy / "content/models/kimi-k2/checkpoint.toml"
     before = manifest.read_bytes()
     path = listing(tmp_path, {"tensors": [{"name": "w", "dtype": "F33", "shape": [1]}]})
-    result = run_build("--content", str(project_copy), "--record-checkpoint", "kimi-k2", "--from-listing", str(path))
+    result = build_main("--content", str(project_copy), "--record-checkpoint", "kimi-k2", "--from-listing", str(path))
     assert (result.returncode, result.stderr) == (1, f"error: {path}: tensors[0] 'w': unknown dtype 'F33'\n")
     assert manifest.read_bytes() == before
 
 
 def test_record_slug_is_a_name_not_a_path(project_copy, tmp_path):
     """Issue 13, reproduction 6: `--record-checkpoint ../../x` used to write outside content/."""
-    from conftest import run_build
-
     folder = tmp_path / "ckpt"
     folder.mkdir()
     write_safetensors(folder / "model.safetensors", {"w": ("F32", [2])})
     (project_copy / "x").mkdir()  # where content/models/../../x points
-    result = run_build("--content", str(project_copy), "--record-checkpoint", "../../x", "--from-folder", str(folder))
+    result = build_main("--content", str(project_copy), "--record-checkpoint", "../../x", "--from-folder", str(folder))
     assert (result.returncode, result.stderr) == (
         1, "error: model '../../x': not a model name (lowercase letters, digits, '-' and '.')\n")
-    result = run_build("--content", str(project_copy), "--record-checkpoint", "kimi-k3", "--from-folder", str(folder))
+    result = build_main("--content", str(project_copy), "--record-checkpoint", "kimi-k3", "--from-folder", str(folder))
     assert result.returncode == 1 and result.stderr.endswith("no such model; did you mean 'kimi-k2'?\n")
     assert [p.relative_to(project_copy) for p in project_copy.rglob("checkpoint.toml")] == [
         Path("content/models/kimi-k2/checkpoint.toml")]
@@ -559,12 +553,10 @@ def test_record_slug_is_a_name_not_a_path(project_copy, tmp_path):
 
 def test_recording_a_folder_with_a_non_bmp_name_reads_back(project_copy, tmp_path):
     """Issue 13, reproduction 6: a non-BMP character in the folder name wrote TOML the next build rejected."""
-    from conftest import run_build
-
     folder = tmp_path / "ckpt-\U0001F600"
     folder.mkdir()
     write_safetensors(folder / "model.safetensors", {"blocks.01.w": ("F32", [2]), "a.0-1.w": ("F32", [1])})
-    result = run_build("--content", str(project_copy), "--record-checkpoint", "kimi-k2", "--from-folder", str(folder))
+    result = build_main("--content", str(project_copy), "--record-checkpoint", "kimi-k2", "--from-folder", str(folder))
     assert result.returncode == 0, result.stderr
     back = read_manifest(project_copy / "content/models/kimi-k2/checkpoint.toml")
     assert sorted(back.tensors) == ["a.0-1.w", "blocks.01.w"]

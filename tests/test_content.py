@@ -10,7 +10,7 @@ import re
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, run_build
+from conftest import ROOT, build_main, run_build
 
 from explorer.content import load_model_content
 from explorer.errors import ContentError
@@ -257,13 +257,13 @@ def test_non_utf8_content_names_file_and_byte_offset(project_copy, rel):
 def test_missing_how_to_read_is_one_line(project_copy, tmp_path):
     """Issue 13, reproduction 7: a missing how-to-read.md used to end in a traceback."""
     (project_copy / "content/how-to-read.md").unlink()
-    result = run_build("--content", str(project_copy), "--out", str(tmp_path / "site"))
+    result = build_main("--content", str(project_copy), "--out", str(tmp_path / "site"))
     assert (result.returncode, result.stderr) == (1, f"error: {project_copy}/content/how-to-read.md: file is missing\n")
 
 
 def test_missing_content_folder_is_one_line(tmp_path):
     """Issue 13, reproduction 7: a --content that does not exist used to end in a traceback."""
-    result = run_build("--content", str(tmp_path / "nowhere"), "--out", str(tmp_path / "site"))
+    result = build_main("--content", str(tmp_path / "nowhere"), "--out", str(tmp_path / "site"))
     assert (result.returncode, result.stderr) == (
         1, f"error: {tmp_path}/nowhere/content: no content folder (--content names the folder that holds content/)\n")
 
@@ -309,7 +309,7 @@ def test_terminal_escapes_in_tensor_names_are_printed_escaped(project_copy, tmp_
     folder.mkdir()
     raw = json.dumps({"\x1b[2J\x1b[31mevil\u202e": {"dtype": "F33", "shape": [1], "data_offsets": [0, 4]}}).encode()
     (folder / "model.safetensors").write_bytes(struct.pack("<Q", len(raw)) + raw + bytes(4))
-    result = run_build("--content", str(project_copy), "--record-checkpoint", "kimi-k2", "--from-folder", str(folder))
+    result = build_main("--content", str(project_copy), "--record-checkpoint", "kimi-k2", "--from-folder", str(folder))
     assert result.returncode == 1 and "\x1b" not in result.stderr and "\u202e" not in result.stderr
     assert result.stderr == (f"error: {folder}/model.safetensors: tensor '\\x1b[2J\\x1b[31mevil\\u202e': "
                              "unknown dtype 'F33'\n")

@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, run_build
+from conftest import ROOT, build_main, run_build
 
 from explorer.errors import OutputError
 from explorer.publish import MARKER, Protected, check_output, claim_output, lock_path, publish, stage
@@ -44,7 +44,7 @@ def test_out_pointed_at_the_project_deletes_nothing(project_copy):
 def test_out_pointed_at_the_content_folder_deletes_nothing(project_copy):
     """Issue 13, reproduction 1: `--out DIR/content` used to delete model.toml."""
     before = snapshot(project_copy)
-    line = one_error_line(run_build("--content", str(project_copy), "--out", str(project_copy / "content")))
+    line = one_error_line(build_main("--content", str(project_copy), "--out", str(project_copy / "content")))
     assert "the output folder would replace the content" in line
     assert snapshot(project_copy) == before
 
@@ -105,7 +105,7 @@ def test_empty_new_and_marked_folders_may_be_replaced(project_copy, tmp_path):
 def test_impossible_out_is_one_line(tmp_path, make_out, reason):
     """Issue 13, reproduction 7: an impossible --out used to end in a traceback."""
     (tmp_path / "notes.txt").write_text("mine")
-    line = one_error_line(run_build("--out", str(make_out(tmp_path))))
+    line = one_error_line(build_main("--out", str(make_out(tmp_path))))
     assert reason in line
 
 
@@ -124,7 +124,7 @@ def test_empty_models_folder_keeps_the_published_site(project_copy, tmp_path):
     (out / "index.html").write_text("published")
     shutil.rmtree(project_copy / "content" / "models")
     (project_copy / "content" / "models").mkdir()
-    line = one_error_line(run_build("--content", str(project_copy), "--out", str(out)))
+    line = one_error_line(build_main("--content", str(project_copy), "--out", str(out)))
     assert line == (f"error: {project_copy / 'content' / 'models'}: no model folders; an empty site would replace "
                     "the published one")
     assert (out / "index.html").read_text() == "published"
