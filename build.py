@@ -8,7 +8,7 @@ import sys
 import time
 from pathlib import Path
 
-from explorer.errors import ExplorerError
+from explorer.errors import ContentError, ExplorerError, printable
 
 ROOT = Path(__file__).resolve().parent
 
@@ -43,6 +43,9 @@ def main(argv: list[str] | None = None) -> int:
 
     project = Project(args.content.resolve() if args.content else ROOT)
     try:
+        if not project.content.is_dir():
+            raise ContentError([f"{project.content}: no content folder (--content names the folder that holds "
+                                "content/)"])
         if args.add_model:
             return add(project, args)
         if args.record_checkpoint:
@@ -53,15 +56,17 @@ def main(argv: list[str] | None = None) -> int:
             return verify_hub(project)
         return build(project, args.out, args.fetch_sources, not args.no_cache)
     except ExplorerError as e:
-        print(f"error: {e}", file=sys.stderr)
+        print(printable(f"error: {e}"), file=sys.stderr)
         return 1
 
 
 def build(project, out: Path, fetch_sources: bool, use_cache: bool) -> int:
     from explorer.pipeline import build_site
+    from explorer.publish import claim_output
 
     start = time.perf_counter()
-    builds = build_site(project, out, fetch_sources=fetch_sources, use_cache=use_cache)
+    with claim_output(out, project.protected) as out:  # refused before minutes of computing, not after
+        builds = build_site(project, out, fetch_sources=fetch_sources, use_cache=use_cache)
     totals = ", ".join(f"{mb.slug} {mb.ledger.total:,} parameters" for mb in builds)
     print(f"built {out} in {time.perf_counter() - start:.1f}s: {totals}")
     return 0
@@ -80,7 +85,7 @@ def check(project) -> int:
               f"{rec.role_total('parameter')[1]:,}, scales {rec.role_total('quant_scale')[1]:,}, buffers "
               f"{rec.role_total('buffer')[1]:,}; {'balanced' if rec.balanced else 'NOT balanced'}")
     for line in failures:
-        print(line)
+        print(printable(line))
     return 1 if failures else 0
 
 
@@ -95,7 +100,7 @@ def verify_hub(project) -> int:
         print(f"{content.slug}: config.json at {ref.repo_id}@{ref.revision[:7]}: "
               + ("matches the recorded sha256 and values" if not problems else f"{len(problems)} differences"))
         for problem in problems:
-            print(f"  {problem}")
+            print(printable(f"  {problem}"))
         failed = failed or bool(problems)
     return 1 if failed else 0
 
@@ -122,9 +127,9 @@ def record(project, args) -> int:
         read_local_checkpoint,
         write_manifest,
     )
-    from explorer.content import load_model_content
+    from explorer.content import load_model_content, model_folder
 
-    content = load_model_content(project.content / "models" / args.record_checkpoint)
+    content = load_model_content(model_folder(project.content, args.record_checkpoint))
     ref = content.checkpoint
     if args.from_folder:
         index, provenance = read_local_checkpoint(args.from_folder), f"headers of a local copy ({args.from_folder.name})"

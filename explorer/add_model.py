@@ -13,11 +13,10 @@ import re
 from pathlib import Path
 from typing import Any
 
-from .content import MODEL_FILE
+from .content import MODEL_FILE, SLUG
 from .errors import ContentError
 from .families import family_for
 
-SLUG = re.compile(r"^[a-z0-9][a-z0-9.\-]{0,63}$")
 REVISION = re.compile(r"^[0-9a-f]{40}$")
 REPO = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]*/[A-Za-z0-9][A-Za-z0-9_.\-]*$")
 

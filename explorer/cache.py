@@ -12,12 +12,14 @@ from pathlib import Path
 from typing import Any
 
 from .checkpoint import CheckpointIndex, TensorInfo
-from .execution import ComponentTrace, EquationCheck, Execution, ShapeTrace
+from .execution import TOLERANCE, ComponentTrace, EquationCheck, Execution, ShapeTrace, within_tolerance
 from .reference import ReferenceModel
 from .spec.types import ModelSpec
 
 _PACKAGE = Path(__file__).resolve().parent
 FORMAT = 2
+_STATUSES = {"checked", "part", "unchecked"}
+_CHECK_TEXT = ("status", "reference", "config", "detail", "part_of")
 
 
 def execution_key(spec: ModelSpec) -> str:
@@ -41,8 +43,8 @@ def load(cache_dir: Path | None, spec: ModelSpec) -> tuple[ReferenceModel, Execu
         return None
     try:
         return _decode(json.loads(path.read_text(encoding="utf-8")))
-    except (ValueError, KeyError, TypeError):
-        return None  # a damaged entry is recomputed
+    except (ValueError, KeyError, TypeError, AttributeError, RecursionError):
+        return None  # a damaged, tampered or stale entry is recomputed, never published
 
 
 def save(cache_dir: Path | None, spec: ModelSpec, reference: ReferenceModel, execution: Execution) -> None:
@@ -68,12 +70,45 @@ def _encode(reference: ReferenceModel, execution: Execution) -> dict[str, Any]:
 
 
 def _decode(data: dict[str, Any]) -> tuple[ReferenceModel, Execution]:
+    """Rebuild the cached results, checking every field's type and every check against the tolerance again:
+    the cache is an input like any other, and a check is published only if it passes as read."""
     ref = data["reference"]
-    tensors = {n: TensorInfo(n, "F32", tuple(s)) for n, s in ref["tensors"].items()}
-    reference = ReferenceModel(ref["label"], CheckpointIndex(tensors, source=ref["label"]))
+    tensors = {_text(n): TensorInfo(n, "F32", _shape(s)) for n, s in ref["tensors"].items()}
+    reference = ReferenceModel(_text(ref["label"]), CheckpointIndex(tensors, source=ref["label"]))
     tr = data["trace"]
-    components = {p: ComponentTrace(tuple(map(tuple, c["inputs"])), tuple(map(tuple, c["outputs"])),
-                                    {k: tuple(v) for k, v in c["steps"].items()})
+    components = {_text(p): ComponentTrace(tuple(map(_shape, c["inputs"])), tuple(map(_shape, c["outputs"])),
+                                           {_text(k): _shape(v) for k, v in c["steps"].items()})
                   for p, c in tr["components"].items()}
-    checks = {p: EquationCheck(**c) for p, c in data["checks"].items()}
-    return reference, Execution(ShapeTrace(tr["device"], tr["free"], components), checks)
+    free = {_text(k): _count(v) for k, v in tr["free"].items()}
+    checks = {_text(p): _check(c) for p, c in data["checks"].items()}
+    return reference, Execution(ShapeTrace(_text(tr["device"]), free, components), checks)
+
+
+def _check(fields: dict[str, Any]) -> EquationCheck:
+    check = EquationCheck(**fields)
+    if check.status not in _STATUSES or not all(isinstance(getattr(check, f), str) for f in _CHECK_TEXT):
+        raise ValueError(f"not an equation check: {fields!r}")
+    error, tolerance = check.max_abs_error, check.tolerance
+    if not (isinstance(error, float | int) and tolerance == TOLERANCE):
+        raise ValueError(f"check measured against {tolerance!r}, not the current tolerance {TOLERANCE}")
+    if check.status == "checked" and not within_tolerance(error):
+        raise ValueError(f"cached check with max |Δ| {error} does not pass the tolerance {TOLERANCE}")
+    return check
+
+
+def _shape(value: Any) -> tuple[int, ...]:
+    if not isinstance(value, list):
+        raise TypeError(f"shape must be a list, got {value!r}")
+    return tuple(_count(v) for v in value)
+
+
+def _count(value: Any) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise TypeError(f"expected a non-negative integer, got {value!r}")
+    return value
+
+
+def _text(value: Any) -> str:
+    if not isinstance(value, str):
+        raise TypeError(f"expected a string, got {value!r}")
+    return value

@@ -8,15 +8,19 @@ data_offsets: [begin, end]}, "__metadata__": {str: str}}, then the data buffer t
 from __future__ import annotations
 
 import json
+import os
 import re
 import struct
+import tempfile
+import time
+import tomllib
 from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 from typing import Any
 
-from .errors import CheckpointError, ContentError
+from .errors import CheckpointError, ContentError, did_you_mean
 from .spec.storage import DTYPE_BYTES
 from .spec.types import compress_indices
 
@@ -24,6 +28,16 @@ MAX_HEADER_BYTES = 100_000_000
 """Larger headers are refused (the safetensors library's own limit), so a bad length cannot exhaust memory."""
 HUB_PREFIX_BYTES = 100_000
 """First request to the Hub: most headers fit, so one range request usually suffices."""
+HUB_DEADLINE_S = 25.0
+"""Total time for reading one checkpoint's index and headers from the Hub, however the server paces its bytes
+(Kimi K2's 61 shards take a few seconds): a per-read timeout alone resets on every byte."""
+MAX_HUB_FILE_BYTES = 10_000_000
+"""Largest whole file fetched from the Hub (a cited modeling file or config.json is well under 1 MB)."""
+MAX_TENSORS = 5_000_000
+"""Most tensors a header, checkpoint, manifest or listing may name (Kimi K2 has 139,644), checked before any
+list of names is built."""
+MAX_INT_DIGITS = 20
+"""Integers in a header are sizes and offsets, u64 at most; longer ones are refused before conversion."""
 INDEX_FILE = "model.safetensors.index.json"
 SINGLE_FILE = "model.safetensors"
 
@@ -34,6 +48,11 @@ def ggml_blocks() -> dict[str, tuple[int, int]]:
     from gguf import GGML_QUANT_SIZES
 
     return {t.name: sizes for t, sizes in GGML_QUANT_SIZES.items()}
+
+
+def known_dtype(dtype: str) -> bool:
+    """A safetensors dtype or a GGUF (llama.cpp) type name."""
+    return dtype in DTYPE_BYTES or dtype in ggml_blocks()
 
 
 def storage_block(dtype: str) -> tuple[int, int]:
@@ -96,12 +115,11 @@ def parse_header(data: bytes, source: str, data_size: int | None = None, shard: 
 
     data_size, when known, is the size of the data buffer after the header; offsets must lie inside it.
     """
-    try:
-        header = json.loads(data.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise CheckpointError(source, f"header is not JSON: {e}") from e
+    header = load_json(data, source, "header")
     if not isinstance(header, dict):
         raise CheckpointError(source, f"header is not a JSON object but {type(header).__name__}")
+    if len(header) > MAX_TENSORS + 1:
+        raise CheckpointError(source, f"header lists {len(header):,} tensors, over the limit of {MAX_TENSORS:,}")
     tensors: dict[str, TensorInfo] = {}
     spans: list[tuple[int, int, str]] = []
     for name, entry in header.items():
@@ -115,12 +133,64 @@ def parse_header(data: bytes, source: str, data_size: int | None = None, shard: 
     return tensors
 
 
+class _JsonLimit(ValueError):
+    """A JSON document broke one of our limits (duplicate key, huge integer, NaN)."""
+
+
+def load_json(data: bytes, source: str, what: str) -> Any:
+    """Parse strict UTF-8 JSON: duplicate keys, integers over MAX_INT_DIGITS digits, NaN and nesting beyond
+    Python's recursion limit are CheckpointErrors naming the source, not tracebacks."""
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise CheckpointError(source, f"{what} is not UTF-8 at byte {e.start}: {e.reason}") from None
+    try:
+        return json.loads(text, object_pairs_hook=_unique_keys, parse_int=_bounded_int,
+                          parse_constant=_no_constant)
+    except _JsonLimit as e:
+        raise CheckpointError(source, f"{what}: {e}") from None
+    except RecursionError:
+        raise CheckpointError(source, f"{what} is nested too deeply to be a tensor listing") from None
+    except json.JSONDecodeError as e:
+        raise CheckpointError(source, f"{what} is not JSON: {e}") from None
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise _JsonLimit(f"key {key!r} appears twice (JSON readers disagree on which one wins)")
+        out[key] = value
+    return out
+
+
+def _bounded_int(digits: str) -> int:
+    if len(digits.lstrip("-")) > MAX_INT_DIGITS:
+        raise _JsonLimit(f"integer of {len(digits):,} digits (at most {MAX_INT_DIGITS})")
+    return int(digits)
+
+
+def _no_constant(name: str) -> Any:
+    raise _JsonLimit(f"{name} is not a JSON value")
+
+
+def _check_name(name: str, source: str) -> None:
+    """A tensor name must be non-empty text that UTF-8 (and so TOML and HTML) can carry."""
+    if not name:
+        raise CheckpointError(source, "a tensor has an empty name")
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        raise CheckpointError(source, f"tensor {name!r}: name holds a lone surrogate, not text") from None
+
+
 def _check_metadata(entry: Any, source: str) -> None:
     if not isinstance(entry, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in entry.items()):
         raise CheckpointError(source, "__metadata__ must map strings to strings")
 
 
 def _parse_entry(name: str, entry: Any, source: str, shard: str) -> tuple[TensorInfo, tuple[int, int]]:
+    _check_name(name, source)
     where = f"tensor '{name}'"
     if not isinstance(entry, dict):
         raise CheckpointError(source, f"{where}: entry is not an object")
@@ -181,7 +251,7 @@ def read_local_checkpoint(folder: Path) -> CheckpointIndex:
             shard_path = folder / shard
             if not shard_path.exists():
                 raise CheckpointError(str(index_path), f"names shard '{shard}', which is missing")
-            tensors.update(read_safetensors_file(shard_path))
+            merge_shard(tensors, read_safetensors_file(shard_path), str(shard_path))
         _check_index_agrees(weight_map, tensors, str(index_path))
     else:
         files = sorted(folder.glob("*.safetensors"))
@@ -189,18 +259,42 @@ def read_local_checkpoint(folder: Path) -> CheckpointIndex:
             raise CheckpointError(str(folder), f"no {INDEX_FILE} and no .safetensors files")
         tensors = {}
         for path in files:
-            tensors.update(read_safetensors_file(path))
+            merge_shard(tensors, read_safetensors_file(path), str(path))
     return CheckpointIndex(dict(sorted(tensors.items())), source=str(folder))
+
+
+def merge_shard(tensors: dict[str, TensorInfo], shard: dict[str, TensorInfo], source: str) -> None:
+    """Add one shard's tensors; a name stored in two shards (a stale copy left beside new ones) is an error,
+    never a silent last-one-wins."""
+    for name, info in shard.items():
+        if name in tensors:
+            raise CheckpointError(source, f"tensor '{name}' is also stored in '{tensors[name].shard}'; remove the "
+                                          "stale shard")
+        tensors[name] = info
+    if len(tensors) > MAX_TENSORS:
+        raise CheckpointError(source, f"the checkpoint holds over {MAX_TENSORS:,} tensors, the limit")
 
 
 def _read_index(path: Path) -> dict[str, str]:
     try:
-        index = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise CheckpointError(str(path), f"cannot read index: {e}") from e
+        if path.stat().st_size > MAX_HEADER_BYTES:
+            raise CheckpointError(str(path), f"index is over the {MAX_HEADER_BYTES:,}-byte cap")
+        data = path.read_bytes()
+    except OSError as e:
+        raise CheckpointError(str(path), f"cannot read index: {e.strerror or e}") from e
+    return _parse_index(data, str(path))
+
+
+def _parse_index(data: bytes, source: str) -> dict[str, str]:
+    index = load_json(data, source, "index")
     weight_map = index.get("weight_map") if isinstance(index, dict) else None
     if not isinstance(weight_map, dict) or not all(isinstance(v, str) for v in weight_map.values()):
-        raise CheckpointError(str(path), "index has no weight_map of tensor name -> shard file")
+        raise CheckpointError(source, "index has no weight_map of tensor name -> shard file")
+    if len(weight_map) > MAX_TENSORS:
+        raise CheckpointError(source, f"index lists {len(weight_map):,} tensors, over the limit of {MAX_TENSORS:,}")
+    for shard in set(weight_map.values()):
+        if not shard or "/" in shard or "\\" in shard or shard in (".", ".."):
+            raise CheckpointError(source, f"shard {shard!r} is not a file name in the checkpoint's folder")
     return weight_map
 
 
@@ -214,29 +308,28 @@ def _check_index_agrees(weight_map: dict[str, str], tensors: dict[str, TensorInf
 
 # ----------------------------------------------------------------------------------------------- Hub
 
-def read_hub_checkpoint(repo_id: str, revision: str, timeout: float = 10.0,
-                        endpoint: str | None = None) -> CheckpointIndex:
+def read_hub_checkpoint(repo_id: str, revision: str, timeout: float = 10.0, endpoint: str | None = None,
+                        deadline: float = HUB_DEADLINE_S) -> CheckpointIndex:
     """Read every header of a Hub checkpoint at a pinned revision with range requests (a few MB for 1 TB).
 
     Uses huggingface_hub's URL building, session, auth headers and HF_ENDPOINT (or `endpoint`), and this
-    module's parser.
+    module's parser. Every response is read as a stream, at most the bytes asked for, and the whole read gives
+    up after `deadline` seconds; no request is retried.
     """
-    from huggingface_hub import HfApi
+    from huggingface_hub.errors import EntryNotFoundError
 
-    api = HfApi(endpoint=endpoint)
+    budget = _Budget(time.monotonic() + deadline, deadline)
     where = f"{repo_id}@{revision}"
     try:
-        if api.file_exists(repo_id, INDEX_FILE, revision=revision):
-            from huggingface_hub import hf_hub_download
-
-            weight_map = _read_index(Path(hf_hub_download(repo_id, INDEX_FILE, revision=revision,
-                                                          endpoint=endpoint)))
+        try:
+            url = _hub_url(repo_id, revision, INDEX_FILE, endpoint)
+            weight_map = _parse_index(_hub_get(url, None, MAX_HEADER_BYTES, timeout, budget)[0], url)
             shards = sorted(set(weight_map.values()))
-        else:
+        except EntryNotFoundError:
             weight_map, shards = {}, [SINGLE_FILE]
         tensors: dict[str, TensorInfo] = {}
         for shard in shards:
-            tensors.update(read_hub_header(repo_id, revision, shard, timeout, endpoint))
+            merge_shard(tensors, read_hub_header(repo_id, revision, shard, timeout, endpoint, budget), shard)
     except CheckpointError:
         raise
     except Exception as e:  # huggingface_hub and httpx raise many types; name the repo and the reason
@@ -247,24 +340,32 @@ def read_hub_checkpoint(repo_id: str, revision: str, timeout: float = 10.0,
                            revision=revision)
 
 
-def read_hub_header(repo_id: str, revision: str, filename: str, timeout: float = 10.0,
-                    endpoint: str | None = None) -> dict[str, TensorInfo]:
-    """Fetch and parse one file's header with at most two range requests."""
-    from huggingface_hub import get_session, hf_hub_url
-    from huggingface_hub.utils import build_hf_headers, hf_raise_for_status
+@dataclass(frozen=True, slots=True)
+class _Budget:
+    """The moment a Hub read gives up, shared by all of its requests."""
 
-    url = hf_hub_url(repo_id, filename, revision=revision, endpoint=endpoint)
-    headers = build_hf_headers()
+    until: float
+    """time.monotonic() value."""
+    total: float
+
+    def left(self, url: str) -> float:
+        remaining = self.until - time.monotonic()
+        if remaining <= 0:
+            raise CheckpointError(url, f"gave up after {self.total:g} s, the deadline for reading a checkpoint's "
+                                       "headers from the Hub")
+        return remaining
+
+
+def read_hub_header(repo_id: str, revision: str, filename: str, timeout: float = 10.0,
+                    endpoint: str | None = None, budget: _Budget | None = None) -> dict[str, TensorInfo]:
+    """Fetch and parse one file's header with at most two range requests."""
+    budget = budget or _Budget(time.monotonic() + HUB_DEADLINE_S, HUB_DEADLINE_S)
+    url = _hub_url(repo_id, revision, filename, endpoint)
     try:
-        response = get_session().get(url, headers={**headers, "range": f"bytes=0-{HUB_PREFIX_BYTES - 1}"},
-                                     timeout=timeout)
-        hf_raise_for_status(response)
-        body, total = response.content, _content_total(response.headers.get("content-range", ""))
+        body, total = _hub_get(url, (0, HUB_PREFIX_BYTES - 1), HUB_PREFIX_BYTES, timeout, budget)
         n = header_length(body[:8], url, total)
         if n > len(body) - 8:
-            response = get_session().get(url, headers={**headers, "range": f"bytes=8-{n + 7}"}, timeout=timeout)
-            hf_raise_for_status(response)
-            data = response.content
+            data = _hub_get(url, (8, n + 7), n, timeout, budget)[0]
         else:
             data = body[8:8 + n]
     except CheckpointError:
@@ -274,6 +375,62 @@ def read_hub_header(repo_id: str, revision: str, filename: str, timeout: float =
     if len(data) < n:
         raise CheckpointError(url, f"truncated: header says {n:,} bytes, got {len(data):,}")
     return parse_header(data[:n], url, None if total is None else total - 8 - n, shard=filename)
+
+
+def fetch_hub_file(repo_id: str, revision: str, filename: str, max_bytes: int = MAX_HUB_FILE_BYTES,
+                   timeout: float = 10.0, endpoint: str | None = None, deadline: float = HUB_DEADLINE_S) -> bytes:
+    """Download one whole (small) file at a pinned revision, streamed, capped in bytes and time."""
+    budget = _Budget(time.monotonic() + deadline, deadline)
+    where = f"{repo_id}@{revision}/{filename}"
+    try:
+        data = _hub_get(_hub_url(repo_id, revision, filename, endpoint), None, max_bytes + 1, timeout, budget)[0]
+    except CheckpointError as e:
+        raise CheckpointError(where, e.reason) from e
+    except Exception as e:
+        raise CheckpointError(where, _hub_reason(e)) from e
+    if len(data) > max_bytes:
+        raise CheckpointError(where, f"larger than the {max_bytes:,}-byte cap for a fetched file")
+    return data
+
+
+def _hub_url(repo_id: str, revision: str, filename: str, endpoint: str | None) -> str:
+    from huggingface_hub import hf_hub_url
+
+    return hf_hub_url(repo_id, filename, revision=revision, endpoint=endpoint)
+
+
+def _hub_get(url: str, span: tuple[int, int] | None, max_bytes: int, timeout: float,
+             budget: _Budget) -> tuple[bytes, int | None]:
+    """GET at most max_bytes of `url` (of bytes span[0]..span[1] if given), streamed, within the budget; return
+    the bytes and the file's total size from Content-Range. A server sending more than asked is cut off."""
+    import httpx2
+    from huggingface_hub import get_session
+    from huggingface_hub.utils import build_hf_headers, hf_raise_for_status
+
+    headers = {**build_hf_headers(), "accept-encoding": "identity"}
+    if span is not None:
+        headers["range"] = f"bytes={span[0]}-{span[1]}"
+    # The per-read timeout is also cut to what is left, so a stalled read cannot outlive the deadline by much.
+    with get_session().stream("GET", url, headers=headers, follow_redirects=True,
+                              timeout=min(timeout, budget.left(url))) as response:
+        limit = max_bytes if response.status_code < 400 else 65_536  # an error page is read only for its message
+        body = _read_capped(response, limit, url, budget)
+        if response.status_code >= 400:
+            hf_raise_for_status(httpx2.Response(response.status_code, headers=response.headers, content=body,
+                                                request=response.request))
+        return body, _content_total(response.headers.get("content-range", ""))
+
+
+def _read_capped(response: Any, limit: int, url: str, budget: _Budget) -> bytes:
+    chunks: list[bytes] = []
+    size = 0
+    for chunk in response.iter_bytes():
+        chunks.append(chunk)
+        size += len(chunk)
+        if size >= limit:
+            break
+        budget.left(url)
+    return b"".join(chunks)[:limit]
 
 
 def _content_total(content_range: str) -> int | None:
@@ -299,7 +456,12 @@ def _hub_reason(e: Exception) -> str:
 # ------------------------------------------------------------------------------------------ manifests
 
 MANIFEST_FILE = "checkpoint.toml"
-_RANGE_SEGMENT = re.compile(r"^\d+(-\d+)?(,\d+(-\d+)?)*$")
+_INDEX = r"(?:0|[1-9][0-9]{0,17})"
+"""A name segment that is an index: decimal, no leading zero (so "01" stays a literal name), at most 18 digits."""
+_IS_INDEX = re.compile(rf"^{_INDEX}$")
+_RANGE_SEGMENT = re.compile(rf"^{_INDEX}(?:-{_INDEX})?(?:,{_INDEX}(?:-{_INDEX})?)*$")
+_LITERAL = "\\"
+"""Prefix of a grouped-name segment to be taken literally: a tensor named "a.0-1.w" is written "a.\\0-1.w"."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -312,36 +474,74 @@ class ManifestGroup:
     shard: str = ""
 
 
-def expand_name(pattern: str) -> list[str]:
-    """All names a grouped pattern stands for; numeric segments may be runs like "1-60" or "0,3-5"."""
+def _segment_runs(segment: str) -> list[tuple[int, int]] | None:
+    """The index runs a grouped-name segment stands for, or None for a literal segment."""
+    if not _RANGE_SEGMENT.match(segment):
+        return None
+    runs = []
+    for run in segment.split(","):
+        lo, _, hi = run.partition("-")
+        if int(hi or lo) < int(lo):
+            raise ValueError(f"range {run} runs backwards")
+        runs.append((int(lo), int(hi or lo)))
+    return runs
+
+
+def _segments(pattern: str) -> list[list[str] | list[tuple[int, int]]]:
+    """Split a grouped name into literal segments ([text]) and index runs ([(lo, hi), ...])."""
+    out: list[list[str] | list[tuple[int, int]]] = []
+    for segment in pattern.split("."):
+        if segment.startswith(_LITERAL):
+            out.append([segment[len(_LITERAL):]])
+        else:
+            runs = _segment_runs(segment)
+            out.append([segment] if runs is None else runs)
+    return out
+
+
+def group_size(pattern: str) -> int:
+    """How many names a grouped pattern stands for, computed without listing them."""
+    n = 1
+    for part in _segments(pattern):
+        if part and isinstance(part[0], tuple):
+            n *= sum(hi - lo + 1 for lo, hi in part)  # type: ignore[misc]
+    return n
+
+
+def expand_name(pattern: str, limit: int = MAX_TENSORS) -> list[str]:
+    """All names a grouped pattern stands for; numeric segments may be runs like "1-60" or "0,3-5", and a
+    segment starting with a backslash is literal. Raises ValueError past `limit` names, before building them."""
+    size = group_size(pattern)
+    if size > limit:
+        raise ValueError(f"'{pattern}' stands for {size:,} tensors, over the limit of {limit:,}")
     names = [""]
-    for i, segment in enumerate(pattern.split(".")):
-        values = _expand_segment(segment) if _RANGE_SEGMENT.match(segment) else [segment]
+    for i, part in enumerate(_segments(pattern)):
+        values = ([str(v) for lo, hi in part for v in range(lo, hi + 1)]  # type: ignore[misc]
+                  if part and isinstance(part[0], tuple) else part)
         sep = "." if i else ""
         names = [f"{n}{sep}{v}" for n in names for v in values]
     return names
 
 
-def _expand_segment(segment: str) -> list[str]:
-    out: list[str] = []
-    for run in segment.split(","):
-        lo, _, hi = run.partition("-")
-        out += [str(i) for i in range(int(lo), int(hi or lo) + 1)]
-    return out
+def _escape_segment(segment: str) -> str:
+    """Write a literal segment so expand_name reads it back as itself."""
+    return _LITERAL + segment if _RANGE_SEGMENT.match(segment) or segment.startswith(_LITERAL) else segment
 
 
 def group_tensors(tensors: Iterable[TensorInfo]) -> list[ManifestGroup]:
     """Compress tensor names into grouped patterns (the inverse of expand_name), deterministically."""
-    buckets: dict[tuple[str, tuple[int, ...], str, str], list[tuple[int, ...]]] = {}
+    buckets: dict[tuple[tuple[str | None, ...], tuple[int, ...], str, str], list[tuple[int, ...]]] = {}
     for t in tensors:
         parts = t.name.split(".")
-        slots = tuple(int(p) for p in parts if p.isdigit())
-        template = ".".join("{}" if p.isdigit() else p for p in parts)
+        slots = tuple(int(p) for p in parts if _IS_INDEX.match(p))
+        template = tuple(None if _IS_INDEX.match(p) else _escape_segment(p) for p in parts)
         buckets.setdefault((template, t.shape, t.dtype, t.shard), []).append(slots)
     groups = []
-    for (template, shape, dtype, shard), indices in sorted(buckets.items()):
+    for (template, shape, dtype, shard), indices in buckets.items():
         for combo in _factor(sorted(set(indices))):
-            groups.append(ManifestGroup(template.format(*combo), shape, dtype, shard))
+            runs = iter(combo)
+            name = ".".join(next(runs) if p is None else p for p in template)
+            groups.append(ManifestGroup(name, shape, dtype, shard))
     return sorted(groups, key=lambda g: (g.name, g.shard))
 
 
@@ -362,29 +562,80 @@ def _factor(indices: list[tuple[int, ...]]) -> list[tuple[str, ...]]:
     return out
 
 
-def write_manifest(index: CheckpointIndex, path: Path) -> None:
-    """Record an index as content/models/<slug>/checkpoint.toml (grouped names, with its provenance)."""
-    groups = group_tensors(index.tensors.values())
+def check_index(index: CheckpointIndex, source: str) -> None:
+    """Validate an index from any source before it is recorded: names, dtypes, shapes and count."""
+    if len(index.tensors) > MAX_TENSORS:
+        raise CheckpointError(source, f"{len(index.tensors):,} tensors, over the limit of {MAX_TENSORS:,}")
+    for name, t in index.tensors.items():
+        _check_name(name, source)
+        if t.name != name or not known_dtype(t.dtype) or not all(_is_count(s) for s in t.shape):
+            raise CheckpointError(source, f"tensor '{name}': not a valid entry ({t.dtype} {list(t.shape)})")
+        if t.shard:
+            _check_name(t.shard, source)
+
+
+def manifest_text(index: CheckpointIndex) -> str:
+    """The checkpoint.toml text of an index: grouped names, with its provenance."""
     lines = [
         "# Stored tensors of the checkpoint, written by `python build.py --record-checkpoint`.",
-        "# A name like model.layers.1-60.mlp.experts.0-383.down_proj.weight stands for one tensor per index.",
+        "# A name like model.layers.1-60.mlp.experts.0-383.down_proj.weight stands for one tensor per index;",
+        "# a name segment starting with a backslash is taken literally.",
         "",
         "[manifest]",
-        f"repo_id = {json.dumps(index.repo_id)}",
-        f"revision = {json.dumps(index.revision)}",
-        f"provenance = {json.dumps(index.provenance)}",
+        f"repo_id = {_toml_string(index.repo_id)}",
+        f"revision = {_toml_string(index.revision)}",
+        f"provenance = {_toml_string(index.provenance)}",
         f"tensor_count = {len(index.tensors)}",
         "",
     ]
-    for g in groups:
-        lines += ["[[tensor]]", f"name = {json.dumps(g.name)}", f"shape = {list(g.shape)}",
-                  f"dtype = {json.dumps(g.dtype)}"]
+    for g in group_tensors(index.tensors.values()):
+        lines += ["[[tensor]]", f"name = {_toml_string(g.name)}", f"shape = {list(g.shape)}",
+                  f"dtype = {_toml_string(g.dtype)}"]
         if g.shard:
-            lines.append(f"shard = {json.dumps(g.shard)}")
+            lines.append(f"shard = {_toml_string(g.shard)}")
         lines.append("")
-    tmp = path.with_suffix(".toml.tmp")
-    tmp.write_text("\n".join(lines), encoding="utf-8")
-    tmp.replace(path)
+    return "\n".join(lines)
+
+
+def _toml_string(text: str) -> str:
+    """A TOML basic string: backslash, quote and control characters escaped, all else (non-BMP too) verbatim,
+    which is what TOML allows; json.dumps would write surrogate pairs that TOML rejects."""
+    out = []
+    for c in text:
+        if c in '"\\':
+            out.append("\\" + c)
+        elif ord(c) < 0x20 or ord(c) == 0x7F:
+            out.append(f"\\u{ord(c):04x}")
+        else:
+            out.append(c)
+    return '"' + "".join(out) + '"'
+
+
+def write_manifest(index: CheckpointIndex, path: Path) -> None:
+    """Record an index as content/models/<slug>/checkpoint.toml, atomically and only once the text written
+    reads back as exactly this index."""
+    check_index(index, str(path))
+    text = manifest_text(index)
+    back = manifest_index(tomllib.loads(text), str(path))
+    if (back.tensors, back.repo_id, back.revision, back.provenance) != (
+            index.tensors, index.repo_id, index.revision, index.provenance):
+        raise CheckpointError(str(path), "the manifest would not read back as the index recorded; nothing written")
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    except OSError as e:
+        raise CheckpointError(str(path), f"cannot write: {e.strerror or e}") from e
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except OSError as e:
+        Path(tmp).unlink(missing_ok=True)
+        raise CheckpointError(str(path), f"cannot write: {e.strerror or e}") from e
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
 
 
 @dataclass(frozen=True, slots=True)
@@ -397,44 +648,113 @@ class _ManifestHead:
 
 def read_manifest(path: Path) -> CheckpointIndex:
     """Read a recorded manifest back into a full index; ContentError names the file and key."""
-    from .content import load_toml, parse_table
+    from .content import load_toml
 
-    data = load_toml(path)
+    return manifest_index(load_toml(path), str(path))
+
+
+def manifest_index(data: dict[str, Any], path: str) -> CheckpointIndex:
+    """Expand a parsed manifest, checking every count against tensor_count and MAX_TENSORS before expanding."""
+    from .content import parse_table
+
     problems: list[str] = []
     head = parse_table(data.get("manifest", {}), _ManifestHead, f"{path}: table 'manifest'", problems)
-    groups = [parse_table(t, ManifestGroup, f"{path}: tensor {i + 1}", problems)
-              for i, t in enumerate(data.get("tensor", []))]
+    tables = data.get("tensor", [])
+    if not isinstance(tables, list):
+        problems.append(f"{path}: key 'tensor': expected an array of tables ([[tensor]])")
+        tables = []
+    groups = [parse_table(t, ManifestGroup, f"{path}: tensor {i + 1}", problems) for i, t in enumerate(tables)]
+    sizes = []
     for g in groups:
-        if g is not None and g.dtype not in DTYPE_BYTES and g.dtype not in ggml_blocks():
+        if g is None:
+            continue
+        if not known_dtype(g.dtype):
             problems.append(f"{path}: tensor '{g.name}': key 'dtype': unknown dtype {g.dtype!r}")
-        elif g is not None and g.shape and g.shape[-1] % storage_block(g.dtype)[0]:
+        elif g.shape and g.shape[-1] % storage_block(g.dtype)[0]:
             problems.append(f"{path}: tensor '{g.name}': key 'shape': last dimension {g.shape[-1]} is not a "
                             f"multiple of {g.dtype}'s block of {storage_block(g.dtype)[0]}")
+        if not all(s >= 0 for s in g.shape):
+            problems.append(f"{path}: tensor '{g.name}': key 'shape': sizes must be >= 0, got {list(g.shape)}")
+        try:
+            sizes.append(group_size(g.name))
+        except ValueError as e:
+            problems.append(f"{path}: tensor '{g.name}': key 'name': {e}")
     if problems:
         raise ContentError(problems)
+    _check_counts(head.tensor_count, sum(sizes), path)
     tensors: dict[str, TensorInfo] = {}
     for g in groups:
         for name in expand_name(g.name):
             if name in tensors:
                 raise ContentError([f"{path}: tensor '{name}' is listed twice"])
             tensors[name] = TensorInfo(name, g.dtype, g.shape, g.shard)
-    if len(tensors) != head.tensor_count:
-        raise ContentError([f"{path}: key 'manifest.tensor_count': {head.tensor_count:,} but the groups expand "
-                            f"to {len(tensors):,} tensors"])
-    return CheckpointIndex(dict(sorted(tensors.items())), source=str(path), repo_id=head.repo_id,
+    return CheckpointIndex(dict(sorted(tensors.items())), source=path, repo_id=head.repo_id,
                            revision=head.revision, provenance=head.provenance)
 
 
+def _check_counts(declared: int, expands_to: int, path: str) -> None:
+    if not 0 <= declared <= MAX_TENSORS:
+        raise ContentError([f"{path}: key 'manifest.tensor_count': {declared:,} is outside 0..{MAX_TENSORS:,}, "
+                            "the limit on tensors in a checkpoint"])
+    if expands_to != declared:
+        raise ContentError([f"{path}: key 'manifest.tensor_count': {declared:,} but the groups stand for "
+                            f"{expands_to:,} tensors"])
+
+
+_LISTING_KEYS = {"repo_id", "provenance", "tensors"}
+_ENTRY_KEYS = {"name", "shape", "dtype", "shard"}
+
+
 def read_listing(path: Path) -> CheckpointIndex:
-    """Read a grouped JSON listing ({repo_id, provenance, tensors: [{name, shape, dtype}]}), e.g. one
-    transcribed from a published report of a checkpoint's headers."""
+    """Read a grouped JSON listing ({repo_id, provenance, tensors: [{name, shape, dtype, shard}]}), e.g. one
+    transcribed from a published report of a checkpoint's headers; every entry is validated as a header's is."""
+    source = str(path)
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-        tensors = {}
-        for entry in data["tensors"]:
-            for name in expand_name(entry["name"]):
-                tensors[name] = TensorInfo(name, entry["dtype"], tuple(entry["shape"]), entry.get("shard", ""))
-    except (OSError, KeyError, TypeError, json.JSONDecodeError) as e:
-        raise CheckpointError(str(path), f"not a tensor listing: {e}") from e
-    return CheckpointIndex(dict(sorted(tensors.items())), source=str(path), repo_id=data.get("repo_id", ""),
-                           provenance=data.get("provenance", ""))
+        if path.stat().st_size > MAX_HEADER_BYTES:
+            raise CheckpointError(source, f"listing is over the {MAX_HEADER_BYTES:,}-byte cap")
+        data = load_json(path.read_bytes(), source, "listing")
+    except OSError as e:
+        raise CheckpointError(source, f"cannot read: {e.strerror or e}") from e
+    if not isinstance(data, dict) or not isinstance(data.get("tensors"), list):
+        raise CheckpointError(source, "not a tensor listing: expected an object with a 'tensors' array")
+    for key in sorted(set(data) - _LISTING_KEYS):
+        raise CheckpointError(source, f"key '{key}': unknown{did_you_mean(key, _LISTING_KEYS)}")
+    for key in ("repo_id", "provenance"):
+        if not isinstance(data.get(key, ""), str):
+            raise CheckpointError(source, f"key '{key}': expected a string")
+    entries = [_listing_entry(e, i, source) for i, e in enumerate(data["tensors"])]
+    total = sum(group_size(g.name) for g in entries)
+    if total > MAX_TENSORS:
+        raise CheckpointError(source, f"the entries stand for {total:,} tensors, over the limit of {MAX_TENSORS:,}")
+    tensors: dict[str, TensorInfo] = {}
+    for g in entries:
+        for name in expand_name(g.name):
+            if name in tensors:
+                raise CheckpointError(source, f"tensor '{name}' is listed twice")
+            tensors[name] = TensorInfo(name, g.dtype, g.shape, g.shard)
+    index = CheckpointIndex(dict(sorted(tensors.items())), source=source, repo_id=data.get("repo_id", ""),
+                            provenance=data.get("provenance", ""))
+    check_index(index, source)
+    return index
+
+
+def _listing_entry(entry: Any, i: int, source: str) -> ManifestGroup:
+    where = f"tensors[{i}]"
+    if not isinstance(entry, dict):
+        raise CheckpointError(source, f"{where}: expected an object")
+    for key in sorted(set(entry) - _ENTRY_KEYS):
+        raise CheckpointError(source, f"{where}: key '{key}': unknown{did_you_mean(key, _ENTRY_KEYS)}")
+    name, dtype, shape, shard = entry.get("name"), entry.get("dtype"), entry.get("shape"), entry.get("shard", "")
+    if not isinstance(name, str) or not name:
+        raise CheckpointError(source, f"{where}: key 'name': expected a non-empty string")
+    if not isinstance(dtype, str) or not known_dtype(dtype):
+        raise CheckpointError(source, f"{where} '{name}': unknown dtype {dtype!r}")
+    if not isinstance(shape, list) or not all(_is_count(s) for s in shape):
+        raise CheckpointError(source, f"{where} '{name}': shape must be a list of non-negative integers")
+    if not isinstance(shard, str):
+        raise CheckpointError(source, f"{where} '{name}': key 'shard': expected a string")
+    try:
+        group_size(name)
+    except ValueError as e:
+        raise CheckpointError(source, f"{where}: {e}") from None
+    return ManifestGroup(name, tuple(shape), dtype, shard)

@@ -7,16 +7,23 @@ collected and reported in one ContentError, each naming the file, the key and wh
 from __future__ import annotations
 
 import dataclasses
+import re
 import tomllib
 import types
 import typing
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import markdown
+import nh3
 
 from .errors import ContentError, did_you_mean
+
+SLUG = re.compile(r"^(?=.{1,64}$)[a-z0-9]+(?:[.-][a-z0-9]+)*$")
+"""A model folder's name: it becomes a URL and a file name, so never a path (nor "..", nor a trailing dot)."""
+RELEASED = re.compile(r"^\d{4}-(0[1-9]|1[0-2])$")
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,13 +76,29 @@ class ModelContent:
     """Component path ("" for the model page) -> Markdown source."""
 
 
-def load_toml(path: Path) -> dict[str, Any]:
-    """Parse one TOML file, turning syntax errors into a ContentError naming the file."""
+def read_content_text(path: Path, root: Path) -> str:
+    """Read one content file as UTF-8; it must resolve inside `root`, so a symlink out of content/ is refused."""
+    resolved = path.resolve()
+    if not resolved.is_relative_to(root.resolve()):
+        raise ContentError([f"{path}: resolves to {resolved}, outside {root}; content files may not link out of "
+                            "their folder"])
     try:
-        with path.open("rb") as f:
-            return tomllib.load(f)
+        data = resolved.read_bytes()
     except FileNotFoundError:
         raise ContentError([f"{path}: file is missing"]) from None
+    except OSError as e:
+        raise ContentError([f"{path}: cannot read: {e.strerror or e}"]) from e
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise ContentError([f"{path}: not UTF-8 at byte {e.start}: {e.reason}"]) from None
+
+
+def load_toml(path: Path, root: Path | None = None) -> dict[str, Any]:
+    """Parse one TOML file inside `root` (default: its folder), turning every failure into a ContentError."""
+    text = read_content_text(path, path.parent if root is None else root)
+    try:
+        return tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
         raise ContentError([f"{path}: not valid TOML: {e}"]) from e
 
@@ -177,39 +200,91 @@ def load_model_content(folder: Path) -> ModelContent:
                             f"got [{first}, {last}]")
     for key in sorted(set(checkpoint.config_nulls if checkpoint else ()) & set(data.get("config", {}))):
         problems.append(f"{path}: key 'checkpoint.config_nulls': '{key}' is listed as null but has a value in [config]")
+    if meta is not None and meta.released and not RELEASED.match(meta.released):
+        problems.append(f"{path}: key 'model.released': expected a month as \"YYYY-MM\" (or \"\" if not recorded), "
+                        f"got {meta.released!r}")
     if problems:
         raise ContentError(problems)
     return ModelContent(
         slug=folder.name, folder=folder, meta=meta, checkpoint=checkpoint,
-        config={**data["config"], **{k: None for k in checkpoint.config_nulls}}, prose=load_prose(folder / "prose"),
+        config={**data["config"], **{k: None for k in checkpoint.config_nulls}},
+        prose=load_prose(folder / "prose", folder),
     )
 
 
-def load_prose(folder: Path) -> dict[str, str]:
+def load_prose(folder: Path, root: Path) -> dict[str, str]:
     """Read <component path>.md files (index.md is the model page); sorted for determinism."""
     if not folder.is_dir():
         return {}
     prose = {}
     for path in sorted(folder.glob("*.md")):
         key = "" if path.stem == "index" else path.stem
-        prose[key] = path.read_text(encoding="utf-8")
+        prose[key] = read_content_text(path, root)
     return prose
 
 
+def check_prose_paths(content: ModelContent, paths: Iterable[str]) -> None:
+    """A prose file must name a component of the model; a misspelled one would silently show nowhere."""
+    known = set(paths)
+    problems = [f"{content.folder / 'prose' / (key + '.md')}: no component '{key}' in {content.slug}"
+                f"{did_you_mean(key, known - {''})}"
+                for key in sorted(content.prose) if key not in known]
+    if problems:
+        raise ContentError(problems)
+
+
+# Tags and attributes Markdown itself produces, plus a few inline ones authors use; everything else raw HTML
+# could carry (script, style, iframe, on* attributes, javascript: URLs) is dropped by nh3 (the Ammonia sanitizer).
+_PROSE_TAGS = {"p", "h1", "h2", "h3", "h4", "h5", "h6", "ul", "ol", "li", "a", "em", "strong", "code", "pre",
+               "blockquote", "hr", "br", "table", "thead", "tbody", "tr", "th", "td", "img", "sub", "sup", "kbd",
+               "abbr", "del"}
+_PROSE_ATTRIBUTES = {"a": {"href", "title"}, "img": {"src", "alt", "title"}, "abbr": {"title"},
+                     "th": {"style"}, "td": {"style"}}
+
+
 def render_markdown(source: str) -> str:
-    """Render prose Markdown to HTML (tables and fenced code allowed)."""
-    return markdown.markdown(source, extensions=["tables", "fenced_code"], output_format="html")
+    """Render prose Markdown to HTML (tables and fenced code allowed), sanitised to an allow-list of tags."""
+    html = markdown.markdown(source, extensions=["tables", "fenced_code"], output_format="html")
+    return nh3.clean(html, tags=_PROSE_TAGS, clean_content_tags={"script", "style"}, attributes=_PROSE_ATTRIBUTES,
+                     url_schemes={"http", "https", "mailto"}, filter_style_properties={"text-align"},
+                     link_rel=None)
+
+
+def model_folder(content_dir: Path, slug: str) -> Path:
+    """The folder of one model named on the command line: a checked name, never a path."""
+    models = content_dir / "models"
+    if not SLUG.match(slug):
+        raise ContentError([f"model '{slug}': not a model name (lowercase letters, digits, '-' and '.')"])
+    if not (models / slug).is_dir():
+        existing = sorted(p.name for p in models.iterdir() if p.is_dir()) if models.is_dir() else []
+        raise ContentError([f"{models / slug}: no such model{did_you_mean(slug, existing)}"])
+    return models / slug
 
 
 def load_all_models(content_dir: Path) -> list[ModelContent]:
     """Load every model folder under content/models, collecting problems across all of them."""
+    models_dir = content_dir / "models"
+    if not models_dir.is_dir():
+        raise ContentError([f"{models_dir}: folder is missing (--content names the folder that holds content/)"])
     models: list[ModelContent] = []
     problems: list[str] = []
-    for folder in sorted(p for p in (content_dir / "models").iterdir() if p.is_dir()):
+    folders = sorted(p for p in models_dir.iterdir() if p.is_dir() and not p.name.startswith("."))
+    for folder in folders:
         try:
+            _check_model_folder(folder, models_dir)
             models.append(load_model_content(folder))
         except ContentError as e:
             problems.extend(e.problems)
+    if not folders:
+        problems.append(f"{models_dir}: no model folders; an empty site would replace the published one")
     if problems:
         raise ContentError(problems)
     return sorted(models, key=lambda m: (m.meta.order, m.slug))
+
+
+def _check_model_folder(folder: Path, models_dir: Path) -> None:
+    if not SLUG.match(folder.name):
+        raise ContentError([f"{folder}: not a model name (lowercase letters, digits, '-' and '.'); rename the folder"])
+    if not folder.resolve().is_relative_to(models_dir.resolve()):
+        raise ContentError([f"{folder}: resolves to {folder.resolve()}, outside {models_dir}; model folders may "
+                            "not link out of it"])

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import difflib
+import unicodedata
 from collections.abc import Iterable
 
 
@@ -41,7 +42,24 @@ class ExecutionError(ExplorerError):
         super().__init__(f"{where}: {reason}{after}")
 
 
+class OutputError(ExplorerError):
+    """The output folder cannot be used: it holds someone's data, another build is writing it, or it cannot be
+    written; names the folder and what to do instead."""
+
+
 def did_you_mean(word: str, choices: Iterable[str]) -> str:
     """Return "; did you mean 'x'?" for the closest choice, or "" when none is close."""
     close = difflib.get_close_matches(word, sorted(choices), n=1, cutoff=0.6)
     return f"; did you mean '{close[0]}'?" if close else ""
+
+
+def printable(text: str) -> str:
+    """Escape control and format characters (ANSI escapes, bidi overrides) so a tensor or file name from a
+    checkpoint cannot drive the terminal it is printed to; newlines between messages are kept."""
+    return "\n".join("".join(_escape(c) for c in line) for line in text.split("\n"))
+
+
+def _escape(c: str) -> str:
+    if unicodedata.category(c) not in ("Cc", "Cf"):
+        return c
+    return f"\\x{ord(c):02x}" if ord(c) < 0x100 else f"\\u{ord(c):04x}"

@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 TOLERANCE = 1e-4
 """Largest |Δ| accepted between our float32 programs and the reference's at the tiny config."""
+
+
+def within_tolerance(error: float, tolerance: float = TOLERANCE) -> bool:
+    """Whether a measured max |Δ| passes: NaN and infinities never do (`error > tolerance` is False for NaN)."""
+    return math.isfinite(error) and 0 <= error <= tolerance
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,8 +54,3 @@ class Execution:
 
     trace: ShapeTrace
     checks: dict[str, EquationCheck]
-
-
-def within_tolerance(error: float) -> bool:
-    """True only for a finite error at most TOLERANCE (NaN and infinity never pass)."""
-    return error == error and error <= TOLERANCE

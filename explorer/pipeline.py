@@ -11,15 +11,17 @@ from . import cache
 from .account import account
 from .api import model_api
 from .checkpoint import MANIFEST_FILE, read_manifest
-from .content import ModelContent, load_all_models
+from .content import ModelContent, check_prose_paths, load_all_models, read_content_text
 from .errors import ContentError, ReconciliationError
 from .families import FAMILIES, load_model_spec
 from .figures import derive, match_claim
 from .model_build import ModelBuild
+from .publish import Protected
 from .reconcile import reconcile
 from .render import write_site
 from .search import search_script
 from .sources import resolve_citations
+from .spec.types import path_key, walk
 from .views import site_pages
 
 Progress = Callable[[str], None]
@@ -47,6 +49,13 @@ class Project:
     def cache(self) -> Path:
         return self.root / ".cache" / "execute"
 
+    @property
+    def protected(self) -> tuple[Protected, ...]:
+        """Folders an output folder may not replace (it may lie inside the project, as site/ does)."""
+        return (Protected("the project", self.root, may_hold_output=True), Protected("the content", self.content),
+                Protected("the templates", self.templates), Protected("the static files", self.static),
+                Protected("the cache", self.cache))
+
 
 def stderr_progress(message: str) -> None:
     print(f"  {message}", file=sys.stderr, flush=True)
@@ -56,6 +65,7 @@ def build_model(content: ModelContent, fetch_sources: bool = False, cache_dir: P
                 progress: Progress = stderr_progress) -> ModelBuild:
     """Run the compute stages for one model: spec, accounts, citations, torch stages, tensor checks."""
     spec = load_model_spec(content)
+    check_prose_paths(content, (path_key(a, c) for a, c in walk(spec.root)))
     ledger = account(spec)
     citations = resolve_citations(spec, content, fetch=fetch_sources)
     skips = FAMILIES[spec.family].reference.not_built
@@ -113,12 +123,14 @@ def check_failures(builds: list[ModelBuild], limit: int | None = 20) -> list[str
 
 def build_site(project: Project, out_dir: Path, progress: Progress = stderr_progress,
                fetch_sources: bool = False, use_cache: bool = True) -> list[ModelBuild]:
-    """Compute everything, refuse to publish unbalanced numbers, then write the site atomically."""
+    """Compute everything, refuse to publish unbalanced numbers, then write the site atomically.
+
+    The caller holds the output folder (publish.claim_output), checked before the minutes of computing."""
+    how_to_read = read_content_text(project.content / "how-to-read.md", project.content)
     builds = build_all(project, progress, fetch_sources, use_cache)
     failures = check_failures(builds)
     if failures:
         raise ReconciliationError("stored tensors and spec disagree:\n" + "\n".join(failures))
-    how_to_read = (project.content / "how-to-read.md").read_text(encoding="utf-8")
     pages = site_pages(builds, how_to_read)
     data = {f"api/{mb.slug}.json": model_api(mb) for mb in builds}
     progress(f"writing {len(pages)} pages to {out_dir}")

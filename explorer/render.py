@@ -1,18 +1,19 @@
-"""Render view models to files with Jinja2, into a temporary folder swapped in whole: a failed build leaves
-the previous site untouched."""
+"""Render view models to files with Jinja2, into a temporary folder swapped in whole (explorer/publish.py):
+a failed build leaves the previous site untouched."""
 
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+from xml.etree import ElementTree
 
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
 
+from .errors import OutputError
+from .publish import check_output, publish, stage
 from .views import CompareIndexPage, ComparePage, ComponentPage, IndexPage, PageBase, ProsePage
 
 TEMPLATES = {IndexPage: "index.html", ProsePage: "prose.html", ComponentPage: "component.html",
@@ -31,11 +32,13 @@ def render_page(env: Environment, page: PageBase) -> str:
 def write_site(pages: list[PageBase], data_files: dict[str, Any], out_dir: Path, template_dir: Path,
                static_dir: Path, progress: Callable[[str], None] = lambda _: None,
                text_files: dict[str, str] | None = None) -> None:
-    """Render every page and data file into a temporary sibling of out_dir, then swap it in."""
-    out_dir = out_dir.resolve()
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    """Render every page and data file into a temporary sibling of out_dir, then swap it in whole.
+
+    out_dir must have passed publish.check_output, and the caller holds its lock (publish.claim_output).
+    """
+    out_dir = check_output(out_dir)
     env = environment(template_dir)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.tmp-", dir=out_dir.parent))
+    tmp = stage(out_dir)
     try:
         for i, page in enumerate(pages, 1):
             _write(tmp / page.path, render_page(env, page))
@@ -47,7 +50,10 @@ def write_site(pages: list[PageBase], data_files: dict[str, Any], out_dir: Path,
             _write(tmp / rel, text)
         shutil.copytree(static_dir, tmp / "static")
         _write(tmp / "sitemap.xml", sitemap(pages))
-        _swap(tmp, out_dir)
+        publish(tmp, out_dir)
+    except OSError as e:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise OutputError(f"{out_dir}: cannot write the site: {e.strerror or e} ({e.filename or tmp})") from e
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
@@ -58,20 +64,11 @@ def _write(path: Path, text: str) -> None:
     path.write_text(text, encoding="utf-8")
 
 
-def _swap(new: Path, out_dir: Path) -> None:
-    """Replace out_dir by new with two renames, so readers never see a half-written site."""
-    old = out_dir.with_name(f".{out_dir.name}.old")
-    if old.exists():
-        shutil.rmtree(old)
-    if out_dir.exists():
-        os.rename(out_dir, old)
-    os.rename(new, out_dir)
-    if old.exists():
-        shutil.rmtree(old)
-
-
 def sitemap(pages: list[PageBase]) -> str:
-    """Relative URLs, since the site may be served under any path."""
-    urls = "".join(f"  <url><loc>{p.path}</loc></url>\n" for p in pages)
-    return ('<?xml version="1.0" encoding="UTF-8"?>\n'
-            '<urlset xmlns="http://www.sitemaps.org/schemas/sitemap/0.9">\n' + urls + "</urlset>\n")
+    """The sitemap, written with an XML library so any page path is escaped; relative URLs, since the site may
+    be served under any path."""
+    urlset = ElementTree.Element("urlset", xmlns="http://www.sitemaps.org/schemas/sitemap/0.9")
+    for p in pages:
+        ElementTree.SubElement(ElementTree.SubElement(urlset, "url"), "loc").text = p.path
+    ElementTree.indent(urlset)
+    return ElementTree.tostring(urlset, encoding="unicode", xml_declaration=True) + "\n"

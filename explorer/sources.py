@@ -10,17 +10,16 @@ from __future__ import annotations
 import ast
 import importlib.metadata
 import importlib.util
-import json
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from huggingface_hub import hf_hub_download, try_to_load_from_cache
-from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError
+from huggingface_hub import try_to_load_from_cache
 
+from .checkpoint import MAX_HUB_FILE_BYTES, fetch_hub_file, load_json
 from .content import ModelContent
-from .errors import ContentError, did_you_mean
+from .errors import CheckpointError, ContentError, did_you_mean
 from .spec.types import Citation, ModelSpec, path_key, walk
 
 TRANSFORMERS_REPO_URL = "https://github.com/huggingface/transformers/blob/v{version}/src/transformers/{path}"
@@ -98,17 +97,29 @@ def transformers_file(rel: str) -> Path:
     return Path(spec.origin).parent / rel
 
 
-def hub_file(repo_id: str, revision: str, filename: str, fetch: bool) -> Path | None:
-    """The file at a pinned revision from the local HF cache, or from the Hub when fetch is set; None if absent."""
+def hub_text(repo_id: str, revision: str, filename: str, fetch: bool) -> str | None:
+    """A file's text at a pinned revision from the local HF cache, or from the Hub (read with a byte cap and a
+    deadline) when fetch is set; None if absent or unreachable."""
     cached = try_to_load_from_cache(repo_id, filename, revision=revision)
     if isinstance(cached, str):
-        return Path(cached)
+        path = Path(cached)
+        if path.stat().st_size > MAX_HUB_FILE_BYTES:
+            raise CheckpointError(str(path), f"larger than the {MAX_HUB_FILE_BYTES:,}-byte cap for a cited file")
+        return decode_text(path.read_bytes(), str(path))
     if not fetch or os.environ.get("HF_HUB_OFFLINE") == "1":
         return None
     try:
-        return Path(hf_hub_download(repo_id, filename, revision=revision))
-    except (HfHubHTTPError, LocalEntryNotFoundError, OSError):
+        data = fetch_hub_file(repo_id, revision, filename)
+    except CheckpointError:
         return None
+    return decode_text(data, f"{repo_id}@{revision}/{filename}")
+
+
+def decode_text(data: bytes, source: str) -> str:
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise CheckpointError(source, f"not UTF-8 at byte {e.start}: {e.reason}") from None
 
 
 class _Resolver:
@@ -120,8 +131,8 @@ class _Resolver:
         self.problems: list[str] = []
         self._texts: dict[Path, str] = {}
         ref = content.checkpoint
-        self.modeling = hub_file(ref.repo_id, ref.revision, ref.modeling_file, fetch) if ref.modeling_file else None
-        self.config_json = hub_file(ref.repo_id, ref.revision, "config.json", fetch)
+        self.modeling = hub_text(ref.repo_id, ref.revision, ref.modeling_file, fetch) if ref.modeling_file else None
+        self.config_json = hub_text(ref.repo_id, ref.revision, "config.json", fetch)
 
     def _text(self, path: Path) -> str:
         if path not in self._texts:
@@ -159,7 +170,7 @@ class _Resolver:
         return self._pinned(cit, "config_lines", ref.config_lines, "config.json", self.config_json, locate_json_key)
 
     def _pinned(self, cit: Citation, table: str, ranges: dict[str, tuple[int, int]], filename: str,
-                local: Path | None, locate: Callable[[str, str], tuple[int, int] | None]) -> ResolvedCitation | None:
+                text: str | None, locate: Callable[[str, str], tuple[int, int] | None]) -> ResolvedCitation | None:
         """A range recorded in content for a file of the checkpoint repo; verified when the file is at hand."""
         ref = self.content.checkpoint
         key = f"checkpoint.{table}.{cit.symbol}"
@@ -169,8 +180,7 @@ class _Resolver:
             return None
         first, last = ranges[cit.symbol]
         lines = None
-        if local is not None:
-            text = self._text(local)
+        if text is not None:
             found = locate(text, cit.symbol)
             if found != (first, last):
                 actual = f"lines {found[0]}–{found[1]}" if found else "no such symbol"
@@ -203,16 +213,17 @@ def resolve_citations(spec: ModelSpec, content: ModelContent, fetch: bool = Fals
     return out
 
 
-def published_config_matches(path: Path, content: ModelContent) -> list[str]:
+def published_config_matches(data: bytes, content: ModelContent, source: str = "config.json") -> list[str]:
     """Compare a downloaded config.json with the recorded sha256 and values; return the differences."""
     import hashlib
 
-    data = path.read_bytes()
     problems = []
     digest = hashlib.sha256(data).hexdigest()
     if digest != content.checkpoint.config_sha256:
         problems.append(f"sha256 {digest} differs from the recorded {content.checkpoint.config_sha256}")
-    published = json.loads(data)
+    published = load_json(data, source, "config.json")
+    if not isinstance(published, dict):
+        return problems + [f"not a JSON object but {type(published).__name__}"]
     for key in sorted(set(published) | set(content.config)):
         if published.get(key) != content.config.get(key):
             problems.append(f"key '{key}': published {published.get(key)!r}, recorded {content.config.get(key)!r}")
@@ -220,15 +231,7 @@ def published_config_matches(path: Path, content: ModelContent) -> list[str]:
 
 
 def verify_published_config(content: ModelContent) -> list[str]:
-    """Fetch config.json at the pinned revision (Hub or local cache) and compare; raise when unreachable."""
-    from huggingface_hub import hf_hub_download
-
-    from .errors import CheckpointError
-
+    """Fetch config.json at the pinned revision (capped in bytes and time) and compare; raise when unreachable."""
     ref = content.checkpoint
-    try:
-        path = Path(hf_hub_download(ref.repo_id, "config.json", revision=ref.revision))
-    except Exception as e:  # huggingface_hub raises many types; name the repo and the reason
-        raise CheckpointError(f"{ref.repo_id}@{ref.revision}/config.json", f"{type(e).__name__}: "
-                              f"{str(e).splitlines()[0] if str(e) else ''}") from e
-    return published_config_matches(path, content)
+    return published_config_matches(fetch_hub_file(ref.repo_id, ref.revision, "config.json"), content,
+                                    f"{ref.repo_id}@{ref.revision}/config.json")

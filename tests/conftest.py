@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
+import importlib.util
+import io
 import json
 import shutil
 import struct
@@ -55,6 +58,19 @@ def run_build(*args: str, cwd: Path = ROOT, env: dict[str, str] | None = None) -
     """Run build.py in a separate process, as a user would."""
     return subprocess.run([sys.executable, str(ROOT / "build.py"), *args], cwd=cwd, env=env,
                           capture_output=True, text=True, timeout=600)
+
+
+def build_main(*args: str) -> subprocess.CompletedProcess[str]:
+    """Run build.py's main() in this process, capturing its output: for failures that happen before any
+    computing, without paying for an interpreter and the torch import per case."""
+    spec = importlib.util.spec_from_file_location("explorer_build_cli", ROOT / "build.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        rc = module.main(list(args))
+    return subprocess.CompletedProcess(list(args), rc, out.getvalue(), err.getvalue())
 
 
 @pytest.fixture

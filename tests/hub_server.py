@@ -1,5 +1,6 @@
 """A loopback HTTP server standing in for the Hugging Face Hub: serves files at /{repo}/resolve/{rev}/{file}
-with HEAD, Range requests and the Hub's error headers, and counts the bytes it sends."""
+with HEAD, Range requests and the Hub's error headers, and counts the bytes it sends. It can also act as a
+hostile server: an endless body, or one byte every few seconds."""
 
 from __future__ import annotations
 
@@ -13,13 +14,19 @@ _PATH = re.compile(r"^/(?P<repo>[^/]+/[^/]+)/resolve/(?P<rev>[^/]+)/(?P<file>.+)
 
 
 class FakeHub:
-    """Files by (repo_id, revision, filename); `delay` seconds before answering simulates a stalled Hub."""
+    """Files by (repo_id, revision, filename); `delay` seconds before answering simulates a stalled Hub.
+
+    `endless`: GET answers with the file's bytes followed by spaces that never end, whatever range was asked.
+    `drip`: GET answers one byte every `drip` seconds, forever.
+    """
 
     def __init__(self) -> None:
         self.files: dict[tuple[str, str, str], bytes] = {}
         self.bytes_sent = 0
         self.requests: list[tuple[str, str]] = []
         self.delay = 0.0
+        self.endless = False
+        self.drip = 0.0
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
         self._server.handle_error = lambda request, address: None  # a client that gave up (timeout test)
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
@@ -61,6 +68,8 @@ class FakeHub:
                 if hub.delay:
                     time.sleep(hub.delay)
                 status, headers, data = hub._lookup(self.path)
+                if data is not None and not head and (hub.endless or hub.drip):
+                    return self._hostile(data)
                 body = b""
                 if data is not None:
                     body, status, headers = _ranged(data, self.headers.get("range"), headers)
@@ -72,6 +81,18 @@ class FakeHub:
                 if not head:
                     self.wfile.write(body)
                     hub.bytes_sent += len(body)
+
+            def _hostile(self, data: bytes) -> None:
+                self.send_response(200)
+                self.send_header("Content-Length", str(10**15))
+                self.end_headers()
+                chunk = data if hub.endless else data[:1]
+                while True:  # until the client hangs up (BrokenPipeError, silenced by handle_error)
+                    self.wfile.write(chunk)
+                    hub.bytes_sent += len(chunk)
+                    chunk = b" " * 65536 if hub.endless else b" "
+                    if hub.drip:
+                        time.sleep(hub.drip)
 
             def do_HEAD(self) -> None:
                 self._answer(head=True)

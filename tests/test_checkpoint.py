@@ -10,7 +10,7 @@ import struct
 from pathlib import Path
 
 import pytest
-from conftest import safetensors_bytes, write_safetensors
+from conftest import build_main, run_build, safetensors_bytes, write_safetensors
 from hub_server import FakeHub
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -155,7 +155,7 @@ def test_boolean_shape_entries_are_rejected():
 
 def test_header_of_invalid_utf8():
     """Bytes that are not UTF-8 raise a CheckpointError, not UnicodeDecodeError."""
-    with pytest.raises(CheckpointError, match="header is not JSON"):
+    with pytest.raises(CheckpointError, match="header is not UTF-8 at byte 0"):
         parse_header(b"\xff\xfe{", "x")
 
 
@@ -312,3 +312,266 @@ def test_real_checkpoint_agrees_with_safetensors_and_bert_on_meta():
     assert stored == reference
     assert sum(t.elements for n, t in ours.items() if not n.endswith("position_ids")) == sum(
         p.numel() for p in bert.parameters())
+
+
+# --------------------------------------------------------------------- issue 13: hostile input, bounded reads
+
+def bounded_call(fn, *args, errors=(CheckpointError,), **kwargs):
+    """Run fn; return (the expected exception it raised, seconds, peak bytes allocated by Python meanwhile)."""
+    import time
+    import tracemalloc
+
+    tracemalloc.start()
+    start = time.monotonic()
+    try:
+        fn(*args, **kwargs)
+        raised = None
+    except errors as e:
+        raised = e
+    elapsed = time.monotonic() - start
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    return raised, elapsed, peak
+
+
+def test_hub_endless_body_is_cut_off(hf_home):
+    """Issue 13, reproduction 2: an endless answer to the header range request used to be read whole (15 GB)."""
+    with FakeHub() as hub:
+        hub.files[(REPO, REV, "model.safetensors")] = struct.pack("<Q", 10_000_000) + b"{"
+        hub.endless = True
+        raised, elapsed, peak = bounded_call(read_hub_checkpoint, REPO, REV, endpoint=hub.url)
+        sent = hub.bytes_sent
+    # The server ignores the second range request too, so what comes back starts with the length bytes again.
+    assert raised is not None and raised.reason == "header is not UTF-8 at byte 0: invalid start byte"
+    assert elapsed < 30 and peak < 1_000_000_000
+    assert sent < 50_000_000  # the client stopped reading: at most what it asked for plus socket buffers
+
+
+def test_hub_drip_feed_hits_the_total_deadline(hf_home):
+    """Issue 13, reproduction 2: one byte every few seconds used to reset the per-read timeout forever."""
+    with FakeHub() as hub:
+        hub.files[(REPO, REV, "model.safetensors")] = safetensors_bytes({"w": ("F32", [2])})
+        hub.drip = 1.0
+        raised, elapsed, peak = bounded_call(read_hub_checkpoint, REPO, REV, endpoint=hub.url, timeout=10,
+                                             deadline=2.5)
+    assert raised is not None
+    assert raised.reason == "gave up after 2.5 s, the deadline for reading a checkpoint's headers from the Hub"
+    assert elapsed < 5 and peak < 1_000_000_000
+
+
+def test_record_from_a_hostile_hub_is_one_line_and_keeps_the_manifest(project_copy, hf_home):
+    """Issue 13, reproduction 2, as a user runs it: `--record-checkpoint kimi-k2 --from-hub`."""
+    import os
+    import time
+
+    manifest = project_copy / "content/models/kimi-k2/checkpoint.toml"
+    before = manifest.read_bytes()
+    with FakeHub() as hub:
+        hub.files[("moonshotai/Kimi-K2-Instruct", "fd1984e2b7a3350dbf7305fe73a4ede25c14de50",
+                   "model.safetensors")] = struct.pack("<Q", 10_000_000)
+        hub.endless = True
+        start = time.monotonic()
+        result = run_build("--content", str(project_copy), "--record-checkpoint", "kimi-k2", "--from-hub",
+                           env={**os.environ, "HF_ENDPOINT": hub.url, "HF_HOME": str(hf_home)})
+    assert time.monotonic() - start < 30
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    assert result.stderr.startswith("error: ") and "model.safetensors: header is not UTF-8" in result.stderr
+    assert manifest.read_bytes() == before
+
+
+@pytest.mark.parametrize("raw, reason", [
+    (b'{"a": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}, "a": {"dtype": "F32", "shape": [1], '
+     b'"data_offsets": [4, 8]}}', "header: key 'a' appears twice (JSON readers disagree on which one wins)"),
+    (b"[" * 100_000 + b"]" * 100_000, "header is nested too deeply to be a tensor listing"),
+    (b'{"a": {"dtype": "F32", "shape": [' + b"9" * 5000 + b'], "data_offsets": [0, 4]}}',
+     "header: integer of 5,000 digits (at most 20)"),
+    (b'{"a": {"dtype": "F32", "shape": [NaN], "data_offsets": [0, 4]}}', "header: NaN is not a JSON value"),
+    (b'{"\\ud800": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}}',
+     "tensor '\\ud800': name holds a lone surrogate, not text"),
+    (b'{"": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}}', "a tensor has an empty name"),
+])
+def test_hostile_header_json_gives_typed_errors(raw, reason):
+    """Issue 13, reproductions 6 and 7: duplicate keys were accepted; deep nesting and huge integers raised
+    RecursionError and ValueError."""
+    with pytest.raises(CheckpointError) as info:
+        parse_header(raw, "x.safetensors")
+    assert info.value.reason == reason
+
+
+def test_tensor_count_is_capped_before_parsing_entries(monkeypatch):
+    import explorer.checkpoint as checkpoint
+
+    monkeypatch.setattr(checkpoint, "MAX_TENSORS", 2)
+    raw = header_bytes({f"t{i}": {"dtype": "F32", "shape": [1], "data_offsets": [4 * i, 4 * i + 4]}
+                        for i in range(4)})[8:]
+    with pytest.raises(CheckpointError, match="header lists 4 tensors, over the limit of 2"):
+        parse_header(raw, "x")
+
+
+def test_stale_duplicate_shard_is_rejected(tmp_path):
+    """Issue 13, reproduction 6: a stale shard holding a tensor again used to win silently."""
+    write_safetensors(tmp_path / "model-00001.safetensors", {"w": ("F32", [2]), "v": ("F32", [1])})
+    write_safetensors(tmp_path / "model-old.safetensors", {"w": ("F32", [3])})
+    with pytest.raises(CheckpointError) as info:
+        read_local_checkpoint(tmp_path)
+    assert info.value.source == str(tmp_path / "model-old.safetensors")
+    assert info.value.reason == "tensor 'w' is also stored in 'model-00001.safetensors'; remove the stale shard"
+
+
+def manifest_file(tmp_path: Path, name: str, count: int) -> Path:
+    path = tmp_path / "checkpoint.toml"
+    path.write_text(f'[manifest]\nrepo_id = "o/m"\nrevision = "r"\nprovenance = "p"\ntensor_count = {count}\n\n'
+                    f'[[tensor]]\nname = "{name}"\nshape = [4]\ndtype = "BF16"\n')
+    return path
+
+
+@pytest.mark.parametrize("name, count, message", [
+    ("model.layers.0-999999999.input_layernorm.weight", 1,
+     "key 'manifest.tensor_count': 1 but the groups stand for 1,000,000,000 tensors"),
+    ("model.layers.0-999999999.input_layernorm.weight", 1_000_000_000,
+     "key 'manifest.tensor_count': 1,000,000,000 is outside 0..5,000,000, the limit on tensors in a checkpoint"),
+    ("model.layers.5-3.w", 0, "tensor 'model.layers.5-3.w': key 'name': range 5-3 runs backwards"),
+])
+def test_range_expansion_is_bounded_before_allocation(tmp_path, name, count, message):
+    """Issue 13, reproduction 3: one group `0-999999999` used to grow --check to 18.7 GB before the count check."""
+    from explorer.errors import ContentError
+
+    path = manifest_file(tmp_path, name, count)
+    raised, elapsed, peak = bounded_call(read_manifest, path, errors=(ContentError,))
+    assert raised is not None and raised.problems == (f"{path}: {message}",)
+    assert elapsed < 30 and peak < 1_000_000_000
+
+
+def test_expand_name_refuses_past_its_limit():
+    assert expand_name("a.0-2.b.1,3", limit=6) == ["a.0.b.1", "a.0.b.3", "a.1.b.1", "a.1.b.3", "a.2.b.1", "a.2.b.3"]
+    with pytest.raises(ValueError, match="stands for 6 tensors, over the limit of 5"):
+        expand_name("a.0-2.b.1,3", limit=5)
+
+
+def round_trip(tmp_path: Path, tensors: dict[str, TensorInfo], provenance: str = "p") -> CheckpointIndex:
+    index = CheckpointIndex(tensors, "test", "org/name", "a" * 40, provenance)
+    path = tmp_path / "checkpoint.toml"
+    write_manifest(index, path)
+    return read_manifest(path)
+
+
+@pytest.mark.parametrize("names", [
+    ["blocks.01.w", "blocks.1.w"],      # leading zero: a name, not index 1
+    ["a.0-1.w"],                         # looks like a range: one tensor, not two
+    ["a.0-1.w", "a.0.w", "a.1.w"],
+    ["a.3,5.w", "a.\\x.w", "a.\\0.w"],   # a list-like segment and backslashes
+    ["layer.\U0001F600.w", 'q"uote.w', "tab\t.w", "esc\x1b[31m.w", "a..b", "{}.{0}.w", "٣.w"],
+])
+def test_manifest_round_trips_odd_names(tmp_path, names):
+    """Issue 13, reproduction 6: `blocks.01.w` came back as `blocks.1.w`, `a.0-1.w` as two tensors."""
+    tensors = {n: TensorInfo(n, "BF16", (4,), "shard-\U0001F600.safetensors") for n in names}
+    back = round_trip(tmp_path, tensors, provenance="headers of a local copy (ckpt-\U0001F600)")
+    assert back.tensors == tensors
+    assert back.provenance == "headers of a local copy (ckpt-\U0001F600)"
+
+
+_SEGMENTS = st.one_of(
+    st.integers(0, 12).map(str),                                 # indices that group
+    st.sampled_from(["00", "01", "007", "0-1", "3,5", "1-2,4", "\\", "\\0", "", "-", ","]),
+    st.text(min_size=1, max_size=6).filter(lambda s: "." not in s and not any(0xD800 <= ord(c) <= 0xDFFF
+                                                                               for c in s)),
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.dictionaries(st.lists(_SEGMENTS, min_size=1, max_size=4).map(".".join).filter(bool),
+                       st.tuples(st.sampled_from(["BF16", "F32", "F8_E4M3"]),
+                                 st.lists(st.integers(0, 9), max_size=2).map(tuple),
+                                 st.sampled_from(["", "s1.safetensors", "s\U00010348.safetensors"])),
+                       max_size=25))
+def test_manifest_round_trip_property(tmp_path_factory, entries):
+    """Whatever --record-checkpoint writes, the next build reads back identically (issue 13)."""
+    tensors = {n: TensorInfo(n, dtype, shape, shard) for n, (dtype, shape, shard) in entries.items()}
+    back = round_trip(tmp_path_factory.mktemp("m"), tensors)
+    assert back.tensors == dict(sorted(tensors.items()))
+
+
+def test_invalid_index_is_not_written(tmp_path):
+    path = tmp_path / "checkpoint.toml"
+    path.write_text("good manifest")
+    bad = CheckpointIndex({"w": TensorInfo("w", "F33", (1,))}, "test", "o/m", "r", "p")
+    with pytest.raises(CheckpointError, match="tensor 'w': not a valid entry"):
+        write_manifest(bad, path)
+    assert path.read_text() == "good manifest" and [p.name for p in tmp_path.iterdir()] == ["checkpoint.toml"]
+
+
+def listing(tmp_path: Path, data: object) -> Path:
+    path = tmp_path / "listing.json"
+    path.write_text(json.dumps(data))
+    return path
+
+
+@pytest.mark.parametrize("data, reason", [
+    ({"tensors": [{"name": "w", "dtype": "F33", "shape": [1]}]}, "tensors[0] 'w': unknown dtype 'F33'"),
+    ({"tensors": [{"name": "w", "dtype": "F32", "shape": [-1]}]},
+     "tensors[0] 'w': shape must be a list of non-negative integers"),
+    ({"tensors": [{"name": "w", "dtype": "F32", "shape": [1], "shrad": "x"}]},
+     "tensors[0]: key 'shrad': unknown; did you mean 'shard'?"),
+    ({"tensors": [{"name": "w.0-1", "dtype": "F32", "shape": [1]}, {"name": "w.1", "dtype": "F32", "shape": [1]}]},
+     "tensor 'w.1' is listed twice"),
+    ({"tensors": [{"name": "l.0-999999999.w", "dtype": "F32", "shape": [1]}]},
+     "the entries stand for 1,000,000,000 tensors, over the limit of 5,000,000"),
+    ({"tensor": []}, "not a tensor listing: expected an object with a 'tensors' array"),
+])
+def test_listing_is_validated(tmp_path, data, reason):
+    """Issue 13, reproduction 6: --from-listing used to validate nothing."""
+    from explorer.checkpoint import read_listing
+
+    with pytest.raises(CheckpointError) as info:
+        read_listing(listing(tmp_path, data))
+    assert info.value.reason == reason
+
+
+def test_bad_listing_leaves_the_manifest_and_exits_1(project_copy, tmp_path):
+    manifest = project_copy / "content/models/kimi-k2/checkpoint.toml"
+    before = manifest.read_bytes()
+    path = listing(tmp_path, {"tensors": [{"name": "w", "dtype": "F33", "shape": [1]}]})
+    result = build_main("--content", str(project_copy), "--record-checkpoint", "kimi-k2", "--from-listing", str(path))
+    assert (result.returncode, result.stderr) == (1, f"error: {path}: tensors[0] 'w': unknown dtype 'F33'\n")
+    assert manifest.read_bytes() == before
+
+
+def test_record_slug_is_a_name_not_a_path(project_copy, tmp_path):
+    """Issue 13, reproduction 6: `--record-checkpoint ../../x` used to write outside content/."""
+    folder = tmp_path / "ckpt"
+    folder.mkdir()
+    write_safetensors(folder / "model.safetensors", {"w": ("F32", [2])})
+    (project_copy / "x").mkdir()  # where content/models/../../x points
+    result = build_main("--content", str(project_copy), "--record-checkpoint", "../../x", "--from-folder", str(folder))
+    assert (result.returncode, result.stderr) == (
+        1, "error: model '../../x': not a model name (lowercase letters, digits, '-' and '.')\n")
+    result = build_main("--content", str(project_copy), "--record-checkpoint", "kimi-k3", "--from-folder", str(folder))
+    assert result.returncode == 1 and result.stderr.endswith("no such model; did you mean 'kimi-k2'?\n")
+    assert [p.relative_to(project_copy) for p in project_copy.rglob("checkpoint.toml")] == [
+        Path("content/models/kimi-k2/checkpoint.toml")]
+
+
+def test_recording_a_folder_with_a_non_bmp_name_reads_back(project_copy, tmp_path):
+    """Issue 13, reproduction 6: a non-BMP character in the folder name wrote TOML the next build rejected."""
+    folder = tmp_path / "ckpt-\U0001F600"
+    folder.mkdir()
+    write_safetensors(folder / "model.safetensors", {"blocks.01.w": ("F32", [2]), "a.0-1.w": ("F32", [1])})
+    result = build_main("--content", str(project_copy), "--record-checkpoint", "kimi-k2", "--from-folder", str(folder))
+    assert result.returncode == 0, result.stderr
+    back = read_manifest(project_copy / "content/models/kimi-k2/checkpoint.toml")
+    assert sorted(back.tensors) == ["a.0-1.w", "blocks.01.w"]
+    assert back.provenance == "headers of a local copy (ckpt-\U0001F600)"
+
+
+def test_whole_file_fetch_is_capped(hf_home):
+    """--fetch-sources and --verify-hub download whole files: an endless one is cut at the byte cap."""
+    from explorer.checkpoint import fetch_hub_file
+
+    with FakeHub() as hub:
+        hub.files[(REPO, REV, "config.json")] = b"{}"
+        assert fetch_hub_file(REPO, REV, "config.json", endpoint=hub.url) == b"{}"
+        hub.endless = True
+        raised, elapsed, peak = bounded_call(fetch_hub_file, REPO, REV, "config.json", max_bytes=1_000_000,
+                                             endpoint=hub.url)
+    assert raised is not None and raised.reason == "larger than the 1,000,000-byte cap for a fetched file"
+    assert elapsed < 30 and peak < 1_000_000_000

@@ -10,7 +10,7 @@ import re
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, run_build
+from conftest import ROOT, build_main, run_build
 
 from explorer.content import load_model_content
 from explorer.errors import ContentError
@@ -109,6 +109,7 @@ def test_cited_transformers_symbol_missing_from_its_file():
 def test_failed_build_exits_1_and_leaves_the_previous_site(project_copy, tmp_path):
     out = tmp_path / "sites" / "out"
     out.mkdir(parents=True)
+    (out / ".explorer-site").write_text("")
     (out / "index.html").write_text("previous site")
     edit(project_copy, KIMI, r"^n_routed_experts = ", "n_routed_expert = ")
     result = run_build("--content", str(project_copy), "--out", str(out))
@@ -191,3 +192,124 @@ def test_config_citation_lines_hold_in_the_published_layout():
     content = load_model_content(ROOT / "content/models/deepseek-v3")
     text = json.dumps(content.config, indent=2, sort_keys=True)
     assert locate_json_key(text, "quantization_config") == content.checkpoint.config_lines["quantization_config"]
+
+
+# ------------------------------------------------------------------------ issue 13: content is data
+
+def test_raw_html_in_prose_is_sanitised():
+    """Issue 13, reproduction 5: <script> and on* attributes in prose used to run in the browser."""
+    from explorer.content import render_markdown
+
+    html = render_markdown('Intro <script>alert(1)</script> <b onclick="steal()">bold</b>\n\n'
+                           '<img src="x.png" onerror="steal()"> [link](javascript:steal()) [ok](https://x.org)\n\n'
+                           '<iframe src="https://evil"></iframe><style>body{display:none}</style>\n\n'
+                           "| a | b |\n|:--|--:|\n| 1 | 2 |\n\n```\ncode <kbd>\n```\n")
+    for bad in ("<script", "alert(1)", "onclick", "onerror", "javascript:", "<iframe", "<style", "display:none"):
+        assert bad not in html, bad
+    assert '<a href="https://x.org">ok</a>' in html and '<img src="x.png">' in html and "bold" in html
+    assert '<th style="text-align:left">a</th>' in html and "<pre><code>code &lt;kbd&gt;" in html
+
+
+def test_prose_symlinked_out_of_content_is_refused(project_copy):
+    """Issue 13, reproduction 5: a prose file symlinked to a system file used to be published."""
+    link = project_copy / "content/models/kimi-k2/prose/blocks.md"
+    link.symlink_to("/etc/passwd")
+    with pytest.raises(ContentError) as info:
+        load_model_content(project_copy / "content/models/kimi-k2")
+    assert info.value.problems == (f"{link}: resolves to /etc/passwd, outside {project_copy}/content/models/kimi-k2; "
+                                   "content files may not link out of their folder",)
+
+
+def test_model_folder_symlinked_out_of_content_is_refused(project_copy, tmp_path_factory):
+    from explorer.content import load_all_models
+
+    elsewhere = tmp_path_factory.mktemp("elsewhere") / "llama"
+    (project_copy / "content/models/kimi-k2").rename(elsewhere)
+    (project_copy / "content/models/llama").symlink_to(elsewhere)
+    with pytest.raises(ContentError, match="llama: resolves to .*, outside .*; model folders may not link out"):
+        load_all_models(project_copy / "content")
+
+
+def test_model_folder_name_must_be_a_slug(project_copy):
+    from explorer.content import load_all_models
+
+    (project_copy / "content/models/kimi-k2").rename(project_copy / "content/models/Kimi K2")
+    with pytest.raises(ContentError) as info:
+        load_all_models(project_copy / "content")
+    assert info.value.problems == (f"{project_copy}/content/models/Kimi K2: not a model name (lowercase letters, "
+                                   "digits, '-' and '.'); rename the folder",)
+
+
+@pytest.mark.parametrize("rel", [KIMI, "content/models/kimi-k2/prose/index.md", "content/models/kimi-k2/checkpoint.toml"])
+def test_non_utf8_content_names_file_and_byte_offset(project_copy, rel):
+    """Issue 13, reproduction 7: non-UTF-8 bytes in a content file used to raise UnicodeDecodeError."""
+    from explorer.checkpoint import read_manifest
+
+    path = project_copy / rel
+    data = path.read_bytes()
+    path.write_bytes(data[:40] + b"\xff" + data[40:])
+    with pytest.raises(ContentError) as info:
+        load_model_content(project_copy / "content/models/kimi-k2")
+        read_manifest(path)
+    assert info.value.problems == (f"{path}: not UTF-8 at byte 40: invalid start byte",)
+
+
+def test_missing_how_to_read_is_one_line(project_copy, tmp_path):
+    """Issue 13, reproduction 7: a missing how-to-read.md used to end in a traceback."""
+    (project_copy / "content/how-to-read.md").unlink()
+    result = build_main("--content", str(project_copy), "--out", str(tmp_path / "site"))
+    assert (result.returncode, result.stderr) == (1, f"error: {project_copy}/content/how-to-read.md: file is missing\n")
+
+
+def test_missing_content_folder_is_one_line(tmp_path):
+    """Issue 13, reproduction 7: a --content that does not exist used to end in a traceback."""
+    result = build_main("--content", str(tmp_path / "nowhere"), "--out", str(tmp_path / "site"))
+    assert (result.returncode, result.stderr) == (
+        1, f"error: {tmp_path}/nowhere/content: no content folder (--content names the folder that holds content/)\n")
+
+
+def test_release_month_is_checked(project_copy):
+    """Issue 13, reproduction 7: `released = "July 2025"` used to fail while rendering, with a traceback."""
+    path = edit(project_copy, KIMI, r'^released = "2025-07"', 'released = "July 2025"')
+    with pytest.raises(ContentError) as info:
+        load_model_content(project_copy / "content/models/kimi-k2")
+    assert info.value.problems == (f"{path}: key 'model.released': expected a month as \"YYYY-MM\" (or \"\" if "
+                                   "not recorded), got 'July 2025'",)
+
+
+def test_prose_for_a_misspelled_component_names_the_file(project_copy):
+    """Issue 13, reproduction 9: a prose file for a misspelled component was silently ignored."""
+    from explorer.pipeline import build_model
+
+    prose = project_copy / "content/models/kimi-k2/prose/blocks.dense.mpl.md"
+    prose.write_text("The MLP.")
+    with pytest.raises(ContentError) as info:
+        build_model(load_model_content(project_copy / "content/models/kimi-k2"), progress=lambda _: None)
+    assert info.value.problems == (f"{prose}: no component 'blocks.dense.mpl' in kimi-k2; did you mean 'blocks.dense.mlp'?",)
+
+
+def test_sitemap_is_escaped_xml():
+    """Issue 13, reproduction 9: sitemap.xml was not XML-escaped."""
+    from xml.etree import ElementTree
+
+    from explorer.render import sitemap
+
+    class Page:
+        path = "models/a&b/<c>.html"
+
+    root = ElementTree.fromstring(sitemap([Page()]))  # type: ignore[list-item]
+    assert [loc.text for loc in root.iter("{http://www.sitemaps.org/schemas/sitemap/0.9}loc")] == [Page.path]
+
+
+def test_terminal_escapes_in_tensor_names_are_printed_escaped(project_copy, tmp_path):
+    """Issue 13, reproduction 9: escape codes in tensor names were printed raw to the terminal."""
+    import struct
+
+    folder = tmp_path / "ckpt"
+    folder.mkdir()
+    raw = json.dumps({"\x1b[2J\x1b[31mevil\u202e": {"dtype": "F33", "shape": [1], "data_offsets": [0, 4]}}).encode()
+    (folder / "model.safetensors").write_bytes(struct.pack("<Q", len(raw)) + raw + bytes(4))
+    result = build_main("--content", str(project_copy), "--record-checkpoint", "kimi-k2", "--from-folder", str(folder))
+    assert result.returncode == 1 and "\x1b" not in result.stderr and "\u202e" not in result.stderr
+    assert result.stderr == (f"error: {folder}/model.safetensors: tensor '\\x1b[2J\\x1b[31mevil\\u202e': "
+                             "unknown dtype 'F33'\n")

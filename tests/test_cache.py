@@ -1,0 +1,76 @@
+"""The torch stages' cache and the tolerance test (issue 13): a check never passes on NaN, and a cached result is
+re-validated when read, so a tampered, stale or oddly shaped entry is recomputed instead of published."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+from conftest import ROOT
+
+from explorer import cache
+from explorer.checkpoint import CheckpointIndex, TensorInfo
+from explorer.content import load_model_content
+from explorer.execution import TOLERANCE, ComponentTrace, EquationCheck, Execution, ShapeTrace, within_tolerance
+from explorer.families import load_model_spec
+from explorer.reference import ReferenceModel
+
+
+@pytest.mark.parametrize("error, passes", [
+    (0.0, True), (3e-6, True), (TOLERANCE, True),
+    (2e-4, False), (math.nan, False), (math.inf, False), (-math.inf, False), (-1.0, False),
+])
+def test_within_tolerance_fails_non_finite_errors(error, passes):
+    """Issue 13, reproduction 4: `error > TOLERANCE` is False for NaN, so NaN used to pass."""
+    assert within_tolerance(error) is passes
+
+
+@pytest.fixture(scope="module")
+def spec():
+    return load_model_spec(load_model_content(ROOT / "content/models/kimi-k2"))
+
+
+@pytest.fixture
+def entry(tmp_path, spec):
+    """A small valid cache entry for the real spec's key, and its path."""
+    ref = ReferenceModel("transformers test", CheckpointIndex({"w": TensorInfo("w", "F32", (2, 3))}, "test"))
+    trace = ShapeTrace("meta", {"B": 2, "T": 5}, {"": ComponentTrace(((2, 5, 8),), ((2, 5, 8),), {"x": (2, 5)})})
+    checks = {"": EquationCheck("checked", "transformers test", "tiny", 3e-6, TOLERANCE, "detail")}
+    cache.save(tmp_path, spec, ref, Execution(trace, checks))
+    (path,) = tmp_path.glob("*.json")
+    return path
+
+
+def tamper(path, change) -> None:
+    data = json.loads(path.read_text())
+    change(data)
+    path.write_text(json.dumps(data))
+
+
+def test_valid_entry_is_read_back(tmp_path, spec, entry):
+    ref, execution = cache.load(tmp_path, spec)
+    assert execution.checks[""].max_abs_error == 3e-6 and ref.index.tensors["w"].shape == (2, 3)
+
+
+@pytest.mark.parametrize("change", [
+    lambda d: d["checks"][""].update(max_abs_error=123.0),          # reproduction 4: published as checked
+    lambda d: d["checks"][""].update(max_abs_error=math.nan),
+    lambda d: d["checks"][""].update(tolerance=1e9),
+    lambda d: d["checks"][""].update(status="passed"),
+    lambda d: d.update(checks=[]),                                   # reproduction 7: unexpected shape
+    lambda d: d["trace"]["components"][""].update(inputs="[2, 5, 8]"),
+    lambda d: d["trace"]["components"][""].update(steps={"x": [2, -5]}),
+    lambda d: d["reference"].update(tensors={"w": [2.5]}),
+    lambda d: d["trace"].update(free={"B": True}),
+])
+def test_tampered_or_misshapen_entry_is_recomputed(tmp_path, spec, entry, change):
+    """Issue 13, reproductions 4 and 7: a cache entry with max |Δ| 123 was published as checked; one with an
+    unexpected shape raised a traceback. Either is now discarded (load returns None: recompute)."""
+    tamper(entry, change)
+    assert cache.load(tmp_path, spec) is None
+
+
+def test_deeply_nested_entry_is_recomputed(tmp_path, spec, entry):
+    entry.write_text("[" * 100_000 + "]" * 100_000)
+    assert cache.load(tmp_path, spec) is None
