@@ -8,6 +8,7 @@ symbols are located by parsing (ast), so a recorded line range that no longer ho
 from __future__ import annotations
 
 import ast
+import functools
 import importlib.metadata
 import importlib.util
 import os
@@ -46,18 +47,28 @@ class ResolvedCitation:
 
 def locate_symbol(text: str, qualname: str) -> tuple[int, int] | None:
     """Return (first, last) line of a module-level class/function or a method ("Class.method")."""
+    return _symbol_lines(text).get(qualname)
+
+
+@functools.lru_cache(maxsize=16)
+def _symbol_lines(text: str) -> dict[str, tuple[int, int]]:
+    """Lines of every class and function by qualname, from one parse per file text (a model cites one
+    transformers file some sixty times)."""
     try:
         body: list[ast.stmt] = ast.parse(text).body
     except SyntaxError:
-        return None
-    node: ast.AST | None = None
-    for part in qualname.split("."):
-        node = next((n for n in body if isinstance(n, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
-                     and n.name == part), None)
-        if node is None:
-            return None
-        body = node.body  # type: ignore[attr-defined]
-    return node.lineno, node.end_lineno  # type: ignore[union-attr]
+        return {}
+    out: dict[str, tuple[int, int]] = {}
+    _index_symbols(body, "", out)
+    return out
+
+
+def _index_symbols(statements: list[ast.stmt], prefix: str, out: dict[str, tuple[int, int]]) -> None:
+    for n in statements:
+        # the first definition of a name wins, and only its body is searched (as a lookup part by part would)
+        if isinstance(n, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and prefix + n.name not in out:
+            out[prefix + n.name] = (n.lineno, n.end_lineno or n.lineno)
+            _index_symbols(n.body, f"{prefix}{n.name}.", out)
 
 
 def defined_symbols(text: str) -> list[str]:
@@ -86,8 +97,9 @@ def locate_json_key(text: str, key: str) -> tuple[int, int] | None:
     return None
 
 
+@functools.cache
 def transformers_version() -> str:
-    return importlib.metadata.version("transformers")
+    return importlib.metadata.version("transformers")  # scans the installed distributions: read it once
 
 
 def transformers_file(rel: str) -> Path:

@@ -16,7 +16,7 @@ from explorer.content import load_model_content
 from explorer.errors import ContentError
 from explorer.families import load_model_spec
 from explorer.families.deepseek_v3 import TRANSFORMERS_FILE
-from explorer.spec.types import Citation
+from explorer.spec.types import Citation, walk
 
 KIMI = "content/models/kimi-k2/model.toml"
 
@@ -104,6 +104,46 @@ def test_cited_transformers_symbol_missing_from_its_file():
     assert resolver.resolve(Citation("claim", "transformers", "DeepseekV3MLPP", TRANSFORMERS_FILE)) is None
     path = transformers_file(TRANSFORMERS_FILE)
     assert resolver.problems == [f"{path}: symbol 'DeepseekV3MLPP': not found; did you mean 'DeepseekV3MLP'?"]
+
+
+def test_citations_parse_each_file_once_and_read_the_version_once(tmp_path, monkeypatch):
+    """Issue 14: Kimi K2 cites two transformers files 23 times and its own modeling file 28 times; each file is
+    parsed once, and the package version read once."""
+    import ast
+    import importlib.metadata
+
+    from explorer import sources
+
+    content = load_model_content(ROOT / "content/models/kimi-k2")
+    ref = content.checkpoint
+    cache = fake_hf_cache(tmp_path / "hub", ref.repo_id, ref.revision,
+                          {ref.modeling_file: synth_module(ref.source_lines)})
+    monkeypatch.setattr(sources, "try_to_load_from_cache",
+                        lambda repo, name, revision: str(cache / f"models--{repo.replace('/', '--')}/snapshots"
+                                                         f"/{revision}/{name}") if name == ref.modeling_file else None)
+    spec = load_model_spec(content)
+    parsed, versions = [], []
+
+    class CountingAst:  # the ast module as sources.py sees it, counting parses
+        def __getattr__(self, name):
+            return getattr(ast, name)
+
+        def parse(self, text, *args, **kwargs):
+            parsed.append(len(text))
+            return ast.parse(text, *args, **kwargs)
+
+    real_version = importlib.metadata.version
+    monkeypatch.setattr(sources, "ast", CountingAst())
+    monkeypatch.setattr(importlib.metadata, "version", lambda name: versions.append(name) or real_version(name))
+    sources._symbol_lines.cache_clear()
+    sources.transformers_version.cache_clear()
+    citations = sources.resolve_citations(spec, content)
+    cited = [c for cs in citations.values() for c in cs]
+    assert sum(c.source == "transformers" for c in cited) > 10
+    assert any(c.file == ref.modeling_file and c.lines for c in cited)
+    files = {c.path for _, comp in walk(spec.root) for c in comp.citations if c.source == "transformers"}
+    assert len(parsed) == len(files) + 1 < len(cited) / 10  # each transformers file and the modeling file
+    assert versions.count("transformers") == 1
 
 
 def test_failed_build_exits_1_and_leaves_the_previous_site(project_copy, tmp_path):
