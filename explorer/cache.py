@@ -1,6 +1,7 @@
 """Cache of the torch stages (reference tensors, shape trace, equation checks), keyed by a hash of every
-input: the model's config, the source of the modules that compute them, and the library versions. A
-rebuild with nothing changed does not run torch; a changed config reruns only that model."""
+input: the model's config, every module of the package (so no list of "the files that matter" can go
+stale), and the library versions. A rebuild with nothing changed does not run torch; a changed config
+reruns only that model."""
 
 from __future__ import annotations
 
@@ -8,18 +9,20 @@ import dataclasses
 import hashlib
 import importlib.metadata
 import json
+import re
 from pathlib import Path
 from typing import Any
 
 from .checkpoint import CheckpointIndex, TensorInfo
+from .digest import package_digest
 from .execution import TOLERANCE, ComponentTrace, EquationCheck, Execution, ShapeTrace, within_tolerance
 from .reference import ReferenceModel
 from .spec.types import ModelSpec
 
-_PACKAGE = Path(__file__).resolve().parent
 FORMAT = 2
 _STATUSES = {"checked", "part", "unchecked"}
 _CHECK_TEXT = ("status", "reference", "config", "detail", "part_of")
+_KEY = re.compile(r"-[0-9a-f]{32}\.json")
 
 
 def execution_key(spec: ModelSpec) -> str:
@@ -27,9 +30,7 @@ def execution_key(spec: ModelSpec) -> str:
     h = hashlib.sha256()
     h.update(json.dumps([FORMAT, spec.slug, spec.family, dataclasses.asdict(spec.config)],  # type: ignore[call-overload]
                         sort_keys=True, default=str).encode())
-    for path in sorted(_PACKAGE.rglob("*.py")):  # any module can change a result: hash the whole package
-        h.update(path.relative_to(_PACKAGE).as_posix().encode())
-        h.update(path.read_bytes())
+    h.update(package_digest().encode())
     for package in ("torch", "transformers"):
         h.update(importlib.metadata.version(package).encode())
     return h.hexdigest()[:32]
@@ -52,7 +53,8 @@ def save(cache_dir: Path | None, spec: ModelSpec, reference: ReferenceModel, exe
         return
     cache_dir.mkdir(parents=True, exist_ok=True)
     for old in cache_dir.glob(f"{spec.slug}-*.json"):
-        old.unlink()
+        if _KEY.fullmatch(old.name[len(spec.slug):]):  # not another model whose slug extends this one
+            old.unlink(missing_ok=True)
     path = cache_dir / f"{spec.slug}-{execution_key(spec)}.json"
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(_encode(reference, execution), sort_keys=True), encoding="utf-8")

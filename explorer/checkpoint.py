@@ -83,6 +83,11 @@ class TensorInfo:
         block, block_bytes = storage_block(self.dtype)
         return self.elements // block * block_bytes
 
+    def __reduce__(self) -> tuple[type[TensorInfo], tuple[str, str, tuple[int, ...], str]]:
+        # A build worker sends a model's ~200k of these to the parent: positional arguments pickle in a
+        # third of the time of the per-field state that frozen slots dataclasses use by default.
+        return TensorInfo, (self.name, self.dtype, self.shape, self.shard)
+
 
 @dataclass(frozen=True, slots=True)
 class CheckpointIndex:

@@ -1,4 +1,8 @@
-"""Shared builders: safetensors files written byte by byte, project copies, and one built site."""
+"""Shared builders: safetensors files written byte by byte, project copies, and one built site.
+
+The suite runs in parallel (pytest-xdist, see pyproject.toml): the real site is built once per run, by
+whichever worker asks first, under a file lock in the run's shared temporary folder; every project copy
+starts with that build's .cache, so only tests about the cache (bare_project_copy) run the torch stages."""
 
 from __future__ import annotations
 
@@ -6,6 +10,7 @@ import contextlib
 import importlib.util
 import io
 import json
+import os
 import shutil
 import struct
 import subprocess
@@ -13,6 +18,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from filelock import FileLock
 
 ROOT = Path(__file__).resolve().parent.parent
 DEEPSEEK_TINY: dict = {
@@ -31,6 +37,8 @@ DEEPSEEK_TINY: dict = {
 }
 """A small, self-consistent config of the DeepSeek-V3 family, written as config.json keys."""
 DTYPE_BYTES = {"BF16": 2, "F32": 4, "F16": 2, "F8_E4M3": 1, "I64": 8}
+NO_HUB_RETRIES = Path(__file__).resolve().parent / "no_hub_retries"
+"""A sitecustomize for build subprocesses that must meet an unreachable Hub at once, not after 23 s of backoff."""
 
 
 def safetensors_bytes(tensors: dict[str, tuple[str, list[int]]], metadata: dict[str, str] | None = None) -> bytes:
@@ -73,29 +81,63 @@ def build_main(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.CompletedProcess(list(args), rc, out.getvalue(), err.getvalue())
 
 
-@pytest.fixture
-def project_copy(tmp_path: Path) -> Path:
-    """A copy of content/, templates/ and static/ that a test may break."""
+def hub_env(tmp_path: Path, endpoint: str) -> dict[str, str]:
+    """Environment for a build subprocess that talks to `endpoint` as its Hub: an empty HF home of its own,
+    short deadlines and no retries, so a test meets a refused connection in seconds."""
+    env = {**os.environ, "HF_ENDPOINT": endpoint, "HF_HOME": str(tmp_path / "hf"), "HF_HUB_ETAG_TIMEOUT": "2",
+           "HF_HUB_DOWNLOAD_TIMEOUT": "5", "PYTHONPATH": os.pathsep.join(
+               [str(NO_HUB_RETRIES), *filter(None, [os.environ.get("PYTHONPATH")])])}
+    env.pop("HF_HUB_OFFLINE", None)
+    return env
+
+
+def _copy_project(dest: Path, with_cache: bool) -> Path:
     for name in ("content", "templates", "static"):
-        shutil.copytree(ROOT / name, tmp_path / name)
-    return tmp_path
+        shutil.copytree(ROOT / name, dest / name)
+    if with_cache:  # the real build's torch stages, keyed by inputs: a test that changes a config still misses
+        shutil.copytree(ROOT / ".cache" / "execute", dest / ".cache" / "execute")
+    return dest
+
+
+@pytest.fixture
+def project_copy(tmp_path: Path, built_site: Path) -> Path:
+    """A copy of content/, templates/ and static/ that a test may break, with the real build's cache."""
+    return _copy_project(tmp_path, with_cache=True)
+
+
+@pytest.fixture
+def bare_project_copy(tmp_path: Path) -> Path:
+    """A project copy with no .cache, for tests about the cache itself."""
+    return _copy_project(tmp_path, with_cache=False)
+
+
+def _run_shared_dir(factory: pytest.TempPathFactory) -> Path:
+    """A folder shared by every worker of this run (each xdist worker has its own base temp below it)."""
+    base = factory.getbasetemp()
+    return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
 
 
 @pytest.fixture(scope="session")
 def built_site(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The real site, built once by the real command."""
-    out = tmp_path_factory.mktemp("site") / "site"
-    result = run_build("--out", str(out))
-    assert result.returncode == 0, result.stderr
+    """The real site, built once per run by the real command, with a pool of two processes (the byte
+    comparison with a one-process build is in test_build.py); it also fills the repository's .cache."""
+    shared = _run_shared_dir(tmp_path_factory)
+    out, done = shared / "site", shared / "site.built"
+    with FileLock(str(shared / "site.lock")):
+        if not done.exists():
+            result = run_build("--out", str(out), "--jobs", "2")
+            assert result.returncode == 0, result.stderr
+            done.write_text(result.stdout)
     return out
 
 
 @pytest.fixture(scope="session")
-def builds():
-    """The computed models (spec, accounts, checks) of the real content, once."""
+def builds(built_site: Path):
+    """The computed models (spec, accounts, checks) of the real content, once per worker, from the cache
+    the site build filled."""
     from explorer.pipeline import Project, build_all
 
-    return {mb.slug: mb for mb in build_all(Project(ROOT), progress=lambda _: None)}
+    return {mb.slug: mb for mb in build_all(Project(ROOT), progress=lambda _: None, jobs=1)}
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

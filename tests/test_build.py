@@ -196,8 +196,9 @@ def test_sitemap_and_api(built_site):
 
 
 def test_two_builds_are_byte_identical(built_site, tmp_path):
+    """A build in one process writes the same bytes as the fixture's build by a pool of two."""
     again = tmp_path / "again"
-    result = run_build("--out", str(again))
+    result = run_build("--out", str(again), "--jobs", "1")
     assert result.returncode == 0, result.stderr
     cmp = filecmp.dircmp(built_site, again)
 
@@ -213,8 +214,8 @@ def test_two_builds_are_byte_identical(built_site, tmp_path):
             assert page.read_bytes() == (again / page.relative_to(built_site)).read_bytes(), page
 
 
-def test_build_shows_progress():
-    result = run_build("--out", str(ROOT / ".cache" / "progress-site"))
+def test_build_shows_progress(tmp_path):
+    result = run_build("--out", str(tmp_path / "site"))
     assert result.returncode == 0
     assert "kimi-k2: spec, accounting" in result.stderr and "rendered 25/" in result.stderr
 
@@ -247,3 +248,33 @@ def test_every_page_is_within_the_weight_budget(built_site):
     assets = sum(len(gzip.compress((built_site / f"static/{n}").read_bytes(), 9)) for n in ("style.css", "search.js"))
     for page in built_site.rglob("*.html"):
         assert len(gzip.compress(page.read_bytes(), 9)) + assets < 100_000, page
+
+
+def _torch_threads() -> int:
+    import torch
+
+    return torch.get_num_threads()
+
+
+def test_build_workers_run_torch_on_one_thread(monkeypatch):
+    """Issue 14: each pool worker pins torch to one thread, whether torch was imported before the fork or after."""
+    import multiprocessing
+    import os
+    import sys
+
+    from explorer.pipeline import _one_torch_thread
+
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    torch = sys.modules.get("torch")
+    previous = torch.get_num_threads() if torch else 0
+    if torch:
+        torch.set_num_threads(2)  # what a worker inherits from this process without the pin
+    try:
+        with multiprocessing.get_context("fork").Pool(1) as pool:
+            unpinned = pool.apply(_torch_threads)
+        with multiprocessing.get_context("fork").Pool(1, initializer=_one_torch_thread) as pool:
+            assert pool.apply(_torch_threads) == 1
+        assert unpinned > 1 or len(os.sched_getaffinity(0)) == 1  # the check above can fail
+    finally:
+        if torch:
+            torch.set_num_threads(previous)

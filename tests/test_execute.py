@@ -174,15 +174,16 @@ def test_mtp_is_traced_but_reported_unchecked(builds):
     assert "transformers does not implement this module" in checks["mtp.block.moe"].detail
 
 
-def test_cache_skips_torch_and_a_changed_config_reruns_only_its_model(project_copy, monkeypatch):
+def test_cache_skips_torch_and_a_changed_config_reruns_only_its_model(bare_project_copy, monkeypatch):
     import re
 
     from explorer import execute as execute_module
     from explorer.pipeline import Project, build_all
 
+    project_copy = bare_project_copy
     project = Project(project_copy)
     messages: list[str] = []
-    build_all(project, progress=messages.append)
+    build_all(project, progress=messages.append, jobs=1)
     assert sum("building the reference on meta" in m for m in messages) == 2
 
     def forbidden(*args, **kwargs):
@@ -190,14 +191,14 @@ def test_cache_skips_torch_and_a_changed_config_reruns_only_its_model(project_co
 
     monkeypatch.setattr(execute_module, "execute", forbidden)
     messages.clear()
-    build_all(project, progress=messages.append)
+    build_all(project, progress=messages.append, jobs=1)
     assert sum("from cache" in m for m in messages) == 2
 
     toml = project_copy / "content/models/kimi-k2/model.toml"
     toml.write_text(re.sub(r"^rope_theta = 50000.0", "rope_theta = 60000.0", toml.read_text(), flags=re.M))
     monkeypatch.undo()
     messages.clear()
-    build_all(project, progress=messages.append)
+    build_all(project, progress=messages.append, jobs=1)
     assert "kimi-k2: building the reference on meta, tracing at full size, checking equations" in messages
     assert "deepseek-v3: reference tensors, shape trace and equation checks from cache" in messages
 
@@ -206,3 +207,20 @@ def test_execute_returns_trace_and_checks_for_every_component(specs):
     result = execute(specs["kimi-k2"], ("mtp",))
     paths = {p for p, _ in _paths(specs["kimi-k2"])}
     assert set(result.trace.components) == paths == set(result.checks)
+
+
+def test_cache_key_covers_every_module_of_the_package(specs, tmp_path, monkeypatch):
+    """Issue 14: a change to any module of the package, not only to a listed few, reruns the torch stages."""
+    import shutil
+
+    from explorer import cache, digest
+
+    package = tmp_path / "explorer"
+    shutil.copytree(digest.PACKAGE, package, ignore=shutil.ignore_patterns("__pycache__"))
+    monkeypatch.setattr(digest, "PACKAGE", package)
+    key = cache.execution_key(specs["kimi-k2"])
+    for module in ("views.py", "spec/types.py", "a_new_module.py"):
+        path = package / module
+        path.write_text((path.read_text() if path.exists() else "") + "\n# changed\n")
+        assert cache.execution_key(specs["kimi-k2"]) != key, module
+        key = cache.execution_key(specs["kimi-k2"])

@@ -1,0 +1,38 @@
+"""Where a build's inputs live; kept apart from the pipeline so the up-to-date check imports nothing heavy."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from .publish import Protected
+
+
+@dataclass(frozen=True, slots=True)
+class Project:
+    """Where the inputs live (the repository root by default)."""
+
+    root: Path
+
+    @property
+    def content(self) -> Path:
+        return self.root / "content"
+
+    @property
+    def templates(self) -> Path:
+        return self.root / "templates"
+
+    @property
+    def static(self) -> Path:
+        return self.root / "static"
+
+    @property
+    def cache(self) -> Path:
+        return self.root / ".cache" / "execute"
+
+    @property
+    def protected(self) -> tuple[Protected, ...]:
+        """Folders an output folder may not replace (it may lie inside the project, as site/ does)."""
+        return (Protected("the project", self.root, may_hold_output=True), Protected("the content", self.content),
+                Protected("the templates", self.templates), Protected("the static files", self.static),
+                Protected("the cache", self.cache))
