@@ -8,7 +8,7 @@ import os
 import re
 
 import pytest
-from conftest import ROOT, run_build, write_safetensors
+from conftest import ROOT, hub_env, run_build, write_safetensors
 from hub_server import FakeHub
 
 from explorer.checkpoint import CheckpointIndex, TensorInfo
@@ -161,9 +161,8 @@ def test_record_from_the_hub_through_hf_endpoint(project_copy, tmp_path):
     with FakeHub() as hub:
         for path in ckpt.iterdir():
             hub.files[("org/tiny-model", "0123456789abcdef0123456789abcdef01234567", path.name)] = path.read_bytes()
-        env = {**os.environ, "HF_ENDPOINT": hub.url, "HF_HOME": str(tmp_path / "hf")}
-        env.pop("HF_HUB_OFFLINE", None)
-        result = run_build("--content", str(project_copy), "--record-checkpoint", "tiny", "--from-hub", env=env)
+        result = run_build("--content", str(project_copy), "--record-checkpoint", "tiny", "--from-hub",
+                           env=hub_env(tmp_path, hub.url))
     assert result.returncode == 0, result.stderr
     assert "headers read from the Hub with range requests" in (folder / "checkpoint.toml").read_text()
     assert run_build("--check", "--content", str(project_copy)).returncode == 0
@@ -202,9 +201,7 @@ def test_verify_hub_confirms_the_recorded_config(project_copy, tmp_path):
             if slug == "kimi-k2":
                 text = text.replace('"n_routed_experts": 384', '"n_routed_experts": 385')
             hub.files[(content.checkpoint.repo_id, content.checkpoint.revision, "config.json")] = text.encode()
-        env = {**os.environ, "HF_ENDPOINT": hub.url, "HF_HOME": str(tmp_path / "hf")}
-        env.pop("HF_HUB_OFFLINE", None)
-        result = run_build("--verify-hub", "--content", str(project_copy), env=env)
+        result = run_build("--verify-hub", "--content", str(project_copy), env=hub_env(tmp_path, hub.url))
     assert result.returncode == 1
     out = result.stdout
     assert "deepseek-v3: config.json at deepseek-ai/DeepSeek-V3@e815299: matches the recorded sha256 and values" in out
@@ -213,9 +210,7 @@ def test_verify_hub_confirms_the_recorded_config(project_copy, tmp_path):
 
 
 def test_verify_hub_unreachable_names_the_file(project_copy, tmp_path):
-    env = {**os.environ, "HF_ENDPOINT": "http://127.0.0.1:9", "HF_HOME": str(tmp_path / "hf"), "HF_HUB_ETAG_TIMEOUT": "2"}
-    env.pop("HF_HUB_OFFLINE", None)
-    result = run_build("--verify-hub", "--content", str(project_copy), env=env)
+    result = run_build("--verify-hub", "--content", str(project_copy), env=hub_env(tmp_path, "http://127.0.0.1:9"))
     assert result.returncode == 1
     assert "error: moonshotai/Kimi-K2-Instruct@fd1984e2b7a3350dbf7305fe73a4ede25c14de50/config.json:" in result.stderr
     assert "Traceback" not in result.stderr
