@@ -1,75 +1,98 @@
 #!/usr/bin/env python3
-"""Build benchmark: the whole site cold and with a warm cache, the torch stages per model, and per page.
+"""Build benchmark: cold build, warm build and no-change rebuild, per model and for the whole site.
 
-Every time is also printed as a ratio against a reference measured in the same run (rendering one trivial
-Jinja page to disk), so numbers compare across machines of different speed.
+Every figure is a ratio to B0, measured in the same run: a bare Python that imports torch and transformers
+and DeepseekV3ForCausalLM (the least a build that runs the torch stages pays), so numbers compare across
+machines and across loads of a shared machine. Each build runs as a user runs it, `build.py` in its own
+process, on a copy of the project holding only the models measured:
+- cold: an empty .cache and no output folder (every torch stage runs);
+- warm: the cache filled, no output folder (torch stages from the cache; everything else recomputed);
+- no change: the same command again (the up-to-date check answers).
+CPU is user + system time of the build and its workers, over wall time (200 % = both cores busy).
+Issue 14's targets at all models: cold <= 3x B0, warm <= 1x B0, no change <= 1 s, cold CPU > 150 %.
 """
 
 from __future__ import annotations
 
+import argparse
+import resource
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+B0_CODE = "import torch, transformers; from transformers import DeepseekV3ForCausalLM"
 
 
-def best_of(fn, repeat: int = 1):
-    best, result = float("inf"), None
-    for _ in range(repeat):
-        start = time.perf_counter()
-        result = fn()
-        best = min(best, time.perf_counter() - start)
-    return best, result
+@dataclass(frozen=True, slots=True)
+class Run:
+    wall: float
+    cpu: float
+    """User + system seconds of the process and all its children."""
 
 
-def reference_unit() -> float:
-    """Seconds to render and write one small page with Jinja2 (autoescape on)."""
-    from jinja2 import Environment
+def timed(cmd: list[str]) -> Run:
+    """Run a command to completion; its wall time and the CPU time it and its children used."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    start = time.perf_counter()
+    result = subprocess.run(cmd, capture_output=True, text=True)
+    wall = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if result.returncode != 0:
+        raise SystemExit(f"{' '.join(cmd)} failed:\n{result.stderr}")
+    return Run(wall, after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime)
 
-    template = Environment(autoescape=True).from_string(
-        "<html><body>{% for i in items %}<p>{{ i }}</p>{% endfor %}</body></html>")
-    with tempfile.TemporaryDirectory() as tmp:
-        def hundred() -> None:
-            for _ in range(100):
-                (Path(tmp) / "page.html").write_text(template.render(items=range(50)))
-        seconds, _ = best_of(hundred, repeat=5)
-    return seconds / 100
+
+def baseline(repeat: int) -> Run:
+    """B0: the fastest of `repeat` bare imports of torch and transformers' DeepSeek-V3 model."""
+    return min((timed([sys.executable, "-c", B0_CODE]) for _ in range(repeat)), key=lambda r: r.wall)
+
+
+def project_with(models: list[str], dest: Path) -> Path:
+    """A copy of the project's inputs holding only `models`, with no .cache."""
+    for name in ("templates", "static"):
+        shutil.copytree(ROOT / name, dest / name)
+    (dest / "content/models").mkdir(parents=True)
+    shutil.copy(ROOT / "content/how-to-read.md", dest / "content/how-to-read.md")
+    for slug in models:
+        shutil.copytree(ROOT / "content/models" / slug, dest / "content/models" / slug)
+    return dest
+
+
+def measure(models: list[str], tmp: Path) -> tuple[Run, Run, Run, int]:
+    """Cold, warm and no-change builds of a project holding `models`; also the number of pages."""
+    project = project_with(models, tmp / "project")
+    out = tmp / "site"
+    build = [sys.executable, str(ROOT / "build.py"), "--content", str(project), "--out", str(out)]
+    cold = timed(build)
+    shutil.rmtree(out)
+    warm = timed(build)
+    unchanged = timed(build)
+    return cold, warm, unchanged, sum(1 for _ in out.rglob("*.html"))
 
 
 def main() -> None:
-    from explorer.content import load_all_models
-    from explorer.execute import execute
-    from explorer.families import FAMILIES, load_model_spec
-    from explorer.pipeline import Project, build_site
-
-    unit = reference_unit()
-    print(f"reference unit: one trivial page rendered and written in {unit * 1e3:.3f} ms")
-
-    def show(label: str, seconds: float) -> None:
-        print(f"{label}: {seconds:.2f} s = {seconds / unit:,.0f} units")
-
-    for content in load_all_models(ROOT / "content"):
-        spec = load_model_spec(content)
-        seconds, _ = best_of(lambda spec=spec: execute(spec, FAMILIES[spec.family].reference.not_built))
-        show(f"trace at full size on meta + equation checks, {spec.slug}", seconds)
-
-    with tempfile.TemporaryDirectory() as tmp:
-        project_root = Path(tmp) / "project"
-        for name in ("content", "templates", "static"):
-            shutil.copytree(ROOT / name, project_root / name)
-        project = Project(project_root)
-        out = Path(tmp) / "site"
-        cold, _ = best_of(lambda: build_site(project, out, lambda _: None))
-        warm, _ = best_of(lambda: build_site(project, out, lambda _: None), repeat=2)
-        pages = sum(1 for _ in out.rglob("*.html"))
-    show(f"whole site, cold cache ({pages} pages)", cold)
-    show("whole site, warm cache (nothing changed)", warm)
-    show("per page, warm cache", warm / pages)
-    print(f"warm / cold: {warm / cold:.2f}")
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--repeat", type=int, default=2, help="B0 measurements to take the fastest of")
+    args = parser.parse_args()
+    slugs = sorted(p.name for p in (ROOT / "content/models").iterdir() if (p / "model.toml").exists())
+    b0 = baseline(args.repeat)
+    print(f"B0 (python -c '{B0_CODE}'): {b0.wall:.2f} s wall, {b0.cpu:.2f} s CPU")
+    print("wall ×B0 is against B0's wall time, CPU ×B0 against its CPU time (steadier on a shared machine)")
+    print(f"{'models':<16}{'pages':>6}  {'build':<10}{'wall':>9}{'×B0':>7}{'CPU':>9}{'×B0':>7}{'CPU use':>9}")
+    scopes = [[slug] for slug in slugs] + ([slugs] if len(slugs) > 1 else [])
+    for models in scopes:
+        with tempfile.TemporaryDirectory() as tmp:
+            runs = measure(models, Path(tmp))
+        label = models[0] if len(models) == 1 else f"all {len(models)} models"
+        for kind, run in zip(("cold", "warm", "no change"), runs[:3]):
+            print(f"{label:<16}{runs[3]:>6}  {kind:<10}{run.wall:>7.2f} s{run.wall / b0.wall:>7.2f}{run.cpu:>7.2f} s"
+                  f"{run.cpu / b0.cpu:>7.2f}{run.cpu / run.wall:>9.0%}")
+    print("issue 14's targets at all models: cold <= 3×B0, warm <= 1×B0, no change <= 1 s, cold CPU use > 150 %")
 
 
 if __name__ == "__main__":
