@@ -195,11 +195,18 @@ def test_sitemap_and_api(built_site):
     assert any(e["lines"] == [374, 390] for e in comps["blocks.dense.mlp"]["evidence"])
 
 
-def test_two_builds_are_byte_identical(built_site, tmp_path):
-    """A build in one process writes the same bytes as the fixture's build by a pool of two."""
-    again = tmp_path / "again"
-    result = run_build("--out", str(again), "--jobs", "1")
+@pytest.fixture(scope="module")
+def one_process_build(tmp_path_factory):
+    """The real site built again, by one process (the fixture's build used a pool of two)."""
+    out = tmp_path_factory.mktemp("again") / "site"
+    result = run_build("--out", str(out), "--jobs", "1")
     assert result.returncode == 0, result.stderr
+    return out, result
+
+
+def test_two_builds_are_byte_identical(built_site, one_process_build):
+    """A build in one process writes the same bytes as the fixture's build by a pool of two."""
+    again, _ = one_process_build
     cmp = filecmp.dircmp(built_site, again)
 
     def differences(c: filecmp.dircmp) -> list[str]:
@@ -214,9 +221,8 @@ def test_two_builds_are_byte_identical(built_site, tmp_path):
             assert page.read_bytes() == (again / page.relative_to(built_site)).read_bytes(), page
 
 
-def test_build_shows_progress(tmp_path):
-    result = run_build("--out", str(tmp_path / "site"))
-    assert result.returncode == 0
+def test_build_shows_progress(one_process_build):
+    _, result = one_process_build
     assert "kimi-k2: spec, accounting" in result.stderr and "rendered 25/" in result.stderr
 
 
