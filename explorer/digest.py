@@ -23,7 +23,7 @@ PACKAGE = Path(__file__).resolve().parent
 MARKER = ".explorer-build.json"
 """Written into the output folder after everything else; its absence means the folder must be rebuilt."""
 LIBRARIES = ("jinja2", "markdown", "pygments", "sympy", "latex2mathml", "safetensors", "huggingface_hub",
-             "torch", "transformers")
+             "torch", "transformers", "gguf")
 """The pinned dependencies whose output reaches the site (pyproject.toml's dependencies)."""
 FORMAT = 1
 
