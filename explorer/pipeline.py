@@ -50,6 +50,7 @@ def build_model(content: ModelContent, fetch_sources: bool = False, cache_dir: P
         from .execute import execute  # torch is imported only when something must run
         from .reference import reference_index
 
+        _one_torch_thread()
         ref, execution = reference_index(spec), execute(spec, skips)
         cache.save(cache_dir, spec, ref, execution)
     ref_check = reconcile(spec, ref.index, reference=True, skip_owners=skips)
@@ -107,8 +108,10 @@ def _replay(result: tuple[Outcome, list[str]], progress: Progress) -> Outcome:
 
 
 def _one_torch_thread() -> None:
-    """Pin torch to one thread in each worker: the pool already uses every core, and two threads per
-    process fight over them on the tiny equation checks (Kimi K2's: 3.5 s with two threads, 0.02 s with one)."""
+    """Pin torch to one thread, in pool workers and wherever the torch stages run: the pool already uses
+    every core; threads fight over them on the tiny equation checks (Kimi K2's: 3.5 s with two threads,
+    0.02 s with one); and a reduction split over threads rounds differently, so a printed max |Δ| would
+    depend on the machine's core count."""
     os.environ["OMP_NUM_THREADS"] = "1"  # read when torch is first imported in this worker
     if "torch" in sys.modules:  # inherited from a parent that had imported it
         sys.modules["torch"].set_num_threads(1)

@@ -182,9 +182,10 @@ def test_cache_skips_torch_and_a_changed_config_reruns_only_its_model(bare_proje
 
     project_copy = bare_project_copy
     project = Project(project_copy)
+    models = sum(1 for p in (project_copy / "content/models").iterdir() if p.is_dir())
     messages: list[str] = []
     build_all(project, progress=messages.append, jobs=1)
-    assert sum("building the reference on meta" in m for m in messages) == 2
+    assert sum("building the reference on meta" in m for m in messages) == models
 
     def forbidden(*args, **kwargs):
         raise AssertionError("torch stages ran despite a warm cache")
@@ -192,7 +193,7 @@ def test_cache_skips_torch_and_a_changed_config_reruns_only_its_model(bare_proje
     monkeypatch.setattr(execute_module, "execute", forbidden)
     messages.clear()
     build_all(project, progress=messages.append, jobs=1)
-    assert sum("from cache" in m for m in messages) == 2
+    assert sum("from cache" in m for m in messages) == models
 
     toml = project_copy / "content/models/kimi-k2/model.toml"
     toml.write_text(re.sub(r"^rope_theta = 50000.0", "rope_theta = 60000.0", toml.read_text(), flags=re.M))
