@@ -353,3 +353,35 @@ def test_terminal_escapes_in_tensor_names_are_printed_escaped(project_copy, tmp_
     assert result.returncode == 1 and "\x1b" not in result.stderr and "\u202e" not in result.stderr
     assert result.stderr == (f"error: {folder}/model.safetensors: tensor '\\x1b[2J\\x1b[31mevil\\u202e': "
                              "unknown dtype 'F33'\n")
+
+
+# ------------------------------------------------------------- issue 13: config values checked by every family
+
+HOSTILE_VALUES = [
+    (r"^num_key_value_heads = 64$", "num_key_value_heads = -64",
+     "key 'num_key_value_heads': must be an integer in 1..10,000, got -64"),
+    (r"^num_key_value_heads = 64$", "num_key_value_heads = 0",
+     "key 'num_key_value_heads': must be an integer in 1..10,000, got 0"),
+    (r"^rope_theta = 50000.0$", "rope_theta = inf", "key 'rope_theta': must be a finite number, got inf"),
+    (r"^rms_norm_eps = 1e-06$", "rms_norm_eps = nan", "key 'rms_norm_eps': must be a finite number, got nan"),
+    (r"^rms_norm_eps = 1e-06$", "rms_norm_eps = -1e-06", "key 'rms_norm_eps': must be > 0, got -1e-06"),
+    (r"^hidden_size = 7168$", "hidden_size = 1000000000000000000000000000000",
+     "key 'hidden_size': must be an integer in 1..1,000,000, got 1000000000000000000000000000000"),
+    (r"^n_routed_experts = 384$", "n_routed_experts = 10000000",
+     "key 'n_routed_experts': must be an integer in 1..4,096, got 10000000"),
+    (r"^num_hidden_layers = 61$", "num_hidden_layers = 100000",
+     "key 'num_hidden_layers': must be an integer in 1..1,000, got 100000"),
+    (r"^routed_scaling_factor = 2.827$", "routed_scaling_factor = nan",
+     "key 'routed_scaling_factor': must be a finite number, got nan"),
+    (r"^factor = 32.0$", "factor = 0.0", "key 'rope_scaling.factor': must be > 0, got 0.0"),
+    (r"^weight_block_size = \[128, 128\]$", "weight_block_size = [0, 128]",
+     "key 'quantization_config.weight_block_size': must be positive integers"),
+]
+
+
+@pytest.mark.parametrize(("old", "new", "message"), HOSTILE_VALUES, ids=[h[1] for h in HOSTILE_VALUES])
+def test_out_of_range_and_non_finite_config_values_are_one_line_each(project_copy, old, new, message):
+    """Issue 13, items 4 and 7: checked before anything is built, with the valid range in the message."""
+    path = edit(project_copy, KIMI, old, new)
+    problems = problems_for(project_copy)
+    assert problems == (f"{path}: table 'config': {message}",), problems
