@@ -119,7 +119,10 @@ def angles_for(block: Component, positions: torch.Tensor) -> torch.Tensor:
 def run_stack(comp: Component, run: Run, x: torch.Tensor, angles: torch.Tensor, M: torch.Tensor) -> list[torch.Tensor]:
     positions = torch.arange(x.shape[1], device=x.device)
     per_kind = {b.key: angles_for(b, positions) for b in comp.children}
-    for layer, block in layer_order(comp):
+    order = layer_order(comp)
+    if x.is_meta:  # shapes only: every layer of a kind maps x to the same shape, so trace each kind once
+        order = [next(p for p in order if p[1] is b) for b in comp.children]
+    for layer, block in order:
         module = tensor_prefix(block).format(layer=layer)
         (x,) = PROGRAMS[block.program](block, run.child(module, "_"), x, per_kind[block.key], M)
     return [run.rec("stack", x)]
