@@ -31,6 +31,9 @@ def model_api(mb: ModelBuild) -> dict[str, Any]:
         "ledger": _ledger(mb.checkpoint, f"checkpoint headers of {ref.repo_id}@{ref.revision}, recorded in "
                                          f"content/models/{mb.slug}/checkpoint.toml")
         if mb.checkpoint is not None else None,
+        "predicted_storage": _ledger(mb.predicted, "predicted from the config by each weight's storage scheme; "
+                                                   "no checkpoint tensor listing is recorded")
+        if mb.predicted is not None else None,
         "reference_check": {"reference": mb.reference_label, "skipped": list(mb.reference_skips),
                             **_ledger(mb.reference, mb.reference_label)},
     }
@@ -74,7 +77,7 @@ def _ledger(rec: Reconciliation, source: str) -> dict[str, Any]:
     return {
         "source": source, "balanced": rec.balanced,
         "by_role_and_dtype": [{"role": t.role, "dtype": t.dtype, "tensors": t.tensors, "elements": t.elements,
-                               "bytes": t.bytes} for t in rec.totals],
+                               "bytes": t.bytes, "parameters": t.parameters} for t in rec.totals],
         "unowned": list(rec.unowned), "owned_twice": list(rec.owned_twice), "missing": list(rec.missing),
         "shape_mismatch": [m.name for m in rec.shape_mismatch], "dtype_mismatch": [m.name for m in rec.dtype_mismatch],
     }

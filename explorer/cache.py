@@ -15,11 +15,11 @@ from typing import Any
 
 from .checkpoint import CheckpointIndex, TensorInfo
 from .digest import package_digest
-from .execution import TOLERANCE, ComponentTrace, EquationCheck, Execution, ShapeTrace, within_tolerance
+from .execution import TOLERANCE, ComponentTrace, EquationCheck, Execution, RoutingExample, ShapeTrace, within_tolerance
 from .reference import ReferenceModel
 from .spec.types import ModelSpec
 
-FORMAT = 2
+FORMAT = 3
 _STATUSES = {"checked", "part", "unchecked"}
 _CHECK_TEXT = ("status", "reference", "config", "detail", "part_of")
 _KEY = re.compile(r"-[0-9a-f]{32}\.json")
@@ -87,7 +87,7 @@ def _decode(data: dict[str, Any]) -> tuple[ReferenceModel, Execution]:
 
 
 def _check(fields: dict[str, Any]) -> EquationCheck:
-    check = EquationCheck(**fields)
+    check = EquationCheck(**{**fields, "example": _example(fields.get("example"))})
     if check.status not in _STATUSES or not all(isinstance(getattr(check, f), str) for f in _CHECK_TEXT):
         raise ValueError(f"not an equation check: {fields!r}")
     error, tolerance = check.max_abs_error, check.tolerance
@@ -114,3 +114,17 @@ def _text(value: Any) -> str:
     if not isinstance(value, str):
         raise TypeError(f"expected a string, got {value!r}")
     return value
+
+
+def _example(value: Any) -> RoutingExample | None:
+    """A router's worked example as cached: the token, rows of (label, one number per expert), the selection."""
+    if value is None:
+        return None
+    rows = tuple((_text(label), tuple(_number(v) for v in values)) for label, values in value["rows"])
+    return RoutingExample(_text(value["token"]), rows, tuple(_count(i) for i in value["selected"]))
+
+
+def _number(value: Any) -> float:
+    if not isinstance(value, float | int) or isinstance(value, bool):
+        raise TypeError(f"expected a number, got {value!r}")
+    return float(value)

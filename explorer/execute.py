@@ -15,7 +15,7 @@ import torch
 
 from .account import evaluate
 from .components import PROGRAMS, REFERENCE_CALLS, Run
-from .components.base import tensor_prefix
+from .components.base import EXAMPLES, tensor_prefix
 from .components.blocks import angles_for, causal_mask, rope_of
 from .components.moe import RoutingMismatch
 from .errors import ExecutionError
@@ -193,10 +193,14 @@ def tiny_label(tiny: ModelSpec) -> str:
     if "num_key_value_heads" in v and v["num_key_value_heads"] != v["num_attention_heads"]:
         parts.append(f"{v['num_key_value_heads']} KV heads")
     c = tiny.config
-    if "n_routed_experts" in v:
+    experts = next((n for n in ("n_routed_experts", "num_local_experts", "num_experts") if n in v), None)
+    if experts is not None:
         groups = getattr(c, "n_group", 1)
-        parts.append(f"top {v['num_experts_per_tok']} of {v['n_routed_experts']} experts"
+        parts.append(f"top {v['num_experts_per_tok']} of {v[experts]} experts"
                      + (f" in {groups} groups (top {getattr(c, 'topk_group', 1)})" if groups > 1 else ""))
+    window = getattr(c, "sliding_window", None)
+    if window:
+        parts.append(f"sliding window {window} (T = {FREE_SIZES['T']})")
     parts.append(f"{sum(b.repeat for b in tiny.root.child('blocks').children)} blocks")
     return "tiny config: " + ", ".join(parts) + ", float32 random weights"
 
@@ -232,11 +236,13 @@ def check_equations(spec: ModelSpec, tiny: ModelSpec, not_built: tuple[str, ...]
             result = (EquationCheck("part", part_of=parent) if parent is not None else
                       EquationCheck("unchecked", detail="no transformers module computes it on its own"))
         else:
-            error, detail, module = result
+            error, detail, module, run = result
             if not within_tolerance(error):
                 failures.append(f"{path or 'model'}: max |Δ| {error:.3g} against transformers {module} exceeds "
                                 f"the tolerance {TOLERANCE:g}")
-            result = EquationCheck("checked", f"transformers {version} {module}", label_text, error, TOLERANCE, detail)
+            example = EXAMPLES[comp.program](comp, run) if comp.program in EXAMPLES else None
+            result = EquationCheck("checked", f"transformers {version} {module}", label_text, error, TOLERANCE, detail,
+                                   example=example)
         enclosing.append((path, result.status))
         checks[path] = result
     if failures:
@@ -245,7 +251,7 @@ def check_equations(spec: ModelSpec, tiny: ModelSpec, not_built: tuple[str, ...]
 
 
 def _check_one(tiny: ModelSpec, model, weights: dict, ancestors: tuple[Component, ...], comp: Component):
-    """(max |Δ|, detail, reference class) for one component, or None when no module stands for it alone."""
+    """(max |Δ|, detail, reference class, our run) for one component, or None when no module stands for it alone."""
     module_path = _reference_path(comp)
     if module_path is None:
         return None
@@ -260,7 +266,7 @@ def _check_one(tiny: ModelSpec, model, weights: dict, ancestors: tuple[Component
     with torch.no_grad():
         ours, theirs, detail = call(comp, ref, model, inputs, run, outputs[0])
     error = float((ours.float() - theirs.float()).abs().max())
-    return error, detail, type(ref).__name__
+    return error, detail, type(ref).__name__, run
 
 
 def _reference_path(comp: Component) -> str | None:

@@ -33,6 +33,19 @@ class ShapeTrace:
 
 
 @dataclass(frozen=True, slots=True)
+class RoutingExample:
+    """One token's routing in the executed check, as the router program recorded it: a row of values per step
+    (logits, scores, gates; biases where the router has them), over every expert."""
+
+    token: str
+    """Which token: "batch 1, position 5"."""
+    rows: tuple[tuple[str, tuple[float, ...]], ...]
+    """(what the row holds, one value per expert)."""
+    selected: tuple[int, ...]
+    """The experts the router selected for this token (0-based), in index order."""
+
+
+@dataclass(frozen=True, slots=True)
 class EquationCheck:
     """One comparison of a component's step program with the reference implementation."""
 
@@ -46,6 +59,8 @@ class EquationCheck:
     """E.g. "same experts selected for all 10 tokens", or why it is not checked."""
     part_of: str = ""
     """Path of the enclosing checked component, for status "part"."""
+    example: RoutingExample | None = None
+    """A router's worked example from this check (None for other components)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -38,6 +38,8 @@ class ModelBuild:
     """Active parameters, KV cache, FLOPs and memory, derived from the spec and the ledger."""
     claim: ClaimMatch | None
     """The lab's published active-parameter figure and the definition that reproduces it."""
+    predicted: Reconciliation | None = None
+    """Where no checkpoint listing is recorded: the stored layout the spec's storage schemes predict."""
 
     @property
     def slug(self) -> str:

@@ -18,7 +18,7 @@ from .families import FAMILIES, load_model_spec
 from .figures import derive, match_claim
 from .model_build import ModelBuild
 from .project import Project
-from .reconcile import reconcile
+from .reconcile import predicted_index, reconcile
 from .render import write_site
 from .search import search_script
 from .sources import resolve_citations
@@ -63,8 +63,9 @@ def build_model(content: ModelContent, fetch_sources: bool = False, cache_dir: P
     figures = derive(spec, ledger, ckpt_check)
     meta = content.meta
     claim = match_claim(figures, meta.active_claim, meta.active_claim_source) if meta.active_claim else None
+    predicted = reconcile(spec, predicted_index(spec)) if index is None else None
     return ModelBuild(content, spec, ledger, citations, ref_check, ref.label, skips, ckpt_check, index,
-                      execution.trace, execution.checks, figures, claim)
+                      execution.trace, execution.checks, figures, claim, predicted)
 
 
 def build_all(project: Project, progress: Progress = stderr_progress, fetch_sources: bool = False,

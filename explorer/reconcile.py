@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from .account import evaluate
 from .checkpoint import CheckpointIndex, TensorInfo
-from .spec.storage import Role
+from .spec.storage import Dense, Role
 from .spec.types import ModelSpec, TensorSpec, path_key, walk
 
 
@@ -26,6 +26,8 @@ class ExpectedTensor:
     shape: tuple[int, ...] | None
     dtype: str
     optional: bool = False
+    parameters: int = 0
+    """Logical parameters the stored tensor carries (MXFP4 blocks: two per byte; scales and buffers: none)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,6 +47,8 @@ class RoleTotal:
     tensors: int
     elements: int
     bytes: int
+    parameters: int = 0
+    """Logical parameters these tensors carry, which differs from the elements where values are packed."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,30 +94,32 @@ class Reconciliation:
         return out
 
 
-def expected_tensors(spec: ModelSpec) -> tuple[list[ExpectedTensor], list[str]]:
-    """Every tensor the spec expects, and names claimed by two components."""
+def expected_tensors(spec: ModelSpec, logical: bool = False) -> tuple[list[ExpectedTensor], list[str]]:
+    """Every tensor the spec expects, and names claimed by two components; logical=True: each weight as one
+    tensor of its logical shape, as a reference implementation holds it (no packed values or scales)."""
     out: list[ExpectedTensor] = []
     for ancestors, comp in walk(spec.root):
         owner = path_key(ancestors, comp)
         for t in comp.tensors:
-            out += _expand(t, owner, spec.values)
+            out += _expand(t, owner, spec.values, logical)
     counts: dict[str, int] = defaultdict(int)
     for e in out:
         counts[e.name] += 1
     return out, sorted(n for n, c in counts.items() if c > 1)
 
 
-def _expand(t: TensorSpec, owner: str, values: dict[str, int | float]) -> list[ExpectedTensor]:
+def _expand(t: TensorSpec, owner: str, values: dict[str, int | float], logical: bool = False) -> list[ExpectedTensor]:
     """The stored tensors of one tensor family, by its storage scheme; a tied alias is optional (stored once)."""
     role: Role = "buffer" if t.role == "buffer" else "parameter"
     if t.shape is None:
         return [ExpectedTensor(name, owner, role, None, t.dtype, t.optional) for name in t.names()]
     shape = tuple(evaluate(s, values) for s in t.shape)
     out = []
+    storage = Dense(t.dtype) if logical else t.storage
     for name in t.names():
-        for stored in t.storage.expand(name, shape, role):
+        for stored in storage.expand(name, shape, role):
             out.append(ExpectedTensor(stored.name, owner, stored.role, stored.shape, stored.dtype,
-                                      t.optional or bool(t.tied_to)))
+                                      t.optional or bool(t.tied_to), stored.parameters))
     return out
 
 
@@ -125,7 +131,7 @@ def reconcile(spec: ModelSpec, index: CheckpointIndex, reference: bool = False,
     stores no quantization scales or unloaded buffers), shapes but not dtypes, and components under
     skip_owners (which it does not build) are left out.
     """
-    expected, owned_twice = expected_tensors(spec)
+    expected, owned_twice = expected_tensors(spec, logical=reference)
     if reference:
         skipped = {e.owner for e in expected if any(e.owner == s or e.owner.startswith(s + ".") for s in skip_owners)}
         expected = [e for e in expected if e.role == "parameter" and e.owner not in skipped]
@@ -135,7 +141,7 @@ def reconcile(spec: ModelSpec, index: CheckpointIndex, reference: bool = False,
     unowned = sorted(n for n in stored if n not in by_name)
     shape_bad, dtype_bad = [], []
     owned: dict[str, list[TensorInfo]] = defaultdict(list)
-    totals: dict[tuple[Role, str], list[int]] = defaultdict(lambda: [0, 0, 0])
+    totals: dict[tuple[Role, str], list[int]] = defaultdict(lambda: [0, 0, 0, 0])
     for name, info in stored.items():
         e = by_name.get(name)
         if e is None:
@@ -143,6 +149,7 @@ def reconcile(spec: ModelSpec, index: CheckpointIndex, reference: bool = False,
         owned[e.owner].append(info)
         acc = totals[(e.role, info.dtype)]
         acc[0], acc[1], acc[2] = acc[0] + 1, acc[1] + info.elements, acc[2] + info.nbytes
+        acc[3] += e.parameters if tuple(info.shape) == e.shape else info.elements * (e.role == "parameter")
         if e.shape is not None and tuple(info.shape) != e.shape:
             shape_bad.append(Mismatch(name, e.owner, _show(e.shape), _show(info.shape)))
         if e.dtype and not reference and info.dtype != e.dtype:
@@ -159,3 +166,13 @@ def reconcile(spec: ModelSpec, index: CheckpointIndex, reference: bool = False,
 
 def _show(shape: tuple[int, ...]) -> str:
     return "[" + ", ".join(str(s) for s in shape) + "]"
+
+
+def predicted_index(spec: ModelSpec) -> CheckpointIndex:
+    """The tensors the spec's storage schemes predict a checkpoint stores (names, shapes, dtypes), for a model
+    with no recorded listing; tied aliases are stored once, under the name they are tied to."""
+    expected, _ = expected_tensors(spec)
+    tensors = {e.name: TensorInfo(e.name, e.dtype, e.shape) for e in expected
+               if e.shape is not None and not e.optional}
+    return CheckpointIndex(dict(sorted(tensors.items())), source="predicted from the config by each weight's "
+                                                                   "storage scheme")

@@ -176,6 +176,7 @@ class ComponentPage(PageBase):
     """Model page only: the whole-model SVG (residual stream, block kinds, experts lit per token)."""
     picture_caption: str
     legend: tuple[tuple[str, str], ...]
+    routing: RoutingView | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -188,10 +189,28 @@ class CheckView:
 
 
 @dataclass(frozen=True, slots=True)
+class RoutingCellView:
+    text: str
+    selected: bool
+
+
+@dataclass(frozen=True, slots=True)
+class RoutingView:
+    """A router's worked example: one token's values per expert, from the executed check."""
+
+    caption: str
+    experts: tuple[RoutingCellView, ...]
+    rows: tuple[tuple[str, tuple[RoutingCellView, ...]], ...]
+    summary: str
+
+
+@dataclass(frozen=True, slots=True)
 class LedgerRowView:
     role: str
     dtype: str
     tensors: str
+    parameters: str
+    """Logical parameters the row's tensors carry ("—" for scales and buffers)."""
     elements: str
     bytes: str
 
@@ -201,6 +220,7 @@ class LedgerView:
     source: str
     rows: tuple[LedgerRowView, ...]
     total_tensors: str
+    total_parameters: str
     total_elements: str
     total_bytes: str
     parameters: str
@@ -286,6 +306,9 @@ class CompareIndexPage(PageBase):
 
 
 ROLE_NAMES = {"parameter": "parameters", "quant_scale": "FP8 block scales", "buffer": "stored buffers"}
+STORED_AS = {("parameter", "U8"): "MXFP4 blocks: packed FP4 values, two per byte",
+             ("quant_scale", "U8"): "MXFP4 scales: one E8M0 exponent per 32 values"}
+"""Ledger row labels where a dtype says what the bytes hold (U8 stores MXFP4, the only U8 scheme)."""
 
 
 def page_href(path: str) -> str:
@@ -424,8 +447,11 @@ def _tensor_row(mb: ModelBuild, ta: TensorAccount, owner: str, title: str) -> Te
     stored = _stored(mb, t)
     shape = ta.shape if ta.shape is not None else (stored.shape if stored is not None else None)
     elements = ta.elements if ta.elements is not None else (stored.elements * t.count if stored is not None else None)
-    # what the storage scheme stores beside the values (block scales, exponents)
-    scale = "; ".join(f"{e.name.rsplit('.', 1)[-1]} [{', '.join(map(str, e.shape))}] {e.dtype}" for e in ta.stored[1:])
+    # what the storage scheme stores beside the values (block scales), or instead of them (MXFP4's _blocks and
+    # _scales take the weight's place)
+    replaced = bool(ta.stored) and ta.stored[0].name != t.first_name
+    extra = ta.stored if replaced else ta.stored[1:]
+    scale = "; ".join(f"{e.name.rsplit('.', 1)[-1]} [{', '.join(map(str, e.shape))}] {e.dtype}" for e in extra)
     role = "buffer (not a parameter)" if t.role == "buffer" else "parameter"
     if t.tied_to:
         role = f"tied to {t.tied_to} (stored and counted once, there)"
@@ -434,7 +460,7 @@ def _tensor_row(mb: ModelBuild, ta: TensorAccount, owner: str, title: str) -> Te
     return TensorRowView(
         pattern=t.pattern, owner=Link(title, page_href(owner)), role=role, count=fmt(t.count),
         shape="[" + ", ".join(fmt(s) for s in shape) + "]" if shape is not None else "not set by the config",
-        dtype=stored.dtype if stored is not None else (t.dtype or "—"),
+        dtype=stored.dtype if stored is not None else ("packed (see stored as)" if replaced else t.dtype or "—"),
         elements=fmt(elements) if elements is not None else "—", scale=scale)
 
 
@@ -505,22 +531,30 @@ def outline(mb: ModelBuild, comp: Component, path: str = "") -> OutlineNode:
 
 
 def ledger_view(mb: ModelBuild) -> LedgerView:
-    rec = mb.checkpoint or mb.reference
-    rows = tuple(LedgerRowView(ROLE_NAMES[t.role], t.dtype, fmt(t.tensors), fmt(t.elements), fmt(t.bytes))
+    rec = mb.checkpoint or mb.predicted or mb.reference
+    rows = tuple(LedgerRowView(STORED_AS.get((t.role, t.dtype), ROLE_NAMES[t.role]), t.dtype, fmt(t.tensors),
+                               fmt(t.parameters) if t.parameters else "—", fmt(t.elements), fmt(t.bytes))
                  for t in rec.totals)
     problems = (f"{len(rec.unowned)} unowned, {len(rec.owned_twice)} owned twice, {len(rec.missing)} missing, "
                 f"{len(rec.shape_mismatch)} shape mismatches, {len(rec.dtype_mismatch)} dtype mismatches")
+    if rec is mb.predicted:
+        problems = "Predicted, not read: with no listing to compare against, nothing here is reconciled"
     ref = (f"Against the reference implementation ({mb.reference_label}): "
            f"{fmt(mb.reference.role_total('parameter')[0])} parameter tensors, "
            f"{fmt(mb.reference.role_total('parameter')[1])} elements, "
            f"{'balanced' if mb.reference.balanced else 'NOT balanced'}"
            + (f"; modules it does not build: {', '.join(mb.reference_skips)}." if mb.reference_skips else "."))
-    source = (f"Checkpoint headers of {mb.content.checkpoint.repo_id}@{mb.content.checkpoint.revision[:7]}, "
-              f"from the recorded manifest ({mb.checkpoint_index.provenance})" if mb.checkpoint_index is not None
-              else "No checkpoint tensor listing is recorded for this model: its numbers are checked against the "
-                   "reference implementation only (stored bytes below assume float32 for the reference's tensors).")
+    if mb.checkpoint_index is not None:
+        source = (f"Checkpoint headers of {mb.content.checkpoint.repo_id}@{mb.content.checkpoint.revision[:7]}, "
+                  f"from the recorded manifest ({mb.checkpoint_index.provenance})")
+    else:
+        source = ("No checkpoint tensor listing is recorded for this model: the stored layout below is predicted "
+                  "from the config (each weight's storage scheme, from torch_dtype and any quantization_config, "
+                  "gives its stored tensors' names, shapes and dtypes), not read from the checkpoint. Its "
+                  "parameters are checked against the reference implementation.")
     return LedgerView(
         source=source, rows=rows, total_tensors=fmt(sum(t.tensors for t in rec.totals)),
+        total_parameters=fmt(sum(t.parameters for t in rec.totals)),
         total_elements=fmt(sum(t.elements for t in rec.totals)), total_bytes=fmt(sum(t.bytes for t in rec.totals)),
         parameters=fmt(rec.role_total("parameter")[1]), scales=fmt(rec.role_total("quant_scale")[1]),
         buffers=fmt(rec.role_total("buffer")[1]), status=problems, balanced=rec.balanced, reference=ref)
@@ -550,6 +584,24 @@ def figures_view(mb: ModelBuild) -> FiguresView:
                  + (f"Reproduced by “{m.label.lower()}”: {fmt(m.value)}, which rounds to {mb.claim.claim}." if m
                     else "No definition derived here reproduces it within its rounding."))
     return FiguresView(rows, claim, matched)
+
+
+def routing_view(mb: ModelBuild, path: str) -> RoutingView | None:
+    """The worked example a router's executed check recorded, formatted per expert."""
+    example = mb.checks[path].example
+    if example is None:
+        return None
+    chosen = set(example.selected)
+    n = len(example.rows[0][1])
+    experts = tuple(RoutingCellView(f"expert {i + 1}", i in chosen) for i in range(n))
+    rows = tuple((label, tuple(RoutingCellView(f"{v:.4f}", i in chosen) for i, v in enumerate(values)))
+                 for label, values in example.rows)
+    names = ", ".join(str(i + 1) for i in example.selected)
+    return RoutingView(
+        caption=f"Routing of one token ({example.token}) in the executed check, {mb.checks[path].config}.",
+        experts=experts, rows=rows,
+        summary=f"Selected: expert{'s' if len(chosen) > 1 else ''} {names} (highlighted); transformers' router "
+                f"selected the same experts with the same gates (max |Δ| = {mb.checks[path].max_abs_error:.1e}).")
 
 
 def component_page(mb: ModelBuild, ancestors: tuple[Component, ...], comp: Component,
@@ -598,7 +650,8 @@ def component_page(mb: ModelBuild, ancestors: tuple[Component, ...], comp: Compo
                         for slug, name, p, title in _same_part(parts or {}, mb.slug, path, comp)),
         picture=draw(picture) if picture is not None else "", picture_caption=picture.caption if picture else "",
         compare=tuple(Link(name, f"../../{compare_path(mb.slug, other)}") for other, name in others) if is_model else (),
-        legend=STREAMS if any("stream-" in s.latex for s in comp.steps + comp.equations) else ())
+        legend=STREAMS if any("stream-" in s.latex for s in comp.steps + comp.equations) else (),
+        routing=routing_view(mb, path))
 
 
 def check_view(mb: ModelBuild, path: str) -> CheckView:

@@ -192,6 +192,8 @@ ReferenceCall = Callable[..., tuple[Any, Any, str]]
 
 PROGRAMS: dict[str, Program] = {}
 REFERENCE_CALLS: dict[str, ReferenceCall] = {}
+EXAMPLES: dict[str, Callable[[Component, Run], Any]] = {}
+"""Program name -> what a checked run of it shows as a worked example (a router's routing of one token)."""
 
 
 def program(name: str) -> Callable[[Program], Program]:
@@ -206,6 +208,14 @@ def reference_call(name: str) -> Callable[[ReferenceCall], ReferenceCall]:
     """Register how to call the reference module of components whose `program` is `name`."""
     def register(fn: ReferenceCall) -> ReferenceCall:
         REFERENCE_CALLS[name] = fn
+        return fn
+    return register
+
+
+def worked_example(name: str) -> Callable[[Callable[[Component, Run], Any]], Callable[[Component, Run], Any]]:
+    """Register what the executed check of components whose `program` is `name` keeps as a worked example."""
+    def register(fn: Callable[[Component, Run], Any]) -> Callable[[Component, Run], Any]:
+        EXAMPLES[name] = fn
         return fn
     return register
 

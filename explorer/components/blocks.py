@@ -13,7 +13,7 @@ from .base import PROGRAMS, Ctx, Run, options, program, reference_call, relative
 from .norms import NormOptions, apply_norm
 from .rope import RopeOptions, rotary_angles
 
-FFN_HEADINGS = {"moe": "Mixture of experts:", "gated_mlp": "SwiGLU MLP:", "plain_mlp": "MLP:"}
+FFN_HEADINGS = {"moe": "Mixture of experts:", "fused_moe": "Mixture of experts:", "gated_mlp": "SwiGLU MLP:", "plain_mlp": "MLP:"}
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,9 +15,21 @@ import sympy
 import torch
 import torch.nn.functional as F
 
+from ..execution import RoutingExample
 from ..spec.storage import Dense
 from ..spec.types import Citation, Component, Dim, IndexRange, Port, Step, TensorSpec
-from .base import Ctx, Run, fmt_num, options, prefixed, program, reference_call, relative_module, run_child
+from .base import (
+    Ctx,
+    Run,
+    fmt_num,
+    options,
+    prefixed,
+    program,
+    reference_call,
+    relative_module,
+    run_child,
+    worked_example,
+)
 from .mlp import Activation, activation, gated_mlp
 
 
@@ -39,8 +51,10 @@ class RouterOptions:
 
 
 def router(ctx: Ctx, *, weight: str, ranges: tuple[IndexRange, ...], x: Port, o: RouterOptions, code: str,
-           citations: tuple[Citation, ...], bias_name: str = "e_score_correction_bias") -> Component:
-    """Score every expert, select k per token, and weight the selected experts."""
+           citations: tuple[Citation, ...], bias_name: str = "e_score_correction_bias",
+           experts_sym: str = "n_routed_experts") -> Component:
+    """Score every expert, select k per token, and weight the selected experts; `experts_sym` is the config key
+    that counts the experts (num_local_experts in Mixtral and gpt-oss, num_experts in Qwen3-MoE)."""
     E, kk = o.experts, o.k
     experts = Dim("experts", E)
     bias_latex = r"+b_r" if o.router_bias else ""
@@ -69,12 +83,12 @@ def router(ctx: Ctx, *, weight: str, ranges: tuple[IndexRange, ...], x: Port, o:
         steps.append(Step(rf"G_{{i}}={scale}\frac{{s_i\,E^{{\mathrm{{sel}}}}_i}}{{\sum_{{j}}s_j\,E^{{\mathrm{{sel}}}}_j}}"
                           if o.norm_topk_prob else rf"G_{{i}}={scale}s_i\,E^{{\mathrm{{sel}}}}_i", ctx.tokens(experts),
                           "gates"))
-    tensors = [ctx.tensor(weight, ranges, (ctx.sym("n_routed_experts"), ctx.sym("hidden_size")))]
+    tensors = [ctx.tensor(weight, ranges, (ctx.sym(experts_sym), ctx.sym("hidden_size")))]
     prefix = weight.removesuffix("weight")
     if o.router_bias:
-        tensors.append(ctx.tensor(prefix + "bias", ranges, (ctx.sym("n_routed_experts"),)))
+        tensors.append(ctx.tensor(prefix + "bias", ranges, (ctx.sym(experts_sym),)))
     if o.correction_bias:
-        tensors.append(TensorSpec(prefix + bias_name, (ctx.sym("n_routed_experts"),), ranges, storage=Dense("F32")))
+        tensors.append(TensorSpec(prefix + bias_name, (ctx.sym(experts_sym),), ranges, storage=Dense("F32")))
     return Component(
         key="router", title="Router", kind="learned", code=code, description=_describe(o), inputs=(x,),
         outputs=(Port("G", ctx.tokens(experts), "gates"),), equations=tuple(steps[-2:]), steps=tuple(steps),
@@ -124,6 +138,27 @@ def route(run: Run, o: RouterOptions, x: torch.Tensor) -> tuple[torch.Tensor, to
     return run.rec("gates", o.scaling * weighted), picked
 
 
+@worked_example("router")
+def routing_example(comp: Component, run: Run) -> RoutingExample:
+    """The last token of the first sequence: each expert's logit (and bias, score), the selection and the gates."""
+    o = options(comp, RouterOptions)
+    rec = run.recorded
+    t = rec["logits"].shape[1] - 1
+    rows: list[tuple[str, torch.Tensor]] = []
+    if o.router_bias:
+        rows.append(("router bias b_r (learned, added to every token's logits)", run.w("bias")))
+    rows.append(("logit z = x W_r" + (" + b_r" if o.router_bias else ""), rec["logits"][0, t]))
+    if "scores" in rec:
+        rows.append(("score s = " + ("σ(z)" if o.scoring == "sigmoid" else "softmax(z) over all experts"),
+                     rec["scores"][0, t]))
+    if o.correction_bias:
+        rows.append(("correction bias b (selection only)", run.w("e_score_correction_bias")))
+    rows.append(("gate G (0 where not selected)", rec["gates"][0, t]))
+    selected = tuple(int(i) for i in rec["select"][0, t].nonzero().flatten())
+    return RoutingExample(f"batch 1, position {t + 1}", tuple((label, tuple(float(v) for v in values.float()))
+                                                              for label, values in rows), selected)
+
+
 @program("router")
 def run_router(comp: Component, run: Run, x: torch.Tensor) -> list[torch.Tensor]:
     return [route(run, options(comp, RouterOptions), x)[0]]
@@ -137,7 +172,7 @@ class RoutingMismatch(Exception):
 def call_router(comp: Component, ref, model, inputs, run: Run, ours: torch.Tensor):
     """The reference router returns (logits, weights of the k selected, their indices)."""
     (x,) = inputs
-    out = ref(x)
+    out = ref(x.reshape(-1, x.shape[-1]))  # tokens on one axis, as the reference MoE blocks call their routers
     their_weights, their_idx = out[-2], out[-1]
     ours_sel = run.recorded["select"].reshape(-1, run.recorded["select"].shape[-1])
     their_sel = torch.zeros_like(ours_sel).scatter(-1, their_idx.reshape(ours_sel.shape[0], -1), 1.0)
@@ -159,15 +194,16 @@ class MoEOptions:
 
 def routed_experts(ctx: Ctx, *, prefix: str, ranges: tuple[IndexRange, ...], x: Port, experts: int, k: int,
                    code: str, citations: tuple[Citation, ...], names: tuple[str, str, str] = (
-                       "gate_proj", "up_proj", "down_proj"), act: Activation = "silu") -> Component:
-    """One routed SwiGLU expert of width moe_intermediate_size, repeated `experts` times, stored per expert."""
+                       "gate_proj", "up_proj", "down_proj"), act: Activation = "silu",
+                   experts_sym: str = "n_routed_experts", width: str = "moe_intermediate_size") -> Component:
+    """One routed SwiGLU expert of width `width` (a config key), repeated `experts` times, stored per expert."""
     expert_ranges = ranges + (IndexRange("expert", tuple(range(experts))),)
     e = gated_mlp(ctx, "expert", "Routed expert", "Routed expert", prefix=prefix + "{expert}.", ranges=expert_ranges,
-                  d_ff=ctx.sym("moe_intermediate_size"), ff_dim=ctx.dim("moe_intermediate_size"), x=x,
+                  d_ff=ctx.sym(width), ff_dim=ctx.dim(width), x=x,
                   y=Port("E_i", x.shape, "expert_out"), names=names, act=act,
-                  description=f"One of {experts} SwiGLU experts of width {ctx.size('moe_intermediate_size'):,}; each "
+                  description=f"One of {experts} SwiGLU experts of width {ctx.size(width):,}; each "
                               f"token runs {k} of them.", code=code, citations=citations)
-    return replace(e, repeat=experts, repeat_label="routed experts", repeat_formula="n_routed_experts",
+    return replace(e, repeat=experts, repeat_label="routed experts", repeat_formula=experts_sym,
                    row_label="Routed experts")
 
 

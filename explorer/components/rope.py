@@ -39,6 +39,9 @@ class RopeOptions:
     mscale_all_dim: float = 0.0
     low_freq_factor: float = 1.0
     high_freq_factor: float = 4.0
+    truncate: bool = True
+    """YaRN: round the ramp's bounds outward to whole pairs (floor, ceil); gpt-oss publishes truncate: false and
+    keeps the fractional bounds (modeling_rope_utils.find_correction_range)."""
 
     @property
     def pairs(self) -> int:
@@ -47,13 +50,16 @@ class RopeOptions:
 
 # ------------------------------------------------------------------------------------------- the numbers
 
-def yarn_bounds(o: RopeOptions) -> tuple[int, float]:
-    """The ramp's correction dimensions j_low, j_high (pairs below j_low keep θ_j, above j_high are divided)."""
+def yarn_bounds(o: RopeOptions) -> tuple[float, float]:
+    """The ramp's correction dimensions j_low, j_high (pairs below j_low keep θ_j, above j_high are divided),
+    rounded outward to whole pairs unless the config sets truncate: false."""
     def correction_dim(rotations: float) -> float:
         return o.dim * math.log(o.original_max_position_embeddings / (rotations * 2 * math.pi)) / (2 * math.log(o.theta))
 
-    low = max(math.floor(correction_dim(o.beta_fast)), 0)
-    high: float = min(math.ceil(correction_dim(o.beta_slow)), o.dim - 1)
+    low, high = correction_dim(o.beta_fast), correction_dim(o.beta_slow)
+    if o.truncate:
+        low, high = math.floor(low), math.ceil(high)
+    low, high = max(low, 0), min(high, o.dim - 1)
     return low, high + 0.001 if low == high else high  # as the reference does, to avoid dividing by zero
 
 
@@ -165,7 +171,7 @@ def _frequency_steps(o: RopeOptions, pairs: Dim) -> tuple[Step, ...]:
     if o.kind == "yarn":
         low, high = yarn_bounds(o)
         return (Step(rf"\gamma_j=\operatorname{{clamp}}\!\left(\frac{{j-j_{{\mathrm{{low}}}}}}{{j_{{\mathrm{{high}}}}"
-                     rf"-j_{{\mathrm{{low}}}}}},0,1\right),\quad j_{{\mathrm{{low}}}}={low},\ "
+                     rf"-j_{{\mathrm{{low}}}}}},0,1\right),\quad j_{{\mathrm{{low}}}}={fmt_num(low)},\ "
                      rf"j_{{\mathrm{{high}}}}={fmt_num(high)}", shape, "ramp"),
                 Step(rf"\omega_j=\gamma_j\,\frac{{\theta_j}}{{{fmt_num(o.factor)}}}+(1-\gamma_j)\,\theta_j", shape,
                      "inv-freq"))
@@ -212,6 +218,8 @@ def _extras(o: RopeOptions) -> tuple[tuple[str, str], ...]:
         out.append(("scaling factor", fmt_num(o.factor)))
     if o.kind == "yarn":
         out.append(("beta_fast / beta_slow", f"{fmt_num(o.beta_fast)} / {fmt_num(o.beta_slow)}"))
+        if not o.truncate:
+            out.append(("ramp bounds", "fractional (truncate: false), not rounded to whole pairs"))
     if o.kind == "llama3":
         out.append(("low / high frequency factor", f"{fmt_num(o.low_freq_factor)} / {fmt_num(o.high_freq_factor)}"))
     if o.kind in ("yarn", "llama3", "dynamic"):

@@ -212,7 +212,7 @@ def rope_options(theta: float, dim: int, scaling: RopeScaling | None, pairing: P
         return RopeOptions("default", theta, dim, pairing)
     original = scaling.original_max_position_embeddings or max_position_embeddings
     given = {n: getattr(scaling, n) for n in ("beta_fast", "beta_slow", "mscale", "mscale_all_dim", "low_freq_factor",
-                                              "high_freq_factor") if getattr(scaling, n) is not None}
+                                              "high_freq_factor", "truncate") if getattr(scaling, n) is not None}
     return RopeOptions(scaling.kind, theta, dim, pairing, factor=scaling.factor or 1.0,  # type: ignore[arg-type]
                        original_max_position_embeddings=original, **given)
 

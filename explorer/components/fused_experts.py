@@ -1,0 +1,124 @@
+"""Routed experts stored fused, one tensor per layer for all experts, with gpt-oss's clamped SwiGLU: the gate and
+up columns interleaved in one gate_up projection with a bias, both clamped at `limit`, the gate through
+g·σ(αg) and the up value shifted by one; and the MoE that routes tokens to them.
+
+References: gpt-oss model card (arXiv:2508.10925), section 2 (the clamped SwiGLU, α = 1.702, limit 7);
+transformers' models/gpt_oss/modeling_gpt_oss.py (GptOssExperts, GptOssMLP), the reference binding.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from ..spec.storage import Storage
+from ..spec.types import Citation, Component, Dim, IndexRange, Port, Shape, Step, TensorSpec
+from . import moe as moe_lib
+from .base import B, Ctx, Run, T, fmt_num, options, program, reference_call, relative_module, run_child
+
+
+@dataclass(frozen=True, slots=True)
+class ClampedSwiGLUOptions:
+    experts: int
+    alpha: float
+    limit: float
+
+
+def clamped_experts(ctx: Ctx, *, prefix: str, ranges: tuple[IndexRange, ...], x: Port, gates: Port, o: ClampedSwiGLUOptions,
+                    k: int, experts_sym: str, width: str, storage: Storage, code: str,
+                    citations: tuple[Citation, ...]) -> Component:
+    """All experts of a layer as two stacked projections with biases: gate_up [E, 2·I, d] (gate and up columns
+    interleaved) and down [E, d, I], the weights in `storage`, the biases dense."""
+    E, I = ctx.sym(experts_sym), ctx.sym(width)
+    d = ctx.sym("hidden_size")
+    experts, inner, hidden = Dim("experts", o.experts), ctx.dim(width), ctx.dim("hidden_size")
+    per_expert = Shape((B, T, experts, inner))
+    lim, alpha = fmt_num(o.limit), fmt_num(o.alpha)
+    steps = (
+        Step(rf"[g\,u]_e={x.latex}W^{{gu}}_e+b^{{gu}}_e", Shape((B, T, experts, Dim("2·" + inner.label, 2 * ctx.size(width)))),
+             "gate-up"),
+        Step(r"g_{e,j}=[g\,u]_{e,2j},\quad u_{e,j}=[g\,u]_{e,2j+1}", per_expert, "split"),
+        Step(rf"\hat g=\min(g,{lim}),\quad \hat u=\operatorname{{clamp}}(u,-{lim},{lim})", per_expert, "clamp"),
+        Step(rf"a=\hat g\,\sigma({alpha}\,\hat g)", per_expert, "glu"),
+        Step(r"h=(\hat u+1)\odot a", per_expert, "product"),
+        Step(r"E_e=h\,W^{d}_e+b^{d}_e", Shape((B, T, experts, hidden)), "down"),
+        Step(rf"y^{{\mathrm{{routed}}}}=\sum_{{e=1}}^{{{o.experts}}}G_e\,E_e", x.shape, "routed-sum"),
+    )
+    dense = ctx.tensor  # biases stay in the model's dtype
+    tensors = (
+        TensorSpec(prefix + "gate_up_proj", (E, 2 * I, d), ranges, storage=storage),
+        dense(prefix + "gate_up_proj_bias", ranges, (E, 2 * I)),
+        TensorSpec(prefix + "down_proj", (E, d, I), ranges, storage=storage),
+        dense(prefix + "down_proj_bias", ranges, (E, d)),
+    )
+    return Component(
+        key="experts", title="Routed experts (clamped SwiGLU)", crumb="Routed experts", kind="learned", code=code,
+        description=f"{o.experts} SwiGLU experts of width {inner.size:,}, stored as one gate_up and one down tensor "
+                    f"per layer, with biases; the gate and up values are clamped at {lim} and the up value shifted by "
+                    f"one. Each token runs {k} of them.",
+        inputs=(x, gates), outputs=(Port(r"y^{\mathrm{routed}}", x.shape, "routed"),),
+        equations=(steps[2], steps[4]), steps=steps, tensors=tensors, citations=citations, program="clamped_experts",
+        options=o, extras=(("α (swiglu_alpha)", alpha), ("limit (swiglu_limit)", lim)),
+        notes=("Column 2j of the gate_up projection is the gate of feature j and column 2j + 1 its up value "
+               "(interleaved, not two halves).",
+               "The checkpoint stores each weight as [experts, out, in]; transformers holds the transpose, [experts, "
+               "in, out]."),
+    )
+
+
+def expert_outputs(run: Run, o: ClampedSwiGLUOptions, x: torch.Tensor) -> torch.Tensor:
+    """E_e for every expert e: [B, T, E, d]."""
+    gu = run.rec("gate-up", torch.einsum("btd,eod->bteo", x, run.w("gate_up_proj")) + run.w("gate_up_proj_bias"))
+    g, u = gu[..., 0::2], gu[..., 1::2]
+    run.rec("split", g)
+    g, u = run.rec("clamp", g.clamp(max=o.limit)), u.clamp(-o.limit, o.limit)
+    a = run.rec("glu", g * torch.sigmoid(o.alpha * g))
+    h = run.rec("product", (u + 1) * a)
+    return run.rec("down", torch.einsum("btei,edi->bted", h, run.w("down_proj")) + run.w("down_proj_bias"))
+
+
+@program("clamped_experts")
+def run_clamped_experts(comp: Component, run: Run, x: torch.Tensor, G: torch.Tensor) -> list[torch.Tensor]:
+    E_out = expert_outputs(run, options(comp, ClampedSwiGLUOptions), x)
+    return [run.rec("routed-sum", torch.einsum("bte,bted->btd", G.to(E_out.dtype), E_out))]
+
+
+@reference_call("clamped_experts")
+def call_clamped_experts(comp: Component, ref, model, inputs, run: Run, ours: torch.Tensor):
+    """The reference experts take each token's expert indices and weights: here every expert, weighted by G."""
+    x, G = inputs
+    tokens, E = x.shape[0] * x.shape[1], G.shape[-1]
+    indices = torch.arange(E).expand(tokens, E)
+    theirs = ref(x.reshape(tokens, -1), indices, G.reshape(tokens, E))
+    return ours.reshape(tokens, -1), theirs, f"all {E} experts weighted by the same random gates, {tokens} tokens"
+
+
+# ----------------------------------------------------------------------------------------------- the MoE
+
+def fused_moe(*, x: Port, y_latex: str, router_c: Component, experts_c: Component, code: str,
+              citations: tuple[Citation, ...]) -> Component:
+    """Route each token to k experts and sum their gated outputs (no shared expert)."""
+    E, kk = options(experts_c, ClampedSwiGLUOptions).experts, options(router_c, moe_lib.RouterOptions).k
+    out = Step(rf"{y_latex}=y^{{\mathrm{{routed}}}}", x.shape, "moe-out")
+    return Component(
+        key="moe", title="Mixture of experts", crumb="Mixture of experts", kind="learned", code=code,
+        description=f"Route each token to {kk} of {E} experts and add their gated outputs.", inputs=(x,),
+        outputs=(Port(y_latex, x.shape, "delta_ffn"),), equations=(experts_c.steps[-1], out),
+        steps=(*router_c.steps, *experts_c.steps, out), children=(router_c, experts_c), citations=citations,
+        program="fused_moe")
+
+
+@program("fused_moe")
+def run_fused_moe(comp: Component, run: Run, x: torch.Tensor) -> list[torch.Tensor]:
+    router_c = comp.child("router")
+    G, _ = moe_lib.route(run.child(relative_module(comp, router_c)), options(router_c, moe_lib.RouterOptions), x)
+    return [run.rec("moe-out", run_child(comp, "experts", run, x, G))]
+
+
+@reference_call("fused_moe")
+def call_fused_moe(comp: Component, ref, model, inputs, run: Run, ours: torch.Tensor):
+    """The reference MoE returns (output, router scores)."""
+    (x,) = inputs
+    out = ref(x)
+    return ours, out[0] if isinstance(out, tuple) else out, ""
