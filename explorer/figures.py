@@ -140,15 +140,18 @@ def _inactive_experts(spec: ModelSpec, ledger: Ledger) -> tuple[int, str]:
     """Parameters of the routed experts a token does not run, and the formula, over every MoE module."""
     total, parts = 0, []
     for path, comp in _paths(spec):
-        if comp.program != "moe" or path.startswith("mtp"):
+        if comp.program not in ("moe", "fused_moe") or path.startswith("mtp"):
             continue
         router = next(c for c in comp.children if c.program == "router")
         o = router.options
         assert isinstance(o, RouterOptions)
-        expert = ledger.accounts[f"{path}.expert"]
+        if comp.program == "moe":  # one expert component, repeated
+            per_expert = ledger.accounts[f"{path}.expert"].per_instance
+        else:  # all experts in one component whose every tensor has a leading experts axis
+            per_expert = ledger.accounts[f"{path}.experts"].per_instance // o.experts
         instances = ledger.accounts[path].instances
-        total += instances * (o.experts - o.k) * expert.per_instance
-        parts.append(f"{instances} × ({o.experts} − {o.k}) × {expert.per_instance:,}")
+        total += instances * (o.experts - o.k) * per_expert
+        parts.append(f"{instances} × ({o.experts} − {o.k}) × {per_expert:,}")
     return total, " − ".join(parts)
 
 

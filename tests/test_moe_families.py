@@ -202,3 +202,30 @@ def test_gpt_oss_ledger_labels_parameters_fp4_values_and_bytes(builds):
     view = routing_view(mb, ROUTERS["gpt-oss-20b"])
     assert view is not None and [label for label, _ in view.rows][0].startswith("router bias")
     assert sum(c.selected for c in view.experts) == 2
+
+
+# ---------------------------------------------------------------------------------------------- figures
+
+def test_fused_experts_count_k_of_n_as_active(builds):
+    mb = builds["gpt-oss-20b"]
+    per_expert = 3 * 2880 * 2880 + 3 * 2880  # gate_up [2·I, d] + its bias, down [d, I] + its bias
+    assert mb.figures.get("active_parameters").value == mb.ledger.total - 24 * (32 - 4) * per_expert
+
+
+@pytest.mark.parametrize("slug", SLUGS)
+def test_published_active_claims_are_reproduced(builds, slug):
+    from explorer.figures import match_claim, parse_claim
+
+    mb = builds[slug]
+    assert mb.claim is not None
+    if slug == "qwen3-30b-a3b":
+        # 3,353,032,704 with the embedding, 3,041,867,776 without: neither rounds to the card's "3.3B", which
+        # looks truncated; the page says no definition reproduces it
+        assert mb.claim.matched is None
+        return
+    assert mb.claim.matched is not None, mb.claim
+    _, unit = parse_claim(mb.claim.claim)
+    both = [mb.figures.get(k).value for k in ("active_parameters", "active_parameters_no_embedding")]
+    for wrong in (max(both) + 2 * unit, min(both) - 2 * unit):  # beyond both definitions: matches neither
+        claim = f"{round(wrong / unit) * unit / 1e9:g}B"
+        assert match_claim(mb.figures, claim, "test").matched is None, claim
