@@ -229,6 +229,8 @@ class LedgerView:
     status: str
     balanced: bool
     reference: str
+    predicted: bool = False
+    """The rows are the storage schemes' prediction, not a reconciled listing."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -557,7 +559,8 @@ def ledger_view(mb: ModelBuild) -> LedgerView:
         total_parameters=fmt(sum(t.parameters for t in rec.totals)),
         total_elements=fmt(sum(t.elements for t in rec.totals)), total_bytes=fmt(sum(t.bytes for t in rec.totals)),
         parameters=fmt(rec.role_total("parameter")[1]), scales=fmt(rec.role_total("quant_scale")[1]),
-        buffers=fmt(rec.role_total("buffer")[1]), status=problems, balanced=rec.balanced, reference=ref)
+        buffers=fmt(rec.role_total("buffer")[1]), status=problems, balanced=rec.balanced, reference=ref,
+        predicted=rec is mb.predicted)
 
 
 def readable(value: int, unit: str) -> str:
