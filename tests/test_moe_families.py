@@ -199,6 +199,11 @@ def test_gpt_oss_ledger_labels_parameters_fp4_values_and_bytes(builds):
     assert (packed.parameters, packed.elements, packed.bytes) == ("19,110,297,600", "9,555,148,800", "9,555,148,800")
     assert rows["MXFP4 scales: one E8M0 exponent per 32 values"].parameters == "—"
     assert ledger.total_parameters == "20,914,757,184" and ledger.total_bytes == "13,761,264,768"
+    from explorer.api import model_api
+
+    api = model_api(mb)["predicted_storage"]
+    assert {(r["role"], r["dtype"]): r["parameters"] for r in api["by_role_and_dtype"]}[("parameter", "U8")] == \
+        19_110_297_600
     view = routing_view(mb, ROUTERS["gpt-oss-20b"])
     assert view is not None and [label for label, _ in view.rows][0].startswith("router bias")
     assert sum(c.selected for c in view.experts) == 2
