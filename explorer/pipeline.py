@@ -21,7 +21,7 @@ from .project import Project
 from .reconcile import reconcile
 from .render import write_site
 from .search import search_script
-from .sources import resolve_citations
+from .sources import absent_files, resolve_citations
 from .spec.types import path_key, walk
 from .views import site_pages
 
@@ -40,6 +40,9 @@ def build_model(content: ModelContent, fetch_sources: bool = False, cache_dir: P
     check_prose_paths(content, (path_key(a, c) for a, c in walk(spec.root)))
     ledger = account(spec)
     citations = resolve_citations(spec, content, fetch=fetch_sources)
+    for missing in absent_files(citations):
+        progress(f"{spec.slug}: {missing} is not in the local Hugging Face cache, so its pages give line ranges "
+                 "and links without excerpts; build with --fetch-sources where the Hub is reachable to quote it")
     skips = FAMILIES[spec.family].reference.not_built
     cached = cache.load(cache_dir, spec)
     if cached is not None:

@@ -14,6 +14,7 @@ from .account import AccountRow, ComponentAccount, TensorAccount
 from .compare import RoleTotals, compare_roles, config_differences, role_totals
 from .content import render_markdown
 from .diagrams import FlowNode, budget_svg, flow_svg
+from .flows import layout
 from .mathml import STREAMS, numbers_mathml, product_mathml, to_mathml
 from .model_build import ModelBuild
 from .model_picture import describe, draw
@@ -75,6 +76,25 @@ class CardView:
 
 
 @dataclass(frozen=True, slots=True)
+class ExcerptView:
+    """One cited range of one file, shown once per page however many claims cite it."""
+
+    anchor: str
+    """Id of the excerpt on its page ("code-1"), which the claims citing it link to."""
+    file: str
+    lines: str
+    source: str
+    revision_short: str
+    url: str
+    html: str
+    """Highlighted lines, each with its own line number, or "" when the file is not at hand."""
+    note: str
+    """How the text was obtained, or why it is not shown, in reader terms ("" for an installed package)."""
+    note_link: Link | None = None
+    """Where to read lines that are not shown (the pinned file on Hugging Face)."""
+
+
+@dataclass(frozen=True, slots=True)
 class CitationView:
     claim: str
     scope: str
@@ -83,9 +103,8 @@ class CitationView:
     revision_short: str
     url: str
     lines: str
-    excerpt_html: str
-    """Highlighted lines with numbers, or "" when the file is not available offline."""
-    unavailable: str
+    excerpt: Link
+    """The excerpt on this page that holds the cited lines (its caption and anchor)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,7 +179,7 @@ class ComponentPage(PageBase):
     """Summary line of the collapsible table when the component owns many tensor families ("" otherwise)."""
     tensors_check: str
     children: tuple[CardView, ...]
-    code_blocks: tuple[CitationView, ...]
+    excerpts: tuple[ExcerptView, ...]
     citations: tuple[CitationView, ...]
     sources_count: str
     prev: Link | None
@@ -325,24 +344,59 @@ def port_view(port: Port, traced: tuple[int, ...] | None) -> PortView:
 
 @lru_cache(maxsize=None)
 def highlight_lines(lines: tuple[str, ...], first: int, file: str) -> str:
-    """Pygments HTML with the file's own line numbers."""
+    """Pygments HTML, one element per line holding its own line number, so numbers cannot drift from lines."""
     lexer = JsonLexer() if file.endswith(".json") else PythonLexer()
-    formatter = HtmlFormatter(linenos="table", linenostart=first, cssclass="code", wrapcode=True)
-    return highlight("\n".join(lines) + "\n", lexer, formatter)
+    body = highlight("\n".join(lines) + "\n", lexer, HtmlFormatter(nowrap=True))
+    # HtmlFormatter closes every token's span at a line end, so each split line is well-formed on its own
+    rows = body.rstrip("\n").split("\n")
+    numbered = "".join(f'<span class="line"><span class="ln" aria-hidden="true">{first + i}</span>{row}</span>'
+                       for i, row in enumerate(rows))
+    return f'<pre class="code"><code>{numbered}</code></pre>'
 
 
-def citation_view(cit: ResolvedCitation, scope: str) -> CitationView:
-    short = cit.revision[:12] if cit.source != "transformers" else cit.revision
-    unavailable = "" if cit.lines is not None else (
-        f"Excerpt unavailable offline: {cit.file} at {cit.revision[:7]} is not in the local Hugging Face cache. "
-        "The pinned line range is recorded in the project's content; build with --fetch-sources where the Hub is "
-        "reachable to show and re-check it.")
-    return CitationView(
-        claim=cit.claim, scope=scope, source=cit.source, file=cit.file,
-        revision_short=("v" + short) if cit.source == "transformers" else short, url=cit.url,
-        lines=f"{cit.first}–{cit.last}",
-        excerpt_html=highlight_lines(cit.lines, cit.first, cit.file) if cit.lines is not None else "",
-        unavailable=unavailable)
+def _revision_short(cit: ResolvedCitation) -> str:
+    return "v" + cit.revision if cit.source == "transformers" else cit.revision[:12]
+
+
+def excerpt_note(cit: ResolvedCitation, config_sha256: str) -> str:
+    """Where the excerpt's text comes from, or why it is not shown, for the reader."""
+    if cit.origin == "regenerated":
+        return (f"Regenerated from the configuration values recorded for {cit.revision[:7]}, and verified: the "
+                f"regenerated file's sha256 ({config_sha256[:12]}…) equals the recorded hash of the published file.")
+    if cit.origin == "absent":
+        return "The pinned file is not bundled with this site; read"
+    if cit.origin == "cache":
+        return f"Read from the pinned file at {cit.revision[:7]}."
+    return ""
+
+
+def excerpt_views(mb: ModelBuild, cits: list[tuple[ResolvedCitation, str]]) -> tuple[ExcerptView, ...]:
+    """Each distinct cited range once: the checkpoint's own files first, then transformers."""
+    ordered = sorted({(c.source == "transformers", c.file, c.first, c.last): c for c, _ in cits}.items())
+    sha = mb.content.checkpoint.config_sha256
+    return tuple(ExcerptView(f"code-{i}", c.file, f"{c.first}–{c.last}", c.source, _revision_short(c), c.url,
+                             highlight_lines(c.lines, c.first, c.file) if c.lines is not None else "",
+                             excerpt_note(c, sha), _read_at(c))
+                 for i, (_, c) in enumerate(ordered, 1))
+
+
+def _read_at(cit: ResolvedCitation) -> Link | None:
+    if cit.origin != "absent":
+        return None
+    return Link(f"lines {cit.first}–{cit.last} at {cit.revision[:7]} on Hugging Face ↗", cit.url)
+
+
+def citation_views(cits: list[tuple[ResolvedCitation, str]], excerpts: tuple[ExcerptView, ...],
+                   ) -> tuple[CitationView, ...]:
+    """The claims, each linked to the excerpt that holds its lines."""
+    by_range = {(e.file, e.lines): e for e in excerpts}
+    out = []
+    for c, scope in cits:
+        lines = f"{c.first}–{c.last}"
+        ex = by_range[(c.file, lines)]
+        out.append(CitationView(c.claim, scope, c.source, c.file, _revision_short(c), c.url, lines,
+                                Link(f"{c.file} {lines}", f"#{ex.anchor}")))
+    return tuple(out)
 
 
 def calculation(row: AccountRow) -> str:
@@ -446,27 +500,17 @@ def _stored(mb: ModelBuild, t: TensorSpec):
 
 # --------------------------------------------------------------------------------------------- evidence
 
-def evidence(mb: ModelBuild, ancestors: tuple[Component, ...], comp: Component) -> tuple[CitationView, ...]:
-    """The component's own citations, then the nearest ancestor's (the module that defines it)."""
+def evidence(mb: ModelBuild, ancestors: tuple[Component, ...], comp: Component,
+             ) -> list[tuple[ResolvedCitation, str]]:
+    """The component's own citations, then the nearest ancestor's (the module that defines it), with scopes."""
     path = path_key(ancestors, comp)
-    views = [citation_view(c, comp.key or "model") for c in mb.citations.get(path, ())]
+    found = [(c, comp.key or "model") for c in mb.citations.get(path, ())]
     chain = list(ancestors)
-    while chain and len(views) < 2:
+    while chain and len(found) < 2:
         parent = chain.pop()
         parent_path = path_key(tuple(chain), parent)
-        views += [citation_view(c, parent.key or "model") for c in mb.citations.get(parent_path, ())]
-    return tuple(views)
-
-
-def code_blocks(citations: tuple[CitationView, ...]) -> tuple[CitationView, ...]:
-    """The "Code" section: pinned checkpoint files first, then transformers; one block per file range."""
-    ordered = sorted(citations, key=lambda c: (c.source == "transformers", c.file.endswith(".json"), c.file, c.lines))
-    seen, out = set(), []
-    for c in ordered:
-        if (c.file, c.lines) not in seen:
-            seen.add((c.file, c.lines))
-            out.append(c)
-    return tuple(out[:3])
+        found += [(c, parent.key or "model") for c in mb.citations.get(parent_path, ())]
+    return found
 
 
 # ---------------------------------------------------------------------------------------------- pages
@@ -564,6 +608,7 @@ def component_page(mb: ModelBuild, ancestors: tuple[Component, ...], comp: Compo
     families = [ta for owner, _ in owned for ta in mb.ledger.accounts[owner].tensors]
     tensors = tensor_rows(mb, owned)
     cits = evidence(mb, ancestors, comp)
+    excerpts = excerpt_views(mb, cits)
     crumbs = tuple(Link(a.crumb or a.title, page_href(path_key(ancestors[:i], a)))
                    for i, a in enumerate(ancestors) if i > 0)
     is_model = path == ""
@@ -589,7 +634,7 @@ def component_page(mb: ModelBuild, ancestors: tuple[Component, ...], comp: Compo
         tensors=tensors, tensors_check=mb.checked_against(path),
         tensors_summary=(f"All {len(tensors)} tensor families ({fmt(sum(ta.spec.count for ta in families))} tensors)"
                          if len(tensors) > 6 else ""),
-        children=children_cards(mb, path, comp), code_blocks=code_blocks(cits), citations=cits,
+        children=children_cards(mb, path, comp), excerpts=excerpts, citations=citation_views(cits, excerpts),
         sources_count=str(len(cits)),
         prev=prev, next=nxt, outline=outline(mb, comp) if is_model else None,
         ledger=ledger_view(mb) if is_model else None,
@@ -622,19 +667,26 @@ def _title_of(mb: ModelBuild, path: str) -> str:
 
 
 def flow_diagram(mb: ModelBuild, path: str, comp: Component, traced) -> str:
-    """SVG: inputs → the component (its children) → outputs, labelled with traced shapes."""
-    inputs = [FlowNode(p.name, traced_display(t, p.shape)) for p, t in zip(comp.inputs, traced.inputs)]
-    outputs = [FlowNode(p.name, traced_display(t, p.shape)) for p, t in zip(comp.outputs, traced.outputs)]
-    children = []
-    for ch in comp.children[:6]:
-        ch_path = f"{path}.{ch.key}" if path else ch.key
-        count = mb.ledger.accounts[ch_path].per_instance
-        times = f"{fmt(ch.repeat)} × " if ch.repeat > 1 else ""
-        children.append(FlowNode(ch.crumb if ch.crumb and ch.repeat == 1 and len(ch.crumb) < 24 else ch.title,
-                                 f"{times}{fmt(count)} params" if count else ch.kind, page_href(ch_path)))
-    own = mb.ledger.accounts[path].per_instance
-    detail = f"{fmt(own)} params" if own else f"{comp.kind}, no parameters"
-    return flow_svg(comp.title if path else mb.content.meta.name, inputs, children, outputs, detail)
+    """SVG: inputs → the component's flow (every child, with its parameters) → outputs, with traced shapes."""
+    rows = {r.child: r for r in mb.ledger.accounts[path].rows if r.child}
+
+    def node(c: Component) -> FlowNode:
+        if c is comp:
+            own = mb.ledger.accounts[path].per_instance
+            return FlowNode(c.title, (f"{fmt(own)} params" if own else f"{c.kind}, no parameters",), "", own)
+        c_path = f"{path}.{c.key}" if path else c.key
+        row = rows.get(c_path)
+        if row is None:
+            return FlowNode(c.title, (f"{c.kind}, no parameters",), page_href(c_path), 0)
+        if len(row.factors) == 2:
+            return FlowNode(c.title, (f"{fmt(row.factors[0])} × {fmt(row.factors[1])}", f"= {fmt(row.value)} params"),
+                            page_href(c_path), row.value)
+        return FlowNode(c.title, (f"{fmt(row.value)} params",), page_href(c_path), row.value)
+
+    inputs = FlowNode("in", tuple(f"{p.name} {traced_display(t, p.shape)}" for p, t in zip(comp.inputs, traced.inputs)))
+    outputs = FlowNode("out", tuple(f"{p.name} {traced_display(t, p.shape)}"
+                                    for p, t in zip(comp.outputs, traced.outputs)))
+    return flow_svg(comp.title if path else mb.content.meta.name, inputs, layout(comp, node), outputs)
 
 
 def budget_preview(mb: ModelBuild) -> str:

@@ -20,25 +20,47 @@
     document.head.appendChild(s);
   }
 
-  function score(entry, terms) {
-    var title = entry.t.toLowerCase(), hay = (entry.t + " " + entry.m + " " + entry.p + " " + entry.k).toLowerCase();
-    var total = 0;
-    for (var i = 0; i < terms.length; i++) {
-      var t = terms[i];
-      if (hay.indexOf(t) < 0) return 0;
-      total += title.indexOf(t) === 0 ? 8 : title.indexOf(t) >= 0 ? 4 : (" " + entry.k.toLowerCase() + " ").indexOf(" " + t + " ") >= 0 ? 3 : 1;
+  // Whole words only (identifiers and numbers kept whole), plurals folded: "experts" finds "expert".
+  function words(s) { return (s.toLowerCase().match(/[a-z_][a-z0-9_\-]*|\d[\d,]*(?:\.\d+)?/g) || []).map(stem); }
+  function stem(w) { return w.length > 3 && /[^s]s$/.test(w) ? w.slice(0, -1) : w; }
+  function phraseIn(phrase, text) {
+    var p = words(phrase), t = words(text);
+    for (var i = 0; i + p.length <= t.length; i++) {
+      if (p.every(function (w, j) { return t[i + j] === w; })) return true;
     }
-    return total;
+    return false;
+  }
+  function weight(entry, term) { return entry.w[term] || entry.w[stem(term)] || 0; }
+
+  // A page scores for being the concept asked for (its title, acronym, breadcrumb, key; or the concept a
+  // synonym names, a little lower), plus the weight of the exact term on it (config key, value, tensor name).
+  function score(entry, q) {
+    var phrases = [q].concat((window.EXPLORER_SYNONYMS || {})[q] || []);
+    var concept = 0;
+    phrases.forEach(function (ph, i) {
+      var f = i === 0 ? 1 : 0.9 - 0.05 * i, s = 0;
+      var key = words(ph).join(" ");
+      var same = function (n) { return words(n).join(" ") === key; };
+      if (entry.n.some(same)) s = 100;
+      else if (entry.a.some(same)) s = 90;
+      else if (phraseIn(ph, entry.t)) s = 60 - words(entry.t).length;
+      concept = Math.max(concept, s * f);
+    });
+    var exact = weight(entry, q), terms = q.split(/\s+/);
+    if (!exact && terms.length > 1 && terms.every(function (w) { return weight(entry, w) || phraseIn(w, entry.t); })) {
+      exact = terms.reduce(function (a, w) { return a + weight(entry, w); }, 0) / terms.length;
+    }
+    return concept + exact;
   }
 
   function render() {
     var q = input.value.trim().toLowerCase();
     list.innerHTML = "";
     if (!q || !window.EXPLORER_SEARCH) return;
-    var terms = q.split(/\s+/);
-    var hits = window.EXPLORER_SEARCH.map(function (e) { return [score(e, terms), e]; })
+    q = q.replace(/\s+/g, " ");
+    var hits = window.EXPLORER_SEARCH.map(function (e, i) { return [score(e, q), i, e]; })
       .filter(function (p) { return p[0] > 0; })
-      .sort(function (a, b) { return b[0] - a[0]; }).slice(0, 12);
+      .sort(function (a, b) { return b[0] - a[0] || a[1] - b[1]; }).slice(0, 12);
     if (!hits.length) {
       var none = document.createElement("li");
       none.className = "none";
@@ -47,7 +69,7 @@
       return;
     }
     hits.forEach(function (p) {
-      var e = p[1], li = document.createElement("li"), a = document.createElement("a");
+      var e = p[2], li = document.createElement("li"), a = document.createElement("a");
       a.href = root + e.u;
       a.textContent = e.t;
       var where = document.createElement("span");

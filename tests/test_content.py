@@ -57,7 +57,7 @@ def test_mistyped_value_says_what_was_expected(project_copy):
 
 
 def test_nested_table_key_is_named(project_copy):
-    path = edit(project_copy, KIMI, r"^factor = 32.0", 'factr = 32.0')
+    path = edit(project_copy, KIMI, r"\bfactor = 32.0", "factr = 32.0")
     msgs = problems_for(project_copy)
     assert f"{path}: table 'config': table 'rope_scaling': key 'factr': unknown; did you mean 'factor'?" in msgs
 
