@@ -136,11 +136,12 @@ def build_site(project: Project, out_dir: Path, progress: Progress = stderr_prog
 
     The caller holds the output folder (publish.claim_output), checked before the minutes of computing."""
     how_to_read = read_content_text(project.content / "how-to-read.md", project.content)
+    glossary = read_content_text(project.content / "glossary.md", project.content)
     builds = build_all(project, progress, fetch_sources, use_cache, jobs)
     failures = check_failures(builds)
     if failures:
         raise ReconciliationError("stored tensors and spec disagree:\n" + "\n".join(failures))
-    pages = site_pages(builds, how_to_read)
+    pages = site_pages(builds, how_to_read, glossary)
     data = {f"api/{mb.slug}.json": model_api(mb) for mb in builds}
     progress(f"writing {len(pages)} pages to {out_dir}")
     texts = {"search-index.js": search_script(builds)}

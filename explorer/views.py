@@ -19,6 +19,7 @@ from .mathml import STREAMS, numbers_mathml, product_mathml, to_mathml
 from .model_build import ModelBuild
 from .model_picture import describe, draw
 from .sources import ResolvedCitation
+from .spec.storage import MXFP4, BlockFP8
 from .spec.types import Component, Port, Shape, Step, TensorSpec, path_key, walk
 
 
@@ -56,6 +57,8 @@ class RowView:
 @dataclass(frozen=True, slots=True)
 class TensorRowView:
     pattern: str
+    pattern_parts: tuple[str, ...]
+    """The name split at its dots, so a narrow screen breaks it there and nowhere else."""
     owner: Link
     role: str
     count: str
@@ -195,6 +198,8 @@ class ComponentPage(PageBase):
     """Model page only: the whole-model SVG (residual stream, block kinds, experts lit per token)."""
     picture_caption: str
     legend: tuple[tuple[str, str], ...]
+    tiny_config: str
+    """The model page only: the configuration the equation checks run on."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -204,6 +209,10 @@ class CheckView:
     status: str
     text: str
     link: Link | None
+    config: Link | None = None
+    """Where the tiny test configuration is described (once per model, on its overview page)."""
+    tail: str = ""
+    """What follows the configuration: the error measured."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -416,7 +425,8 @@ def header_view(mb: ModelBuild, root: str) -> HeaderView:
 
 # ------------------------------------------------------------------------------------------- parameters
 
-def parameters_view(mb: ModelBuild, comp: Component, acc: ComponentAccount, path: str) -> ParametersView | None:
+def parameters_view(mb: ModelBuild, comp: Component, acc: ComponentAccount, path: str,
+                    owned: list[tuple[str, Component]]) -> ParametersView | None:
     if acc.per_instance == 0:
         return None
     rows = tuple(RowView(r.label, calculation(r), r.formula, fmt(r.value),
@@ -428,7 +438,7 @@ def parameters_view(mb: ModelBuild, comp: Component, acc: ComponentAccount, path
     return ParametersView(
         headline=headline, rows=rows, total=fmt(acc.per_instance),
         across=_across_text(acc), across_math=numbers_mathml((acc.per_instance, acc.instances, acc.total), ("×", "=")),
-        check=_check_sentence(mb, path), notes=comp.notes)
+        check=_check_sentence(mb, path, owned), notes=comp.notes)
 
 
 def _across_text(acc: ComponentAccount) -> str:
@@ -445,13 +455,22 @@ def _plural_label(label: str) -> str:
     return label if label.endswith("s") else label + "s"
 
 
-def _check_sentence(mb: ModelBuild, path: str) -> str:
+SCALE_NAMES = {BlockFP8: "FP8 block scales", MXFP4: "MXFP4 block scales"}
+"""What a storage scheme stores beside the values, named as the count's provenance names it."""
+
+
+def _check_sentence(mb: ModelBuild, path: str, owned: list[tuple[str, Component]]) -> str:
+    """What the count was checked against; what the count leaves out is named only where the component has it."""
     against = mb.checked_against(path)
-    if mb.checkpoint is not None:
-        return ("Derived from the pinned configuration and implementation, and equal to the count of the checkpoint’s "
-                "tensors read from its safetensors headers (FP8 block scales and stored rotary buffers excluded). "
-                f"Checked against {against}.")
-    return f"Derived from the pinned configuration; checked tensor by tensor against {against}."
+    if mb.checkpoint is None:
+        return f"Derived from the pinned configuration; checked tensor by tensor against {against}."
+    specs = [t for _, c in owned for t in c.tensors]
+    left_out = sorted({SCALE_NAMES[type(t.storage)] for t in specs if type(t.storage) in SCALE_NAMES})
+    if any(t.role == "buffer" for t in specs):
+        left_out.append("stored rotary buffers" if any("rotary" in t.template for t in specs) else "stored buffers")
+    excluded = f" ({' and '.join(left_out)} excluded)" if left_out else ""
+    return ("Derived from the pinned configuration and implementation, and equal to the count of the checkpoint’s "
+            f"tensors read from its safetensors headers{excluded}. Checked against {against}.")
 
 
 def params_line(acc: ComponentAccount) -> str:
@@ -486,7 +505,8 @@ def _tensor_row(mb: ModelBuild, ta: TensorAccount, owner: str, title: str) -> Te
     if t.optional and stored is None:
         role += ", not stored"
     return TensorRowView(
-        pattern=t.pattern, owner=Link(title, page_href(owner)), role=role, count=fmt(t.count),
+        pattern=t.pattern, pattern_parts=tuple(t.pattern.split(".")), owner=Link(title, page_href(owner)), role=role,
+        count=fmt(t.count),
         shape="[" + ", ".join(fmt(s) for s in shape) + "]" if shape is not None else "not set by the config",
         dtype=stored.dtype if stored is not None else (t.dtype or "—"),
         elements=fmt(elements) if elements is not None else "—", scale=scale)
@@ -630,7 +650,7 @@ def component_page(mb: ModelBuild, ancestors: tuple[Component, ...], comp: Compo
         trace_note=(f"Shapes traced by running this component at full size on the {mb.trace.device} device "
                     f"(no weights allocated), with B = {mb.trace.free['B']} and T = {mb.trace.free['T']}."),
         check=check_view(mb, path), diagram=flow_diagram(mb, path, comp, traced),
-        params_line=params_line(acc), parameters=parameters_view(mb, comp, acc, path),
+        params_line=params_line(acc), parameters=parameters_view(mb, comp, acc, path, owned),
         tensors=tensors, tensors_check=mb.checked_against(path),
         tensors_summary=(f"All {len(tensors)} tensor families ({fmt(sum(ta.spec.count for ta in families))} tensors)"
                          if len(tensors) > 6 else ""),
@@ -643,20 +663,33 @@ def component_page(mb: ModelBuild, ancestors: tuple[Component, ...], comp: Compo
                         for slug, name, p, title in _same_part(parts or {}, mb.slug, path, comp)),
         picture=draw(picture) if picture is not None else "", picture_caption=picture.caption if picture else "",
         compare=tuple(Link(name, f"../../{compare_path(mb.slug, other)}") for other, name in others) if is_model else (),
-        legend=STREAMS if any("stream-" in s.latex for s in comp.steps + comp.equations) else ())
+        legend=STREAMS if any("stream-" in s.latex for s in comp.steps + comp.equations) else (),
+        tiny_config=tiny_config(mb) if is_model else "")
 
 
 def check_view(mb: ModelBuild, path: str) -> CheckView:
+    """The check line; the tiny configuration is spelled out on the model page only, and linked from the rest."""
     check = mb.checks[path]
     if check.status == "checked":
         detail = f"; {check.detail}" if check.detail else ""
-        return CheckView("checked", f"Equations executed and checked against {check.reference} on a {check.config}: "
-                         f"max |Δ| = {check.max_abs_error:.1e} (tolerance {check.tolerance:g}){detail}.", None)
+        tail = f": max |Δ| = {check.max_abs_error:.1e} (tolerance {check.tolerance:g}){detail}."
+        lead = f"Equations executed and checked against {check.reference} on the"
+        return CheckView("checked", lead, None, Link("tiny test configuration", "index.html#tiny-config"), tail)
     if check.status == "part":
         title = _title_of(mb, check.part_of)
         return CheckView("part", f"Equations executed and checked as part of {title}: its step program runs "
                          "these steps and matches the reference there.", Link(title, page_href(check.part_of)))
     return CheckView("unchecked", f"Equations traced but not checked against a reference: {check.detail}.", None)
+
+
+def tiny_config(mb: ModelBuild) -> str:
+    """The model page's one description of the configuration every equation check runs on."""
+    configs = sorted({c.config for c in mb.checks.values() if c.config})
+    if not configs:
+        return ""
+    return ("Every equation check on these pages runs the page's step program and the reference implementation "
+            f"on the same input, at the family's {'; '.join(configs)}. Small widths keep a check fast; the "
+            "routing, scaling and rotary settings are the model's own.")
 
 
 def _title_of(mb: ModelBuild, path: str) -> str:
@@ -710,14 +743,16 @@ def model_card(mb: ModelBuild, preview_svg: str = "") -> ModelCardView:
                          fmt(mb.ledger.total), facts, mb.check_phrase, preview_svg)
 
 
-def site_pages(builds: list[ModelBuild], how_to_read_md: str) -> list[PageBase]:
+def site_pages(builds: list[ModelBuild], how_to_read_md: str, glossary_md: str) -> list[PageBase]:
     """Every page of the site, in a fixed order."""
     pages: list[PageBase] = [
         IndexPage("LLM architectures, component by component", "Models explained component by component, with "
                   "exact parameter accounting and pinned sources.", "", "index.html",
                   tuple(model_card(mb, budget_preview(mb)) for mb in builds)),
-        ProsePage("How to read a page", "What every element of an explorer page means.", "", "how-to-read.html",
+        ProsePage("How to read a page", "A short primer on reading an explorer page.", "", "how-to-read.html",
                   "How to read a page", render_markdown(how_to_read_md)),
+        ProsePage("Notation", "Every symbol the equations use, defined once.", "", "glossary.html", "Notation",
+                  render_markdown(glossary_md)),
     ]
     names = tuple((mb.slug, mb.content.meta.name) for mb in builds)
     parts = library_parts(builds)

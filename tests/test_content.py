@@ -385,3 +385,64 @@ def test_out_of_range_and_non_finite_config_values_are_one_line_each(project_cop
     path = edit(project_copy, KIMI, old, new)
     problems = problems_for(project_copy)
     assert problems == (f"{path}: table 'config': {message}",), problems
+
+
+def _mlp_lines() -> tuple[int, int, list[str]]:
+    from explorer.sources import locate_symbol, transformers_file
+
+    text = transformers_file(TRANSFORMERS_FILE).read_text()
+    first, last = locate_symbol(text, "DeepseekV3MLP")
+    return first, last, text.splitlines()
+
+
+def test_citation_names_a_part_of_its_symbol():
+    """Issue 12: a citation may name the lines that make the point, as the seed cites 1152-1166 of a method."""
+    from explorer.sources import _Resolver
+
+    first, last, lines = _mlp_lines()
+    forward = next(i for i in range(first, last + 1) if lines[i - 1].strip().startswith("def forward"))
+    resolver = _Resolver(load_model_content(ROOT / "content/models/kimi-k2"), fetch=False)
+    found = resolver.resolve(Citation("claim", "transformers", "DeepseekV3MLP", TRANSFORMERS_FILE,
+                                      lines=(forward, last)), "test")
+    assert resolver.problems == []
+    assert (found.first, found.last, found.symbol_lines) == (forward, last, (first, last))
+    assert found.lines == tuple(lines[forward - 1:last]) and found.url.endswith(f"#L{forward}-L{last}")
+
+
+@pytest.mark.parametrize("shift, reason", [(1, "do not lie inside the symbol's lines"),
+                                           (-1, "start or end on a blank line")])
+def test_citation_part_outside_its_symbol_or_on_a_blank_line_fails(shift, reason):
+    from explorer.sources import _Resolver
+
+    first, last, lines = _mlp_lines()
+    blank = next(i for i in range(first, last + 1) if not lines[i - 1].strip())
+    cited = (first, last + 1) if shift == 1 else (first, blank)
+    resolver = _Resolver(load_model_content(ROOT / "content/models/kimi-k2"), fetch=False)
+    assert resolver.resolve(Citation("claim", "transformers", "DeepseekV3MLP", TRANSFORMERS_FILE,
+                                     lines=cited), "deepseek_v3 family, component 'blocks.dense.mlp'") is None
+    (msg,) = resolver.problems
+    assert msg.startswith("deepseek_v3 family, component 'blocks.dense.mlp': citation of 'DeepseekV3MLP'")
+    assert f"lines [{cited[0]}, {cited[1]}] {reason}" in msg
+
+
+def test_range_ends_at_the_last_line_of_code():
+    from explorer.sources import trim_blank_end
+
+    assert trim_blank_end("a\nb\n\n   \nc\n", 1, 4) == (1, 2)
+    assert trim_blank_end("a\nb\n", 1, 2) == (1, 2)
+
+
+@pytest.mark.parametrize("slug", ["kimi-k2", "deepseek-v3"])
+def test_config_json_is_regenerated_only_when_its_hash_matches(slug, tmp_path):
+    """The recorded values reproduce the published bytes (Kimi K2 in its own key order, DeepSeek-V3 sorted);
+    a changed value no longer does, and nothing is quoted."""
+    import dataclasses
+
+    from explorer.sources import locate_json_key, regenerate_config
+
+    content = load_model_content(ROOT / f"content/models/{slug}")
+    text = regenerate_config(content)
+    assert text is not None and hashlib.sha256(text.encode()).hexdigest() == content.checkpoint.config_sha256
+    assert locate_json_key(text, "quantization_config") == content.checkpoint.config_lines["quantization_config"]
+    changed = dataclasses.replace(content, config={**content.config, "routed_scaling_factor": 2.8})
+    assert regenerate_config(changed) is None
