@@ -9,7 +9,7 @@ layout with `LAYOUTS["program"] = function`.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from .diagrams import Box, FlowNode, Item, Op, Residual, Seq, Split
 from .spec.types import Component
@@ -24,7 +24,7 @@ def _boxes(comp: Component, node: NodeOf, *keys: str) -> list[Item]:
     return [Box(node(by_key[k])) for k in keys if k in by_key]
 
 
-def _chain(items: list[Item]) -> Item:
+def _chain(items: Sequence[Item]) -> Item:
     return items[0] if len(items) == 1 else Seq(tuple(items))
 
 

@@ -107,14 +107,14 @@ def term_weights(mb: ModelBuild, path: str, comp: Component, values: dict[str, s
     w: dict[str, int] = defaultdict(int)
     code = tokens(" ".join(line for c in mb.citations.get(path, ()) for line in (c.lines or ())))
     text, math = tokens(_own_text(comp)), tokens(_own_math(comp)) | tokens(" ".join(v for _, v in comp.extras))
-    for t in text:
-        w[t] += W_TEXT
-    own_tensors = set()
-    for t in comp.tensors:
-        own_tensors |= {part.lower() for part in t.template.split(".") if not part.startswith("{")}
-        own_tensors |= {str(s) for dim in (t.shape or ()) for s in sympy.sympify(dim).free_symbols}
-    for t in own_tensors:
-        w[t] += W_OWN_TENSOR
+    for word in text:
+        w[word] += W_TEXT
+    own_tensors: set[str] = set()
+    for spec in comp.tensors:
+        own_tensors |= {part.lower() for part in spec.template.split(".") if not part.startswith("{")}
+        own_tensors |= {str(s) for dim in (spec.shape or ()) for s in sympy.sympify(dim).free_symbols}
+    for name in own_tensors:
+        w[name] += W_OWN_TENSOR
     for key, forms in values.items():
         score = (W_OWN_CODE if key in code else 0) + (W_OWN_TEXT if key in text else 0)
         score += W_VALUE if forms & (math | text) else 0
