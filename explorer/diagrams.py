@@ -119,6 +119,8 @@ def _op(op: Op, x: float, y: float, w: float) -> _Drawn:
     cy = y + 12
     parts = [f'<g class="op"><circle cx="{cx:.1f}" cy="{cy:.1f}" r="11"/>{_text(cx, cy + 4.5, op.symbol, "o")}']
     parts += [_text(cx + 18, cy + 4 + 13 * i, line, "d", "start") for i, line in enumerate(lines)]
+    if h > 24:  # a label taller than the circle: carry the line on to the item's bottom
+        parts.append(f'<path d="M{cx:.1f},{cy + 11:.1f} V{y + h:.1f}" class="a"/>')
     parts.append("</g>")
     return _Drawn(h, ("".join(parts),), cx, cx)
 

@@ -446,3 +446,18 @@ def test_config_json_is_regenerated_only_when_its_hash_matches(slug, tmp_path):
     assert locate_json_key(text, "quantization_config") == content.checkpoint.config_lines["quantization_config"]
     changed = dataclasses.replace(content, config={**content.config, "routed_scaling_factor": 2.8})
     assert regenerate_config(changed) is None
+
+
+def test_part_of_a_pinned_checkpoint_symbol_is_cited_offline_by_its_own_lines():
+    """The seed's MoE block cites modeling_deepseek.py 1152-1166 of DeepseekV3DecoderLayer.__init__ (1144-1166):
+    offline the part is checked against the recorded range and linked at the pinned revision."""
+    from explorer.sources import _Resolver
+
+    resolver = _Resolver(load_model_content(ROOT / "content/models/kimi-k2"), fetch=False)
+    cit = Citation("claim", "checkpoint", "DeepseekV3DecoderLayer.__init__", lines=(1152, 1166))
+    found = resolver.resolve(cit, "test")
+    assert (found.first, found.last, found.symbol_lines, found.origin) == (1152, 1166, (1144, 1166), "absent")
+    assert found.url.endswith("/modeling_deepseek.py#L1152-L1166") and found.lines is None
+    assert resolver.resolve(Citation("claim", "checkpoint", "DeepseekV3DecoderLayer.__init__", lines=(1140, 1166)),
+                            "test") is None
+    assert "lines [1140, 1166] do not lie inside the symbol's lines 1144–1166" in resolver.problems[0]
