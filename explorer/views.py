@@ -50,6 +50,7 @@ class RowView:
     calculation: str
     """MathML or plain text."""
     formula: str
+    """In config names; "" for a child counted across its own components (its page shows its formula)."""
     value: str
     href: str
 
@@ -429,7 +430,7 @@ def parameters_view(mb: ModelBuild, comp: Component, acc: ComponentAccount, path
                     owned: list[tuple[str, Component]]) -> ParametersView | None:
     if acc.per_instance == 0:
         return None
-    rows = tuple(RowView(r.label, calculation(r), r.formula, fmt(r.value),
+    rows = tuple(RowView(r.label, calculation(r), "" if r.across_children else r.formula, fmt(r.value),
                          page_href(r.child) if r.child else "") for r in acc.rows)
     learned = "across its learned components" if comp.children else "per instance"
     noun = acc.instances_label.rstrip("s") if acc.instances_label.endswith("s") else acc.instances_label
