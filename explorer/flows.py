@@ -51,7 +51,7 @@ def swiglu_layout(comp: Component, node: NodeOf) -> Item | None:
     gate, up, down = (_boxes(comp, node, k) for k in ("gate_proj", "up_proj", "down_proj"))
     if not (gate and up and down):
         return None
-    return Seq((Split((("gate", Seq((gate[0], Op("σ", "a = SiLU(g)")))), ("up", up[0]))),
+    return Seq((Split((("gate", Seq((gate[0], Op("σ", "SiLU")))), ("up", up[0]))),
                 Op("⊙", "h = a ⊙ u"), down[0]))
 
 
