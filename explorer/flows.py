@@ -29,11 +29,14 @@ def _chain(items: Sequence[Item]) -> Item:
 
 
 def block_layout(comp: Component, node: NodeOf) -> Item | None:
-    """A pre-norm block: norm and attention added back to the residual stream, then norm and FFN the same."""
-    if len(comp.children) != 4:
+    """A pre-norm block: norm and attention (and a post-norm, where the block has one) added back to the residual
+    stream, then the feed-forward half the same way; its children come in that order."""
+    if len(comp.children) not in (4, 6):
         return None
     c = [Box(node(ch)) for ch in comp.children]
-    return Seq((Residual(Seq((c[0], c[1])), "x′ = x + Δattn"), Residual(Seq((c[2], c[3])), "x_next = x′ + Δffn")))
+    half = len(c) // 2
+    return Seq((Residual(Seq(tuple(c[:half])), "x′ = x + Δattn"),
+                Residual(Seq(tuple(c[half:])), "x_next = x′ + Δffn")))
 
 
 def mla_layout(comp: Component, node: NodeOf) -> Item | None:
@@ -43,6 +46,16 @@ def mla_layout(comp: Component, node: NodeOf) -> Item | None:
     if not query or not kv:
         return None
     return Seq((Split((("query stream", _chain(query)), ("key-value stream (rotary key split off)", _chain(kv)))),
+                *_boxes(comp, node, "rope", "scores", "o_proj")))
+
+
+def attention_layout(comp: Component, node: NodeOf) -> Item | None:
+    """Attention with separate projections: query, key and value streams side by side, then RoPE, scores, output."""
+    streams = [(name, _boxes(comp, node, *keys)) for name, keys in (
+        ("query", ("q_proj", "q_norm")), ("key", ("k_proj", "k_norm")), ("value", ("v_proj",)))]
+    if not all(boxes for _, boxes in streams):
+        return None
+    return Seq((Split(tuple((name, _chain(boxes)) for name, boxes in streams)),
                 *_boxes(comp, node, "rope", "scores", "o_proj")))
 
 
@@ -86,8 +99,8 @@ def model_layout(comp: Component, node: NodeOf) -> Item | None:
 
 
 LAYOUTS: dict[str, Layout] = {
-    "block": block_layout, "attention": mla_layout, "swiglu": swiglu_layout, "moe": moe_layout,
-    "mtp": mtp_layout, "model": model_layout,
+    "block": block_layout, "mla": mla_layout, "attention": attention_layout, "gated_mlp": swiglu_layout,
+    "moe": moe_layout, "mtp": mtp_layout, "model": model_layout,
 }
 
 

@@ -22,10 +22,11 @@ from .spec.types import Component, path_key, walk
 from .views import page_href
 
 SYNONYMS: dict[str, tuple[str, ...]] = {
-    "kv cache": ("attention", "latent attention"),
-    "key-value cache": ("attention", "latent attention"),
+    "kv cache": ("latent attention", "attention"),
+    "key-value cache": ("latent attention", "attention"),
     "routing": ("router",), "gating": ("router",), "top-k": ("router",), "expert selection": ("router",),
-    "silu": ("swiglu",), "swish": ("swiglu",), "feed-forward": ("swiglu",), "ffn": ("swiglu",), "mlp": ("swiglu",),
+    "silu": ("swiglu", "gated mlp"), "swish": ("swiglu", "gated mlp"), "feed-forward": ("swiglu", "mlp"),
+    "ffn": ("swiglu", "mlp"), "gelu": ("mlp",),
     "rope": ("rotary position embedding",), "rotary": ("rotary position embedding",),
     "positional encoding": ("rotary position embedding",), "yarn": ("rotary position embedding",),
     "softmax": ("scores",), "attention scores": ("scores",),
@@ -131,7 +132,7 @@ def concepts(comp: Component, title: str) -> tuple[list[str], list[str]]:
     """Names that a page defines, lower-cased: its title and acronyms; then (a little weaker, since an enclosing
     block may share them) its breadcrumb, key and step program."""
     names = sorted({title.lower()} | acronyms(title))
-    aliases = {comp.crumb, comp.key, comp.key.replace("_", " "), comp.program}
+    aliases = {comp.crumb, comp.key, comp.key.replace("_", " "), comp.program, comp.program.replace("_", " ")}
     return names, sorted({a.lower() for a in aliases if a} - set(names))
 
 

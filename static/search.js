@@ -23,12 +23,14 @@
   // Whole words only (identifiers and numbers kept whole), plurals folded: "experts" finds "expert".
   function words(s) { return (s.toLowerCase().match(/[a-z_][a-z0-9_\-]*|\d[\d,]*(?:\.\d+)?/g) || []).map(stem); }
   function stem(w) { return w.length > 3 && /[^s]s$/.test(w) ? w.slice(0, -1) : w; }
+  // 2 when the phrase ends the text (a title's head noun: "latent attention", not "Attention RMSNorm"),
+  // 1 when it stands elsewhere in it as whole words, 0 when it does not.
   function phraseIn(phrase, text) {
-    var p = words(phrase), t = words(text);
+    var p = words(phrase), t = words(text), found = 0;
     for (var i = 0; i + p.length <= t.length; i++) {
-      if (p.every(function (w, j) { return t[i + j] === w; })) return true;
+      if (p.every(function (w, j) { return t[i + j] === w; })) found = i + p.length === t.length ? 2 : 1;
     }
-    return false;
+    return found;
   }
   function weight(entry, term) { return entry.w[term] || entry.w[stem(term)] || 0; }
 
@@ -43,7 +45,7 @@
       var same = function (n) { return words(n).join(" ") === key; };
       if (entry.n.some(same)) s = 100;
       else if (entry.a.some(same)) s = 90;
-      else if (phraseIn(ph, entry.t)) s = 60 - words(entry.t).length;
+      else if (phraseIn(ph, entry.t)) s = (phraseIn(ph, entry.t) === 2 ? 70 : 50) - words(entry.t).length;
       concept = Math.max(concept, s * f);
     });
     var exact = weight(entry, q), terms = q.split(/\s+/);
