@@ -353,7 +353,7 @@ def test_equation_blocks_link_the_glossary_and_the_tiny_config_is_said_once(buil
         assert 'href="../../glossary.html">Notation: every symbol defined' in (built_site / "models/kimi-k2" /
                                                                                 name).read_text()
     glossary = text_of(built_site / "glossary.html")
-    assert "Subscripts in routing steps" in glossary and "index an expert" in glossary
+    assert "indexes a routed expert" in glossary and "indexes a head" in glossary
     model = text_of(built_site / "models/kimi-k2/index.html")
     assert "at the family's tiny config: d 64, 4 heads" in model
     for leaf in ("blocks.dense.mlp.down_proj.html", "blocks.dense.attn.rope.html"):
