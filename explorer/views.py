@@ -123,6 +123,8 @@ class HeaderView:
     revision_short: str
     repo_url: str
     checked: str
+    slug: str
+    """The model's folder name, so search can put this model's pages first."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -421,7 +423,7 @@ def header_view(mb: ModelBuild, root: str) -> HeaderView:
         name=mb.content.meta.name, href=f"{root}models/{mb.slug}/index.html",
         meta=f"{mb.content.meta.lab} · {month(mb.content.meta.released)}", tagline=mb.content.meta.tagline,
         repo_id=ref.repo_id, revision_short=ref.revision[:7],
-        repo_url=f"https://huggingface.co/{ref.repo_id}/tree/{ref.revision}", checked=mb.check_phrase)
+        repo_url=f"https://huggingface.co/{ref.repo_id}/tree/{ref.revision}", checked=mb.check_phrase, slug=mb.slug)
 
 
 # ------------------------------------------------------------------------------------------- parameters

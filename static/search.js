@@ -5,6 +5,7 @@
   var form = document.querySelector("form.search");
   if (!form) return;
   var root = form.getAttribute("data-root") || "";
+  var model = form.getAttribute("data-model") || "";  // the model being read, whose pages come first on a tie
   var input = form.querySelector("input");
   var list = form.querySelector("ol");
   var loading = false;
@@ -34,25 +35,31 @@
   }
   function weight(entry, term) { return entry.w[term] || entry.w[stem(term)] || 0; }
 
-  // A page scores for being the concept asked for (its title, acronym, breadcrumb, key; or the concept a
-  // synonym names, a little lower), plus the weight of the exact term on it (config key, value, tensor name).
+  // A page scores for being the concept asked for: its title or acronym (100); its breadcrumb, key or step
+  // program, or a title that ends in the phrase, as "latent attention" ends "Multi-head latent attention" (90);
+  // the phrase elsewhere in its title (50). A synonym's concept counts nine tenths. Add the weight of the exact
+  // term on the page (config key, value, tensor name), and a little for the model being read.
+  function level(entry, ph) {
+    var key = words(ph).join(" ");
+    var same = function (n) { return words(n).join(" ") === key; };
+    if (entry.n.some(same)) return 100;
+    var where = phraseIn(ph, entry.t);
+    if (entry.a.some(same) || where === 2) return 90;
+    return where ? 50 : 0;
+  }
+
   function score(entry, q) {
-    var phrases = [q].concat((window.EXPLORER_SYNONYMS || {})[q] || []);
-    var concept = 0;
-    phrases.forEach(function (ph, i) {
-      var f = i === 0 ? 1 : 0.9 - 0.05 * i, s = 0;
-      var key = words(ph).join(" ");
-      var same = function (n) { return words(n).join(" ") === key; };
-      if (entry.n.some(same)) s = 100;
-      else if (entry.a.some(same)) s = 90;
-      else if (phraseIn(ph, entry.t)) s = (phraseIn(ph, entry.t) === 2 ? 70 : 50) - words(entry.t).length;
-      concept = Math.max(concept, s * f);
+    var concept = level(entry, q);
+    ((window.EXPLORER_SYNONYMS || {})[q] || []).forEach(function (ph) {
+      concept = Math.max(concept, 0.9 * level(entry, ph));
     });
+    if (concept) concept -= 0.01 * words(entry.t).length;  // the shorter title names the thing more exactly
     var exact = weight(entry, q), terms = q.split(/\s+/);
     if (!exact && terms.length > 1 && terms.every(function (w) { return weight(entry, w) || phraseIn(w, entry.t); })) {
       exact = terms.reduce(function (a, w) { return a + weight(entry, w); }, 0) / terms.length;
     }
-    return concept + exact;
+    var total = concept + exact;
+    return total && model && entry.u.indexOf("models/" + model + "/") === 0 ? total + 5 : total;
   }
 
   function render() {
