@@ -257,10 +257,15 @@ def trim_blank_end(text: str, first: int, last: int) -> tuple[int, int]:
 
 def regenerate_config(content: ModelContent) -> str | None:
     """config.json rebuilt from the recorded values, as transformers writes it (two-space indent, a final
-    newline), in the recorded key order or sorted; only a text whose sha256 is the recorded one is returned."""
-    for sort_keys in (False, True):
-        text = json.dumps(content.config, indent=2, sort_keys=sort_keys, ensure_ascii=False) + "\n"
-        if hashlib.sha256(text.encode()).hexdigest() == content.checkpoint.config_sha256:
+    newline), in the published key order where one is recorded, else sorted; only a text whose sha256 is the
+    recorded one is returned."""
+    ref = content.checkpoint
+    orders = [dict(sorted(content.config.items()))]
+    if sorted(ref.config_order) == sorted(content.config):
+        orders.insert(0, {k: content.config[k] for k in ref.config_order})
+    for values in orders:
+        text = json.dumps(values, indent=2, ensure_ascii=False) + "\n"
+        if hashlib.sha256(text.encode()).hexdigest() == ref.config_sha256:
             return text
     return None
 

@@ -461,3 +461,13 @@ def test_part_of_a_pinned_checkpoint_symbol_is_cited_offline_by_its_own_lines():
     assert resolver.resolve(Citation("claim", "checkpoint", "DeepseekV3DecoderLayer.__init__", lines=(1140, 1166)),
                             "test") is None
     assert "lines [1140, 1166] do not lie inside the symbol's lines 1144–1166" in resolver.problems[0]
+
+
+def test_a_stale_config_order_means_no_regenerated_file(project_copy):
+    """The order is a hint checked by the hash: with vocab_size missing from it, Kimi K2's sorted serialisation
+    does not hash to the recorded sha256, so nothing is quoted as the published file."""
+    from explorer.sources import regenerate_config
+
+    edit(project_copy, KIMI, r', "vocab_size"\]', "]")
+    content = load_model_content(project_copy / "content/models/kimi-k2")
+    assert regenerate_config(content) is None
