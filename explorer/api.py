@@ -67,7 +67,8 @@ def _component(mb: ModelBuild, ancestors: tuple[Component, ...], comp: Component
                   "steps": {k: list(v) for k, v in sorted(mb.trace.components[path].steps.items())}},
         "equation_check": dataclasses.asdict(mb.checks[path]),
         "evidence": [{"claim": c.claim, "source": c.source, "file": c.file, "revision": c.revision,
-                      "lines": [c.first, c.last], "url": c.url, "excerpt_available": c.lines is not None}
+                      "lines": [c.first, c.last], "symbol": c.symbol, "symbol_lines": list(c.symbol_lines),
+                      "text_from": c.origin, "excerpt_available": c.lines is not None}
                      for c in mb.citations.get(path, ())],
     }
 

@@ -61,6 +61,10 @@ class CheckpointRef:
     """Line map of modeling_file at revision: qualified symbol -> (first, last) line, inclusive."""
     config_lines: dict[str, tuple[int, int]] = dataclasses.field(default_factory=dict)
     """Line ranges of top-level keys in the published config.json."""
+    config_order: tuple[str, ...] = ()
+    """The published config.json's top-level keys in its own order, where that is not sorted, so the recorded
+    values serialise back to its exact bytes. Only a hint: the regenerated text is used only when its sha256 is
+    config_sha256, so a wrong or stale order means no regenerated excerpt, never a wrong one."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,71 +1,230 @@
-"""Small SVG diagrams generated at build time (no JavaScript): a component's data flow labelled with its
-traced shapes, and a model's parameter budget for the index preview."""
+"""Small SVG diagrams generated at build time (no JavaScript): a component's data flow, drawn top to bottom
+(every child a box with its parameters, streams side by side, residual additions as a skip line into ⊕), and
+a model's parameter budget for the index preview.
+
+The flow is laid out in a fixed 360-unit width, so it is legible on a 390 px phone without sideways scrolling
+and scales up on wider screens. Which shape a component's flow takes is declared in explorer/flows.py.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from html import escape
 
-BOX_W, BOX_H, GAP = 200, 46, 16
-CHAR_W = 6.6
-"""Approximate width of one 11 px monospace character, for sizing boxes to their labels."""
+WIDTH = 360
+GAP = 22
+"""Vertical space between two items, holding the arrow."""
+COL_GAP = 10
+SKIP = 22
+"""Left gutter a residual's skip line runs in."""
+TITLE_CHAR, DETAIL_CHAR = 7.0, 6.4
+"""Approximate advance of one character of a box's title (12 px sans) and detail (10.5 px mono)."""
 
 
 @dataclass(frozen=True, slots=True)
 class FlowNode:
-    """A box: a title and a second line (a shape or a parameter count)."""
+    """A box: a title, detail lines (parameters, repeat) and the page it opens."""
 
     title: str
-    detail: str
+    detail: tuple[str, ...]
     href: str = ""
+    params: int | None = None
+    """Parameters the box stands for within one instance of the diagram's component (None for inputs)."""
 
 
-def _box(x: float, y: float, w: float, node: FlowNode, cls: str) -> str:
-    rect = (f'<rect x="{x:.0f}" y="{y:.0f}" width="{w:.0f}" height="{BOX_H}" rx="6" class="{cls}"/>'
-            f'<text x="{x + w / 2:.0f}" y="{y + 19:.0f}" class="t">{escape(node.title)}</text>'
-            f'<text x="{x + w / 2:.0f}" y="{y + 35:.0f}" class="d">{escape(node.detail)}</text>')
+@dataclass(frozen=True, slots=True)
+class Box:
+    node: FlowNode
+
+
+@dataclass(frozen=True, slots=True)
+class Op:
+    """A step without parameters: an addition, a product, a concatenation."""
+
+    symbol: str
+    label: str
+
+
+@dataclass(frozen=True, slots=True)
+class Seq:
+    items: tuple[Item, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Split:
+    """Parallel streams from one input, side by side, each under its name; they rejoin below."""
+
+    columns: tuple[tuple[str, Item], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Residual:
+    """A body whose output is added back to its input: a skip line runs beside it into ⊕."""
+
+    body: Item
+    label: str
+
+
+Item = Box | Op | Seq | Split | Residual
+
+
+@dataclass(frozen=True, slots=True)
+class _Drawn:
+    height: float
+    parts: tuple[str, ...]
+    entry: float
+    """x where the arrow into the item arrives (at its top)."""
+    exit: float
+    """x where the arrow out of the item leaves (at its bottom)."""
+
+
+def wrap(text: str, width: float, char: float) -> list[str]:
+    """Break text at spaces into lines that fit width; a word longer than a line stands alone."""
+    limit = max(4, int(width / char))
+    lines: list[str] = []
+    for word in text.split():
+        if lines and len(lines[-1]) + 1 + len(word) <= limit:
+            lines[-1] += " " + word
+        else:
+            lines.append(word)
+    return lines or [""]
+
+
+def _text(x: float, y: float, text: str, cls: str, anchor: str = "middle") -> str:
+    return f'<text x="{x:.1f}" y="{y:.1f}" class="{cls}" text-anchor="{anchor}">{escape(text)}</text>'
+
+
+def _box(node: FlowNode, x: float, y: float, w: float, cls: str = "mid") -> _Drawn:
+    titles = wrap(node.title, w - 12, TITLE_CHAR)
+    details = [line for d in node.detail for line in wrap(d, w - 10, DETAIL_CHAR)]
+    h = 10 + 15 * len(titles) + 13 * len(details) + 4
+    cx = x + w / 2
+    parts = [f'<rect x="{x:.1f}" y="{y:.1f}" width="{w:.1f}" height="{h}" rx="6" class="{cls}"/>']
+    parts += [_text(cx, y + 20 + 15 * i, t, "t") for i, t in enumerate(titles)]
+    top = y + 20 + 15 * (len(titles) - 1) + 14
+    parts += [_text(cx, top + 13 * i, d, "d") for i, d in enumerate(details)]
+    body = "".join(parts)
+    data = f' data-params="{node.params}"' if node.params is not None else ""
     if node.href:
-        return f'<a href="{escape(node.href)}">{rect}</a>'
-    return rect
+        body = f'<a href="{escape(node.href)}" class="box"{data}>{body}</a>'
+    else:
+        body = f'<g class="box"{data}>{body}</g>'
+    return _Drawn(h, (body,), cx, cx)
 
 
-def _width(nodes: list[FlowNode]) -> float:
-    longest = max((max(len(n.title), len(n.detail)) for n in nodes), default=10)
-    return max(BOX_W * 0.7, longest * CHAR_W + 20)
-
-
-def _row(nodes: list[FlowNode], y: float, width: float, cls: str) -> tuple[list[str], list[float]]:
-    w = _width(nodes)
-    total = len(nodes) * w + (len(nodes) - 1) * GAP
-    x0 = (width - total) / 2
-    xs = [x0 + i * (w + GAP) for i in range(len(nodes))]
-    return [_box(x, y, w, n, cls) for x, n in zip(xs, nodes)], [x + w / 2 for x in xs]
+def _op(op: Op, x: float, y: float, w: float) -> _Drawn:
+    cx = x + w / 2
+    lines = wrap(op.label, w / 2 - 18, DETAIL_CHAR)
+    h = max(24, 13 * len(lines) + 8)
+    cy = y + 12
+    parts = [f'<g class="op"><circle cx="{cx:.1f}" cy="{cy:.1f}" r="11"/>{_text(cx, cy + 4.5, op.symbol, "o")}']
+    parts += [_text(cx + 18, cy + 4 + 13 * i, line, "d", "start") for i, line in enumerate(lines)]
+    if h > 24:  # a label taller than the circle: carry the line on to the item's bottom
+        parts.append(f'<path d="M{cx:.1f},{cy + 11:.1f} V{y + h:.1f}" class="a"/>')
+    parts.append("</g>")
+    return _Drawn(h, ("".join(parts),), cx, cx)
 
 
 def _arrow(x1: float, y1: float, x2: float, y2: float) -> str:
-    return f'<path d="M{x1:.0f},{y1:.0f} L{x2:.0f},{y2:.0f}" class="a" marker-end="url(#arrow)"/>'
+    """A connector from (x1, y1) down to (x2, y2), with an elbow when the two differ in x."""
+    if abs(x1 - x2) < 0.5:
+        d = f"M{x1:.1f},{y1:.1f} V{y2:.1f}"
+    else:
+        mid = (y1 + y2) / 2
+        d = f"M{x1:.1f},{y1:.1f} V{mid:.1f} H{x2:.1f} V{y2:.1f}"
+    return f'<path d="{d}" class="a" marker-end="url(#arrow)"/>'
 
 
-def flow_svg(title: str, inputs: list[FlowNode], children: list[FlowNode], outputs: list[FlowNode],
-             detail: str = "") -> str:
-    """Inputs on top, the component (with its children) in the middle, outputs below; arrows between."""
-    rows = [inputs, children or [FlowNode(title, detail)], outputs]
-    width = max(len(r) * (_width(r) + GAP) for r in rows if r) + 40
-    width = max(width, 360)
-    y_in, y_mid = 10, 10 + BOX_H + 40
-    mid_h = BOX_H + 24 if children else BOX_H
-    y_out = y_mid + mid_h + 40
+def _seq(seq: Seq, x: float, y: float, w: float) -> _Drawn:
     parts: list[str] = []
-    in_boxes, in_x = _row(inputs, y_in, width, "in")
-    frame = (f'<rect x="10" y="{y_mid - 12}" width="{width - 20:.0f}" height="{mid_h + 12}" rx="8" class="frame"/>'
-             f'<text x="20" y="{y_mid + 2}" class="f">{escape(title)}</text>' if children else "")
-    mid_boxes, _ = _row(rows[1], y_mid + (12 if children else 0), width, "mid")
-    out_boxes, out_x = _row(outputs, y_out, width, "out")
-    parts += in_boxes + [frame] + mid_boxes + out_boxes
-    parts += [_arrow(x, y_in + BOX_H, width / 2, y_mid - 14) for x in in_x]
-    parts += [_arrow(width / 2, y_mid + mid_h, x, y_out - 2) for x in out_x]
-    height = y_out + BOX_H + 10
-    return _svg(width, height, ARROW_DEFS + "".join(parts), f"Data flow of {title}")
+    top = y
+    first: _Drawn | None = None
+    prev: _Drawn | None = None
+    for item in seq.items:
+        drawn = draw(item, x, top, w)
+        if prev is not None:
+            parts.append(_arrow(prev.exit, top - GAP, drawn.entry, top - 1))
+        parts += drawn.parts
+        first = first or drawn
+        prev = drawn
+        top += drawn.height + GAP
+    if first is None or prev is None:
+        return _Drawn(0, (), x + w / 2, x + w / 2)
+    return _Drawn(top - GAP - y, tuple(parts), first.entry, prev.exit)
+
+
+def _split(split: Split, x: float, y: float, w: float) -> _Drawn:
+    n = len(split.columns)
+    col_w = (w - COL_GAP * (n - 1)) / n
+    cx = x + w / 2
+    heads = [wrap(name, col_w, DETAIL_CHAR) for name, _ in split.columns]
+    head_h = 13 * max(len(h) for h in heads) + 14
+    drawn = [draw(item, x + i * (col_w + COL_GAP), y + head_h + GAP, col_w) for i, (_, item) in
+             enumerate(split.columns)]
+    body_h = max(d.height for d in drawn)
+    join_y = y + head_h + GAP + body_h + 14
+    parts: list[str] = [f'<circle cx="{cx:.1f}" cy="{y + 3:.1f}" r="3" class="dot"/>']
+    for i, (head, d) in enumerate(zip(heads, drawn)):
+        col_x = x + i * (col_w + COL_GAP) + col_w / 2
+        parts += [_text(col_x, y + 24 + 13 * j, line, "s") for j, line in enumerate(head)]
+        parts.append(f'<path d="M{cx:.1f},{y + 3:.1f} H{col_x:.1f} V{y + 12:.1f}" class="a"/>')
+        parts.append(_arrow(col_x, y + head_h, d.entry, y + head_h + GAP - 1))
+        parts += d.parts
+        bottom = y + head_h + GAP + d.height
+        parts.append(f'<path d="M{d.exit:.1f},{bottom:.1f} V{join_y:.1f} H{cx:.1f}" class="a"/>')
+    parts.append(f'<circle cx="{cx:.1f}" cy="{join_y:.1f}" r="3" class="dot"/>')
+    return _Drawn(join_y - y + 3, tuple(parts), cx, cx)
+
+
+def _residual(res: Residual, x: float, y: float, w: float) -> _Drawn:
+    body = draw(res.body, x + SKIP, y + 14, w - SKIP)
+    op = _op(Op("+", res.label), x + SKIP, y + 14 + body.height + GAP, w - SKIP)
+    op_y = y + 14 + body.height + GAP + 12
+    fork = body.entry
+    skip = (f'<circle cx="{fork:.1f}" cy="{y + 3:.1f}" r="3" class="dot"/>'
+            f'<path d="M{fork:.1f},{y + 3:.1f} H{x + 8:.1f} V{op_y:.1f} H{op.entry - 12:.1f}" class="a skip" '
+            'marker-end="url(#arrow)"/>')
+    parts = (_arrow(fork, y + 3, body.entry, y + 13), *body.parts,
+             _arrow(body.exit, y + 14 + body.height, op.entry, y + 14 + body.height + GAP - 1), *op.parts, skip)
+    return _Drawn(14 + body.height + GAP + op.height, parts, fork, op.exit)
+
+
+def draw(item: Item, x: float, y: float, w: float) -> _Drawn:
+    """Lay out one item in the column [x, x + w] from y down."""
+    if isinstance(item, Box):
+        return _box(item.node, x, y, w)
+    if isinstance(item, Op):
+        return _op(item, x, y, w)
+    if isinstance(item, Seq):
+        return _seq(item, x, y, w)
+    if isinstance(item, Split):
+        return _split(item, x, y, w)
+    return _residual(item, x, y, w)
+
+
+def flow_svg(title: str, inputs: FlowNode, body: Item, outputs: FlowNode) -> str:
+    """Inputs on top, the component's flow in the middle, outputs at the bottom."""
+    x, w = 4.0, WIDTH - 8.0
+    top = _box(inputs, x + 30, 4, w - 60, "in")
+    mid = draw(body, x, 4 + top.height + GAP, w)
+    out_y = 4 + top.height + GAP + mid.height + GAP
+    bottom = _box(outputs, x + 30, out_y, w - 60, "out")
+    parts = (*top.parts, _arrow(top.exit, 4 + top.height, mid.entry, 4 + top.height + GAP - 1), *mid.parts,
+             _arrow(mid.exit, out_y - GAP, bottom.entry, out_y - 1), *bottom.parts)
+    return _svg(WIDTH, out_y + bottom.height + 4, ARROW_DEFS + "".join(parts), f"Data flow of {title}")
+
+
+def box_params(item: Item) -> list[int]:
+    """The parameters of every box drawn, in drawing order (for checking that they add up)."""
+    if isinstance(item, Box):
+        return [item.node.params] if item.node.params is not None else []
+    if isinstance(item, Op):
+        return []
+    if isinstance(item, Seq):
+        return [p for i in item.items for p in box_params(i)]
+    if isinstance(item, Split):
+        return [p for _, i in item.columns for p in box_params(i)]
+    return box_params(item.body)
 
 
 def budget_svg(name: str, segments: list[tuple[str, int]]) -> str:

@@ -21,7 +21,7 @@ from .project import Project
 from .reconcile import predicted_index, reconcile
 from .render import write_site
 from .search import search_script
-from .sources import resolve_citations
+from .sources import absent_files, resolve_citations
 from .spec.types import path_key, walk
 from .views import site_pages
 
@@ -40,6 +40,9 @@ def build_model(content: ModelContent, fetch_sources: bool = False, cache_dir: P
     check_prose_paths(content, (path_key(a, c) for a, c in walk(spec.root)))
     ledger = account(spec)
     citations = resolve_citations(spec, content, fetch=fetch_sources)
+    for missing in absent_files(citations):
+        progress(f"{spec.slug}: {missing} is not in the local Hugging Face cache, so its pages give line ranges "
+                 "and links without excerpts; build with --fetch-sources where the Hub is reachable to quote it")
     skips = FAMILIES[spec.family].reference.not_built
     cached = cache.load(cache_dir, spec)
     if cached is not None:
@@ -134,11 +137,12 @@ def build_site(project: Project, out_dir: Path, progress: Progress = stderr_prog
 
     The caller holds the output folder (publish.claim_output), checked before the minutes of computing."""
     how_to_read = read_content_text(project.content / "how-to-read.md", project.content)
+    glossary = read_content_text(project.content / "glossary.md", project.content)
     builds = build_all(project, progress, fetch_sources, use_cache, jobs)
     failures = check_failures(builds)
     if failures:
         raise ReconciliationError("stored tensors and spec disagree:\n" + "\n".join(failures))
-    pages = site_pages(builds, how_to_read)
+    pages = site_pages(builds, how_to_read, glossary)
     data = {f"api/{mb.slug}.json": model_api(mb) for mb in builds}
     progress(f"writing {len(pages)} pages to {out_dir}")
     texts = {"search-index.js": search_script(builds)}

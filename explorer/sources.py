@@ -8,13 +8,17 @@ symbols are located by parsing (ast), so a recorded line range that no longer ho
 from __future__ import annotations
 
 import ast
+import dataclasses
 import functools
+import hashlib
 import importlib.metadata
 import importlib.util
+import json
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 from huggingface_hub import try_to_load_from_cache
 
@@ -25,6 +29,11 @@ from .spec.types import Citation, ModelSpec, path_key, walk
 
 TRANSFORMERS_REPO_URL = "https://github.com/huggingface/transformers/blob/v{version}/src/transformers/{path}"
 HUB_FILE_URL = "https://huggingface.co/{repo}/blob/{revision}/{path}"
+
+
+Origin = Literal["package", "cache", "regenerated", "absent"]
+"""Where a cited file's text came from: the installed package, the local Hugging Face cache, regenerated from
+the recorded config values (their sha256 matches the published file's), or nowhere (not available offline)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,10 +48,14 @@ class ResolvedCitation:
     """Pinned revision (a commit) or package version."""
     first: int
     last: int
+    """The cited lines: the symbol's, or the part of them the citation names."""
     lines: tuple[str, ...] | None
     """The cited lines, or None when the file is not available offline."""
     url: str
     symbol: str
+    origin: Origin = "package"
+    symbol_lines: tuple[int, int] = (0, 0)
+    """The whole symbol's lines, which the cited lines lie within."""
 
 
 def locate_symbol(text: str, qualname: str) -> tuple[int, int] | None:
@@ -145,18 +158,21 @@ class _Resolver:
         ref = content.checkpoint
         self.modeling = hub_text(ref.repo_id, ref.revision, ref.modeling_file, fetch) if ref.modeling_file else None
         self.config_json = hub_text(ref.repo_id, ref.revision, "config.json", fetch)
+        self.config_regenerated = regenerate_config(content) if self.config_json is None else None
 
     def _text(self, path: Path) -> str:
         if path not in self._texts:
             self._texts[path] = path.read_text(encoding="utf-8")
         return self._texts[path]
 
-    def resolve(self, cit: Citation) -> ResolvedCitation | None:
+    def resolve(self, cit: Citation, where: str = "") -> ResolvedCitation | None:
         if cit.source == "transformers":
-            return self._transformers(cit)
-        if cit.source == "checkpoint":
-            return self._checkpoint(cit)
-        return self._config(cit)
+            found = self._transformers(cit)
+        elif cit.source == "checkpoint":
+            found = self._checkpoint(cit)
+        else:
+            found = self._config(cit)
+        return self._narrow(found, cit, where) if found is not None and cit.lines is not None else found
 
     def _transformers(self, cit: Citation) -> ResolvedCitation | None:
         path = transformers_file(cit.path)
@@ -166,23 +182,30 @@ class _Resolver:
             self.problems.append(f"{path}: symbol '{cit.symbol}': not found{did_you_mean(cit.symbol, defined_symbols(text))}")
             return None
         version = transformers_version()
-        first, last = where
+        first, last = trim_blank_end(text, *where)
         return ResolvedCitation(
             cit.claim, "transformers", path.name, version, first, last, _lines(text, first, last),
-            TRANSFORMERS_REPO_URL.format(version=version, path=cit.path) + f"#L{first}-L{last}", cit.symbol)
+            TRANSFORMERS_REPO_URL.format(version=version, path=cit.path) + f"#L{first}-L{last}", cit.symbol,
+            "package", (first, last))
 
     def _checkpoint(self, cit: Citation) -> ResolvedCitation | None:
         ref = self.content.checkpoint
         if not ref.modeling_file:
             return None
-        return self._pinned(cit, "source_lines", ref.source_lines, ref.modeling_file, self.modeling, locate_symbol)
+        return self._pinned(cit, "source_lines", ref.source_lines, ref.modeling_file, self.modeling, "cache",
+                            locate_symbol)
 
     def _config(self, cit: Citation) -> ResolvedCitation | None:
         ref = self.content.checkpoint
-        return self._pinned(cit, "config_lines", ref.config_lines, "config.json", self.config_json, locate_json_key)
+        text: str | None = self.config_regenerated
+        origin: Origin = "regenerated"
+        if self.config_json is not None:
+            text, origin = self.config_json, "cache"
+        return self._pinned(cit, "config_lines", ref.config_lines, "config.json", text, origin, locate_json_key)
 
     def _pinned(self, cit: Citation, table: str, ranges: dict[str, tuple[int, int]], filename: str,
-                text: str | None, locate: Callable[[str, str], tuple[int, int] | None]) -> ResolvedCitation | None:
+                text: str | None, origin: Origin, locate: Callable[[str, str], tuple[int, int] | None],
+                ) -> ResolvedCitation | None:
         """A range recorded in content for a file of the checkpoint repo; verified when the file is at hand."""
         ref = self.content.checkpoint
         key = f"checkpoint.{table}.{cit.symbol}"
@@ -200,8 +223,51 @@ class _Resolver:
                                      f"'{cit.symbol}' in {filename} at {ref.revision[:7]} (found: {actual})")
                 return None
             lines = _lines(text, first, last)
-        url = HUB_FILE_URL.format(repo=ref.repo_id, revision=ref.revision, path=filename) + f"#L{first}"
-        return ResolvedCitation(cit.claim, ref.repo_id, filename, ref.revision, first, last, lines, url, cit.symbol)
+        url = HUB_FILE_URL.format(repo=ref.repo_id, revision=ref.revision, path=filename) + f"#L{first}-L{last}"
+        return ResolvedCitation(cit.claim, ref.repo_id, filename, ref.revision, first, last, lines, url, cit.symbol,
+                                origin if text is not None else "absent", (first, last))
+
+    def _narrow(self, found: ResolvedCitation, cit: Citation, where: str) -> ResolvedCitation | None:
+        """The part of a symbol a citation names: inside the symbol, and not starting or ending on a blank line."""
+        assert cit.lines is not None
+        first, last = cit.lines
+        whole = f"{found.first}–{found.last}"
+        if not found.first <= first <= last <= found.last:
+            self.problems.append(f"{where}: citation of '{cit.symbol}' in {found.file}: lines [{first}, {last}] do "
+                                 f"not lie inside the symbol's lines {whole}")
+            return None
+        lines = None
+        if found.lines is not None:
+            lines = found.lines[first - found.first:last - found.first + 1]
+            if not lines[0].strip() or not lines[-1].strip():
+                self.problems.append(f"{where}: citation of '{cit.symbol}' in {found.file}: lines [{first}, {last}] "
+                                     "start or end on a blank line")
+                return None
+        url = found.url.rsplit("#", 1)[0] + f"#L{first}-L{last}"
+        return dataclasses.replace(found, first=first, last=last, lines=lines, url=url)
+
+
+def trim_blank_end(text: str, first: int, last: int) -> tuple[int, int]:
+    """The range without trailing blank lines, so an excerpt ends at the symbol's last line of code."""
+    lines = text.splitlines()
+    while last > first and not lines[last - 1].strip():
+        last -= 1
+    return first, last
+
+
+def regenerate_config(content: ModelContent) -> str | None:
+    """config.json rebuilt from the recorded values, as transformers writes it (two-space indent, a final
+    newline), in the published key order where one is recorded, else sorted; only a text whose sha256 is the
+    recorded one is returned."""
+    ref = content.checkpoint
+    orders = [dict(sorted(content.config.items()))]
+    if sorted(ref.config_order) == sorted(content.config):
+        orders.insert(0, {k: content.config[k] for k in ref.config_order})
+    for values in orders:
+        text = json.dumps(values, indent=2, ensure_ascii=False) + "\n"
+        if hashlib.sha256(text.encode()).hexdigest() == ref.config_sha256:
+            return text
+    return None
 
 
 def _lines(text: str, first: int, last: int) -> tuple[str, ...]:
@@ -218,17 +284,23 @@ def resolve_citations(spec: ModelSpec, content: ModelContent, fetch: bool = Fals
                                  f"the {spec.family} family{did_you_mean(symbol, cited)}")
     out: dict[str, tuple[ResolvedCitation, ...]] = {}
     for ancestors, comp in walk(spec.root):
-        resolved = (resolver.resolve(c) for c in comp.citations)
-        out[path_key(ancestors, comp)] = tuple(r for r in resolved if r is not None)
+        path = path_key(ancestors, comp)
+        where = f"{spec.family} family, component '{path or 'model'}'"
+        resolved = (resolver.resolve(c, where) for c in comp.citations)
+        out[path] = tuple(r for r in resolved if r is not None)
     if resolver.problems:
         raise ContentError(sorted(set(resolver.problems)))
     return out
 
 
+def absent_files(citations: dict[str, tuple[ResolvedCitation, ...]]) -> list[str]:
+    """Cited files that are not at hand offline ("modeling_deepseek.py at fd1984e"), for the build log."""
+    return sorted({f"{c.file} at {c.revision[:7]}" for cits in citations.values() for c in cits
+                   if c.origin == "absent"})
+
+
 def published_config_matches(data: bytes, content: ModelContent, source: str = "config.json") -> list[str]:
     """Compare a downloaded config.json with the recorded sha256 and values; return the differences."""
-    import hashlib
-
     problems = []
     digest = hashlib.sha256(data).hexdigest()
     if digest != content.checkpoint.config_sha256:

@@ -14,10 +14,12 @@ from .account import AccountRow, ComponentAccount, TensorAccount
 from .compare import RoleTotals, compare_roles, config_differences, role_totals
 from .content import render_markdown
 from .diagrams import FlowNode, budget_svg, flow_svg
+from .flows import layout
 from .mathml import STREAMS, numbers_mathml, product_mathml, to_mathml
 from .model_build import ModelBuild
 from .model_picture import describe, draw
 from .sources import ResolvedCitation
+from .spec.storage import MXFP4, BlockFP8
 from .spec.types import Component, Port, Shape, Step, TensorSpec, path_key, walk
 
 
@@ -48,6 +50,7 @@ class RowView:
     calculation: str
     """MathML or plain text."""
     formula: str
+    """In config names; "" for a child counted across its own components (its page shows its formula)."""
     value: str
     href: str
 
@@ -55,6 +58,8 @@ class RowView:
 @dataclass(frozen=True, slots=True)
 class TensorRowView:
     pattern: str
+    pattern_parts: tuple[str, ...]
+    """The name split at its dots, so a narrow screen breaks it there and nowhere else."""
     owner: Link
     role: str
     count: str
@@ -75,6 +80,25 @@ class CardView:
 
 
 @dataclass(frozen=True, slots=True)
+class ExcerptView:
+    """One cited range of one file, shown once per page however many claims cite it."""
+
+    anchor: str
+    """Id of the excerpt on its page ("code-1"), which the claims citing it link to."""
+    file: str
+    lines: str
+    source: str
+    revision_short: str
+    url: str
+    html: str
+    """Highlighted lines, each with its own line number, or "" when the file is not at hand."""
+    note: str
+    """How the text was obtained, or why it is not shown, in reader terms ("" for an installed package)."""
+    note_link: Link | None = None
+    """Where to read lines that are not shown (the pinned file on Hugging Face)."""
+
+
+@dataclass(frozen=True, slots=True)
 class CitationView:
     claim: str
     scope: str
@@ -83,9 +107,8 @@ class CitationView:
     revision_short: str
     url: str
     lines: str
-    excerpt_html: str
-    """Highlighted lines with numbers, or "" when the file is not available offline."""
-    unavailable: str
+    excerpt: Link
+    """The excerpt on this page that holds the cited lines (its caption and anchor)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,6 +123,8 @@ class HeaderView:
     revision_short: str
     repo_url: str
     checked: str
+    slug: str
+    """The model's folder name, so search can put this model's pages first."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,7 +185,7 @@ class ComponentPage(PageBase):
     """Summary line of the collapsible table when the component owns many tensor families ("" otherwise)."""
     tensors_check: str
     children: tuple[CardView, ...]
-    code_blocks: tuple[CitationView, ...]
+    excerpts: tuple[ExcerptView, ...]
     citations: tuple[CitationView, ...]
     sources_count: str
     prev: Link | None
@@ -176,6 +201,8 @@ class ComponentPage(PageBase):
     """Model page only: the whole-model SVG (residual stream, block kinds, experts lit per token)."""
     picture_caption: str
     legend: tuple[tuple[str, str], ...]
+    tiny_config: str
+    """The model page only: the configuration the equation checks run on."""
     routing: RoutingView | None = None
 
 
@@ -186,6 +213,10 @@ class CheckView:
     status: str
     text: str
     link: Link | None
+    config: Link | None = None
+    """Where the tiny test configuration is described (once per model, on its overview page)."""
+    tail: str = ""
+    """What follows the configuration: the error measured."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -350,24 +381,59 @@ def port_view(port: Port, traced: tuple[int, ...] | None) -> PortView:
 
 @lru_cache(maxsize=None)
 def highlight_lines(lines: tuple[str, ...], first: int, file: str) -> str:
-    """Pygments HTML with the file's own line numbers."""
+    """Pygments HTML, one element per line holding its own line number, so numbers cannot drift from lines."""
     lexer = JsonLexer() if file.endswith(".json") else PythonLexer()
-    formatter = HtmlFormatter(linenos="table", linenostart=first, cssclass="code", wrapcode=True)
-    return highlight("\n".join(lines) + "\n", lexer, formatter)
+    body = highlight("\n".join(lines) + "\n", lexer, HtmlFormatter(nowrap=True))
+    # HtmlFormatter closes every token's span at a line end, so each split line is well-formed on its own
+    rows = body.rstrip("\n").split("\n")
+    numbered = "".join(f'<span class="line"><span class="ln" aria-hidden="true">{first + i}</span>{row}</span>'
+                       for i, row in enumerate(rows))
+    return f'<pre class="code"><code>{numbered}</code></pre>'
 
 
-def citation_view(cit: ResolvedCitation, scope: str) -> CitationView:
-    short = cit.revision[:12] if cit.source != "transformers" else cit.revision
-    unavailable = "" if cit.lines is not None else (
-        f"Excerpt unavailable offline: {cit.file} at {cit.revision[:7]} is not in the local Hugging Face cache. "
-        "The pinned line range is recorded in the project's content; build with --fetch-sources where the Hub is "
-        "reachable to show and re-check it.")
-    return CitationView(
-        claim=cit.claim, scope=scope, source=cit.source, file=cit.file,
-        revision_short=("v" + short) if cit.source == "transformers" else short, url=cit.url,
-        lines=f"{cit.first}–{cit.last}",
-        excerpt_html=highlight_lines(cit.lines, cit.first, cit.file) if cit.lines is not None else "",
-        unavailable=unavailable)
+def _revision_short(cit: ResolvedCitation) -> str:
+    return "v" + cit.revision if cit.source == "transformers" else cit.revision[:12]
+
+
+def excerpt_note(cit: ResolvedCitation, config_sha256: str) -> str:
+    """Where the excerpt's text comes from, or why it is not shown, for the reader."""
+    if cit.origin == "regenerated":
+        return (f"Regenerated from the configuration values recorded for {cit.revision[:7]}, and verified: the "
+                f"regenerated file's sha256 ({config_sha256[:12]}…) equals the recorded hash of the published file.")
+    if cit.origin == "absent":
+        return "The pinned file is not bundled with this site; read"
+    if cit.origin == "cache":
+        return f"Read from the pinned file at {cit.revision[:7]}."
+    return ""
+
+
+def excerpt_views(mb: ModelBuild, cits: list[tuple[ResolvedCitation, str]]) -> tuple[ExcerptView, ...]:
+    """Each distinct cited range once: the checkpoint's own files first, then transformers."""
+    ordered = sorted({(c.source == "transformers", c.file, c.first, c.last): c for c, _ in cits}.items())
+    sha = mb.content.checkpoint.config_sha256
+    return tuple(ExcerptView(f"code-{i}", c.file, f"{c.first}–{c.last}", c.source, _revision_short(c), c.url,
+                             highlight_lines(c.lines, c.first, c.file) if c.lines is not None else "",
+                             excerpt_note(c, sha), _read_at(c))
+                 for i, (_, c) in enumerate(ordered, 1))
+
+
+def _read_at(cit: ResolvedCitation) -> Link | None:
+    if cit.origin != "absent":
+        return None
+    return Link(f"lines {cit.first}–{cit.last} at {cit.revision[:7]} on Hugging Face ↗", cit.url)
+
+
+def citation_views(cits: list[tuple[ResolvedCitation, str]], excerpts: tuple[ExcerptView, ...],
+                   ) -> tuple[CitationView, ...]:
+    """The claims, each linked to the excerpt that holds its lines."""
+    by_range = {(e.file, e.lines): e for e in excerpts}
+    out = []
+    for c, scope in cits:
+        lines = f"{c.first}–{c.last}"
+        ex = by_range[(c.file, lines)]
+        out.append(CitationView(c.claim, scope, c.source, c.file, _revision_short(c), c.url, lines,
+                                Link(f"{c.file} {lines}", f"#{ex.anchor}")))
+    return tuple(out)
 
 
 def calculation(row: AccountRow) -> str:
@@ -382,15 +448,16 @@ def header_view(mb: ModelBuild, root: str) -> HeaderView:
         name=mb.content.meta.name, href=f"{root}models/{mb.slug}/index.html",
         meta=f"{mb.content.meta.lab} · {month(mb.content.meta.released)}", tagline=mb.content.meta.tagline,
         repo_id=ref.repo_id, revision_short=ref.revision[:7],
-        repo_url=f"https://huggingface.co/{ref.repo_id}/tree/{ref.revision}", checked=mb.check_phrase)
+        repo_url=f"https://huggingface.co/{ref.repo_id}/tree/{ref.revision}", checked=mb.check_phrase, slug=mb.slug)
 
 
 # ------------------------------------------------------------------------------------------- parameters
 
-def parameters_view(mb: ModelBuild, comp: Component, acc: ComponentAccount, path: str) -> ParametersView | None:
+def parameters_view(mb: ModelBuild, comp: Component, acc: ComponentAccount, path: str,
+                    owned: list[tuple[str, Component]]) -> ParametersView | None:
     if acc.per_instance == 0:
         return None
-    rows = tuple(RowView(r.label, calculation(r), r.formula, fmt(r.value),
+    rows = tuple(RowView(r.label, calculation(r), "" if r.across_children else r.formula, fmt(r.value),
                          page_href(r.child) if r.child else "") for r in acc.rows)
     learned = "across its learned components" if comp.children else "per instance"
     noun = acc.instances_label.rstrip("s") if acc.instances_label.endswith("s") else acc.instances_label
@@ -399,7 +466,7 @@ def parameters_view(mb: ModelBuild, comp: Component, acc: ComponentAccount, path
     return ParametersView(
         headline=headline, rows=rows, total=fmt(acc.per_instance),
         across=_across_text(acc), across_math=numbers_mathml((acc.per_instance, acc.instances, acc.total), ("×", "=")),
-        check=_check_sentence(mb, path), notes=comp.notes)
+        check=_check_sentence(mb, path, owned), notes=comp.notes)
 
 
 def _across_text(acc: ComponentAccount) -> str:
@@ -416,13 +483,22 @@ def _plural_label(label: str) -> str:
     return label if label.endswith("s") else label + "s"
 
 
-def _check_sentence(mb: ModelBuild, path: str) -> str:
+SCALE_NAMES = {BlockFP8: "FP8 block scales", MXFP4: "MXFP4 block scales"}
+"""What a storage scheme stores beside the values, named as the count's provenance names it."""
+
+
+def _check_sentence(mb: ModelBuild, path: str, owned: list[tuple[str, Component]]) -> str:
+    """What the count was checked against; what the count leaves out is named only where the component has it."""
     against = mb.checked_against(path)
-    if mb.checkpoint is not None:
-        return ("Derived from the pinned configuration and implementation, and equal to the count of the checkpoint’s "
-                "tensors read from its safetensors headers (FP8 block scales and stored rotary buffers excluded). "
-                f"Checked against {against}.")
-    return f"Derived from the pinned configuration; checked tensor by tensor against {against}."
+    if mb.checkpoint is None:
+        return f"Derived from the pinned configuration; checked tensor by tensor against {against}."
+    specs = [t for _, c in owned for t in c.tensors]
+    left_out = sorted({SCALE_NAMES[type(t.storage)] for t in specs if type(t.storage) in SCALE_NAMES})
+    if any(t.role == "buffer" for t in specs):
+        left_out.append("stored rotary buffers" if any("rotary" in t.template for t in specs) else "stored buffers")
+    excluded = f" ({' and '.join(left_out)} excluded)" if left_out else ""
+    return ("Derived from the pinned configuration and implementation, and equal to the count of the checkpoint’s "
+            f"tensors read from its safetensors headers{excluded}. Checked against {against}.")
 
 
 def params_line(acc: ComponentAccount) -> str:
@@ -460,7 +536,8 @@ def _tensor_row(mb: ModelBuild, ta: TensorAccount, owner: str, title: str) -> Te
     if t.optional and stored is None:
         role += ", not stored"
     return TensorRowView(
-        pattern=t.pattern, owner=Link(title, page_href(owner)), role=role, count=fmt(t.count),
+        pattern=t.pattern, pattern_parts=tuple(t.pattern.split(".")), owner=Link(title, page_href(owner)), role=role,
+        count=fmt(t.count),
         shape="[" + ", ".join(fmt(s) for s in shape) + "]" if shape is not None else "not set by the config",
         dtype=stored.dtype if stored is not None else ("packed (see stored as)" if replaced else t.dtype or "—"),
         elements=fmt(elements) if elements is not None else "—", scale=scale)
@@ -474,27 +551,17 @@ def _stored(mb: ModelBuild, t: TensorSpec):
 
 # --------------------------------------------------------------------------------------------- evidence
 
-def evidence(mb: ModelBuild, ancestors: tuple[Component, ...], comp: Component) -> tuple[CitationView, ...]:
-    """The component's own citations, then the nearest ancestor's (the module that defines it)."""
+def evidence(mb: ModelBuild, ancestors: tuple[Component, ...], comp: Component,
+             ) -> list[tuple[ResolvedCitation, str]]:
+    """The component's own citations, then the nearest ancestor's (the module that defines it), with scopes."""
     path = path_key(ancestors, comp)
-    views = [citation_view(c, comp.key or "model") for c in mb.citations.get(path, ())]
+    found = [(c, comp.key or "model") for c in mb.citations.get(path, ())]
     chain = list(ancestors)
-    while chain and len(views) < 2:
+    while chain and len(found) < 2:
         parent = chain.pop()
         parent_path = path_key(tuple(chain), parent)
-        views += [citation_view(c, parent.key or "model") for c in mb.citations.get(parent_path, ())]
-    return tuple(views)
-
-
-def code_blocks(citations: tuple[CitationView, ...]) -> tuple[CitationView, ...]:
-    """The "Code" section: pinned checkpoint files first, then transformers; one block per file range."""
-    ordered = sorted(citations, key=lambda c: (c.source == "transformers", c.file.endswith(".json"), c.file, c.lines))
-    seen, out = set(), []
-    for c in ordered:
-        if (c.file, c.lines) not in seen:
-            seen.add((c.file, c.lines))
-            out.append(c)
-    return tuple(out[:3])
+        found += [(c, parent.key or "model") for c in mb.citations.get(parent_path, ())]
+    return found
 
 
 # ---------------------------------------------------------------------------------------------- pages
@@ -619,6 +686,7 @@ def component_page(mb: ModelBuild, ancestors: tuple[Component, ...], comp: Compo
     families = [ta for owner, _ in owned for ta in mb.ledger.accounts[owner].tensors]
     tensors = tensor_rows(mb, owned)
     cits = evidence(mb, ancestors, comp)
+    excerpts = excerpt_views(mb, cits)
     crumbs = tuple(Link(a.crumb or a.title, page_href(path_key(ancestors[:i], a)))
                    for i, a in enumerate(ancestors) if i > 0)
     is_model = path == ""
@@ -640,11 +708,11 @@ def component_page(mb: ModelBuild, ancestors: tuple[Component, ...], comp: Compo
         trace_note=(f"Shapes traced by running this component at full size on the {mb.trace.device} device "
                     f"(no weights allocated), with B = {mb.trace.free['B']} and T = {mb.trace.free['T']}."),
         check=check_view(mb, path), diagram=flow_diagram(mb, path, comp, traced),
-        params_line=params_line(acc), parameters=parameters_view(mb, comp, acc, path),
+        params_line=params_line(acc), parameters=parameters_view(mb, comp, acc, path, owned),
         tensors=tensors, tensors_check=mb.checked_against(path),
         tensors_summary=(f"All {len(tensors)} tensor families ({fmt(sum(ta.spec.count for ta in families))} tensors)"
                          if len(tensors) > 6 else ""),
-        children=children_cards(mb, path, comp), code_blocks=code_blocks(cits), citations=cits,
+        children=children_cards(mb, path, comp), excerpts=excerpts, citations=citation_views(cits, excerpts),
         sources_count=str(len(cits)),
         prev=prev, next=nxt, outline=outline(mb, comp) if is_model else None,
         ledger=ledger_view(mb) if is_model else None,
@@ -654,20 +722,33 @@ def component_page(mb: ModelBuild, ancestors: tuple[Component, ...], comp: Compo
         picture=draw(picture) if picture is not None else "", picture_caption=picture.caption if picture else "",
         compare=tuple(Link(name, f"../../{compare_path(mb.slug, other)}") for other, name in others) if is_model else (),
         legend=STREAMS if any("stream-" in s.latex for s in comp.steps + comp.equations) else (),
+        tiny_config=tiny_config(mb) if is_model else "",
         routing=routing_view(mb, path))
 
 
 def check_view(mb: ModelBuild, path: str) -> CheckView:
+    """The check line; the tiny configuration is spelled out on the model page only, and linked from the rest."""
     check = mb.checks[path]
     if check.status == "checked":
         detail = f"; {check.detail}" if check.detail else ""
-        return CheckView("checked", f"Equations executed and checked against {check.reference} on a {check.config}: "
-                         f"max |Δ| = {check.max_abs_error:.1e} (tolerance {check.tolerance:g}){detail}.", None)
+        tail = f": max |Δ| = {check.max_abs_error:.1e} (tolerance {check.tolerance:g}){detail}."
+        lead = f"Equations executed and checked against {check.reference} on the"
+        return CheckView("checked", lead, None, Link("tiny test configuration", "index.html#tiny-config"), tail)
     if check.status == "part":
         title = _title_of(mb, check.part_of)
         return CheckView("part", f"Equations executed and checked as part of {title}: its step program runs "
                          "these steps and matches the reference there.", Link(title, page_href(check.part_of)))
     return CheckView("unchecked", f"Equations traced but not checked against a reference: {check.detail}.", None)
+
+
+def tiny_config(mb: ModelBuild) -> str:
+    """The model page's one description of the configuration every equation check runs on."""
+    configs = sorted({c.config for c in mb.checks.values() if c.config})
+    if not configs:
+        return ""
+    return ("Every equation check on these pages runs the page's step program and the reference implementation "
+            f"on the same input, at the family's {'; '.join(configs)}. Small widths keep a check fast; the "
+            "routing, scaling and rotary settings are the model's own.")
 
 
 def _title_of(mb: ModelBuild, path: str) -> str:
@@ -678,19 +759,26 @@ def _title_of(mb: ModelBuild, path: str) -> str:
 
 
 def flow_diagram(mb: ModelBuild, path: str, comp: Component, traced) -> str:
-    """SVG: inputs → the component (its children) → outputs, labelled with traced shapes."""
-    inputs = [FlowNode(p.name, traced_display(t, p.shape)) for p, t in zip(comp.inputs, traced.inputs)]
-    outputs = [FlowNode(p.name, traced_display(t, p.shape)) for p, t in zip(comp.outputs, traced.outputs)]
-    children = []
-    for ch in comp.children[:6]:
-        ch_path = f"{path}.{ch.key}" if path else ch.key
-        count = mb.ledger.accounts[ch_path].per_instance
-        times = f"{fmt(ch.repeat)} × " if ch.repeat > 1 else ""
-        children.append(FlowNode(ch.crumb if ch.crumb and ch.repeat == 1 and len(ch.crumb) < 24 else ch.title,
-                                 f"{times}{fmt(count)} params" if count else ch.kind, page_href(ch_path)))
-    own = mb.ledger.accounts[path].per_instance
-    detail = f"{fmt(own)} params" if own else f"{comp.kind}, no parameters"
-    return flow_svg(comp.title if path else mb.content.meta.name, inputs, children, outputs, detail)
+    """SVG: inputs → the component's flow (every child, with its parameters) → outputs, with traced shapes."""
+    rows = {r.child: r for r in mb.ledger.accounts[path].rows if r.child}
+
+    def node(c: Component) -> FlowNode:
+        if c is comp:
+            own = mb.ledger.accounts[path].per_instance
+            return FlowNode(c.title, (f"{fmt(own)} params" if own else f"{c.kind}, no parameters",), "", own)
+        c_path = f"{path}.{c.key}" if path else c.key
+        row = rows.get(c_path)
+        if row is None:
+            return FlowNode(c.title, (f"{c.kind}, no parameters",), page_href(c_path), 0)
+        if len(row.factors) == 2:
+            return FlowNode(c.title, (f"{fmt(row.factors[0])} × {fmt(row.factors[1])}", f"= {fmt(row.value)} params"),
+                            page_href(c_path), row.value)
+        return FlowNode(c.title, (f"{fmt(row.value)} params",), page_href(c_path), row.value)
+
+    inputs = FlowNode("in", tuple(f"{p.name} {traced_display(t, p.shape)}" for p, t in zip(comp.inputs, traced.inputs)))
+    outputs = FlowNode("out", tuple(f"{p.name} {traced_display(t, p.shape)}"
+                                    for p, t in zip(comp.outputs, traced.outputs)))
+    return flow_svg(comp.title if path else mb.content.meta.name, inputs, layout(comp, node), outputs)
 
 
 def budget_preview(mb: ModelBuild) -> str:
@@ -714,14 +802,16 @@ def model_card(mb: ModelBuild, preview_svg: str = "") -> ModelCardView:
                          fmt(mb.ledger.total), facts, mb.check_phrase, preview_svg)
 
 
-def site_pages(builds: list[ModelBuild], how_to_read_md: str) -> list[PageBase]:
+def site_pages(builds: list[ModelBuild], how_to_read_md: str, glossary_md: str) -> list[PageBase]:
     """Every page of the site, in a fixed order."""
     pages: list[PageBase] = [
         IndexPage("LLM architectures, component by component", "Models explained component by component, with "
                   "exact parameter accounting and pinned sources.", "", "index.html",
                   tuple(model_card(mb, budget_preview(mb)) for mb in builds)),
-        ProsePage("How to read a page", "What every element of an explorer page means.", "", "how-to-read.html",
+        ProsePage("How to read a page", "A short primer on reading an explorer page.", "", "how-to-read.html",
                   "How to read a page", render_markdown(how_to_read_md)),
+        ProsePage("Notation", "Every symbol the equations use, defined once.", "", "glossary.html", "Notation",
+                  render_markdown(glossary_md)),
     ]
     names = tuple((mb.slug, mb.content.meta.name) for mb in builds)
     parts = library_parts(builds)

@@ -5,6 +5,7 @@
   var form = document.querySelector("form.search");
   if (!form) return;
   var root = form.getAttribute("data-root") || "";
+  var model = form.getAttribute("data-model") || "";  // the model being read, whose pages come first on a tie
   var input = form.querySelector("input");
   var list = form.querySelector("ol");
   var loading = false;
@@ -20,25 +21,55 @@
     document.head.appendChild(s);
   }
 
-  function score(entry, terms) {
-    var title = entry.t.toLowerCase(), hay = (entry.t + " " + entry.m + " " + entry.p + " " + entry.k).toLowerCase();
-    var total = 0;
-    for (var i = 0; i < terms.length; i++) {
-      var t = terms[i];
-      if (hay.indexOf(t) < 0) return 0;
-      total += title.indexOf(t) === 0 ? 8 : title.indexOf(t) >= 0 ? 4 : (" " + entry.k.toLowerCase() + " ").indexOf(" " + t + " ") >= 0 ? 3 : 1;
+  // Whole words only (identifiers and numbers kept whole), plurals folded: "experts" finds "expert".
+  function words(s) { return (s.toLowerCase().match(/[a-z_][a-z0-9_\-]*|\d[\d,]*(?:\.\d+)?/g) || []).map(stem); }
+  function stem(w) { return w.length > 3 && /[^s]s$/.test(w) ? w.slice(0, -1) : w; }
+  // 2 when the phrase ends the text (a title's head noun: "latent attention", not "Attention RMSNorm"),
+  // 1 when it stands elsewhere in it as whole words, 0 when it does not.
+  function phraseIn(phrase, text) {
+    var p = words(phrase), t = words(text), found = 0;
+    for (var i = 0; i + p.length <= t.length; i++) {
+      if (p.every(function (w, j) { return t[i + j] === w; })) found = i + p.length === t.length ? 2 : 1;
     }
-    return total;
+    return found;
+  }
+  function weight(entry, term) { return entry.w[term] || entry.w[stem(term)] || 0; }
+
+  // A page scores for being the concept asked for: its title or acronym (100); its breadcrumb, key or step
+  // program, or a title that ends in the phrase, as "latent attention" ends "Multi-head latent attention" (90);
+  // the phrase elsewhere in its title (50). A synonym's concept counts nine tenths. Add the weight of the exact
+  // term on the page (config key, value, tensor name), and a little for the model being read.
+  function level(entry, ph) {
+    var key = words(ph).join(" ");
+    var same = function (n) { return words(n).join(" ") === key; };
+    if (entry.n.some(same)) return 100;
+    var where = phraseIn(ph, entry.t);
+    if (entry.a.some(same) || where === 2) return 90;
+    return where ? 50 : 0;
+  }
+
+  function score(entry, q) {
+    var concept = level(entry, q);
+    ((window.EXPLORER_SYNONYMS || {})[q] || []).forEach(function (ph) {
+      concept = Math.max(concept, 0.9 * level(entry, ph));
+    });
+    if (concept) concept -= 0.01 * words(entry.t).length;  // the shorter title names the thing more exactly
+    var exact = weight(entry, q), terms = q.split(/\s+/);
+    if (!exact && terms.length > 1 && terms.every(function (w) { return weight(entry, w) || phraseIn(w, entry.t); })) {
+      exact = terms.reduce(function (a, w) { return a + weight(entry, w); }, 0) / terms.length;
+    }
+    var total = concept + exact;
+    return total && model && entry.u.indexOf("models/" + model + "/") === 0 ? total + 5 : total;
   }
 
   function render() {
     var q = input.value.trim().toLowerCase();
     list.innerHTML = "";
     if (!q || !window.EXPLORER_SEARCH) return;
-    var terms = q.split(/\s+/);
-    var hits = window.EXPLORER_SEARCH.map(function (e) { return [score(e, terms), e]; })
+    q = q.replace(/\s+/g, " ");
+    var hits = window.EXPLORER_SEARCH.map(function (e, i) { return [score(e, q), i, e]; })
       .filter(function (p) { return p[0] > 0; })
-      .sort(function (a, b) { return b[0] - a[0]; }).slice(0, 12);
+      .sort(function (a, b) { return b[0] - a[0] || a[1] - b[1]; }).slice(0, 12);
     if (!hits.length) {
       var none = document.createElement("li");
       none.className = "none";
@@ -47,7 +78,7 @@
       return;
     }
     hits.forEach(function (p) {
-      var e = p[1], li = document.createElement("li"), a = document.createElement("a");
+      var e = p[2], li = document.createElement("li"), a = document.createElement("a");
       a.href = root + e.u;
       a.textContent = e.t;
       var where = document.createElement("span");

@@ -17,8 +17,12 @@ PAGES = {
     "moe-block": "models/kimi-k2/blocks.moe.html",
     "down-proj": "models/kimi-k2/blocks.dense.mlp.down_proj.html",
     "compare": "compare/deepseek-v3-vs-kimi-k2.html",
+    "attention": "models/kimi-k2/blocks.moe.attn.html",
+    "how-to-read": "how-to-read.html",
 }
 WIDTHS = {"desktop": 1280, "phone": 390}
+SCHEMES = ("light", "dark")
+EXCERPT_PAGES = ("down-proj", "moe-block", "models/kimi-k2/blocks.moe.attn.rope.html")
 CLS_PROBE = """
 window.__cls = 0;
 new PerformanceObserver(list => { for (const e of list.getEntries()) if (!e.hadRecentInput) window.__cls += e.value; })
@@ -53,10 +57,11 @@ def open_page(browser, site: Path, rel: str, width: int, **context_options):
     return context, page
 
 
+@pytest.mark.parametrize("scheme", SCHEMES)
 @pytest.mark.parametrize("width_name", WIDTHS)
 @pytest.mark.parametrize("name", PAGES)
-def test_page_loads_cleanly_in_chromium(browser, built_site, name, width_name):
-    context, page = open_page(browser, built_site, PAGES[name], WIDTHS[width_name])
+def test_page_loads_cleanly_in_chromium(browser, built_site, name, width_name, scheme):
+    context, page = open_page(browser, built_site, PAGES[name], WIDTHS[width_name], color_scheme=scheme)
     try:
         page.wait_for_timeout(300)
         assert page.errors == []
@@ -64,10 +69,10 @@ def test_page_loads_cleanly_in_chromium(browser, built_site, name, width_name):
         assert [u for u in page.requests if not u.startswith(site_uri)] == []
         assert page.evaluate("window.__cls") < 0.01
         assert page.evaluate("document.documentElement.scrollWidth") <= WIDTHS[width_name] + 1  # no sideways scroll
-        if name not in ("index", "compare"):  # pages without equations
+        if name not in ("index", "compare", "how-to-read"):  # pages without equations
             _assert_math_rendered(page)
         ARTIFACTS.mkdir(exist_ok=True)
-        page.screenshot(path=str(ARTIFACTS / f"{name}-{width_name}.png"), full_page=True)
+        page.screenshot(path=str(ARTIFACTS / f"{name}-{width_name}-{scheme}.png"), full_page=True)
     finally:
         context.close()
 
@@ -158,5 +163,76 @@ def test_whole_model_picture_fits_and_lights_k_experts(browser, built_site, widt
         assert page.locator("figure.whole-model rect.layer").count() == 61 + 2  # strips, plus the legend swatches
         assert page.locator("figure.whole-model rect.expert.lit").count() == 8
         assert page.locator("figure.whole-model rect.expert").count() == 384
+    finally:
+        context.close()
+
+
+GUTTER_OFFSETS = """() => Array.from(document.querySelectorAll('pre.code .line')).flatMap(line => {
+  const ln = line.querySelector('.ln');
+  if (!ln.nextSibling) return [];  // a blank line has no code to compare with
+  const range = document.createRange();
+  range.setStartAfter(ln);
+  range.setEndAfter(line.lastChild);
+  const digits = document.createRange();
+  digits.selectNodeContents(ln);  // the number's text box, laid out like the code's text boxes
+  const code = range.getBoundingClientRect(), number = digits.getBoundingClientRect();
+  return code.height ? [[Number(ln.textContent), Math.abs(code.top - number.top), Math.abs(code.bottom - number.bottom)]] : [];
+})"""
+
+
+@pytest.mark.parametrize("width", WIDTHS.values())
+def test_code_line_numbers_stay_beside_their_lines(browser, built_site, width):
+    """Issue 12: the router excerpt's `return` stood beside 153 though it is line 158 (gutter and code were
+    laid out separately); every number's box must match its line's box within 1 px."""
+    for name in EXCERPT_PAGES:
+        context, page = open_page(browser, built_site, PAGES.get(name, name), width)
+        try:
+            offsets = page.evaluate(GUTTER_OFFSETS)
+            assert len(offsets) > 20, name
+            assert [o for o in offsets if o[1] > 1 or o[2] > 1] == [], name
+        finally:
+            context.close()
+
+
+def test_diagrams_fit_a_phone_and_their_boxes_add_up(browser, built_site):
+    for name in ("moe-block", "attention", "models/kimi-k2/blocks.moe.moe.html"):
+        context, page = open_page(browser, built_site, PAGES.get(name, name), 390, color_scheme="dark")
+        try:
+            svg = page.locator("figure.flow svg").bounding_box()
+            assert svg["x"] >= 0 and svg["x"] + svg["width"] <= 390, name
+            overflow = page.evaluate("""() => Array.from(document.querySelectorAll('figure.flow .box')).filter(b => {
+                const r = b.querySelector('rect').getBBox();
+                return Array.from(b.querySelectorAll('text')).some(t => {
+                  const x = t.getBBox(); return x.x < r.x || x.x + x.width > r.x + r.width; });
+              }).length""")
+            assert overflow == 0, name  # every label inside its box
+            drawn = page.evaluate("""() => Array.from(document.querySelectorAll('figure.flow [data-params]'))
+                .reduce((a, b) => a + Number(b.dataset.params), 0)""")
+            total = page.inner_text("#parameters tfoot td.num").replace(",", "")
+            assert drawn == int(total), name
+        finally:
+            context.close()
+
+
+def test_search_puts_the_defining_page_first(browser, built_site):
+    """Issue 12: "MLA" found nothing; routed_scaling_factor, 2.827 and silu led to the overview; "KV cache"
+    matched use_cache. Searched from Kimi K2's overview, whose pages come first where models tie."""
+    context, page = open_page(browser, built_site, PAGES["model"], 1280)
+    try:
+        page.focus("#search-input")
+        for query, first in [("MLA", "blocks.dense.attn.html"), ("KV cache", "blocks.dense.attn.html"),
+                             ("2.827", "blocks.moe.moe.router.html"),
+                             ("routed_scaling_factor", "blocks.moe.moe.router.html"),
+                             ("silu", "blocks.dense.mlp.html"), ("shared expert", "blocks.moe.moe.shared.html"),
+                             ("experts", "blocks.moe.moe.expert.html")]:
+            page.fill("#search-input", query)
+            page.wait_for_timeout(50)
+            hrefs = page.locator(".search-results a").evaluate_all("els => els.map(e => e.getAttribute('href'))")
+            assert hrefs and hrefs[0] == f"../../models/kimi-k2/{first}", (query, hrefs[:3])
+            if query == "KV cache":
+                assert not any("use_cache" in h for h in hrefs)
+        page.fill("#search-input", "cache")  # a whole word only: use_cache is not "cache"
+        page.wait_for_timeout(50)
+        assert page.locator(".search-results .none").count() == 1
     finally:
         context.close()

@@ -57,7 +57,7 @@ def test_mistyped_value_says_what_was_expected(project_copy):
 
 
 def test_nested_table_key_is_named(project_copy):
-    path = edit(project_copy, KIMI, r"^factor = 32.0", 'factr = 32.0')
+    path = edit(project_copy, KIMI, r"\bfactor = 32.0", "factr = 32.0")
     msgs = problems_for(project_copy)
     assert f"{path}: table 'config': table 'rope_scaling': key 'factr': unknown; did you mean 'factor'?" in msgs
 
@@ -385,3 +385,89 @@ def test_out_of_range_and_non_finite_config_values_are_one_line_each(project_cop
     path = edit(project_copy, KIMI, old, new)
     problems = problems_for(project_copy)
     assert problems == (f"{path}: table 'config': {message}",), problems
+
+
+def _mlp_lines() -> tuple[int, int, list[str]]:
+    from explorer.sources import locate_symbol, transformers_file
+
+    text = transformers_file(TRANSFORMERS_FILE).read_text()
+    first, last = locate_symbol(text, "DeepseekV3MLP")
+    return first, last, text.splitlines()
+
+
+def test_citation_names_a_part_of_its_symbol():
+    """Issue 12: a citation may name the lines that make the point, as the seed cites 1152-1166 of a method."""
+    from explorer.sources import _Resolver
+
+    first, last, lines = _mlp_lines()
+    forward = next(i for i in range(first, last + 1) if lines[i - 1].strip().startswith("def forward"))
+    resolver = _Resolver(load_model_content(ROOT / "content/models/kimi-k2"), fetch=False)
+    found = resolver.resolve(Citation("claim", "transformers", "DeepseekV3MLP", TRANSFORMERS_FILE,
+                                      lines=(forward, last)), "test")
+    assert resolver.problems == []
+    assert (found.first, found.last, found.symbol_lines) == (forward, last, (first, last))
+    assert found.lines == tuple(lines[forward - 1:last]) and found.url.endswith(f"#L{forward}-L{last}")
+
+
+@pytest.mark.parametrize("shift, reason", [(1, "do not lie inside the symbol's lines"),
+                                           (-1, "start or end on a blank line")])
+def test_citation_part_outside_its_symbol_or_on_a_blank_line_fails(shift, reason):
+    from explorer.sources import _Resolver
+
+    first, last, lines = _mlp_lines()
+    blank = next(i for i in range(first, last + 1) if not lines[i - 1].strip())
+    cited = (first, last + 1) if shift == 1 else (first, blank)
+    resolver = _Resolver(load_model_content(ROOT / "content/models/kimi-k2"), fetch=False)
+    assert resolver.resolve(Citation("claim", "transformers", "DeepseekV3MLP", TRANSFORMERS_FILE,
+                                     lines=cited), "deepseek_v3 family, component 'blocks.dense.mlp'") is None
+    (msg,) = resolver.problems
+    assert msg.startswith("deepseek_v3 family, component 'blocks.dense.mlp': citation of 'DeepseekV3MLP'")
+    assert f"lines [{cited[0]}, {cited[1]}] {reason}" in msg
+
+
+def test_range_ends_at_the_last_line_of_code():
+    from explorer.sources import trim_blank_end
+
+    assert trim_blank_end("a\nb\n\n   \nc\n", 1, 4) == (1, 2)
+    assert trim_blank_end("a\nb\n", 1, 2) == (1, 2)
+
+
+@pytest.mark.parametrize("slug", ["kimi-k2", "deepseek-v3"])
+def test_config_json_is_regenerated_only_when_its_hash_matches(slug, tmp_path):
+    """The recorded values reproduce the published bytes (Kimi K2 in its own key order, DeepSeek-V3 sorted);
+    a changed value no longer does, and nothing is quoted."""
+    import dataclasses
+
+    from explorer.sources import locate_json_key, regenerate_config
+
+    content = load_model_content(ROOT / f"content/models/{slug}")
+    text = regenerate_config(content)
+    assert text is not None and hashlib.sha256(text.encode()).hexdigest() == content.checkpoint.config_sha256
+    assert locate_json_key(text, "quantization_config") == content.checkpoint.config_lines["quantization_config"]
+    changed = dataclasses.replace(content, config={**content.config, "routed_scaling_factor": 2.8})
+    assert regenerate_config(changed) is None
+
+
+def test_part_of_a_pinned_checkpoint_symbol_is_cited_offline_by_its_own_lines():
+    """The seed's MoE block cites modeling_deepseek.py 1152-1166 of DeepseekV3DecoderLayer.__init__ (1144-1166):
+    offline the part is checked against the recorded range and linked at the pinned revision."""
+    from explorer.sources import _Resolver
+
+    resolver = _Resolver(load_model_content(ROOT / "content/models/kimi-k2"), fetch=False)
+    cit = Citation("claim", "checkpoint", "DeepseekV3DecoderLayer.__init__", lines=(1152, 1166))
+    found = resolver.resolve(cit, "test")
+    assert (found.first, found.last, found.symbol_lines, found.origin) == (1152, 1166, (1144, 1166), "absent")
+    assert found.url.endswith("/modeling_deepseek.py#L1152-L1166") and found.lines is None
+    assert resolver.resolve(Citation("claim", "checkpoint", "DeepseekV3DecoderLayer.__init__", lines=(1140, 1166)),
+                            "test") is None
+    assert "lines [1140, 1166] do not lie inside the symbol's lines 1144–1166" in resolver.problems[0]
+
+
+def test_a_stale_config_order_means_no_regenerated_file(project_copy):
+    """The order is a hint checked by the hash: with vocab_size missing from it, Kimi K2's sorted serialisation
+    does not hash to the recorded sha256, so nothing is quoted as the published file."""
+    from explorer.sources import regenerate_config
+
+    edit(project_copy, KIMI, r', "vocab_size"\]', "]")
+    content = load_model_content(project_copy / "content/models/kimi-k2")
+    assert regenerate_config(content) is None

@@ -141,6 +141,10 @@ class Citation:
     top-level config.json key."""
     path: str = ""
     """transformers only: file path inside the package."""
+    lines: tuple[int, int] | None = None
+    """The lines of the file that make the point, (first, last) inclusive, when they are a part of the symbol
+    (as the seed cites modeling_deepseek.py 1152-1166 of DeepseekV3DecoderLayer.__init__); they must lie inside
+    the symbol's lines, and are re-checked against the file whenever it is at hand."""
 
 
 @dataclass(frozen=True, slots=True)
