@@ -21,6 +21,13 @@ from .linear import Layout, linear
 Activation = Literal["silu", "gelu_tanh", "gelu"]
 ACT_LATEX = {"silu": r"a=g\,\sigma(g)", "gelu_tanh": r"a=\operatorname{GELU}_{\tanh}(g)",
              "gelu": r"a=\operatorname{GELU}(g)"}
+
+
+def _indexed(sub: str) -> tuple[str, str, str, str, str]:
+    """g, u, a, m and the weight index for a gated MLP; routed experts carry their expert index (g_i, W_{1,i})."""
+    if not sub:
+        return "g", "u", "a", "m", ""
+    return f"g_{{{sub}}}", f"u_{{{sub}}}", f"a_{{{sub}}}", f"m_{{{sub}}}", f",{sub}"
 ACT_NAMES = {"silu": "SiLU", "gelu_tanh": "GELU (tanh approximation)", "gelu": "GELU"}
 
 
@@ -41,26 +48,29 @@ def activation(g: torch.Tensor, act: Activation) -> torch.Tensor:
 def gated_mlp(ctx: Ctx, key: str, title: str, crumb: str, *, prefix: str, ranges: tuple[IndexRange, ...],
               d_ff: sympy.Expr, ff_dim: Dim, x: Port, y: Port, description: str, code: str,
               citations: tuple[Citation, ...], act: Activation = "silu", names: tuple[str, str, str] = (
-                  "gate_proj", "up_proj", "down_proj")) -> Component:
-    """down(act(gate x) ⊙ up x): three bias-free projections; `names` are their module names in the checkpoint."""
-    g = Port("g", ctx.tokens(ff_dim), "g")
-    h = Port("h", ctx.tokens(ff_dim), "h")
+                  "gate_proj", "up_proj", "down_proj"), sub: str = "") -> Component:
+    """down(act(gate x) ⊙ up x): three bias-free projections; `names` are their module names in the checkpoint,
+    `sub` an index on every symbol (the routed expert i, the shared expert "sh")."""
+    gs, us, as_, ms, ws = _indexed(sub)
+    g = Port(gs, ctx.tokens(ff_dim), "g")
+    h = Port(ms, ctx.tokens(ff_dim), "h")
     d = ctx.size("hidden_size")
     gate_n, up_n, down_n = names
     gate = linear(ctx, gate_n, "Gate projection", weight=prefix + gate_n + ".weight", ranges=ranges, d_in="hidden_size",
-                  d_out=d_ff, out_dim=ff_dim, x=x, y=g, equation=rf"g={x.latex}W_{{1}}", code=f"self.{gate_n}(x)",
+                  d_out=d_ff, out_dim=ff_dim, x=x, y=g, equation=rf"{gs}={x.latex}W_{{1{ws}}}", code=f"self.{gate_n}(x)",
                   description=f"Project {d:,} features to {ff_dim.size:,} gate pre-activations.")
     up = linear(ctx, up_n, "Up projection", weight=prefix + up_n + ".weight", ranges=ranges, d_in="hidden_size",
-                d_out=d_ff, out_dim=ff_dim, x=x, y=Port("u", ctx.tokens(ff_dim), "u"), equation=rf"u={x.latex}W_{{3}}",
+                d_out=d_ff, out_dim=ff_dim, x=x, y=Port(us, ctx.tokens(ff_dim), "u"), equation=rf"{us}={x.latex}W_{{3{ws}}}",
                 code=f"self.{up_n}(x)", description=f"Project {d:,} features to {ff_dim.size:,} values that the gate "
                                                   "multiplies.")
     down = linear(ctx, down_n, "Down projection", weight=prefix + down_n + ".weight", ranges=ranges, d_in=d_ff,
-                  d_out="hidden_size", out_dim=ctx.dim("hidden_size"), x=h, y=y, equation=rf"{y.latex}=hW_{{2}}",
+                  d_out="hidden_size", out_dim=ctx.dim("hidden_size"), x=h, y=y, equation=rf"{y.latex}={ms}W_{{2{ws}}}",
                   code=f"self.{down_n}(self.act_fn(self.{gate_n}(x)) * self.{up_n}(x))",
                   description=f"Map {ff_dim.size:,} gated features back to {d:,} features.")
     act_name = "silu" if act == "silu" else "gelu"
-    steps = (gate.steps[0], up.steps[0], Step(ACT_LATEX[act], g.shape, act_name), Step(r"h=a\odot u", h.shape, "product"),
-             down.steps[0])
+    act_latex = ACT_LATEX[act].replace("(g)", f"({gs})").replace("a=g", f"{as_}={gs}").replace("a=", f"{as_}=")
+    steps = (gate.steps[0], up.steps[0], Step(act_latex, g.shape, act_name),
+             Step(rf"{ms}={as_}\odot {us}", h.shape, "product"), down.steps[0])
     glu = "SiLU" if act == "silu" else "GELU"
     return Component(
         key=key, title=title, crumb=crumb, kind="learned", code=code, description=description, inputs=(x,),

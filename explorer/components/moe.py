@@ -200,7 +200,7 @@ def routed_experts(ctx: Ctx, *, prefix: str, ranges: tuple[IndexRange, ...], x: 
     expert_ranges = ranges + (IndexRange("expert", tuple(range(experts))),)
     e = gated_mlp(ctx, "expert", "Routed expert", "Routed expert", prefix=prefix + "{expert}.", ranges=expert_ranges,
                   d_ff=ctx.sym(width), ff_dim=ctx.dim(width), x=x,
-                  y=Port("E_i", x.shape, "expert_out"), names=names, act=act,
+                  y=Port("E_i", x.shape, "expert_out"), names=names, act=act, sub="i",
                   description=f"One of {experts} SwiGLU experts of width {ctx.size(width):,}; each "
                               f"token runs {k} of them.", code=code, citations=citations)
     return replace(e, repeat=experts, repeat_label="routed experts", repeat_formula=experts_sym,
@@ -212,6 +212,7 @@ def shared_expert(ctx: Ctx, *, prefix: str, ranges: tuple[IndexRange, ...], x: P
     width = ctx.size(d_shared)
     return gated_mlp(ctx, "shared", "Shared expert", "Shared expert", prefix=prefix, ranges=ranges, d_ff=d_shared,
                      ff_dim=Dim("d_shared", width), x=x, y=Port(r"y^{\mathrm{shared}}", x.shape, "shared_out"),
+                     sub=r"\mathrm{sh}",
                      description=f"A SwiGLU MLP of width {width:,} that every token runs.", code=code,
                      citations=citations)
 

@@ -102,16 +102,16 @@ class DeepseekV3Hyperparameters(Hyperparameters):
     auto_map: dict[str, str] = field(default_factory=dict)
 
 
-def _checkpoint(claim: str, symbol: str) -> Citation:
-    return Citation(claim, "checkpoint", symbol)
+def _checkpoint(claim: str, symbol: str, lines: tuple[int, int] | None = None) -> Citation:
+    return Citation(claim, "checkpoint", symbol, lines=lines)
 
 
 BLOCK_CITATIONS = (
     _checkpoint("A block applies input RMSNorm, attention and a residual addition, then post-attention RMSNorm, the "
                 "FFN and a second residual addition; the first first_k_dense_replace blocks use the dense MLP, the "
-                "rest MoE.", "DeepseekV3DecoderLayer.__init__"),
+                "rest MoE.", "DeepseekV3DecoderLayer.__init__", lines=(1152, 1166)),
     _checkpoint("The forward pass adds attention and FFN outputs to the residual stream.",
-                "DeepseekV3DecoderLayer.forward"),
+                "DeepseekV3DecoderLayer.forward", lines=(1198, 1218)),
     REFERENCE.cite("transformers' decoder layer has the same structure.", "DecoderLayer"),
 )
 MLP_CITATIONS = (
