@@ -19,7 +19,7 @@ import sympy
 
 from .model_build import ModelBuild
 from .spec.types import Component, path_key, walk
-from .views import page_href
+from .views import compare_path, page_href
 
 SYNONYMS: dict[str, tuple[str, ...]] = {
     "kv cache": ("latent attention", "attention"),
@@ -112,7 +112,12 @@ def term_weights(mb: ModelBuild, path: str, comp: Component, values: dict[str, s
         w[word] += W_TEXT
     own_tensors: set[str] = set()
     for spec in comp.tensors:
-        own_tensors |= {part.lower() for part in spec.template.split(".") if not part.startswith("{")}
+        parts = [part.lower() for part in spec.template.split(".") if not part.startswith("{")]
+        # identifiers (kv_b_proj, e_score_correction_bias) name the page; plain path words ("experts", "mlp")
+        # stand in many models' tensor names and only count as text
+        own_tensors |= {part for part in parts if "_" in part or part == parts[-1]}
+        for part in set(parts) - own_tensors:
+            w[part] += W_TEXT
         own_tensors |= {str(s) for dim in (spec.shape or ()) for s in sympy.sympify(dim).free_symbols}
     for name in own_tensors:
         w[name] += W_OWN_TENSOR
@@ -156,8 +161,28 @@ def search_entries(builds: list[ModelBuild]) -> list[dict[str, Any]]:
             title = comp.title if path else name
             crumbs = " › ".join(a.crumb or a.title for a in anc[1:])
             names, aliases = concepts(comp, title)
+            if not path:  # the overview carries the derived figures (active parameters, FLOPs, memory)
+                aliases = sorted(set(aliases) | FIGURE_ALIASES)
             entries.append({"t": title, "m": name, "p": crumbs, "u": f"models/{mb.slug}/{page_href(path)}",
                             "n": names, "a": aliases, "w": dict(sorted(weights[path].items()))})
+    return entries + compare_entries(builds)
+
+
+FIGURE_ALIASES = {"active parameters", "activated parameters", "flops", "weight memory", "per token"}
+"""What a reader asks of a model's overview page, where its derived figures are."""
+
+
+def compare_entries(builds: list[ModelBuild]) -> list[dict[str, Any]]:
+    """One entry per compare page, found by the two model names ("kimi deepseek", "Kimi K2 vs DeepSeek-V3")."""
+    entries = []
+    for i, a in enumerate(builds):
+        for b in builds[i + 1:]:
+            left, right = sorted((a, b), key=lambda mb: mb.slug)
+            title = f"{left.content.meta.name} vs {right.content.meta.name}"
+            words = tokens(f"{left.content.meta.name} {right.content.meta.name} {left.slug} {right.slug}")
+            entries.append({"t": title, "m": "Compare", "p": "", "u": compare_path(left.slug, right.slug),
+                            "n": [title.lower()], "a": ["compare", "comparison", "side by side"],
+                            "w": dict.fromkeys(sorted(words), W_OWN_TEXT)})
     return entries
 
 

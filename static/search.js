@@ -38,7 +38,8 @@
   // A page scores for being the concept asked for: its title or acronym (100); its breadcrumb, key or step
   // program, or a title that ends in the phrase, as "latent attention" ends "Multi-head latent attention" (90);
   // the phrase elsewhere in its title (50). A synonym's concept counts nine tenths. Add the weight of the exact
-  // term on the page (config key, value, tensor name), and a little for the model being read.
+  // term on the page (config key, value, tensor name), and 15 for the model being read (more than words in
+  // running text add up to, less than a concept level).
   function level(entry, ph) {
     var key = words(ph).join(" ");
     var same = function (n) { return words(n).join(" ") === key; };
@@ -59,7 +60,7 @@
       exact = terms.reduce(function (a, w) { return a + weight(entry, w); }, 0) / terms.length;
     }
     var total = concept + exact;
-    return total && model && entry.u.indexOf("models/" + model + "/") === 0 ? total + 5 : total;
+    return total && model && entry.u.indexOf("models/" + model + "/") === 0 ? total + 15 : total;
   }
 
   function render() {

@@ -236,3 +236,20 @@ def test_search_puts_the_defining_page_first(browser, built_site):
         assert page.locator(".search-results .none").count() == 1
     finally:
         context.close()
+
+
+def test_search_finds_figures_and_model_pairs(browser, built_site):
+    """Issue 11: the derived figures and the compare pages are found by what readers type."""
+    context, page = open_page(browser, built_site, "index.html", 1280)
+    try:
+        page.focus("#search-input")
+        for query, first in [("active parameters", "models/"), ("Kimi K2 vs DeepSeek-V3", "compare/deepseek-v3-vs-kimi-k2"),
+                             ("kimi deepseek", "compare/deepseek-v3-vs-kimi-k2")]:
+            page.fill("#search-input", query)
+            page.wait_for_timeout(50)
+            hrefs = page.locator(".search-results a").evaluate_all("els => els.map(e => e.getAttribute('href'))")
+            assert hrefs and hrefs[0].startswith(first), (query, hrefs[:3])
+            if query == "active parameters":
+                assert hrefs[0].endswith("/index.html"), hrefs[:3]
+    finally:
+        context.close()
