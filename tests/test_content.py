@@ -171,6 +171,8 @@ def synth_module(line_map: dict[str, tuple[int, int]]) -> str:
             cls, method = symbol.split(".")
             owners.setdefault(cls, first - 1)
             lines[first - 1] = f"    def {method}(self):"
+            for i in range(first, last - 1):  # a body with no blank lines, so cited sub-ranges hold text
+                lines[i] = f"        step_{i + 1} = {i + 1}"
             lines[last - 1] = "        return None"
         else:
             lines[first - 1] = f"class {symbol}:"
