@@ -13,7 +13,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from .content import MODEL_FILE, SLUG
+from .content import MODEL_FILE, SLUG, UNPINNED
 from .errors import ContentError
 from .families import family_for
 
@@ -51,8 +51,9 @@ def add_model(content_dir: Path, slug: str, config_path: Path, repo: str, revisi
         problems.append(f"--add-model: slug {slug!r}: use lowercase letters, digits, '.' and '-' (a name, not a path)")
     if not REPO.match(repo):
         problems.append(f"--repo: {repo!r}: expected OWNER/NAME")
-    if not REVISION.match(revision):
-        problems.append(f"--revision: {revision!r}: expected a 40-hex-digit commit")
+    if not REVISION.match(revision) and revision != UNPINNED:
+        problems.append(f"--revision: {revision!r}: expected a 40-hex-digit commit, or '{UNPINNED}' when the "
+                        "commit is not known (then say why in config_provenance)")
     if released and not re.match(r"^\d{4}-(0[1-9]|1[0-2])$", released):
         problems.append(f"--released: {released!r}: expected YYYY-MM")
     folder = content_dir / "models" / slug

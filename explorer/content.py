@@ -45,6 +45,10 @@ class ModelMeta:
     """Where it is published, e.g. "model card: 32 billion activated parameters"."""
 
 
+UNPINNED = "unpinned"
+"""The revision of a checkpoint whose commit is not known: pages say so, and nothing is fetched at it."""
+
+
 @dataclass(frozen=True, slots=True)
 class CheckpointRef:
     """Where the published checkpoint lives, pinned, and facts recorded about its files."""
@@ -65,6 +69,20 @@ class CheckpointRef:
     """The published config.json's top-level keys in its own order, where that is not sorted, so the recorded
     values serialise back to its exact bytes. Only a hint: the regenerated text is used only when its sha256 is
     config_sha256, so a wrong or stale order means no regenerated excerpt, never a wrong one."""
+
+    @property
+    def pinned(self) -> bool:
+        """False when the checkpoint's commit is not known (revision = "unpinned"; config_provenance says why)."""
+        return self.revision != UNPINNED
+
+    @property
+    def revision_short(self) -> str:
+        return self.revision[:7] if self.pinned else "revision not pinned"
+
+    @property
+    def repo_url(self) -> str:
+        base = f"https://huggingface.co/{self.repo_id}"
+        return f"{base}/tree/{self.revision}" if self.pinned else base
 
 
 @dataclass(frozen=True, slots=True)

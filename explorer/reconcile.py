@@ -28,6 +28,8 @@ class ExpectedTensor:
     optional: bool = False
     parameters: int = 0
     """Logical parameters the stored tensor carries (MXFP4 blocks: two per byte; scales and buffers: none)."""
+    also: tuple[str, ...] = ()
+    """Other dtypes the storage scheme accepts (a mixed GGUF file type)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,7 +121,8 @@ def _expand(t: TensorSpec, owner: str, values: dict[str, int | float], logical: 
     for name in t.names():
         for stored in storage.expand(name, shape, role):
             out.append(ExpectedTensor(stored.name, owner, stored.role, stored.shape, stored.dtype,
-                                      t.optional or bool(t.tied_to), stored.parameters))
+                                      t.optional or bool(t.tied_to), stored.parameters,
+                                      stored.also))
     return out
 
 
@@ -152,8 +155,8 @@ def reconcile(spec: ModelSpec, index: CheckpointIndex, reference: bool = False,
         acc[3] += e.parameters if tuple(info.shape) == e.shape else info.elements * (e.role == "parameter")
         if e.shape is not None and tuple(info.shape) != e.shape:
             shape_bad.append(Mismatch(name, e.owner, _show(e.shape), _show(info.shape)))
-        if e.dtype and not reference and info.dtype != e.dtype:
-            dtype_bad.append(Mismatch(name, e.owner, e.dtype, info.dtype))
+        if e.dtype and not reference and info.dtype not in (e.dtype, *e.also):
+            dtype_bad.append(Mismatch(name, e.owner, " or ".join((e.dtype, *e.also)), info.dtype))
     role_order = {"parameter": 0, "quant_scale": 1, "buffer": 2}
     return Reconciliation(
         source=index.source, unowned=tuple(unowned), owned_twice=tuple(owned_twice), missing=tuple(missing),

@@ -447,8 +447,8 @@ def header_view(mb: ModelBuild, root: str) -> HeaderView:
     return HeaderView(
         name=mb.content.meta.name, href=f"{root}models/{mb.slug}/index.html",
         meta=f"{mb.content.meta.lab} · {month(mb.content.meta.released)}", tagline=mb.content.meta.tagline,
-        repo_id=ref.repo_id, revision_short=ref.revision[:7],
-        repo_url=f"https://huggingface.co/{ref.repo_id}/tree/{ref.revision}", checked=mb.check_phrase, slug=mb.slug)
+        repo_id=ref.repo_id, revision_short=ref.revision_short, repo_url=ref.repo_url, checked=mb.check_phrase,
+        slug=mb.slug)
 
 
 # ------------------------------------------------------------------------------------------- parameters
@@ -614,7 +614,7 @@ def ledger_view(mb: ModelBuild) -> LedgerView:
            f"{'balanced' if mb.reference.balanced else 'NOT balanced'}"
            + (f"; modules it does not build: {', '.join(mb.reference_skips)}." if mb.reference_skips else "."))
     if mb.checkpoint_index is not None:
-        source = (f"Checkpoint headers of {mb.content.checkpoint.repo_id}@{mb.content.checkpoint.revision[:7]}, "
+        source = (f"Checkpoint headers of {mb.content.checkpoint.at}, "
                   f"from the recorded manifest ({mb.checkpoint_index.provenance})")
     else:
         source = ("No checkpoint tensor listing is recorded for this model: the stored layout below is predicted "

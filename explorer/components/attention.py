@@ -7,7 +7,7 @@ QK-norm; transformers' modeling_llama.py (eager_attention_forward, repeat_kv) fo
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import sympy
 import torch
@@ -16,8 +16,8 @@ import torch.nn.functional as F
 from ..spec.types import Citation, Component, Dim, IndexRange, Port, Shape, Step
 from .base import B, Ctx, Run, ctx_colour, fmt_num, k, options, program, q, reference_call, run_child, v
 from .linear import linear
-from .norms import NormOptions, apply_norm, rmsnorm
-from .rope import RopeOptions, rope, rotate
+from .norms import Gain, NormOptions, apply_norm, rmsnorm
+from .rope import RopeOptions, reference_rotary, rope, rotate
 
 QUERIES, KEYS = Dim("queries", symbol="T"), Dim("keys", symbol="T")
 
@@ -127,8 +127,12 @@ class AttentionOptions:
 
 def attention(ctx: Ctx, *, prefix: str, ranges: tuple[IndexRange, ...], x: Port, rope_options: RopeOptions,
               scores_options: ScoresOptions, bias: bool = False, o_bias: bool = False, qk_norm_eps: float | None = None,
-              citations: tuple[Citation, ...] = ()) -> Component:
-    """Multi-head attention with separate q, k, v projections; kv_heads < heads shares each K/V head by a group."""
+              citations: tuple[Citation, ...] = (), qk_norm_gain: Gain = "w", scale_latex: str = "",
+              rope_reference: str = "model.rotary_emb") -> Component:
+    """Multi-head attention with separate q, k, v projections; kv_heads < heads shares each K/V head by a group.
+
+    qk_norm_gain: the q/k RMSNorms' gain (Gemma's 1 + w); scale_latex: the softmax scale's step where it is not
+    1/√d_head (Gemma's query_pre_attn_scalar); rope_reference: the reference's rotary module."""
     so = scores_options
     n, kvh, hd = so.heads, so.kv_heads, ctx.size("head_dim")
     heads, kv_heads, d_head = Dim("heads", n), Dim("kv_heads", kvh), Dim("d_head", hd)
@@ -155,12 +159,15 @@ def attention(ctx: Ctx, *, prefix: str, ranges: tuple[IndexRange, ...], x: Port,
                                     weight=prefix + key + ".weight", ranges=ranges, size="head_dim",
                                     x=Port(colour(letter), ctx.tokens(kh, d_head), letter),
                                     y=Port(colour(rf"\hat {letter}"), ctx.tokens(kh, d_head), letter + "_hat"),
-                                    code=f"self.{key}(...view(hidden_shape))", eps=qk_norm_eps))
+                                    code=f"self.{key}(...view(hidden_shape))", eps=qk_norm_eps,
+                                    gain=qk_norm_gain))
         norm_opts = options(children[-1], NormOptions)
-    children.append(rope(ctx, rope_options, code=f"{ctx.reference.prefix}RotaryEmbedding(config)"))
+    children.append(replace(rope(ctx, rope_options, code=f"{ctx.reference.prefix}RotaryEmbedding(config)"),
+                            reference=rope_reference))
     groups = f"; each key/value head serves {so.groups} query heads" if so.groups > 1 else ""
-    children.append(scores(ctx, so, d_qk=hd, d_v=hd, scale_latex=rf"\tau=1/\sqrt{{{hd}}}={so.scale:.6f}"
-                           if abs(so.scale - hd ** -0.5) < 1e-12 else rf"\tau={so.scale:.6f}",
+    children.append(scores(ctx, so, d_qk=hd, d_v=hd, scale_latex=scale_latex or (
+                           rf"\tau=1/\sqrt{{{hd}}}={so.scale:.6f}" if abs(so.scale - hd ** -0.5) < 1e-12
+                           else rf"\tau={so.scale:.6f}"),
                            description=f"Causal softmax attention of {n} query heads over {hd}-dimensional dot "
                                        f"products{groups}.", citations=citations[:1],
                            weight_prefix=prefix, ranges=ranges))
@@ -242,11 +249,13 @@ def call_with_rotary(comp: Component, ref, model, inputs, run: Run, ours: torch.
     """Attention and blocks take the rotary cos/sin and the mask their model would pass."""
     x, _, M = inputs
     T_ = x.shape[1]
-    rotary = model.model.rotary_emb
+    rotary, rope_o = getattr(model.model, "rotary_emb", None), RopeOptions("default", 1.0, 2)
     for c in _walk(comp):
-        if c.program == "rope" and c.reference not in ("", "-", "model.rotary_emb"):
-            rotary = model.get_submodule(c.reference)
-    cos, sin = rotary(x, torch.arange(T_)[None].expand(x.shape[0], T_))
+        if c.program == "rope":
+            rope_o = options(c, RopeOptions)
+            if c.reference not in ("", "-", "model.rotary_emb"):
+                rotary = model.get_submodule(c.reference)
+    cos, sin = reference_rotary(rotary, rope_o, x, torch.arange(T_)[None].expand(x.shape[0], T_))
     kwargs = {"position_embeddings": (cos, sin), "attention_mask": reference_mask(comp, M)[None, None]}
     out = ref(hidden_states=x, **kwargs) if comp.program != "block" else ref(x, **kwargs)
     return ours, out[0] if isinstance(out, tuple) else out, "rotary angles from our program"

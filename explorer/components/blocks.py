@@ -25,17 +25,20 @@ class BlockOptions:
 def decoder_block(ctx: Ctx, key: str, title: str, *, layer_indices: tuple[int, ...], attn_norm: Component,
                   attn: Component, ffn_norm: Component, ffn: Component, kind: str, description: str,
                   citations: tuple[Citation, ...], post_attn_norm: Component | None = None,
-                  post_ffn_norm: Component | None = None, attn_heading: str = "") -> Component:
+                  post_ffn_norm: Component | None = None, attn_heading: str = "", ffn_heading: str = "") -> Component:
     """x' = x + Attn(Norm(x)); x_next = x' + FFN(Norm(x')), with post-norms on each branch where given."""
     x = attn_norm.inputs[0]
-    residual_attn = Step(r"x'_n=x_n+\Delta_{\mathrm{attn}}", x.shape, "residual-attn")
-    residual_ffn = Step(r"x_{n+1}=x'_n+\Delta_{\mathrm{ffn}}", x.shape, "residual-ffn")
+    # with post-norms (Gemma's sandwich), the residual adds the normalised branch
+    delta_attn = post_attn_norm.outputs[0].latex if post_attn_norm else r"\Delta_{\mathrm{attn}}"
+    delta_ffn = post_ffn_norm.outputs[0].latex if post_ffn_norm else r"\Delta_{\mathrm{ffn}}"
+    residual_attn = Step(rf"x'_n=x_n+{delta_attn}", x.shape, "residual-attn")
+    residual_ffn = Step(rf"x_{{n+1}}=x'_n+{delta_ffn}", x.shape, "residual-ffn")
     steps = [attn_norm.equations[0], Step(rf"\text{{{attn_heading or attn.title}:}}", heading=True, name="attention"),
              *attn.steps]
     if post_attn_norm is not None:
         steps.append(post_attn_norm.equations[0])
     steps += [residual_attn, ffn_norm.equations[0],
-              Step(rf"\text{{{FFN_HEADINGS.get(ffn.program, ffn.title + ':')}}}", heading=True, name="ffn"), *ffn.steps]
+              Step(rf"\text{{{ffn_heading or FFN_HEADINGS.get(ffn.program, ffn.title + ':')}}}", heading=True, name="ffn"), *ffn.steps]
     if post_ffn_norm is not None:
         steps.append(post_ffn_norm.equations[0])
     steps.append(residual_ffn)

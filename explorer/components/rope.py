@@ -42,6 +42,9 @@ class RopeOptions:
     truncate: bool = True
     """YaRN: round the ramp's bounds outward to whole pairs (floor, ceil); gpt-oss publishes truncate: false and
     keeps the fractional bounds (modeling_rope_utils.find_correction_range)."""
+    layer_type: str = ""
+    """The reference rotary module's layer type where one module serves several ("sliding_attention" in Gemma 3,
+    whose local and global layers rotate with different bases); empty: the module has one set of frequencies."""
 
     @property
     def pairs(self) -> int:
@@ -242,8 +245,13 @@ def call_rope(comp: Component, ref, model, inputs, run: Run, ours: torch.Tensor)
     """The reference's rotary module returns cos and sin over both halves, already scaled by its factor."""
     o = options(comp, RopeOptions)
     (positions,) = inputs
-    cos, sin = ref(torch.zeros(1, positions.shape[0], 1), positions[None])
+    cos, sin = reference_rotary(ref, o, torch.zeros(1, positions.shape[0], 1), positions[None])
     factor = attention_factor(o)
     theirs = torch.cat([cos[0, :, :o.pairs], sin[0, :, :o.pairs]], dim=-1)
     return (torch.cat([ours.cos() * factor, ours.sin() * factor], dim=-1), theirs,
             f"cos and sin of {positions.shape[0]} × {o.pairs} angles")
+
+
+def reference_rotary(rotary, o: RopeOptions, x: torch.Tensor, positions: torch.Tensor):
+    """cos and sin from the reference's rotary module, for the layer type this rope stands for where it has several."""
+    return rotary(x, positions, o.layer_type) if o.layer_type else rotary(x, positions)

@@ -7,12 +7,15 @@ from ..errors import ContentError, did_you_mean
 from ..spec.types import ModelSpec
 from .base import Family
 from .deepseek_v3 import FAMILY as DEEPSEEK_V3
+from .gemma3 import FAMILY as GEMMA3
+from .gemma3 import TEXT_FAMILY as GEMMA3_TEXT
 from .gpt_oss import FAMILY as GPT_OSS
 from .llama import FAMILY as LLAMA
 from .mixtral import FAMILY as MIXTRAL
 from .qwen3_moe import FAMILY as QWEN3_MOE
 
-FAMILIES: dict[str, Family] = {f.name: f for f in (DEEPSEEK_V3, LLAMA, MIXTRAL, QWEN3_MOE, GPT_OSS)}
+FAMILIES: dict[str, Family] = {f.name: f for f in (DEEPSEEK_V3, LLAMA, MIXTRAL, QWEN3_MOE, GPT_OSS, GEMMA3,
+                                                    GEMMA3_TEXT)}
 """Family name (content's model.family) -> family."""
 
 

@@ -223,8 +223,13 @@ def reference_config(config: Any, skip: tuple[str, ...]) -> dict[str, Any]:
     for f in dataclasses.fields(config):
         if f.name in skip:
             continue
-        value = getattr(config, f.name)
-        if dataclasses.is_dataclass(value) and not isinstance(value, type):
-            value = {k: v for k, v in dataclasses.asdict(value).items() if v is not None}
-        out[f.name] = list(value) if isinstance(value, tuple) else value
+        out[f.name] = _reference_value(getattr(config, f.name))
     return out
+
+
+def _reference_value(value: Any) -> Any:
+    """Nested config tables (Gemma 3's text_config, its rope_scaling) as dicts without their unset keys."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: _reference_value(getattr(value, f.name)) for f in dataclasses.fields(value)
+                if getattr(value, f.name) is not None}
+    return list(value) if isinstance(value, tuple) else value

@@ -10,6 +10,7 @@ its dtype, element count and bytes, so the ledger, the pages and the API read th
   (one shared 8-bit exponent per block), as gpt-oss stores its experts (OCP Microscaling Formats spec v1.0).
 - GGUFQuant: llama.cpp's block quantization types (Q4_1, Q8_0, Q4_K, ...), whose tensors keep their element
   count and take a fixed number of bytes per block of values.
+- GGUFMix: a llama.cpp file type that mixes such types (Q4_K_M): each tensor takes one of a known set.
 """
 
 from __future__ import annotations
@@ -42,6 +43,8 @@ class StoredTensor:
     """Logical parameters this tensor carries (0 for scales and buffers)."""
     nbytes: int
     """Bytes it takes in the checkpoint."""
+    also: tuple[str, ...] = ()
+    """Other dtypes the scheme accepts for this tensor (a mixed GGUF file type picks one per tensor)."""
 
     @property
     def elements(self) -> int:
@@ -135,7 +138,44 @@ class GGUFQuant:
                              blocks * self.type_size),)
 
 
-Storage = Dense | BlockFP8 | MXFP4 | GGUFQuant
+@dataclass(frozen=True, slots=True)
+class GGUFMix:
+    """A llama.cpp file type that mixes quantization types: the quantizer gives each tensor one of `types` (by
+    layer, and falling back from a K-quant when a row is not a whole number of 256-value super-blocks), so which
+    one a tensor got is read from the recorded manifest, and any type outside the set is a mismatch."""
+
+    file_type: str
+    """llama.cpp's name of the file type, e.g. "Q4_K_M"."""
+    types: tuple[str, ...]
+
+    @property
+    def dtype(self) -> str:
+        return self.types[0]
+
+    @property
+    def label(self) -> str:
+        return f"GGUF {self.file_type}: one of {', '.join(self.types)} per tensor"
+
+    @property
+    def stored_as(self) -> str:
+        return f"in llama.cpp's {self.file_type} mix ({', '.join(self.types)}, chosen per tensor)"
+
+    def expand(self, name: str, shape: tuple[int, ...], role: Role = "parameter") -> tuple[StoredTensor, ...]:
+        """Bytes as the nominal (first) type would take them; the manifest has each tensor's own type and bytes."""
+        block, block_bytes = GGML_BLOCKS[self.types[0]]
+        return (StoredTensor(name, shape, self.types[0], role, _product(shape) if role == "parameter" else 0,
+                             -(-_product(shape) // block) * block_bytes, self.types[1:]),)
+
+
+GGML_BLOCKS = {"Q4_K": (256, 144), "Q5_0": (32, 22), "Q6_K": (256, 210), "Q8_0": (32, 34)}
+"""Values per block and bytes per block of the GGML types a mix names (ggml's type traits)."""
+
+GGUF_MIXES = {"Q4_K_M": ("Q4_K", "Q5_0", "Q6_K", "Q8_0")}
+"""Types llama.cpp's mixed file types give 2-D weights (llama.cpp src/llama-quant.cpp): Q4_K_M uses Q4_K, Q6_K
+for some layers' attn_v/ffn_down and for the output (or a tied token embedding), with Q5_0 and Q8_0 as the
+fallbacks where a row is not a multiple of 256 values."""
+
+Storage = Dense | BlockFP8 | MXFP4 | GGUFQuant | GGUFMix
 
 
 def _product(shape: tuple[int, ...]) -> int:

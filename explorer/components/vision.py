@@ -1,0 +1,299 @@
+"""A SigLIP vision encoder (patch embedding, bidirectional pre-LayerNorm blocks, final LayerNorm) and Gemma 3's
+multimodal projector (average-pool the patch grid, RMSNorm with gain 1 + w, project to the text width).
+
+These components carry every tensor of a vision tower and their parameter formulas; their equations stay at block
+level (one step per projection, norm or residual), as the pages say, not down to each head.
+
+References: "Sigmoid Loss for Language Image Pre-Training" (arXiv:2303.15343); transformers'
+models/siglip/modeling_siglip.py and models/gemma3/modeling_gemma3.py (Gemma3MultiModalProjector).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import torch
+import torch.nn.functional as F
+
+from ..spec.types import Citation, Component, Dim, IndexRange, Port, Shape, Step
+from .base import (
+    B,
+    Ctx,
+    Run,
+    options,
+    program,
+    reference_call,
+    relative_module,
+    run_child,
+)
+from .linear import linear
+from .mlp import MLPOptions
+from .norms import layernorm, rmsnorm
+
+SIGLIP_FILE = "models/siglip/modeling_siglip.py"
+ENCODER_NOTE = ("Equations at block level: each projection, norm and residual is a step; the per-head attention "
+                "inside the tower is one step, softmax(QKᵀ/√d_h)V with no mask (every patch sees every patch).")
+
+
+def siglip(claim: str, symbol: str) -> Citation:
+    return Citation(claim, "transformers", symbol, SIGLIP_FILE)
+
+
+@dataclass(frozen=True, slots=True)
+class VisionAttentionOptions:
+    heads: int
+    head_dim: int
+
+
+@dataclass(frozen=True, slots=True)
+class PatchOptions:
+    patch: int
+
+
+@dataclass(frozen=True, slots=True)
+class ProjectorOptions:
+    patches_per_side: int
+    tokens_per_side: int
+
+
+def _patch_shape(ctx: Ctx, width: str = "vision_hidden_size") -> Shape:
+    """[B batch, N patches, width]: the patches take the place of positions."""
+    return Shape((B, ctx.dim("num_patches"), ctx.dim(width)))
+
+
+def patch_embedding(ctx: Ctx, *, prefix: str, image_size: int) -> Component:
+    """Conv2d(channels -> d_vision, kernel = stride = patch) over the image, plus a learned position per patch."""
+    C, P, N, D = (ctx.sym(n) for n in ("num_channels", "patch_size", "num_patches", "vision_hidden_size"))
+    pixels = Port("p", Shape((B, ctx.dim("num_channels"), Dim("pixels", image_size), Dim("pixels", image_size))),
+                  "pixel_values")
+    z = Port("z_0", _patch_shape(ctx), "z")
+    steps = (Step(r"z_i=W_{\mathrm{patch}}\operatorname{vec}(p_i)+b_{\mathrm{patch}}", z.shape, "patches"),
+             Step(r"z_0=z+E_{\mathrm{pos}}", z.shape, "positions"))
+    return Component(
+        key="embeddings", title="Patch embedding", kind="learned", code="SiglipVisionEmbeddings(config)",
+        description=f"Cut the {image_size}×{image_size} image into {ctx.size(N):,} patches of {ctx.size(P)}×"
+                    f"{ctx.size(P)} pixels, project each to {ctx.size(D):,} features and add a learned position.",
+        inputs=(pixels,), outputs=(z,), equations=steps, steps=steps,
+        tensors=(ctx.tensor(prefix + "patch_embedding.weight", (), (D, C, P, P)),
+                 ctx.tensor(prefix + "patch_embedding.bias", (), (D,)),
+                 ctx.tensor(prefix + "position_embedding.weight", (), (N, D))),
+        citations=(siglip("Patches come from a Conv2d whose kernel and stride are the patch size; a learned "
+                          "embedding per patch position is added.", "SiglipVisionEmbeddings"),),
+        notes=("The convolution weight is stored [out channels, in channels, patch, patch], with a bias.",),
+        program="patch_embed", options=PatchOptions(ctx.size(P)),
+    )
+
+
+def vision_attention(ctx: Ctx, *, prefix: str, ranges: tuple[IndexRange, ...], x: Port, heads: int) -> Component:
+    """Bidirectional multi-head attention with biased q, k, v and output projections."""
+    d = ctx.size("vision_hidden_size")
+    D, dim = ctx.sym("vision_hidden_size"), ctx.dim("vision_hidden_size")
+
+    def proj(key: str, title: str, latex: str) -> Component:
+        return linear(ctx, key, title, weight=prefix + key + ".weight", ranges=ranges, d_in=D, d_out=D, out_dim=dim,
+                      x=x, y=Port(latex, x.shape, latex), equation=rf"{latex}={x.latex}W_{{{latex}}}+b_{{{latex}}}",
+                      description=f"Project {d:,} features to {d:,}.", code=f"self.{key}(hidden_states)", bias=True)
+
+    out = Port(r"\Delta_{\mathrm{attn}}", x.shape, "delta_attn")
+    children = (proj("q_proj", "Query projection", "q"), proj("k_proj", "Key projection", "k"),
+                proj("v_proj", "Value projection", "v"),
+                linear(ctx, "out_proj", "Output projection", weight=prefix + "out_proj.weight", ranges=ranges,
+                       d_in=D, d_out=D, out_dim=dim, x=Port("O", x.shape, "O"), y=out,
+                       equation=r"\Delta_{\mathrm{attn}}=OW_O+b_O", description=f"Mix the {heads} heads' outputs.",
+                       code="self.out_proj(attn_output)", bias=True))
+    hd = d // heads
+    attend = Step(rf"O_h=\operatorname{{softmax}}\!\left(Q_hK_h^{{\top}}/\sqrt{{{hd}}}\right)V_h,\quad h=1,\dots,"
+                  rf"{heads}", x.shape, "attend")
+    steps = (children[0].steps[0], children[1].steps[0], children[2].steps[0], attend, children[3].steps[0])
+    return Component(
+        key="self_attn", title="Bidirectional attention", kind="learned", code="SiglipAttention(config)",
+        description=f"{heads} heads of {hd} features; every patch attends to every patch (no mask).",
+        inputs=(x,), outputs=(out,), equations=(attend,), steps=steps, children=children,
+        citations=(siglip("SigLIP attention is not causal: is_causal is False and q, k, v and out projections "
+                          "carry biases.", "SiglipAttention"),),
+        program="vision_attention", options=VisionAttentionOptions(heads, hd),
+    )
+
+
+def vision_mlp(ctx: Ctx, *, prefix: str, ranges: tuple[IndexRange, ...], x: Port, y: Port) -> Component:
+    """fc2(GELU_tanh(fc1 x + b1)) + b2, as SigLIP's MLP."""
+    D, F_ = ctx.sym("vision_hidden_size"), ctx.sym("vision_intermediate_size")
+    ff, d = ctx.dim("vision_intermediate_size"), ctx.size("vision_hidden_size")
+    g = Port("g", _patch_shape(ctx, "vision_intermediate_size"), "g")
+    h = Port("h", g.shape, "h")
+    fc1 = linear(ctx, "fc1", "Expansion", weight=prefix + "fc1.weight", ranges=ranges, d_in=D, d_out=F_, out_dim=ff,
+                 x=x, y=g, equation=rf"g={x.latex}W_1+b_1", code="self.fc1(hidden_states)", bias=True,
+                 description=f"Expand {d:,} features to {ff.size:,}.")
+    fc2 = linear(ctx, "fc2", "Projection back", weight=prefix + "fc2.weight", ranges=ranges, d_in=F_, d_out=D,
+                 out_dim=ctx.dim("vision_hidden_size"), x=h, y=y, equation=rf"{y.latex}=hW_2+b_2",
+                 code="self.fc2(hidden_states)", bias=True, description=f"Project {ff.size:,} features back to {d:,}.")
+    steps = (fc1.steps[0], Step(r"h=\operatorname{GELU}_{\tanh}(g)", g.shape, "gelu"), fc2.steps[0])
+    return Component(
+        key="mlp", title="MLP", kind="learned", code="SiglipMLP(config)",
+        description=f"Expand to {ff.size:,} features, apply GELU (tanh approximation), project back to {d:,}.",
+        inputs=(x,), outputs=(y,),
+        equations=(Step(rf"{y.latex}=\operatorname{{GELU}}_{{\tanh}}({x.latex}W_1+b_1)W_2+b_2", y.shape, "mlp"),),
+        steps=steps, children=(fc1, fc2), citations=(siglip("The MLP is fc2(act(fc1 x)).", "SiglipMLP"),),
+        program="plain_mlp", options=MLPOptions("gelu_tanh", False),
+    )
+
+
+def vision_block(ctx: Ctx, *, prefix: str, layers: int, heads: int, eps: float) -> Component:
+    """x' = x + Attn(LN₁(x)); x_next = x' + MLP(LN₂(x')), one instance per encoder layer."""
+    ranges = (IndexRange("layer", tuple(range(layers))),)
+    p = prefix + "encoder.layers.{layer}."
+    shape = _patch_shape(ctx)
+    x, xa, xm, xf = (Port(s, shape, n) for s, n in (("z_n", "z"), (r"z_{\mathrm{attn}}", "z_attn"), ("z'_n", "z_mid"),
+                                                   (r"z_{\mathrm{ffn}}", "z_ffn")))
+    ln1 = layernorm(ctx, "layer_norm1", "Attention LayerNorm", weight=p + "layer_norm1.weight", ranges=ranges,
+                    size="vision_hidden_size", x=x, y=xa, code="self.layer_norm1(hidden_states)", eps=eps)
+    attn = vision_attention(ctx, prefix=p + "self_attn.", ranges=ranges, x=xa, heads=heads)
+    ln2 = layernorm(ctx, "layer_norm2", "MLP LayerNorm", weight=p + "layer_norm2.weight", ranges=ranges,
+                    size="vision_hidden_size", x=xm, y=xf, code="self.layer_norm2(hidden_states)", eps=eps)
+    mlp = vision_mlp(ctx, prefix=p + "mlp.", ranges=ranges, x=xf, y=Port(r"\Delta_{\mathrm{ffn}}", shape, "delta"))
+    res_a = Step(r"z'_n=z_n+\Delta_{\mathrm{attn}}", shape, "residual-attn")
+    res_f = Step(r"z_{n+1}=z'_n+\Delta_{\mathrm{ffn}}", shape, "residual-ffn")
+    return Component(
+        key="encoder", title="Vision encoder block", kind="learned", code="SiglipEncoderLayer(config)",
+        description=f"Bidirectional attention and a GELU MLP, each after a LayerNorm and added to the residual "
+                    f"stream; {layers} encoder blocks.",
+        repeat=layers, repeat_label="vision blocks", crumb=f"{layers} vision blocks", inputs=(x,),
+        outputs=(Port("z_{n+1}", shape, "z_next"),), equations=(res_a, res_f),
+        steps=(ln1.steps[0], *attn.steps, res_a, ln2.steps[0], *mlp.steps, res_f),
+        children=(ln1, attn, ln2, mlp), notes=(ENCODER_NOTE,),
+        citations=(siglip("An encoder layer adds attention and the MLP, each after a LayerNorm, to the residual.",
+                          "SiglipEncoderLayer"),),
+        program="vision_block", options=VisionAttentionOptions(heads, ctx.size("vision_hidden_size") // heads),
+    )
+
+
+def vision_tower(ctx: Ctx, *, prefix: str, image_size: int, layers: int, heads: int, eps: float) -> Component:
+    """The whole SigLIP encoder: patch embedding, the encoder blocks, a final LayerNorm (no pooling head)."""
+    embed = patch_embedding(ctx, prefix=prefix + "embeddings.", image_size=image_size)
+    block = vision_block(ctx, prefix=prefix, layers=layers, heads=heads, eps=eps)
+    shape = _patch_shape(ctx)
+    post = layernorm(ctx, "post_layernorm", "Final LayerNorm", weight=prefix + "post_layernorm.weight", ranges=(),
+                     size="vision_hidden_size", x=Port(rf"z_{{{layers}}}", shape, "z"), y=Port("v", shape, "v"),
+                     code="self.post_layernorm(last_hidden_state)", eps=eps)
+    steps = (embed.steps[0], embed.steps[1], Step(r"z_{n+1}=\operatorname{Block}_n(z_n),\quad n=0,\dots,"
+                                                  f"{layers - 1}", shape, "encoder"), post.steps[0])
+    return Component(
+        key="vision_tower", title="SigLIP vision tower", kind="group", code="SiglipVisionModel(vision_config)",
+        description=f"Encode an image as {ctx.size('num_patches'):,} patch vectors of "
+                    f"{ctx.size('vision_hidden_size'):,} features: patch embedding, {layers} bidirectional encoder "
+                    "blocks and a final LayerNorm.",
+        inputs=embed.inputs, outputs=post.outputs, equations=(steps[2], steps[3]), steps=steps,
+        children=(embed, block, post), notes=(ENCODER_NOTE,),
+        citations=(siglip("The vision transformer embeds patches, runs the encoder and a final LayerNorm.",
+                          "SiglipVisionTransformer"),),
+        program="vision_tower",
+    )
+
+
+def projector(ctx: Ctx, *, prefix: str, eps: float, patches_per_side: int, tokens_per_side: int,
+              citations: tuple[Citation, ...]) -> Component:
+    """Average-pool the patch grid to the image's soft tokens, RMSNorm (gain 1 + w), project to the text width."""
+    k_ = patches_per_side // tokens_per_side
+    tokens = Dim("image tokens", tokens_per_side ** 2)
+    pooled = Port("u", Shape((B, tokens, ctx.dim("vision_hidden_size"))), "u")
+    normed = Port(r"\hat u", pooled.shape, "u_hat")
+    out = Port("e", Shape((B, tokens, ctx.dim("hidden_size"))), "e")
+    norm = rmsnorm(ctx, "mm_soft_emb_norm", "Soft-token RMSNorm", weight=prefix + "mm_soft_emb_norm.weight", ranges=(),
+                   size="vision_hidden_size", x=pooled, y=normed, code="self.mm_soft_emb_norm(pooled)", eps=eps,
+                   gain="1+w", citations=citations[:1])
+    proj = linear(ctx, "mm_input_projection", "Input projection", weight=prefix + "mm_input_projection_weight",
+                  ranges=(), d_in="vision_hidden_size", d_out="hidden_size", out_dim=ctx.dim("hidden_size"),
+                  x=normed, y=out, equation=r"e=\hat u\,W_{\mathrm{mm}}", layout="in_out",
+                  code="torch.matmul(normed, self.mm_input_projection_weight)",
+                  description=f"Project {ctx.size('vision_hidden_size'):,} features to the text width "
+                              f"{ctx.size('hidden_size'):,}.")
+    # a bare parameter of the projector, not a module: its own program reads it by name, and it is checked as
+    # part of the projector
+    proj = replace(proj, reference="-", program="mm_projection")
+    pool = Step(rf"u=\operatorname{{AvgPool}}_{{{k_}\times{k_}}}(v),\ {patches_per_side}^2\to{tokens_per_side}^2"
+                r"\text{ tokens}", pooled.shape, "pool")
+    steps = (pool, norm.steps[0], proj.steps[0])
+    return Component(
+        key="projector", title="Multimodal projector", kind="learned", code="Gemma3MultiModalProjector(config)",
+        description=f"Average {k_}×{k_} neighbourhoods of the {patches_per_side}×{patches_per_side} patch grid into "
+                    f"{tokens.size} image tokens, normalise them and project each to the text model's width.",
+        inputs=(Port("v", _patch_shape(ctx), "v"),), outputs=(out,), equations=steps, steps=steps,
+        children=(norm, proj), citations=citations, program="projector",
+        options=ProjectorOptions(patches_per_side, tokens_per_side),
+        notes=("The projection matrix is stored input by output, [d_vision, d], and applied as a matmul.",),
+    )
+
+
+# ------------------------------------------------------------------------------------------------ programs
+
+@program("patch_embed")
+def run_patch_embed(comp: Component, run: Run, pixels: torch.Tensor) -> list[torch.Tensor]:
+    o = options(comp, PatchOptions)
+    z = F.conv2d(pixels, run.w("patch_embedding.weight"), run.w("patch_embedding.bias"), stride=o.patch)
+    z = run.rec("patches", z.flatten(2).transpose(1, 2))                               # [B, N, D]
+    return [run.rec("positions", z + run.w("position_embedding.weight")[None])]
+
+
+@program("vision_attention")
+def run_vision_attention(comp: Component, run: Run, x: torch.Tensor) -> list[torch.Tensor]:
+    o = options(comp, VisionAttentionOptions)
+    B_, N_, _ = x.shape
+    q, k, v = (run_child(comp, key, run, x).view(B_, N_, o.heads, o.head_dim).transpose(1, 2)
+               for key in ("q_proj", "k_proj", "v_proj"))
+    A = F.softmax(q @ k.transpose(-1, -2) * o.head_dim ** -0.5, dim=-1, dtype=torch.float32).to(q.dtype)
+    O = run.rec("attend", (A @ v).transpose(1, 2).reshape(B_, N_, o.heads * o.head_dim))
+    return [run_child(comp, "out_proj", run, O)]
+
+
+@program("vision_block")
+def run_vision_block(comp: Component, run: Run, x: torch.Tensor) -> list[torch.Tensor]:
+    x_mid = run.rec("residual-attn", x + run_child(comp, "self_attn", run, run_child(comp, "layer_norm1", run, x)))
+    return [run.rec("residual-ffn", x_mid + run_child(comp, "mlp", run, run_child(comp, "layer_norm2", run, x_mid)))]
+
+
+@program("vision_tower")
+def run_vision_tower(comp: Component, run: Run, pixels: torch.Tensor) -> list[torch.Tensor]:
+    z = run_child(comp, "embeddings", run, pixels)
+    block = comp.child("encoder")
+    for layer in range(block.repeat):
+        module = relative_module(comp, block).format(layer=layer)
+        (z,) = run_vision_block(block, run.child(module, "_"), z)
+    run.rec("encoder", z)
+    return [run_child(comp, "post_layernorm", run, z)]
+
+
+@program("projector")
+def run_projector(comp: Component, run: Run, v: torch.Tensor) -> list[torch.Tensor]:
+    o = options(comp, ProjectorOptions)
+    B_, _, D = v.shape
+    grid = v.transpose(1, 2).reshape(B_, D, o.patches_per_side, o.patches_per_side)
+    k_ = o.patches_per_side // o.tokens_per_side
+    u = run.rec("pool", F.avg_pool2d(grid, k_, k_).flatten(2).transpose(1, 2))       # [B, tokens, D]
+    u_hat = run_child(comp, "mm_soft_emb_norm", run, u)
+    return [run_child(comp, "mm_input_projection", run, u_hat)]
+
+
+@program("mm_projection")
+def run_mm_projection(comp: Component, run: Run, u_hat: torch.Tensor) -> list[torch.Tensor]:
+    return [run.rec(comp.steps[0].name, u_hat @ run.w("mm_input_projection_weight"))]
+
+
+@reference_call("vision_attention")
+def call_vision_attention(comp: Component, ref, model, inputs, run: Run, ours: torch.Tensor):
+    (x,) = inputs
+    return ours, ref(hidden_states=x)[0], "no mask: bidirectional"
+
+
+@reference_call("vision_block")
+def call_vision_block(comp: Component, ref, model, inputs, run: Run, ours: torch.Tensor):
+    (x,) = inputs
+    return ours, ref(x, attention_mask=None), "no mask: bidirectional"
+
+
+@reference_call("vision_tower")
+def call_vision_tower(comp: Component, ref, model, inputs, run: Run, ours: torch.Tensor):
+    (pixels,) = inputs
+    return ours, ref(pixel_values=pixels).last_hidden_state, "last hidden state of random pixels"
+
+
+__all__ = ["vision_tower", "projector"]
