@@ -14,6 +14,7 @@ from .account import AccountRow, ComponentAccount, TensorAccount
 from .compare import RoleTotals, compare_roles, config_differences, role_totals
 from .content import render_markdown
 from .diagrams import FlowNode, budget_svg, flow_svg
+from .families import FAMILIES
 from .flows import layout
 from .mathml import STREAMS, numbers_mathml, product_mathml, to_mathml
 from .model_build import ModelBuild
@@ -204,6 +205,17 @@ class ComponentPage(PageBase):
     tiny_config: str
     """The model page only: the configuration the equation checks run on."""
     routing: RoutingView | None = None
+    defaults: tuple[DefaultView, ...] = ()
+    """Model page only: the keys the published config omits, with the default values used."""
+
+
+@dataclass(frozen=True, slots=True)
+class DefaultView:
+    """A config key the published config omits: the value the model is built with, and whose default it is."""
+
+    key: str
+    value: str
+    source: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -490,6 +502,10 @@ SCALE_NAMES = {BlockFP8: "FP8 block scales", MXFP4: "MXFP4 block scales"}
 def _check_sentence(mb: ModelBuild, path: str, owned: list[tuple[str, Component]]) -> str:
     """What the count was checked against; what the count leaves out is named only where the component has it."""
     against = mb.checked_against(path)
+    if mb.checkpoint is not None and mb.checkpoint_index is not None and mb.checkpoint_index.provenance.startswith(
+            "GGUF"):
+        return ("Derived from the recorded configuration and implementation, and equal to the element count of the "
+                f"checkpoint’s tensors read from its GGUF header. Checked against {against}.")
     if mb.checkpoint is None:
         return f"Derived from the pinned configuration; checked tensor by tensor against {against}."
     specs = [t for _, c in owned for t in c.tensors]
@@ -723,7 +739,31 @@ def component_page(mb: ModelBuild, ancestors: tuple[Component, ...], comp: Compo
         compare=tuple(Link(name, f"../../{compare_path(mb.slug, other)}") for other, name in others) if is_model else (),
         legend=STREAMS if any("stream-" in s.latex for s in comp.steps + comp.equations) else (),
         tiny_config=tiny_config(mb) if is_model else "",
-        routing=routing_view(mb, path))
+        routing=routing_view(mb, path),
+        defaults=defaults_view(mb) if is_model else ())
+
+
+def defaults_view(mb: ModelBuild) -> tuple[DefaultView, ...]:
+    """Each defaulted key with the value the spec was built with and the reference config class it comes from."""
+    family = FAMILIES[mb.spec.family]
+    return tuple(DefaultView(key, config_display(_config_value(mb.spec.config, key)), family.default_source(key))
+                 for key in mb.spec.defaulted)
+
+
+def _config_value(config: object, key: str) -> object:
+    value = config
+    for part in key.split("."):
+        value = getattr(value, part)
+    return value
+
+
+def config_display(value: object) -> str:
+    """A config value as config.json writes it (true, null, 1e-06)."""
+    if value is None:
+        return "null (unset)"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return repr(value) if isinstance(value, (int, float, str)) else str(value)
 
 
 def check_view(mb: ModelBuild, path: str) -> CheckView:

@@ -242,6 +242,15 @@ def reference_mask(comp: Component, M: torch.Tensor) -> torch.Tensor:
     return M
 
 
+def _mask_for(ref, comp: Component, M: torch.Tensor) -> torch.Tensor:
+    """Where the reference layer knows its own window (Gemma 3's sliding_window, None on global layers), mask as its
+    model would from its own config, so a window our spec leaves out (or adds) shows; otherwise from our spec."""
+    attn = getattr(ref, "self_attn", ref)
+    if hasattr(attn, "sliding_window"):
+        return window_mask(M, attn.sliding_window)
+    return reference_mask(comp, M)
+
+
 @reference_call("attention")
 @reference_call("mla")
 @reference_call("block")
@@ -256,7 +265,7 @@ def call_with_rotary(comp: Component, ref, model, inputs, run: Run, ours: torch.
             if c.reference not in ("", "-", "model.rotary_emb"):
                 rotary = model.get_submodule(c.reference)
     cos, sin = reference_rotary(rotary, rope_o, x, torch.arange(T_)[None].expand(x.shape[0], T_))
-    kwargs = {"position_embeddings": (cos, sin), "attention_mask": reference_mask(comp, M)[None, None]}
+    kwargs = {"position_embeddings": (cos, sin), "attention_mask": _mask_for(ref, comp, M)[None, None]}
     out = ref(hidden_states=x, **kwargs) if comp.program != "block" else ref(x, **kwargs)
     return ours, out[0] if isinstance(out, tuple) else out, "rotary angles from our program"
 

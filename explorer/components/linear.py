@@ -52,9 +52,12 @@ def linear_notes(bias: bool, layout: Layout) -> tuple[str, ...]:
 
 
 def quantization_citation(ctx: Ctx) -> Citation:
+    """What backs the quantized storage: the config's quantization_config, unless the family names another source
+    (a GGUF file has no config.json to cite)."""
     stored_as = getattr(ctx.quantized, "stored_as", "quantized")
-    return Citation(f"Weights are stored {stored_as}; the scales are quantization metadata and are excluded from "
-                    "parameter counts.", "config", "quantization_config")
+    default = Citation(f"Weights are stored {stored_as}; the scales are quantization metadata and are excluded from "
+                       "parameter counts.", "config", "quantization_config")
+    return ctx.citations("quantization", (default,))[0]
 
 
 def apply_linear(run: Run, x: torch.Tensor, module: str, opts: LinearOptions) -> torch.Tensor:

@@ -185,7 +185,7 @@ def vision_tower(ctx: Ctx, *, prefix: str, image_size: int, layers: int, heads: 
         inputs=embed.inputs, outputs=post.outputs, equations=(steps[2], steps[3]), steps=steps,
         children=(embed, block, post), notes=(ENCODER_NOTE,),
         citations=(siglip("The vision transformer embeds patches, runs the encoder and a final LayerNorm.",
-                          "SiglipVisionTransformer"),),
+                          "SiglipVisionModel"),),
         program="vision_tower",
     )
 

@@ -103,6 +103,10 @@ class Family:
         """Config symbol -> value for the formulas (override to add derived sizes such as head_dim)."""
         return {n: getattr(config, n) for n in self.symbols}
 
+    def default_source(self, key: str) -> str:
+        """The reference config class whose default a defaulted key (dotted for nested tables) takes."""
+        return self.reference.config_class
+
     # ------------------------------------------------------------------------------------------ shared work
 
     def validate(self, raw: dict[str, Any], where: str) -> Any:

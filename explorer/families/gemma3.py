@@ -36,6 +36,9 @@ from .base import (
 )
 
 CONFIG_FILE = "models/gemma3/configuration_gemma3.py"
+GGUF_CITATION = Citation("transformers reads a GGUF file with the gguf package and dequantizes each tensor from its "
+                         "llama.cpp type (Q4_K, Q5_0, Q6_K, Q8_0, ...) to floating point; the types are storage, not "
+                         "parameters.", "transformers", "load_gguf_checkpoint", "modeling_gguf_pytorch_utils.py")
 SLIDING, GLOBAL = "sliding_attention", "full_attention"
 
 
@@ -180,8 +183,8 @@ class Gemma3Text(Family):
     config_class: ClassVar[type] = Gemma3TextHyperparameters
     reference = ReferenceBinding("Gemma3TextConfig", "Gemma3ForCausalLM")
     ref = Reference("models/gemma3/modeling_gemma3.py", "Gemma3")
-    symbols = ("vocab_size", "hidden_size", "intermediate_size", "num_attention_heads", "num_key_value_heads",
-               "head_dim")
+    symbols: ClassVar[tuple[str, ...]] = ("vocab_size", "hidden_size", "intermediate_size", "num_attention_heads",
+                                         "num_key_value_heads", "head_dim")
     prefix: ClassVar[str] = "model."
     """Where the text model's modules live in the reference's state dict."""
 
@@ -214,7 +217,8 @@ class Gemma3Text(Family):
     def build(self, c: Any, values: dict[str, int | float]) -> Component:
         t = self.text(c)
         dtype, quantized = self.storage(c)
-        ctx = Ctx(values, {**DIM_LABELS, **VISION_LABELS}, self.ref, dtype, quantized)
+        ctx = Ctx(values, {**DIM_LABELS, **VISION_LABELS}, self.ref, dtype, quantized,
+                  {"quantization": (GGUF_CITATION,)} if quantized is not None else None)
         return self.root(ctx, c, self.text_children(ctx, t))
 
     def root(self, ctx: Ctx, c: Any, children: tuple[Component, ...]) -> Component:
@@ -386,6 +390,10 @@ class Gemma3(Gemma3Text):
         text, vision = raw.get("text_config", {}), raw.get("vision_config", {})
         return (tuple(f"text_config.{k}" for k in super().defaulted(text) if k != "torch_dtype")
                 + tuple(f"vision_config.{k}" for k in VISION_KEYS if k not in vision))
+
+    def default_source(self, key: str) -> str:
+        return {"text_config": "Gemma3TextConfig", "vision_config": "SiglipVisionConfig"}.get(
+            key.split(".")[0], self.reference.config_class)
 
     def build(self, c: Any, values: dict[str, int | float]) -> Component:
         dtype, _ = self.storage(c)
