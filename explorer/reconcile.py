@@ -30,6 +30,8 @@ class ExpectedTensor:
     """Logical parameters the stored tensor carries (MXFP4 blocks: two per byte; scales and buffers: none)."""
     also: tuple[str, ...] = ()
     """Other dtypes the storage scheme accepts (a mixed GGUF file type)."""
+    tied: bool = False
+    """An alias of another tensor (a tied head): where a listing carries it too, it is not counted again."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,7 +124,7 @@ def _expand(t: TensorSpec, owner: str, values: dict[str, int | float], logical: 
         for stored in storage.expand(name, shape, role):
             out.append(ExpectedTensor(stored.name, owner, stored.role, stored.shape, stored.dtype,
                                       t.optional or bool(t.tied_to), stored.parameters,
-                                      stored.also))
+                                      stored.also, bool(t.tied_to)))
     return out
 
 
@@ -150,9 +152,10 @@ def reconcile(spec: ModelSpec, index: CheckpointIndex, reference: bool = False,
         if e is None:
             continue
         owned[e.owner].append(info)
-        acc = totals[(e.role, info.dtype)]
-        acc[0], acc[1], acc[2] = acc[0] + 1, acc[1] + info.elements, acc[2] + info.nbytes
-        acc[3] += e.parameters if tuple(info.shape) == e.shape else info.elements * (e.role == "parameter")
+        if not (e.tied and reference):  # the reference's state dict lists a tied head beside the tensor it shares
+            acc = totals[(e.role, info.dtype)]
+            acc[0], acc[1], acc[2] = acc[0] + 1, acc[1] + info.elements, acc[2] + info.nbytes
+            acc[3] += e.parameters if tuple(info.shape) == e.shape else info.elements * (e.role == "parameter")
         if e.shape is not None and tuple(info.shape) != e.shape:
             shape_bad.append(Mismatch(name, e.owner, _show(e.shape), _show(info.shape)))
         if e.dtype and not reference and info.dtype not in (e.dtype, *e.also):

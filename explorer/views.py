@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime
+import json
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -763,7 +764,9 @@ def config_display(value: object) -> str:
         return "null (unset)"
     if isinstance(value, bool):
         return "true" if value else "false"
-    return repr(value) if isinstance(value, (int, float, str)) else str(value)
+    if isinstance(value, str):
+        return json.dumps(value)
+    return repr(value) if isinstance(value, (int, float)) else str(value)
 
 
 def check_view(mb: ModelBuild, path: str) -> CheckView:

@@ -168,3 +168,34 @@ def test_vision_tower_and_projector_are_checked(gemma_27b):
                  "blocks.global"):
         assert checks[path].status == "checked", path
     assert dataclasses.asdict(checks["projector.mm_input_projection"])["status"] == "part"
+
+
+def test_reference_ledger_counts_the_tied_head_once(gemma_270m):
+    from explorer.reference import reference_index
+
+    rec = reconcile(gemma_270m, reference_index(gemma_270m).index, reference=True)
+    assert rec.balanced and rec.role_total("parameter")[1] == 268_098_176
+    assert "lm_head.weight" in rec.owned["lm_head"][0].name
+
+
+def test_published_names_map_to_the_page_names(gemma_27b):
+    """The page uses transformers 5.23's module names; its conversion mapping renames the published (4.50) names
+    to exactly those, so the claim on the model page holds."""
+    from transformers.conversion_mapping import get_model_conversion_mapping
+    from transformers.core_model_loading import rename_source_key
+
+    from explorer.reconcile import expected_tensors
+
+    tiny = tiny_spec(gemma_27b)
+    model = tiny_reference_model(tiny)
+    renames = [c for c in get_model_conversion_mapping(model) if not hasattr(c, "operations")]
+    ours = {e.name for e in expected_tensors(tiny)[0]}
+    published = {"language_model.model.layers.1.self_attn.q_norm.weight": "model.language_model.layers.1.self_attn."
+                 "q_norm.weight",
+                 "vision_tower.vision_model.encoder.layers.0.mlp.fc1.bias": "model.vision_tower.encoder.layers.0.mlp."
+                 "fc1.bias",
+                 "multi_modal_projector.mm_input_projection_weight": "model.multi_modal_projector."
+                 "mm_input_projection_weight"}
+    for name, page_name in published.items():
+        assert rename_source_key(name, renames, [], model.base_model_prefix, model.state_dict())[0] == page_name
+        assert page_name in ours

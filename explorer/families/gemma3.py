@@ -23,7 +23,7 @@ from ..components.norms import rmsnorm
 from ..components.rope import RopeOptions
 from ..components.vision import projector, vision_tower
 from ..spec.storage import GGUF_MIXES, GGUFMix, Storage
-from ..spec.types import Citation, Component, Hyperparameters, ModelSpec
+from ..spec.types import Citation, Component, Hyperparameters, ModelSpec, Step
 from .base import (
     DIM_LABELS,
     Family,
@@ -246,8 +246,9 @@ class Gemma3Text(Family):
         return (
             self._quantize(ctx, embed),
             stack(ctx, blocks, layers=L, citations=(self.ref.cite(
-                "Each layer's type (sliding or full attention) picks its mask and its rotary embedding.",
-                "TextModel.forward"), Citation("Without layer_types, every sliding_window_pattern-th layer is "
+                "The rotary module keeps one set of inverse frequencies per layer type: rope_theta (with any "
+                "rope_scaling) for full attention, rope_local_base_freq for sliding layers.",
+                "RotaryEmbedding.__init__"), Citation("Without layer_types, every sliding_window_pattern-th layer is "
                                                "global (full attention) and the others slide.", "transformers",
                                                "Gemma3TextConfig.__post_init__", CONFIG_FILE)),
                   description=f"{L} decoder layers of two kinds: {L - n_global} with sliding-window attention and "
@@ -297,6 +298,8 @@ class Gemma3Text(Family):
                        self.ref.cite("repeat_kv shares each key/value head with num_key_value_groups query heads.",
                                      "repeat_kv", prefixed=False)))
 
+        attn = replace(attn, steps=_with_scale_step(attn))
+
         def norm(key: str, title: str, module: str, xp: Port, yp: Port) -> Component:
             return rmsnorm(ctx, key, title, weight=p + module + ".weight", ranges=ranges, size="hidden_size", x=xp,
                            y=yp, code=f"self.{module}(hidden_states)", eps=eps, gain="1+w",
@@ -312,7 +315,7 @@ class Gemma3Text(Family):
         return decoder_block(
             ctx, "local" if sliding else "global", "Sliding-window block" if sliding else "Global block",
             layer_indices=indices, kind="sliding-window" if sliding else "global", ffn_heading="GeGLU MLP:",
-            attn_heading=f"{attn.title} ({'sliding window' if sliding else 'global'}):",
+            attn_heading=f"{attn.title} ({'sliding window' if sliding else 'global'})",
             attn_norm=norm("attn_norm", "Pre-attention RMSNorm", "input_layernorm", x, x_attn), attn=attn,
             post_attn_norm=norm("post_attn_norm", "Post-attention RMSNorm", "post_attention_layernorm", d_attn,
                                 Port(r"\bar\Delta_{\mathrm{attn}}", x.shape, "delta_attn_hat")),
@@ -420,6 +423,14 @@ class Gemma3(Gemma3Text):
         raw.update(mm_tokens_per_image=4, torch_dtype="float32", eos_token_id=1, boi_token_index=90,
                    eoi_token_index=91, image_token_index=92)
         return raw
+
+
+def _with_scale_step(attn: Component) -> tuple[Step, ...]:
+    """The attention's steps with the softmax scale τ shown before the softmax: Gemma's query_pre_attn_scalar
+    replaces 1/√d_head, so the block says so where it happens."""
+    scale = attn.child("scores").steps[0]
+    at = next(i for i, s in enumerate(attn.steps) if s.name == "softmax")
+    return attn.steps[:at] + (scale,) + attn.steps[at:]
 
 
 def _as_dict(config: Any) -> dict[str, Any]:
