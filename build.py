@@ -31,7 +31,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="write content/models/SLUG/ from --config PATH (a config.json), --repo and --revision")
     parser.add_argument("--config", type=Path, help="with --add-model: the published config.json")
     parser.add_argument("--repo", help="with --add-model: the Hub repository, OWNER/NAME")
-    parser.add_argument("--revision", help="with --add-model: the pinned commit (40 hex digits)")
+    parser.add_argument("--revision", help="with --add-model: the pinned commit (40 hex digits), or 'unpinned' when "
+                                           "no commit is known (say why in config_provenance)")
     parser.add_argument("--released", default="", help="with --add-model: release month, YYYY-MM")
     parser.add_argument("--verify-hub", action="store_true",
                         help="fetch each model's config.json at its pinned revision and compare hash and values")
@@ -109,6 +110,9 @@ def verify_hub(project) -> int:
 
     failed = False
     for content in load_all_models(project.content):
+        if not content.checkpoint.pinned:  # nothing to fetch at: the page says the revision is not pinned
+            print(f"{content.slug}: no pinned revision; config.json not verified against the Hub")
+            continue
         problems = verify_published_config(content)
         ref = content.checkpoint
         print(f"{content.slug}: config.json at {ref.repo_id}@{ref.revision[:7]}: "

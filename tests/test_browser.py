@@ -19,6 +19,7 @@ PAGES = {
     "compare": "compare/deepseek-v3-vs-kimi-k2.html",
     "attention": "models/kimi-k2/blocks.moe.attn.html",
     "how-to-read": "how-to-read.html",
+    "sandwich-block": "models/gemma-3-27b/blocks.local.html",
 }
 WIDTHS = {"desktop": 1280, "phone": 390}
 SCHEMES = ("light", "dark")

@@ -199,3 +199,16 @@ def test_published_names_map_to_the_page_names(gemma_27b):
     for name, page_name in published.items():
         assert rename_source_key(name, renames, [], model.base_model_prefix, model.state_dict())[0] == page_name
         assert page_name in ours
+
+
+def test_270m_content_config_is_the_gguf_metadata():
+    """Every value the GGUF header gives is in the content config as recorded; a changed one is named with its key."""
+    from test_gguf import GEMMA3
+
+    from explorer.gguf import config_differences, gguf_config
+
+    config, provenance = gguf_config(GEMMA3)
+    published = load_model_content(GEMMA_270M).config
+    assert config_differences(config, provenance, published) == []
+    assert config_differences(config, provenance, {**published, "sliding_window": 1024}) == [
+        "key 'sliding_window': GGUF gemma3.attention.sliding_window gives 512, the content config 1024"]
