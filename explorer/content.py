@@ -80,6 +80,11 @@ class CheckpointRef:
         return self.revision[:7] if self.pinned else "revision not pinned"
 
     @property
+    def at(self) -> str:
+        """"owner/name@abc1234", or "owner/name (revision not pinned)"."""
+        return f"{self.repo_id}@{self.revision[:7]}" if self.pinned else f"{self.repo_id} (revision not pinned)"
+
+    @property
     def repo_url(self) -> str:
         base = f"https://huggingface.co/{self.repo_id}"
         return f"{base}/tree/{self.revision}" if self.pinned else base

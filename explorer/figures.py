@@ -77,7 +77,9 @@ def derive(spec: ModelSpec, ledger: Ledger, stored: Reconciliation | None) -> De
     mtp = sum(ledger.accounts[p].total for p, c in _paths(spec) if c.program == "mtp")
     embed = ledger.accounts["embed"].total if "embed" in ledger.accounts else 0
     total = ledger.total
-    active = total - mtp - inactive
+    # an image encoder (Gemma 3's vision tower and projector) runs once per image, not for a text token
+    vision = sum(ledger.accounts[p].total for p, c in _paths(spec) if c.program in ("vision_tower", "projector"))
+    active = total - mtp - inactive - vision
     costs = _attention_costs(spec, ledger)
     matmul = active - embed  # every parameter a token multiplies (the embedding is a row lookup)
     cache = sum(c.layers * c.cache_per_token for c in costs)
@@ -85,7 +87,7 @@ def derive(spec: ModelSpec, ledger: Ledger, stored: Reconciliation | None) -> De
     at_context = sum(c.layers * c.cache_per_token * min(CONTEXT, c.window or CONTEXT) for c in costs)
     decode_attn = sum(c.layers * c.flops_per_key * min(FLOP_CONTEXT, c.window or FLOP_CONTEXT) for c in costs)
     prefill_attn = sum(c.layers * c.flops_per_key * _keys_seen(FLOP_CONTEXT, c.window) for c in costs)
-    mtp_text = " − MTP modules" if mtp else ""
+    mtp_text = (" − MTP modules" if mtp else "") + (" − vision tower and projector" if vision else "")
     figures = [
         Figure("total_parameters", "Parameters stored (all)", total, "sum of the ledger's rows",
                "Every learned parameter the checkpoint stores, tied tensors once."),
@@ -93,7 +95,9 @@ def derive(spec: ModelSpec, ledger: Ledger, stored: Reconciliation | None) -> De
                f"total{mtp_text} − {inactive_text}" if inactive else f"total{mtp_text}",
                "Every parameter a token's forward pass reads: all dense weights, the router, shared experts, and the "
                "routed experts counted k of N; the embedding and the LM head included"
-               + ("; multi-token-prediction modules excluded (not part of the main forward pass)." if mtp else ".")),
+               + ("; multi-token-prediction modules excluded (not part of the main forward pass)" if mtp else "")
+               + ("; the vision tower and projector excluded (they run once per image, not per text token)"
+                  if vision else "") + "."),
         Figure("active_parameters_no_embedding", "Active parameters per token, without the token embedding",
                active - embed, "active − vocab_size × hidden_size",
                "As above, less the token embedding matrix, of which a token reads one row."),
@@ -195,7 +199,7 @@ def _stored_bytes(ledger: Ledger, stored: Reconciliation | None) -> int:
     if stored is not None:
         return sum(t.bytes for t in stored.totals)
     return sum(ta.spec.count * st.nbytes for acc in ledger.accounts.values() for ta in acc.tensors
-               for st in ta.stored if st.role != "buffer")
+               for st in ta.stored if st.role != "buffer" and not ta.spec.tied_to)  # a tied head is stored once
 
 
 # --------------------------------------------------------------------------------------- published claims

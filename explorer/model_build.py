@@ -55,7 +55,7 @@ class ModelBuild:
         """What one component's count was checked against."""
         ref = self.content.checkpoint
         if self.checkpoint is not None:
-            return (f"checkpoint headers of {ref.repo_id} ({ref.revision_short}) "
+            return (f"checkpoint headers at {ref.at} "
                     f"({len(self.checkpoint_index.tensors):,} tensors, recorded manifest)")  # type: ignore[union-attr]
         if any(path == s or path.startswith(s + ".") for s in self.reference_skips):
             return ("the configuration only: the reference implementation does not build this module and no "

@@ -212,3 +212,14 @@ def test_270m_content_config_is_the_gguf_metadata():
     assert config_differences(config, provenance, published) == []
     assert config_differences(config, provenance, {**published, "sliding_window": 1024}) == [
         "key 'sliding_window': GGUF gemma3.attention.sliding_window gives 512, the content config 1024"]
+
+
+def test_figures_leave_out_the_vision_tower_and_store_the_tied_head_once(gemma_27b):
+    from explorer.figures import derive
+
+    ledger = account(gemma_27b)
+    figures = derive(gemma_27b, ledger, None)
+    vision = ledger.accounts["vision_tower"].total + ledger.accounts["projector"].total
+    assert figures.get("active_parameters").value == ledger.total - vision
+    assert "vision tower and projector" in figures.get("active_parameters").formula
+    assert figures.get("weight_bytes_stored").value == 2 * ledger.total  # BF16, the tied head counted once
