@@ -18,7 +18,8 @@ _BY_PROGRAM = {"attention": "Attention", "mla": "Attention", "gated_mlp": "Feed-
                "plain_mlp": "Feed-forward (dense)", "moe": "Mixture of experts", "fused_moe": "Mixture of experts",
                "mtp": "Multi-token prediction",
                "norm": "Norms", "head": "LM head", "embedding": "Token embedding", "positions": "Position embedding",
-               "vision": "Vision tower and projector"}
+               "vision": "Vision tower and projector", "vision_tower": "Vision tower and projector",
+               "projector": "Vision tower and projector"}
 
 
 @dataclass(frozen=True, slots=True)

@@ -223,3 +223,13 @@ def test_figures_leave_out_the_vision_tower_and_store_the_tied_head_once(gemma_2
     assert figures.get("active_parameters").value == ledger.total - vision
     assert "vision tower and projector" in figures.get("active_parameters").formula
     assert figures.get("weight_bytes_stored").value == 2 * ledger.total  # BF16, the tied head counted once
+
+
+def test_compare_roles_put_the_vision_tower_in_its_own_row(gemma_27b):
+    from explorer.compare import role_totals
+
+    ledger = account(gemma_27b)
+    roles = role_totals(gemma_27b, ledger).values
+    assert roles["Vision tower and projector"] == ledger.accounts["vision_tower"].total + \
+        ledger.accounts["projector"].total
+    assert roles["Other"] == 0 and sum(roles.values()) == ledger.total
