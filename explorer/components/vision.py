@@ -145,11 +145,15 @@ def vision_block(ctx: Ctx, *, prefix: str, layers: int, heads: int, eps: float) 
     shape = _patch_shape(ctx)
     x, xa, xm, xf = (Port(s, shape, n) for s, n in (("z_n", "z"), (r"z_{\mathrm{attn}}", "z_attn"), ("z'_n", "z_mid"),
                                                    (r"z_{\mathrm{ffn}}", "z_ffn")))
+    norm_cite = (siglip("Each encoder layer applies nn.LayerNorm (a gain and a bias) before attention and before "
+                        "the MLP.", "SiglipEncoderLayer"),)
     ln1 = layernorm(ctx, "layer_norm1", "Attention LayerNorm", weight=p + "layer_norm1.weight", ranges=ranges,
-                    size="vision_hidden_size", x=x, y=xa, code="self.layer_norm1(hidden_states)", eps=eps)
+                    size="vision_hidden_size", x=x, y=xa, code="self.layer_norm1(hidden_states)", eps=eps,
+                    citations=norm_cite)
     attn = vision_attention(ctx, prefix=p + "self_attn.", ranges=ranges, x=xa, heads=heads)
     ln2 = layernorm(ctx, "layer_norm2", "MLP LayerNorm", weight=p + "layer_norm2.weight", ranges=ranges,
-                    size="vision_hidden_size", x=xm, y=xf, code="self.layer_norm2(hidden_states)", eps=eps)
+                    size="vision_hidden_size", x=xm, y=xf, code="self.layer_norm2(hidden_states)", eps=eps,
+                    citations=norm_cite)
     mlp = vision_mlp(ctx, prefix=p + "mlp.", ranges=ranges, x=xf, y=Port(r"\Delta_{\mathrm{ffn}}", shape, "delta"))
     res_a = Step(r"z'_n=z_n+\Delta_{\mathrm{attn}}", shape, "residual-attn")
     res_f = Step(r"z_{n+1}=z'_n+\Delta_{\mathrm{ffn}}", shape, "residual-ffn")
@@ -174,7 +178,9 @@ def vision_tower(ctx: Ctx, *, prefix: str, image_size: int, layers: int, heads: 
     shape = _patch_shape(ctx)
     post = layernorm(ctx, "post_layernorm", "Final LayerNorm", weight=prefix + "post_layernorm.weight", ranges=(),
                      size="vision_hidden_size", x=Port(rf"z_{{{layers}}}", shape, "z"), y=Port("v", shape, "v"),
-                     code="self.post_layernorm(last_hidden_state)", eps=eps)
+                     code="self.post_layernorm(last_hidden_state)", eps=eps,
+                     citations=(siglip("The vision model ends with a LayerNorm over the encoder's output.",
+                                       "SiglipVisionModel"),))
     steps = (embed.steps[0], embed.steps[1], Step(r"z_{n+1}=\operatorname{Block}_n(z_n),\quad n=0,\dots,"
                                                   f"{layers - 1}", shape, "encoder"), post.steps[0])
     return Component(
@@ -204,7 +210,7 @@ def projector(ctx: Ctx, *, prefix: str, eps: float, patches_per_side: int, token
     proj = linear(ctx, "mm_input_projection", "Input projection", weight=prefix + "mm_input_projection_weight",
                   ranges=(), d_in="vision_hidden_size", d_out="hidden_size", out_dim=ctx.dim("hidden_size"),
                   x=normed, y=out, equation=r"e=\hat u\,W_{\mathrm{mm}}", layout="in_out",
-                  code="torch.matmul(normed, self.mm_input_projection_weight)",
+                  code="torch.matmul(normed, self.mm_input_projection_weight)", citations=citations,
                   description=f"Project {ctx.size('vision_hidden_size'):,} features to the text width "
                               f"{ctx.size('hidden_size'):,}.")
     # a bare parameter of the projector, not a module: its own program reads it by name, and it is checked as

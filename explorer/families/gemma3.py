@@ -99,8 +99,13 @@ class Gemma3TextHyperparameters(Hyperparameters):
     quantization_config: GGUFQuantization | None = None
 
 
-ARCHITECTURE_KEYS = tuple(f.name for f in dataclasses.fields(Gemma3TextHyperparameters))[:22]
-"""The text keys that shape the model (up to torch_dtype): the ones whose defaults a page must name."""
+def _keys_through(cls: type, last: str) -> tuple[str, ...]:
+    names = [f.name for f in dataclasses.fields(cls)]
+    return tuple(names[:names.index(last) + 1])
+
+
+ARCHITECTURE_KEYS = _keys_through(Gemma3TextHyperparameters, "torch_dtype")
+"""The text keys that shape the model (the informational ones follow): the ones whose defaults a page must name."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,7 +126,7 @@ class SiglipVisionHyperparameters:
     attention_dropout: float = 0.0
 
 
-VISION_KEYS = tuple(f.name for f in dataclasses.fields(SiglipVisionHyperparameters))[:10]
+VISION_KEYS = _keys_through(SiglipVisionHyperparameters, "vision_use_head")
 
 
 @dataclass(frozen=True, slots=True)
@@ -226,8 +231,9 @@ class Gemma3Text(Family):
         return model_root(ctx, children, code=f"{self.reference.model_class}(config)", layers=L,
                           citations=children[0].citations,
                           description=f"A √d-scaled token embedding, {L} transformer blocks that interleave "
-                                      "sliding-window and global attention, a final RMSNorm and an LM head tied to "
-                                      "the embedding.")
+                                      "sliding-window and global attention, a final RMSNorm and "
+                                      + ("an LM head tied to the embedding." if self.text(c).tie_word_embeddings
+                                         else "an untied LM head."))
 
     def text_children(self, ctx: Ctx, t: Gemma3TextHyperparameters) -> tuple[Component, ...]:
         p, L = self.prefix, t.num_hidden_layers
@@ -235,11 +241,12 @@ class Gemma3Text(Family):
         kinds = tuple(k for k in (SLIDING, GLOBAL) if k in types)
         blocks = tuple(self.block(ctx, t, tuple(i for i, k in enumerate(types) if k == kind), kind) for kind in kinds)
         scale = sqrt_width_scale(t.hidden_size, stored_dtype(t.torch_dtype))
+        exact = t.hidden_size ** 0.5
+        rounded = f"; in {t.torch_dtype} √{t.hidden_size} = {exact:.4g} becomes {scale:.4g}" if scale != exact else ""
         embed = embedding(ctx, "embed", "Token embedding (scaled by √d)", weight=p + "embed_tokens.weight",
                           scale=scale, citations=(self.ref.cite(
                               "The embedding multiplies each looked-up row by embed_scale = hidden_size ** 0.5, cast "
-                              "to the weights' dtype (√5376 = 73.32 becomes 73.5 in bfloat16).",
-                              "TextScaledWordEmbedding"),))
+                              f"to the weights' dtype{rounded}.", "TextScaledWordEmbedding"),))
         tied = p + "embed_tokens.weight" if t.tie_word_embeddings else ""
         x = Port(r"x_{L}", ctx.tokens("hidden_size"), "x")
         n_global = types.count(GLOBAL)
@@ -257,7 +264,8 @@ class Gemma3Text(Family):
                     y=Port(r"\hat x", x.shape, "x_hat"), code="self.norm(hidden_states)", eps=t.rms_norm_eps,
                     gain="1+w", citations=self._norm_citation()),
             head(ctx, "lm_head", "LM head", weight="lm_head.weight", tied_to=tied, citations=(
-                self.ref.cite("lm_head is tied to the token embedding (_tied_weights_keys).",
+                self.ref.cite("lm_head is a bias-free Linear to the vocabulary"
+                              + (", tied to the token embedding (_tied_weights_keys)." if tied else "."),
                               "ForCausalLM" if self.prefix == "model." else "ForConditionalGeneration"),)),
         )
 
