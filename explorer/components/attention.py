@@ -16,7 +16,7 @@ import torch.nn.functional as F
 from ..spec.types import Citation, Component, Dim, IndexRange, Port, Shape, Step
 from .base import B, Ctx, Run, ctx_colour, fmt_num, k, options, program, q, reference_call, run_child, v
 from .linear import linear
-from .norms import Gain, NormOptions, apply_norm, rmsnorm
+from .norms import GAIN_SUBSCRIPT, Gain, NormOptions, apply_norm, rmsnorm
 from .rope import RopeOptions, reference_rotary, rope, rotate
 
 QUERIES, KEYS = Dim("queries", symbol="T"), Dim("keys", symbol="T")
@@ -179,7 +179,7 @@ def attention(ctx: Ctx, *, prefix: str, ranges: tuple[IndexRange, ...], x: Port,
                            + (r"+b_{O}" if o_bias else ""),
                            description=f"Mix the {n} heads' outputs ({n * hd:,} features) back to {d:,} features.",
                            code="self.o_proj(attn_output)", bias=o_bias))
-    steps = _gqa_steps(ctx, children, heads, kv_heads, d_head, qk_norm_eps is not None)
+    steps = _gqa_steps(ctx, children, heads, kv_heads, d_head, qk_norm_eps is not None, GAIN_SUBSCRIPT[qk_norm_gain])
     kind = "multi-query" if kvh == 1 else ("grouped-query" if kvh < n else "multi-head")
     return Component(
         key="attn", title=f"{kind.capitalize()} attention", kind="learned",
@@ -195,15 +195,15 @@ def attention(ctx: Ctx, *, prefix: str, ranges: tuple[IndexRange, ...], x: Port,
 
 
 def _gqa_steps(ctx: Ctx, children: list[Component], heads: Dim, kv_heads: Dim, d_head: Dim,
-               qk_norm: bool) -> tuple[Step, ...]:
+               qk_norm: bool, gain: str = "") -> tuple[Step, ...]:
     by_key = {c.key: c for c in children}
     steps = [by_key["q_proj"].steps[0], by_key["k_proj"].steps[0], by_key["v_proj"].steps[0],
              Step(rf"{q('Q')}=\operatorname{{reshape}}({q('q')}),\ {k('K')}=\operatorname{{reshape}}({k('k')}),\ "
                   rf"{v('V')}=\operatorname{{reshape}}({v('v')})", ctx.tokens(heads, d_head), "heads")]
     q_hat, k_hat = q(r"\hat Q"), k(r"\hat K")
     if qk_norm:
-        steps += [Step(rf"{q_hat}=\operatorname{{RMSNorm}}({q('Q')})", ctx.tokens(heads, d_head), "q_norm"),
-                  Step(rf"{k_hat}=\operatorname{{RMSNorm}}({k('K')})", ctx.tokens(kv_heads, d_head), "k_norm")]
+        steps += [Step(rf"{q_hat}=\operatorname{{RMSNorm}}{gain}({q('Q')})", ctx.tokens(heads, d_head), "q_norm"),
+                  Step(rf"{k_hat}=\operatorname{{RMSNorm}}{gain}({k('K')})", ctx.tokens(kv_heads, d_head), "k_norm")]
     Qn, Kn = (q_hat, k_hat) if qk_norm else (q("Q"), k("K"))
     steps += [Step(rf"{q('Q^{R}_t')}=\operatorname{{RoPE}}({Qn}_t,{ctx_colour('R_t')})", ctx.tokens(heads, d_head), "q-rotate"),
               Step(rf"{k('K^{R}_t')}=\operatorname{{RoPE}}({Kn}_t,{ctx_colour('R_t')})", ctx.tokens(kv_heads, d_head), "k-rotate")]

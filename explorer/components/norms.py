@@ -12,6 +12,7 @@ from ..spec.types import Citation, Component, IndexRange, Port, Step
 from .base import Ctx, Run, fmt_eps, options, program
 
 Gain = Literal["w", "1+w"]
+GAIN_SUBSCRIPT = {"w": "", "1+w": r"_{1+\gamma}"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,7 +34,8 @@ def rmsnorm(ctx: Ctx, key: str, title: str, *, weight: str, ranges: tuple[IndexR
         key=key, title=title, kind="learned", code=code,
         description=f"Scale each {ctx.size(size):,}-feature vector to unit root mean square, then by {gain_text}.",
         inputs=(x,), outputs=(y,),
-        equations=(Step(rf"{y.latex}=\operatorname{{RMSNorm}}({x.latex})", y.shape, key),),
+        # Gemma's gain shows in the headline too, so a block's steps say which RMSNorm it is
+        equations=(Step(rf"{y.latex}=\operatorname{{RMSNorm}}{GAIN_SUBSCRIPT[gain]}({x.latex})", y.shape, key),),
         steps=(Step(detail, y.shape, key),),
         tensors=(ctx.tensor(weight, ranges, (ctx.sym(size),)),),
         citations=citations or ctx.citations("rmsnorm", (ctx.reference.cite(
