@@ -538,7 +538,8 @@ def _tensor_row(mb: ModelBuild, ta: TensorAccount, owner: str, title: str) -> Te
     return TensorRowView(
         pattern=t.pattern, pattern_parts=tuple(t.pattern.split(".")), owner=Link(title, page_href(owner)), role=role,
         count=fmt(t.count),
-        shape="[" + ", ".join(fmt(s) for s in shape) + "]" if shape is not None else "not set by the config",
+        shape=("[" + ", ".join(fmt(s) for s in shape) + "]" + (" (input × output)" if t.layout == "in_out" else "")
+               if shape is not None else "not set by the config"),
         dtype=stored.dtype if stored is not None else ("packed (see stored as)" if replaced else t.dtype or "—"),
         elements=fmt(elements) if elements is not None else "—", scale=scale)
 

@@ -239,15 +239,17 @@ def reference_mask(comp: Component, M: torch.Tensor) -> torch.Tensor:
 @reference_call("mla")
 @reference_call("block")
 def call_with_rotary(comp: Component, ref, model, inputs, run: Run, ours: torch.Tensor):
-    """Attention and blocks take the rotary cos/sin and the mask their model would pass."""
-    x, _, M = inputs
-    T_ = x.shape[1]
-    rotary = model.model.rotary_emb
-    for c in _walk(comp):
-        if c.program == "rope" and c.reference not in ("", "-", "model.rotary_emb"):
-            rotary = model.get_submodule(c.reference)
-    cos, sin = rotary(x, torch.arange(T_)[None].expand(x.shape[0], T_))
-    kwargs = {"position_embeddings": (cos, sin), "attention_mask": reference_mask(comp, M)[None, None]}
+    """Attention and blocks take the rotary cos/sin (where they rotate) and the mask their model would pass."""
+    x, M = inputs[0], inputs[-1]
+    kwargs = {"attention_mask": reference_mask(comp, M)[None, None]}
+    ropes = [c for c in _walk(comp) if c.program == "rope"]
+    if ropes:
+        T_ = x.shape[1]
+        rotary = model.model.rotary_emb
+        for c in ropes:
+            if c.reference not in ("", "-", "model.rotary_emb"):
+                rotary = model.get_submodule(c.reference)
+        kwargs["position_embeddings"] = rotary(x, torch.arange(T_)[None].expand(x.shape[0], T_))
     out = ref(hidden_states=x, **kwargs) if comp.program != "block" else ref(x, **kwargs)
     return ours, out[0] if isinstance(out, tuple) else out, "rotary angles from our program"
 

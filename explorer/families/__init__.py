@@ -7,12 +7,14 @@ from ..errors import ContentError, did_you_mean
 from ..spec.types import ModelSpec
 from .base import Family
 from .deepseek_v3 import FAMILY as DEEPSEEK_V3
+from .gpt2 import FAMILY as GPT2
 from .gpt_oss import FAMILY as GPT_OSS
 from .llama import FAMILY as LLAMA
 from .mixtral import FAMILY as MIXTRAL
+from .qwen3 import FAMILY as QWEN3
 from .qwen3_moe import FAMILY as QWEN3_MOE
 
-FAMILIES: dict[str, Family] = {f.name: f for f in (DEEPSEEK_V3, LLAMA, MIXTRAL, QWEN3_MOE, GPT_OSS)}
+FAMILIES: dict[str, Family] = {f.name: f for f in (DEEPSEEK_V3, LLAMA, MIXTRAL, QWEN3_MOE, GPT_OSS, QWEN3, GPT2)}
 """Family name (content's model.family) -> family."""
 
 
