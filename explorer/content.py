@@ -45,12 +45,17 @@ class ModelMeta:
     """Where it is published, e.g. "model card: 32 billion activated parameters"."""
 
 
+UNPINNED = "unpinned"
+"""checkpoint.revision of a checkpoint whose source names no commit (a file from the package index)."""
+
+
 @dataclass(frozen=True, slots=True)
 class CheckpointRef:
     """Where the published checkpoint lives, pinned, and facts recorded about its files."""
 
     repo_id: str
     revision: str
+    """A 40-hex commit, or UNPINNED where none is known (revision_note then says why)."""
     config_sha256: str
     config_provenance: str
     config_nulls: tuple[str, ...] = ()
@@ -65,6 +70,20 @@ class CheckpointRef:
     """The published config.json's top-level keys in its own order, where that is not sorted, so the recorded
     values serialise back to its exact bytes. Only a hint: the regenerated text is used only when its sha256 is
     config_sha256, so a wrong or stale order means no regenerated excerpt, never a wrong one."""
+    revision_note: str = ""
+    """Why no revision is pinned (required with revision = "unpinned"; shown on every page of the model)."""
+    storage: dict[str, str] = dataclasses.field(default_factory=dict)
+    """Stored dtype by tensor-name pattern (fnmatch; the longest matching pattern wins), for a checkpoint that does
+    not store every weight in one dtype (a GGUF file's per-tensor types); its recorded manifest is the evidence."""
+
+    @property
+    def pinned(self) -> bool:
+        return self.revision != UNPINNED
+
+    @property
+    def revision_short(self) -> str:
+        """"d04e592", or "unpinned"."""
+        return self.revision[:7] if self.pinned else UNPINNED
 
 
 @dataclass(frozen=True, slots=True)
@@ -202,6 +221,7 @@ def load_model_content(folder: Path) -> ModelContent:
         if not 0 < first <= last:
             problems.append(f"{path}: key 'checkpoint.source_lines.{symbol}': expected first <= last, "
                             f"got [{first}, {last}]")
+    problems += _revision_problems(path, checkpoint) + _storage_problems(path, checkpoint)
     for key in sorted(set(checkpoint.config_nulls if checkpoint else ()) & set(data.get("config", {}))):
         problems.append(f"{path}: key 'checkpoint.config_nulls': '{key}' is listed as null but has a value in [config]")
     if meta is not None and meta.released and not RELEASED.match(meta.released):
@@ -214,6 +234,30 @@ def load_model_content(folder: Path) -> ModelContent:
         config={**data["config"], **{k: None for k in checkpoint.config_nulls}},
         prose=load_prose(folder / "prose", folder),
     )
+
+
+def _revision_problems(path: Path, ref: CheckpointRef | None) -> list[str]:
+    """An unpinned revision says why; a pinned one has no such note."""
+    if ref is None:
+        return []
+    if not ref.pinned and not ref.revision_note.strip():
+        return [f"{path}: key 'checkpoint.revision_note': missing (required with revision = \"{UNPINNED}\": say why "
+                "no commit is pinned)"]
+    if ref.pinned and ref.revision_note:
+        return [f"{path}: key 'checkpoint.revision_note': only for revision = \"{UNPINNED}\" (the revision is "
+                f"pinned to {ref.revision!r})"]
+    return []
+
+
+def _storage_problems(path: Path, ref: CheckpointRef | None) -> list[str]:
+    from .checkpoint import ggml_blocks
+    from .spec.storage import DTYPE_BYTES
+
+    if ref is None:
+        return []
+    known = set(DTYPE_BYTES) | set(ggml_blocks())
+    return [f"{path}: key 'checkpoint.storage.\"{pattern}\"': unknown dtype {dtype!r}"
+            f"{did_you_mean(dtype, sorted(known))}" for pattern, dtype in sorted(ref.storage.items()) if dtype not in known]
 
 
 def load_prose(folder: Path, root: Path) -> dict[str, str]:

@@ -40,6 +40,8 @@ class ModelBuild:
     """The lab's published active-parameter figure and the definition that reproduces it."""
     predicted: Reconciliation | None = None
     """Where no checkpoint listing is recorded: the stored layout the spec's storage schemes predict."""
+    config_differences: tuple[str, ...] = ()
+    """Hyper-parameters the checkpoint's files state (GGUF metadata) that the content config contradicts."""
 
     @property
     def slug(self) -> str:
@@ -55,7 +57,7 @@ class ModelBuild:
         """What one component's count was checked against."""
         ref = self.content.checkpoint
         if self.checkpoint is not None:
-            return (f"checkpoint headers at {ref.repo_id}@{ref.revision[:7]} "
+            return (f"checkpoint headers at {ref.repo_id}@{ref.revision_short} "
                     f"({len(self.checkpoint_index.tensors):,} tensors, recorded manifest)")  # type: ignore[union-attr]
         if any(path == s or path.startswith(s + ".") for s in self.reference_skips):
             return ("the configuration only: the reference implementation does not build this module and no "

@@ -11,7 +11,7 @@ from pathlib import Path
 from . import cache
 from .account import account
 from .api import model_api
-from .checkpoint import MANIFEST_FILE, read_manifest
+from .checkpoint import MANIFEST_FILE, CheckpointIndex, read_manifest
 from .content import ModelContent, check_prose_paths, load_all_models, read_content_text
 from .errors import ContentError, ReconciliationError
 from .families import FAMILIES, load_model_spec
@@ -68,7 +68,18 @@ def build_model(content: ModelContent, fetch_sources: bool = False, cache_dir: P
     claim = match_claim(figures, meta.active_claim, meta.active_claim_source) if meta.active_claim else None
     predicted = reconcile(spec, predicted_index(spec)) if index is None else None
     return ModelBuild(content, spec, ledger, citations, ref_check, ref.label, skips, ckpt_check, index,
-                      execution.trace, execution.checks, figures, claim, predicted)
+                      execution.trace, execution.checks, figures, claim, predicted,
+                      config_differences=stated_config_differences(index, content))
+
+
+def stated_config_differences(index: CheckpointIndex | None, content: ModelContent) -> tuple[str, ...]:
+    """Values the checkpoint's own files state (a GGUF header's metadata, recorded in the manifest) that the content
+    config lacks or contradicts."""
+    if index is None or not index.config:
+        return ()
+    from .gguf import config_differences
+
+    return tuple(config_differences(index.config, index.config_provenance, content.config))
 
 
 def build_all(project: Project, progress: Progress = stderr_progress, fetch_sources: bool = False,
@@ -128,6 +139,7 @@ def check_failures(builds: list[ModelBuild], limit: int | None = 20) -> list[str
         out += [f"{mb.slug} (reference): {d}" for d in mb.reference.differences(limit)]
         if mb.checkpoint is not None:
             out += [f"{mb.slug} (checkpoint): {d}" for d in mb.checkpoint.differences(limit)]
+        out += [f"{mb.slug} (checkpoint metadata): {d}" for d in mb.config_differences]
     return out
 
 

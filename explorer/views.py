@@ -125,6 +125,8 @@ class HeaderView:
     checked: str
     slug: str
     """The model's folder name, so search can put this model's pages first."""
+    revision_note: str = ""
+    """Why no revision is pinned (empty when one is)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -447,8 +449,9 @@ def header_view(mb: ModelBuild, root: str) -> HeaderView:
     return HeaderView(
         name=mb.content.meta.name, href=f"{root}models/{mb.slug}/index.html",
         meta=f"{mb.content.meta.lab} · {month(mb.content.meta.released)}", tagline=mb.content.meta.tagline,
-        repo_id=ref.repo_id, revision_short=ref.revision[:7],
-        repo_url=f"https://huggingface.co/{ref.repo_id}/tree/{ref.revision}", checked=mb.check_phrase, slug=mb.slug)
+        repo_id=ref.repo_id, revision_short=ref.revision_short,
+        repo_url=f"https://huggingface.co/{ref.repo_id}" + (f"/tree/{ref.revision}" if ref.pinned else ""),
+        checked=mb.check_phrase, slug=mb.slug, revision_note=ref.revision_note)
 
 
 # ------------------------------------------------------------------------------------------- parameters
@@ -615,7 +618,7 @@ def ledger_view(mb: ModelBuild) -> LedgerView:
            f"{'balanced' if mb.reference.balanced else 'NOT balanced'}"
            + (f"; modules it does not build: {', '.join(mb.reference_skips)}." if mb.reference_skips else "."))
     if mb.checkpoint_index is not None:
-        source = (f"Checkpoint headers of {mb.content.checkpoint.repo_id}@{mb.content.checkpoint.revision[:7]}, "
+        source = (f"Checkpoint headers of {mb.content.checkpoint.repo_id}@{mb.content.checkpoint.revision_short}, "
                   f"from the recorded manifest ({mb.checkpoint_index.provenance})")
     else:
         source = ("No checkpoint tensor listing is recorded for this model: the stored layout below is predicted "

@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
+import fnmatch
+
+from ..checkpoint import ggml_blocks
 from ..content import ModelContent
 from ..errors import ContentError, did_you_mean
-from ..spec.types import ModelSpec
+from ..spec.storage import DTYPE_BYTES, Dense, GGUFQuant, Storage
+from ..spec.types import Component, ModelSpec
 from .base import Family
 from .deepseek_v3 import FAMILY as DEEPSEEK_V3
 from .gpt2 import FAMILY as GPT2
@@ -38,4 +43,26 @@ def load_model_spec(content: ModelContent) -> ModelSpec:
     if family is None:
         raise ContentError([f"{content.folder / 'model.toml'}: key 'model.family': unknown family "
                             f"{content.meta.family!r}{did_you_mean(content.meta.family, FAMILIES)}"])
-    return family.build_spec(content.slug, content.config, f"{content.folder / 'model.toml'}: table 'config'")
+    spec = family.build_spec(content.slug, content.config, f"{content.folder / 'model.toml'}: table 'config'")
+    if not content.checkpoint.storage:
+        return spec
+    return dataclasses.replace(spec, root=with_storage(spec.root, content.checkpoint.storage))
+
+
+def storage_for(name: str, rules: dict[str, str]) -> Storage | None:
+    """The storage of the longest pattern matching a tensor name (None: no pattern matches)."""
+    matches = [p for p in rules if fnmatch.fnmatchcase(name, p)]
+    if not matches:
+        return None
+    dtype = rules[max(matches, key=lambda p: (len(p), p))]
+    if dtype in DTYPE_BYTES:
+        return Dense(dtype)
+    block, block_bytes = ggml_blocks()[dtype]
+    return GGUFQuant(dtype, block, block_bytes)
+
+
+def with_storage(comp: Component, rules: dict[str, str]) -> Component:
+    """The tree with each tensor stored as content's checkpoint.storage says (per tensor-name pattern)."""
+    tensors = tuple(dataclasses.replace(t, storage=storage_for(t.template, rules) or t.storage) for t in comp.tensors)
+    children = tuple(with_storage(c, rules) for c in comp.children)
+    return dataclasses.replace(comp, tensors=tensors, children=children)
