@@ -70,6 +70,9 @@ class CheckpointRef:
     """The published config.json's top-level keys in its own order, where that is not sorted, so the recorded
     values serialise back to its exact bytes. Only a hint: the regenerated text is used only when its sha256 is
     config_sha256, so a wrong or stale order means no regenerated excerpt, never a wrong one."""
+    real_weights: str = ""
+    """A GGUF file inside an installed package, "package/path/in/it": the build runs the model's first block on
+    the weights it stores and compares with transformers reading the same file (empty: no real-weight check)."""
     revision_note: str = ""
     """Why no revision is pinned (required with revision = "unpinned"; shown on every page of the model)."""
     storage: dict[str, str] = dataclasses.field(default_factory=dict)

@@ -14,6 +14,7 @@ from .account import AccountRow, ComponentAccount, TensorAccount
 from .compare import RoleTotals, compare_roles, config_differences, role_totals
 from .content import render_markdown
 from .diagrams import FlowNode, budget_svg, flow_svg
+from .execution import RealWeightCheck
 from .flows import layout
 from .mathml import STREAMS, numbers_mathml, product_mathml, to_mathml
 from .model_build import ModelBuild
@@ -179,6 +180,8 @@ class ComponentPage(PageBase):
     outputs: tuple[PortView, ...]
     trace_note: str
     check: CheckView
+    real_checks: tuple[str, ...]
+    """Checks of this component on the checkpoint's real weights (the first is where a page shows one)."""
     diagram: str
     params_line: str
     parameters: ParametersView | None
@@ -493,6 +496,11 @@ SCALE_NAMES = {BlockFP8: "FP8 block scales", MXFP4: "MXFP4 block scales"}
 def _check_sentence(mb: ModelBuild, path: str, owned: list[tuple[str, Component]]) -> str:
     """What the count was checked against; what the count leaves out is named only where the component has it."""
     against = mb.checked_against(path)
+    index = mb.checkpoint_index
+    if index is not None and any(t.shard.endswith(".gguf") for t in index.tensors.values()):
+        return ("Derived from the configuration read from the GGUF file's metadata, and equal to the count of the "
+                "tensors its GGUF header lists (quantized types keep their element counts; a tied head is stored "
+                f"once). Checked against {against}.")
     if mb.checkpoint is None:
         return f"Derived from the pinned configuration; checked tensor by tensor against {against}."
     specs = [t for _, c in owned for t in c.tensors]
@@ -711,7 +719,8 @@ def component_page(mb: ModelBuild, ancestors: tuple[Component, ...], comp: Compo
         outputs=tuple(port_view(p, t) for p, t in zip(comp.outputs, traced.outputs)),
         trace_note=(f"Shapes traced by running this component at full size on the {mb.trace.device} device "
                     f"(no weights allocated), with B = {mb.trace.free['B']} and T = {mb.trace.free['T']}."),
-        check=check_view(mb, path), diagram=flow_diagram(mb, path, comp, traced),
+        check=check_view(mb, path), real_checks=tuple(real_check_text(c) for c in mb.real_checks if c.path == path),
+        diagram=flow_diagram(mb, path, comp, traced),
         params_line=params_line(acc), parameters=parameters_view(mb, comp, acc, path, owned),
         tensors=tensors, tensors_check=mb.checked_against(path),
         tensors_summary=(f"All {len(tensors)} tensor families ({fmt(sum(ta.spec.count for ta in families))} tensors)"
@@ -753,6 +762,12 @@ def tiny_config(mb: ModelBuild) -> str:
     return ("Every equation check on these pages runs the page's step program and the reference implementation "
             f"on the same input, at the family's {'; '.join(configs)}. Small widths keep a check fast; the "
             "routing, scaling and rotary settings are the model's own.")
+
+
+def real_check_text(c: RealWeightCheck) -> str:
+    return (f"Checked on the checkpoint’s real weights: block {c.layer + 1} run with the weights stored in {c.source} "
+            f"and compared with {c.reference}: max |Δ| = {c.max_abs_error:.1e} (tolerance {c.tolerance:g}); "
+            f"{c.detail}.")
 
 
 def _title_of(mb: ModelBuild, path: str) -> str:

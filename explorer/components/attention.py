@@ -251,7 +251,7 @@ def call_with_rotary(comp: Component, ref, model, inputs, run: Run, ours: torch.
                 rotary = model.get_submodule(c.reference)
         kwargs["position_embeddings"] = rotary(x, torch.arange(T_)[None].expand(x.shape[0], T_))
     out = ref(hidden_states=x, **kwargs) if comp.program != "block" else ref(x, **kwargs)
-    return ours, out[0] if isinstance(out, tuple) else out, "rotary angles from our program"
+    return ours, out[0] if isinstance(out, tuple) else out, "rotary angles from our program" if ropes else ""
 
 
 def _walk(comp: Component):
