@@ -2,17 +2,16 @@
 
 Our side: the layer's tensors dequantized by the gguf package (llama.cpp's reader) with our own undoing of
 llama.cpp's rotary row order (gguf.unpermute_rotary_rows), run through the block's step programs. The reference:
-transformers reads the same file itself (from_pretrained(..., gguf_file=...), its own dequantization and row
-order) and runs its decoder layer. Both see the same input, the file's own embeddings of a few token ids, so the
-max |Δ| measures our equations and our reading of the file together, on weights that were trained.
+the same stored rows put back in order by transformers' own GGUF tensor processor (the code behind
+from_pretrained(..., gguf_file=...)), loaded into transformers' decoder layer built from the same config. Both run
+on the file's own embeddings of a few token ids, so the max |Δ| measures our equations and our reading of the rows
+together, on weights that were trained. (tests/test_gguf.py checks the whole layer's dequantized weights against a
+full from_pretrained(gguf_file=...) load.)
 """
 
 from __future__ import annotations
 
-import contextlib
-import functools
 import importlib.util
-import io
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +23,8 @@ REAL_TOLERANCE = 1e-4
 """Largest |Δ| accepted between our block and the reference's on real weights (float32 on both sides)."""
 TOKENS = 5
 """Positions the block is run on (as the executor's T)."""
+ROTARY_STEMS = {"self_attn.q_proj.": ".attn_q.", "self_attn.k_proj.": ".attn_k."}
+"""transformers module -> llama.cpp stem, for the tensors whose rows llama.cpp reorders."""
 
 
 def weights_file(spec_text: str, where: str) -> Path:
@@ -39,21 +40,42 @@ def weights_file(spec_text: str, where: str) -> Path:
     return path
 
 
-@functools.lru_cache(maxsize=1)
-def reference_from_gguf(path: Path) -> Any:
-    """transformers' model of the file, read by transformers itself, float32, eager attention (kept for the next
-    check of the same file in this process: reading it dequantizes every tensor)."""
+def reference_weights(spec: ModelSpec, path: Path, layer: int) -> dict[str, Any]:
+    """The layer's stored rows, put in transformers' order by transformers' own GGUF tensor processor."""
+    from transformers.modeling_gguf_pytorch_utils import LlamaTensorProcessor
+
+    from .gguf import dequantize_layer
+
+    heads = {"num_attention_heads": spec.values["num_attention_heads"],
+             "num_key_value_heads": spec.values["num_key_value_heads"]}
+    processor = LlamaTensorProcessor(config=heads)
+    out = {}
+    for name, stored in dequantize_layer(path, layer, llama_cpp_rows=True).items():
+        stem = next((s for m, s in ROTARY_STEMS.items() if m in name), ".other.")
+        out[name] = type(stored)(processor.process(stored.numpy(), f"blk.{layer}{stem}weight").weights.copy())
+    return out
+
+
+def reference_layer(spec: ModelSpec, weights: dict[str, Any], layer: int) -> Any:
+    """transformers' model of this config (float32, eager), with the layer's weights loaded into its decoder layer."""
     import torch
-    from transformers import AutoModelForCausalLM
-    from transformers.utils import logging
 
-    logging.set_verbosity_error()
-    with contextlib.redirect_stderr(io.StringIO()):  # its GGUF loader draws a tqdm bar of its own
-        return AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name, dtype=torch.float32,
-                                                    attn_implementation="eager").eval()
+    from .reference import _classes, transformers_config
+
+    config_class, model_class = _classes(spec)
+    config = config_class(**{**transformers_config(spec), "num_hidden_layers": layer + 1})
+    config._attn_implementation = "eager"
+    with torch.device("meta"):
+        model = model_class(config)
+    prefix = f"model.layers.{layer}."
+    block = model.get_submodule(prefix.rstrip("."))
+    block.to_empty(device="cpu")
+    block.load_state_dict({n.removeprefix(prefix): w for n, w in weights.items()})
+    model.model.rotary_emb = type(model.model.rotary_emb)(config=config)  # its buffers, on the CPU
+    return model.eval()
 
 
-def block_check(spec: ModelSpec, path: Path, reference: Any = None, layer: int = 0) -> RealWeightCheck:
+def block_check(spec: ModelSpec, path: Path, layer: int = 0) -> RealWeightCheck:
     """Run block `layer` of the model on the file's weights and compare with the reference's decoder layer."""
     import torch
     import transformers
@@ -61,30 +83,30 @@ def block_check(spec: ModelSpec, path: Path, reference: Any = None, layer: int =
     from .components import PROGRAMS, REFERENCE_CALLS, Run
     from .components.base import tensor_prefix
     from .components.blocks import angles_for, causal_mask, layer_order
-    from .gguf import dequantize_layer
+    from .gguf import dequantize_layer, dequantize_tensor
 
-    model = reference if reference is not None else reference_from_gguf(path)
     ours = dequantize_layer(path, layer)
+    theirs_w = reference_weights(spec, path, layer)
+    model = reference_layer(spec, theirs_w, layer)
     block = dict(layer_order(spec.root.child("blocks")))[layer]
     ids = torch.randint(0, int(spec.values["vocab_size"]), (1, TOKENS), generator=torch.Generator().manual_seed(3))
     with torch.no_grad():
-        x = model.get_input_embeddings()(ids)
-        mask = causal_mask(TOKENS, x.device)
-        inputs = (x, angles_for(block, torch.arange(TOKENS)), mask)
+        x = dequantize_tensor(path, "token_embd.weight")[ids]
+        inputs = (x, angles_for(block, torch.arange(TOKENS)), causal_mask(TOKENS, x.device))
         run = Run(ours, module=tensor_prefix(block).format(layer=layer))
         (out,) = PROGRAMS[block.program](block, run, *inputs)
         ref = model.get_submodule(tensor_prefix(block).format(layer=layer).rstrip("."))
         mine, theirs, _ = REFERENCE_CALLS[block.program](block, ref, model, inputs, run, out)
     error = float((mine - theirs).abs().max())
-    weights_error = max(float((w - model.state_dict()[n]).abs().max()) for n, w in ours.items())
+    weights_error = max(float((w - theirs_w[n]).abs().max()) for n, w in ours.items())
     check = RealWeightCheck(
         path=_path_of(spec.root, block), layer=layer, source=path.name,
-        reference=f"transformers {transformers.__version__} {type(ref).__name__}, weights read by transformers "
-                  f"from the same file (gguf_file=)",
+        reference=f"transformers {transformers.__version__} {type(ref).__name__} loaded with the same stored rows, "
+                  f"ordered by transformers' GGUF tensor processor",
         max_abs_error=error, tolerance=REAL_TOLERANCE,
         detail=f"our weights: the gguf package's dequantization of {len(ours)} layer-{layer} tensors and our "
-               f"undoing of llama.cpp's q/k row order, max |Δ| {weights_error:.1e} from transformers' reading; input: "
-               f"the file's embeddings of {TOKENS} token ids")
+               f"undoing of llama.cpp's q/k row order, max |Δ| {weights_error:.1e} from transformers' ordering; "
+               f"input: the file's embeddings of {TOKENS} token ids")
     if not (error == error and error <= REAL_TOLERANCE):
         raise ExecutionError(f"{spec.slug} › {check.path} on real weights",
                              f"max |Δ| {error:.3g} against {check.reference} exceeds the tolerance {REAL_TOLERANCE:g}")

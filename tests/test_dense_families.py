@@ -185,7 +185,7 @@ def test_block_on_real_weights_agrees_with_transformers_reading_the_same_file(sm
 
     check = block_check(*smollm2_real)
     assert check.path == "blocks.block" and check.max_abs_error <= check.tolerance
-    assert "max |Δ| 0.0e+00 from transformers' reading" in check.detail
+    assert "max |Δ| 0.0e+00 from transformers' ordering" in check.detail
 
 
 def test_real_weights_without_undoing_llama_cpp_row_order_fail(smollm2_real, monkeypatch):
