@@ -110,11 +110,11 @@ def verify_hub(project) -> int:
 
     failed = False
     for content in load_all_models(project.content):
-        if not content.checkpoint.pinned:  # nothing to fetch at: the page says the revision is not pinned
-            print(f"{content.slug}: no pinned revision; config.json not verified against the Hub")
+        ref = content.checkpoint
+        if not ref.pinned:
+            print(f"{content.slug}: no pinned revision ({ref.revision_note}); nothing to fetch")
             continue
         problems = verify_published_config(content)
-        ref = content.checkpoint
         print(f"{content.slug}: config.json at {ref.repo_id}@{ref.revision[:7]}: "
               + ("matches the recorded sha256 and values" if not problems else f"{len(problems)} differences"))
         for problem in problems:
@@ -137,9 +137,10 @@ def add(project, args) -> int:
 
 
 def record(project, args) -> int:
+    from dataclasses import replace
+
     from explorer.checkpoint import (
         MANIFEST_FILE,
-        CheckpointIndex,
         read_hub_checkpoint,
         read_listing,
         read_local_checkpoint,
@@ -152,9 +153,10 @@ def record(project, args) -> int:
     if args.from_folder:
         index, provenance = read_local_checkpoint(args.from_folder), f"headers of a local copy ({args.from_folder.name})"
     elif args.from_gguf:
-        from explorer.gguf import read_gguf_checkpoint
+        from explorer.gguf import gguf_config, read_gguf_checkpoint
 
-        index = read_gguf_checkpoint(args.from_gguf)
+        config, config_provenance = gguf_config(args.from_gguf)
+        index = replace(read_gguf_checkpoint(args.from_gguf), config=config, config_provenance=config_provenance)
         provenance = f"GGUF header of {args.from_gguf.name}, llama.cpp names mapped to the reference's"
     elif args.from_hub:
         index, provenance = read_hub_checkpoint(ref.repo_id, ref.revision), "headers read from the Hub with range requests"
@@ -165,7 +167,7 @@ def record(project, args) -> int:
         print("error: --record-checkpoint needs --from-folder, --from-gguf, --from-hub or --from-listing",
               file=sys.stderr)
         return 1
-    index = CheckpointIndex(index.tensors, index.source, ref.repo_id, ref.revision, provenance)
+    index = replace(index, repo_id=ref.repo_id, revision=ref.revision, provenance=provenance)
     path = content.folder / MANIFEST_FILE
     write_manifest(index, path)
     print(f"wrote {path}: {len(index.tensors):,} tensors")

@@ -119,9 +119,9 @@ def tensor_label(t: TensorSpec) -> str:
 
 
 def _tensor_row(t: TensorSpec, values: dict[str, int | float]) -> AccountRow:
-    # Matrices are shown input by output, as in y = xW; the stored tensor is [out, in].
+    # Matrices are shown input by output, as in y = xW, whichever order the checkpoint stores them in.
     assert t.shape is not None  # only parameters, whose shapes the config determines, get rows
-    shape = tuple(reversed(t.shape)) if len(t.shape) == 2 else t.shape
+    shape = tuple(reversed(t.shape)) if len(t.shape) == 2 and t.layout == "out_in" else t.shape
     factors = tuple(evaluate(s, values) for s in shape)
     value = 1
     for f in factors:

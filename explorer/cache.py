@@ -15,7 +15,16 @@ from typing import Any
 
 from .checkpoint import CheckpointIndex, TensorInfo
 from .digest import package_digest
-from .execution import TOLERANCE, ComponentTrace, EquationCheck, Execution, RoutingExample, ShapeTrace, within_tolerance
+from .execution import (
+    TOLERANCE,
+    ComponentTrace,
+    EquationCheck,
+    Execution,
+    RealWeightCheck,
+    RoutingExample,
+    ShapeTrace,
+    within_tolerance,
+)
 from .reference import ReferenceModel
 from .spec.types import ModelSpec
 
@@ -23,6 +32,7 @@ FORMAT = 3
 _STATUSES = {"checked", "part", "unchecked"}
 _CHECK_TEXT = ("status", "reference", "config", "detail", "part_of")
 _KEY = re.compile(r"-[0-9a-f]{32}\.json")
+_REAL_KEY = re.compile(r"-real-[0-9a-f]{32}\.json")
 
 
 def execution_key(spec: ModelSpec) -> str:
@@ -128,3 +138,50 @@ def _number(value: Any) -> float:
     if not isinstance(value, float | int) or isinstance(value, bool):
         raise TypeError(f"expected a number, got {value!r}")
     return float(value)
+
+
+# ------------------------------------------------------------------------------------ real-weight checks
+
+def _real_path(cache_dir: Path, spec: ModelSpec, weights: Path) -> Path:
+    """Keyed by the model's torch-stage key and the weights file's name and size."""
+    key = hashlib.sha256(f"{execution_key(spec)}:{weights.name}:{weights.stat().st_size}".encode()).hexdigest()[:32]
+    return cache_dir / f"{spec.slug}-real-{key}.json"
+
+
+def load_real(cache_dir: Path | None, spec: ModelSpec, weights: Path) -> tuple[RealWeightCheck, ...] | None:
+    if cache_dir is None:
+        return None
+    path = _real_path(cache_dir, spec, weights)
+    if not path.exists():
+        return None
+    try:
+        return tuple(_real_check(c) for c in json.loads(path.read_text(encoding="utf-8")))
+    except (ValueError, TypeError, KeyError):
+        return None  # a damaged or failing entry is recomputed
+
+
+def _real_check(fields: dict[str, Any]) -> RealWeightCheck:
+    """As _check: typed fields, the current tolerance, and a passing error, or the entry is not used."""
+    from .real_weights import REAL_TOLERANCE
+
+    check = RealWeightCheck(**fields)
+    if not all(isinstance(getattr(check, f), str) for f in ("path", "source", "reference", "detail")):
+        raise TypeError(f"not a real-weight check: {fields!r}")
+    _count(check.layer)
+    error = check.max_abs_error
+    if check.tolerance != REAL_TOLERANCE or not isinstance(error, float | int) or not error <= REAL_TOLERANCE:
+        raise ValueError(f"cached real-weight check with max |Δ| {error!r} does not pass {REAL_TOLERANCE}")
+    return check
+
+
+def save_real(cache_dir: Path | None, spec: ModelSpec, weights: Path, checks: tuple[RealWeightCheck, ...]) -> None:
+    if cache_dir is None:
+        return
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    for old in cache_dir.glob(f"{spec.slug}-real-*.json"):
+        if _REAL_KEY.fullmatch(old.name[len(spec.slug):]):
+            old.unlink(missing_ok=True)
+    path = _real_path(cache_dir, spec, weights)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps([dataclasses.asdict(c) for c in checks], sort_keys=True), encoding="utf-8")
+    tmp.replace(path)

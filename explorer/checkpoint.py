@@ -15,7 +15,7 @@ import tempfile
 import time
 import tomllib
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -99,6 +99,10 @@ class CheckpointIndex:
     repo_id: str = ""
     revision: str = ""
     provenance: str = ""
+    config: dict[str, Any] = field(default_factory=dict)
+    """Hyper-parameters the checkpoint's own files state (a GGUF file's metadata), config.json key -> value."""
+    config_provenance: dict[str, str] = field(default_factory=dict)
+    """Where each of them was read (the GGUF key, or how it was derived)."""
 
 
 # ------------------------------------------------------------------------------------------ the parser
@@ -593,6 +597,10 @@ def manifest_text(index: CheckpointIndex) -> str:
         f"tensor_count = {len(index.tensors)}",
         "",
     ]
+    if index.config:  # hyper-parameters the files state, checked against the content config by the build
+        lines += ["[config]"] + [f"{k} = {_toml_scalar(v)}" for k, v in sorted(index.config.items())] + [""]
+        lines += ["[config_provenance]"] + [f"{k} = {_toml_string(v)}" for k, v in
+                                            sorted(index.config_provenance.items())] + [""]
     for g in group_tensors(index.tensors.values()):
         lines += ["[[tensor]]", f"name = {_toml_string(g.name)}", f"shape = {list(g.shape)}",
                   f"dtype = {_toml_string(g.dtype)}"]
@@ -600,6 +608,13 @@ def manifest_text(index: CheckpointIndex) -> str:
             lines.append(f"shard = {_toml_string(g.shard)}")
         lines.append("")
     return "\n".join(lines)
+
+
+def _toml_scalar(value: Any) -> str:
+    """A config value (string, number or boolean) as a TOML literal."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return _toml_string(value) if isinstance(value, str) else json.dumps(value)
 
 
 def _toml_string(text: str) -> str:
@@ -622,8 +637,8 @@ def write_manifest(index: CheckpointIndex, path: Path) -> None:
     check_index(index, str(path))
     text = manifest_text(index)
     back = manifest_index(tomllib.loads(text), str(path))
-    if (back.tensors, back.repo_id, back.revision, back.provenance) != (
-            index.tensors, index.repo_id, index.revision, index.provenance):
+    if (back.tensors, back.repo_id, back.revision, back.provenance, back.config) != (
+            index.tensors, index.repo_id, index.revision, index.provenance, index.config):
         raise CheckpointError(str(path), "the manifest would not read back as the index recorded; nothing written")
     try:
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
@@ -694,7 +709,8 @@ def manifest_index(data: dict[str, Any], path: str) -> CheckpointIndex:
                 raise ContentError([f"{path}: tensor '{name}' is listed twice"])
             tensors[name] = TensorInfo(name, g.dtype, g.shape, g.shard)
     return CheckpointIndex(dict(sorted(tensors.items())), source=path, repo_id=head.repo_id,
-                           revision=head.revision, provenance=head.provenance)
+                           revision=head.revision, provenance=head.provenance, config=dict(data.get("config", {})),
+                           config_provenance=dict(data.get("config_provenance", {})))
 
 
 def _check_counts(declared: int, expands_to: int, path: str) -> None:

@@ -46,7 +46,8 @@ class ModelMeta:
 
 
 UNPINNED = "unpinned"
-"""The revision of a checkpoint whose commit is not known: pages say so, and nothing is fetched at it."""
+"""The revision of a checkpoint whose commit is not known (a file from the package index): pages say so, with
+checkpoint.revision_note, and nothing is fetched at it."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,6 +56,7 @@ class CheckpointRef:
 
     repo_id: str
     revision: str
+    """A 40-hex commit, or UNPINNED where none is known (revision_note then says why)."""
     config_sha256: str
     config_provenance: str
     config_nulls: tuple[str, ...] = ()
@@ -69,10 +71,18 @@ class CheckpointRef:
     """The published config.json's top-level keys in its own order, where that is not sorted, so the recorded
     values serialise back to its exact bytes. Only a hint: the regenerated text is used only when its sha256 is
     config_sha256, so a wrong or stale order means no regenerated excerpt, never a wrong one."""
+    real_weights: str = ""
+    """A GGUF file inside an installed package, "package/path/in/it": the build runs the model's first block on
+    the weights it stores and compares with transformers reading the same file (empty: no real-weight check)."""
+    revision_note: str = ""
+    """Why no revision is pinned (required with revision = "unpinned"; shown on every page of the model)."""
+    storage: dict[str, str] = dataclasses.field(default_factory=dict)
+    """Stored dtype by tensor-name pattern (fnmatch; the longest matching pattern wins), for a checkpoint that does
+    not store every weight in one dtype (a GGUF file's per-tensor types); its recorded manifest is the evidence."""
 
     @property
     def pinned(self) -> bool:
-        """False when the checkpoint's commit is not known (revision = "unpinned"; config_provenance says why)."""
+        """False when the checkpoint's commit is not known (revision = "unpinned"; revision_note says why)."""
         return self.revision != UNPINNED
 
     @property
@@ -225,6 +235,7 @@ def load_model_content(folder: Path) -> ModelContent:
         if not 0 < first <= last:
             problems.append(f"{path}: key 'checkpoint.source_lines.{symbol}': expected first <= last, "
                             f"got [{first}, {last}]")
+    problems += _revision_problems(path, checkpoint) + _storage_problems(path, checkpoint)
     for key in sorted(set(checkpoint.config_nulls if checkpoint else ()) & set(data.get("config", {}))):
         problems.append(f"{path}: key 'checkpoint.config_nulls': '{key}' is listed as null but has a value in [config]")
     if meta is not None and meta.released and not RELEASED.match(meta.released):
@@ -237,6 +248,30 @@ def load_model_content(folder: Path) -> ModelContent:
         config={**data["config"], **{k: None for k in checkpoint.config_nulls}},
         prose=load_prose(folder / "prose", folder),
     )
+
+
+def _revision_problems(path: Path, ref: CheckpointRef | None) -> list[str]:
+    """An unpinned revision says why; a pinned one has no such note."""
+    if ref is None:
+        return []
+    if not ref.pinned and not ref.revision_note.strip():
+        return [f"{path}: key 'checkpoint.revision_note': missing (required with revision = \"{UNPINNED}\": say why "
+                "no commit is pinned)"]
+    if ref.pinned and ref.revision_note:
+        return [f"{path}: key 'checkpoint.revision_note': only for revision = \"{UNPINNED}\" (the revision is "
+                f"pinned to {ref.revision!r})"]
+    return []
+
+
+def _storage_problems(path: Path, ref: CheckpointRef | None) -> list[str]:
+    from .checkpoint import ggml_blocks
+    from .spec.storage import DTYPE_BYTES
+
+    if ref is None:
+        return []
+    known = set(DTYPE_BYTES) | set(ggml_blocks())
+    return [f"{path}: key 'checkpoint.storage.\"{pattern}\"': unknown dtype {dtype!r}"
+            f"{did_you_mean(dtype, sorted(known))}" for pattern, dtype in sorted(ref.storage.items()) if dtype not in known]
 
 
 def load_prose(folder: Path, root: Path) -> dict[str, str]:

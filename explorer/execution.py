@@ -69,3 +69,18 @@ class Execution:
 
     trace: ShapeTrace
     checks: dict[str, EquationCheck]
+
+
+@dataclass(frozen=True, slots=True)
+class RealWeightCheck:
+    """One component run on a checkpoint's real weights and compared with the reference on the same weights."""
+
+    path: str
+    """Component path, e.g. "blocks.block"."""
+    layer: int
+    source: str
+    """The weights file."""
+    reference: str
+    max_abs_error: float
+    tolerance: float
+    detail: str

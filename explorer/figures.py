@@ -162,7 +162,7 @@ def _inactive_experts(spec: ModelSpec, ledger: Ledger) -> tuple[int, str]:
 def _attention_costs(spec: ModelSpec, ledger: Ledger) -> list[AttentionCost]:
     out = []
     for path, comp in _paths(spec):
-        if comp.program not in ("mla", "attention") or path.startswith("mtp"):
+        if comp.program not in ("mla", "attention", "fused_attention") or path.startswith("mtp"):
             continue
         scores = next(c for c in comp.children if c.program == "scores")
         so = scores.options
@@ -185,6 +185,8 @@ def _attention_costs(spec: ModelSpec, ledger: Ledger) -> list[AttentionCost]:
 def _cache_formula(spec: ModelSpec, c: AttentionCost) -> str:
     if "kv_lora_rank" in spec.values:
         return "kv_lora_rank + qk_rope_head_dim"
+    if "num_key_value_heads" not in spec.values:  # multi-head attention: every head keeps its own keys and values
+        return "2 × num_attention_heads × head_dim"
     return "2 × num_key_value_heads × head_dim"
 
 

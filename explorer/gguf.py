@@ -421,16 +421,12 @@ def _config_value(value: Value, key: str, source: str) -> int | float | bool | s
 
 # ---------------------------------------------------------------------------------------- real weights
 
-def dequantize_layer(path: Path, layer: int = 0) -> dict[str, torch.Tensor]:
+def dequantize_layer(path: Path, layer: int = 0, llama_cpp_rows: bool = False) -> dict[str, torch.Tensor]:
     """One Llama decoder layer's weights from a GGUF file, as float32 tensors under transformers' names.
 
     Dequantizes with the gguf package's own dequantizer and reads only that layer's bytes. q_proj and k_proj
-    come back in transformers' row order (see unpermute_rotary_rows).
+    come back in transformers' row order (see unpermute_rotary_rows), or as stored with llama_cpp_rows.
     """
-    import numpy as np
-    import torch
-    from gguf import GGMLQuantizationType, dequantize
-
     header = read_gguf_header(path)
     if header.architecture != "llama":
         raise CheckpointError(str(path), f"architecture '{header.architecture}': only llama layers are dequantized")
@@ -442,17 +438,34 @@ def dequantize_layer(path: Path, layer: int = 0) -> dict[str, torch.Tensor]:
         raise CheckpointError(str(path), f"no tensors for layer {layer} (names starting '{prefix}')")
     out = {}
     for t in tensors:
-        raw = _tensor_bytes(path, header, t)
-        # rows of raw bytes: [..., ne1, bytes per row]; dequantize expands the last axis to ne0 values
-        rows = np.frombuffer(raw, dtype=np.uint8).reshape(*reversed(t.dims[1:]), -1)
-        weight = torch.from_numpy(dequantize(rows, GGMLQuantizationType[t.ggml_type]).copy())
+        weight = _dequantize(path, header, t)
         stem = t.name.removeprefix(prefix).split(".")[0]
-        if stem in heads:
+        if stem in heads and not llama_cpp_rows:
             weight = unpermute_rotary_rows(weight, heads[stem])
         name = reference_name(t.name, "llama")
         assert name is not None
         out[name] = weight
     return dict(sorted(out.items()))
+
+
+def dequantize_tensor(path: Path, gguf_name: str) -> torch.Tensor:
+    """One tensor of a GGUF file by llama.cpp's name, dequantized to float32, in the reference's shape order."""
+    header = read_gguf_header(path)
+    found = [t for t in header.tensors if t.name == gguf_name]
+    if not found:
+        raise CheckpointError(str(path), f"no tensor '{gguf_name}'")
+    return _dequantize(path, header, found[0])
+
+
+def _dequantize(path: Path, header: GGUFHeader, t: GGUFTensor) -> torch.Tensor:
+    import numpy as np
+    import torch
+    from gguf import GGMLQuantizationType, dequantize
+
+    raw = _tensor_bytes(path, header, t)
+    # rows of raw bytes: [..., ne1, bytes per row]; dequantize expands the last axis to ne0 values
+    rows = np.frombuffer(raw, dtype=np.uint8).reshape(*reversed(t.dims[1:]), -1)
+    return torch.from_numpy(dequantize(rows, GGMLQuantizationType[t.ggml_type]).copy())
 
 
 def _tensor_bytes(path: Path, header: GGUFHeader, t: GGUFTensor) -> bytes:

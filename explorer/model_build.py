@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from .account import Ledger
 from .checkpoint import CheckpointIndex
 from .content import ModelContent
-from .execution import EquationCheck, ShapeTrace
+from .execution import EquationCheck, RealWeightCheck, ShapeTrace
 from .figures import ClaimMatch, DerivedFigures
 from .reconcile import Reconciliation
 from .sources import ResolvedCitation
@@ -40,6 +40,10 @@ class ModelBuild:
     """The lab's published active-parameter figure and the definition that reproduces it."""
     predicted: Reconciliation | None = None
     """Where no checkpoint listing is recorded: the stored layout the spec's storage schemes predict."""
+    real_checks: tuple[RealWeightCheck, ...] = ()
+    """Components run on the checkpoint's real weights and compared with the reference on the same weights."""
+    config_differences: tuple[str, ...] = ()
+    """Hyper-parameters the checkpoint's files state (GGUF metadata) that the content config contradicts."""
 
     @property
     def slug(self) -> str:

@@ -11,9 +11,10 @@ from pathlib import Path
 from . import cache
 from .account import account
 from .api import model_api
-from .checkpoint import MANIFEST_FILE, read_manifest
+from .checkpoint import MANIFEST_FILE, CheckpointIndex, read_manifest
 from .content import ModelContent, check_prose_paths, load_all_models, read_content_text
 from .errors import ContentError, ReconciliationError
+from .execution import RealWeightCheck
 from .families import FAMILIES, load_model_spec
 from .figures import derive, match_claim
 from .model_build import ModelBuild
@@ -22,7 +23,7 @@ from .reconcile import predicted_index, reconcile
 from .render import write_site
 from .search import search_script
 from .sources import absent_files, resolve_citations
-from .spec.types import path_key, walk
+from .spec.types import ModelSpec, path_key, walk
 from .views import site_pages
 
 Progress = Callable[[str], None]
@@ -68,7 +69,39 @@ def build_model(content: ModelContent, fetch_sources: bool = False, cache_dir: P
     claim = match_claim(figures, meta.active_claim, meta.active_claim_source) if meta.active_claim else None
     predicted = reconcile(spec, predicted_index(spec)) if index is None else None
     return ModelBuild(content, spec, ledger, citations, ref_check, ref.label, skips, ckpt_check, index,
-                      execution.trace, execution.checks, figures, claim, predicted)
+                      execution.trace, execution.checks, figures, claim, predicted,
+                      real_checks=real_weight_checks(content, spec, cache_dir, progress),
+                      config_differences=stated_config_differences(index, content))
+
+
+def real_weight_checks(content: ModelContent, spec: ModelSpec, cache_dir: Path | None,
+                       progress: Progress) -> tuple[RealWeightCheck, ...]:
+    """The model's checks on its checkpoint's real weights, where content names a weights file (cached)."""
+    if not content.checkpoint.real_weights:
+        return ()
+    from .real_weights import weights_file
+
+    path = weights_file(content.checkpoint.real_weights, f"{content.folder / 'model.toml'}: key "
+                                                         "'checkpoint.real_weights'")
+    cached = cache.load_real(cache_dir, spec, path)
+    if cached is not None:
+        return cached
+    progress(f"{spec.slug}: running block 1 on the real weights of {path.name}")
+    from .real_weights import block_check
+
+    checks = (block_check(spec, path),)
+    cache.save_real(cache_dir, spec, path, checks)
+    return checks
+
+
+def stated_config_differences(index: CheckpointIndex | None, content: ModelContent) -> tuple[str, ...]:
+    """Values the checkpoint's own files state (a GGUF header's metadata, recorded in the manifest) that the content
+    config lacks or contradicts."""
+    if index is None or not index.config:
+        return ()
+    from .gguf import config_differences
+
+    return tuple(config_differences(index.config, index.config_provenance, content.config))
 
 
 def build_all(project: Project, progress: Progress = stderr_progress, fetch_sources: bool = False,
@@ -128,6 +161,7 @@ def check_failures(builds: list[ModelBuild], limit: int | None = 20) -> list[str
         out += [f"{mb.slug} (reference): {d}" for d in mb.reference.differences(limit)]
         if mb.checkpoint is not None:
             out += [f"{mb.slug} (checkpoint): {d}" for d in mb.checkpoint.differences(limit)]
+        out += [f"{mb.slug} (checkpoint metadata): {d}" for d in mb.config_differences]
     return out
 
 

@@ -67,10 +67,17 @@ def tiny_reference_model(tiny: ModelSpec):
     return model
 
 
-def reference_state(spec: ModelSpec, model) -> dict[str, Any]:
-    """The reference's state dict under checkpoint names (routed experts stacked over a leading dimension)."""
+def reference_state(spec: ModelSpec, model, stored_once: bool = False) -> dict[str, Any]:
+    """The reference's state dict under checkpoint names (routed experts stacked over a leading dimension).
+
+    stored_once drops tied aliases (the state dict lists a tied head under its own name too): as a checkpoint
+    stores a tied tensor once, under the first name the model registered for it (the token embedding).
+    """
     renames = FAMILIES[spec.family].reference.renames
     state = dict(model.state_dict())
+    if stored_once:
+        own = {n for n, _ in model.named_parameters()} | {n for n, _ in model.named_buffers()}
+        state = {n: t for n, t in state.items() if n in own}
     return renames(state) if renames is not None else state
 
 
@@ -80,7 +87,7 @@ def reference_index(spec: ModelSpec) -> ReferenceModel:
 
     model = build_reference_model(spec)
     tensors: dict[str, TensorInfo] = {}
-    for name, tensor in reference_state(spec, model).items():
+    for name, tensor in reference_state(spec, model, stored_once=True).items():
         shape = tuple(tensor.shape)
         prefix, _, leaf = name.partition(".experts.")
         stacked = leaf and "." in leaf  # experts.gate_proj.weight [E, ...]: one tensor per expert in the checkpoint

@@ -15,6 +15,7 @@ from .account import AccountRow, ComponentAccount, TensorAccount
 from .compare import RoleTotals, compare_roles, config_differences, role_totals
 from .content import render_markdown
 from .diagrams import FlowNode, budget_svg, flow_svg
+from .execution import RealWeightCheck
 from .families import FAMILIES
 from .flows import layout
 from .mathml import STREAMS, numbers_mathml, product_mathml, to_mathml
@@ -127,6 +128,8 @@ class HeaderView:
     checked: str
     slug: str
     """The model's folder name, so search can put this model's pages first."""
+    revision_note: str = ""
+    """Why no revision is pinned (empty when one is)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -179,6 +182,8 @@ class ComponentPage(PageBase):
     outputs: tuple[PortView, ...]
     trace_note: str
     check: CheckView
+    real_checks: tuple[str, ...]
+    """Checks of this component on the checkpoint's real weights (the first is where a page shows one)."""
     diagram: str
     params_line: str
     parameters: ParametersView | None
@@ -461,7 +466,7 @@ def header_view(mb: ModelBuild, root: str) -> HeaderView:
         name=mb.content.meta.name, href=f"{root}models/{mb.slug}/index.html",
         meta=f"{mb.content.meta.lab} · {month(mb.content.meta.released)}", tagline=mb.content.meta.tagline,
         repo_id=ref.repo_id, revision_short=ref.revision_short, repo_url=ref.repo_url, checked=mb.check_phrase,
-        slug=mb.slug)
+        slug=mb.slug, revision_note=ref.revision_note)
 
 
 # ------------------------------------------------------------------------------------------- parameters
@@ -503,10 +508,12 @@ SCALE_NAMES = {BlockFP8: "FP8 block scales", MXFP4: "MXFP4 block scales"}
 def _check_sentence(mb: ModelBuild, path: str, owned: list[tuple[str, Component]]) -> str:
     """What the count was checked against; what the count leaves out is named only where the component has it."""
     against = mb.checked_against(path)
-    if mb.checkpoint is not None and mb.checkpoint_index is not None and mb.checkpoint_index.provenance.startswith(
-            "GGUF"):
-        return ("Derived from the recorded configuration and implementation, and equal to the element count of the "
-                f"checkpoint’s tensors read from its GGUF header. Checked against {against}.")
+    index = mb.checkpoint_index
+    if mb.checkpoint is not None and index is not None and (
+            index.provenance.startswith("GGUF") or any(".gguf" in t.shard for t in index.tensors.values())):
+        return ("Derived from the configuration read from the GGUF file's metadata, and equal to the count of the "
+                "tensors its GGUF header lists (quantized types keep their element counts; a tied head is stored "
+                f"once). Checked against {against}.")
     if mb.checkpoint is None:
         return f"Derived from the pinned configuration; checked tensor by tensor against {against}."
     specs = [t for _, c in owned for t in c.tensors]
@@ -555,7 +562,8 @@ def _tensor_row(mb: ModelBuild, ta: TensorAccount, owner: str, title: str) -> Te
     return TensorRowView(
         pattern=t.pattern, pattern_parts=tuple(t.pattern.split(".")), owner=Link(title, page_href(owner)), role=role,
         count=fmt(t.count),
-        shape="[" + ", ".join(fmt(s) for s in shape) + "]" if shape is not None else "not set by the config",
+        shape=("[" + ", ".join(fmt(s) for s in shape) + "]" + (" (input × output)" if t.layout == "in_out" else "")
+               if shape is not None else "not set by the config"),
         dtype=stored.dtype if stored is not None else ("packed (see stored as)" if replaced else t.dtype or "—"),
         elements=fmt(elements) if elements is not None else "—", scale=scale)
 
@@ -724,7 +732,8 @@ def component_page(mb: ModelBuild, ancestors: tuple[Component, ...], comp: Compo
         outputs=tuple(port_view(p, t) for p, t in zip(comp.outputs, traced.outputs)),
         trace_note=(f"Shapes traced by running this component at full size on the {mb.trace.device} device "
                     f"(no weights allocated), with B = {mb.trace.free['B']} and T = {mb.trace.free['T']}."),
-        check=check_view(mb, path), diagram=flow_diagram(mb, path, comp, traced),
+        check=check_view(mb, path), real_checks=tuple(real_check_text(c) for c in mb.real_checks if c.path == path),
+        diagram=flow_diagram(mb, path, comp, traced),
         params_line=params_line(acc), parameters=parameters_view(mb, comp, acc, path, owned),
         tensors=tensors, tensors_check=mb.checked_against(path),
         tensors_summary=(f"All {len(tensors)} tensor families ({fmt(sum(ta.spec.count for ta in families))} tensors)"
@@ -792,6 +801,12 @@ def tiny_config(mb: ModelBuild) -> str:
     return ("Every equation check on these pages runs the page's step program and the reference implementation "
             f"on the same input, at the family's {'; '.join(configs)}. Small widths keep a check fast; the "
             "routing, scaling and rotary settings are the model's own.")
+
+
+def real_check_text(c: RealWeightCheck) -> str:
+    return (f"Checked on the checkpoint’s real weights: block {c.layer + 1} run with the weights stored in {c.source} "
+            f"and compared with {c.reference}: max |Δ| = {c.max_abs_error:.1e} (tolerance {c.tolerance:g}); "
+            f"{c.detail}.")
 
 
 def _title_of(mb: ModelBuild, path: str) -> str:

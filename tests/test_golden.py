@@ -15,7 +15,8 @@ import pytest
 
 GOLDEN = Path(__file__).parent / "golden"
 PAGES = ["kimi-k2/blocks.moe.html", "kimi-k2/blocks.dense.mlp.down_proj.html", "kimi-k2/blocks.moe.moe.router.html",
-         "deepseek-v3/mtp.html", "llama-3.1-8b/blocks.block.attn.html"]
+         "deepseek-v3/mtp.html", "llama-3.1-8b/blocks.block.attn.html", "qwen3-8b/blocks.block.attn.html",
+         "gpt2/blocks.block.attn.html", "gpt2/blocks.block.attn.c_attn.html"]
 
 
 class _Text(HTMLParser):

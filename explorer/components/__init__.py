@@ -5,7 +5,20 @@ Importing this package registers every program (`base.PROGRAMS`) and reference c
 
 from __future__ import annotations
 
-from . import attention, blocks, embedding, fused_experts, linear, mla, mlp, moe, mtp, norms, rope  # noqa: F401  (registration)
+from . import (  # noqa: F401  (registration)
+    attention,
+    blocks,
+    embedding,
+    fused_attention,
+    fused_experts,
+    linear,
+    mla,
+    mlp,
+    moe,
+    mtp,
+    norms,
+    rope,
+)
 from .base import PROGRAMS, REFERENCE_CALLS, Ctx, Reference, Run
 
 __all__ = ["PROGRAMS", "REFERENCE_CALLS", "Ctx", "Reference", "Run"]

@@ -255,19 +255,20 @@ def _mask_for(ref, comp: Component, M: torch.Tensor) -> torch.Tensor:
 @reference_call("mla")
 @reference_call("block")
 def call_with_rotary(comp: Component, ref, model, inputs, run: Run, ours: torch.Tensor):
-    """Attention and blocks take the rotary cos/sin and the mask their model would pass."""
-    x, _, M = inputs
-    T_ = x.shape[1]
-    rotary, rope_o = getattr(model.model, "rotary_emb", None), RopeOptions("default", 1.0, 2)
-    for c in _walk(comp):
-        if c.program == "rope":
-            rope_o = options(c, RopeOptions)
+    """Attention and blocks take the rotary cos/sin (where they rotate) and the mask their model would pass."""
+    x, M = inputs[0], inputs[-1]
+    kwargs = {"attention_mask": _mask_for(ref, comp, M)[None, None]}
+    ropes = [c for c in _walk(comp) if c.program == "rope"]
+    if ropes:
+        T_ = x.shape[1]
+        rotary, rope_o = getattr(model.model, "rotary_emb", None), options(ropes[0], RopeOptions)
+        for c in ropes:
             if c.reference not in ("", "-", "model.rotary_emb"):
                 rotary = model.get_submodule(c.reference)
-    cos, sin = reference_rotary(rotary, rope_o, x, torch.arange(T_)[None].expand(x.shape[0], T_))
-    kwargs = {"position_embeddings": (cos, sin), "attention_mask": _mask_for(ref, comp, M)[None, None]}
+        kwargs["position_embeddings"] = reference_rotary(rotary, rope_o, x,
+                                                         torch.arange(T_)[None].expand(x.shape[0], T_))
     out = ref(hidden_states=x, **kwargs) if comp.program != "block" else ref(x, **kwargs)
-    return ours, out[0] if isinstance(out, tuple) else out, "rotary angles from our program"
+    return ours, out[0] if isinstance(out, tuple) else out, "rotary angles from our program" if ropes else ""
 
 
 def _walk(comp: Component):

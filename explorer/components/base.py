@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 import sympy
 
 from ..spec.storage import Dense, Storage
-from ..spec.types import Citation, Component, Dim, IndexRange, Port, Shape, Step, TensorSpec
+from ..spec.types import Citation, Component, Dim, IndexRange, Layout, Port, Shape, Step, TensorSpec
 
 if TYPE_CHECKING:
     import torch
@@ -85,10 +85,10 @@ class Ctx:
         return self.shape(B, T, *dims)
 
     def tensor(self, template: str, ranges: tuple[IndexRange, ...], shape: tuple[sympy.Expr, ...],
-               quantize: bool = False, tied_to: str = "") -> TensorSpec:
+               quantize: bool = False, tied_to: str = "", layout: Layout = "out_in") -> TensorSpec:
         """A parameter tensor, stored dense in the model's dtype unless the checkpoint quantizes it."""
         storage = self.quantized if quantize and self.quantized is not None else Dense(self.dtype)
-        return TensorSpec(template, shape, ranges, storage=storage, tied_to=tied_to)
+        return TensorSpec(template, shape, ranges, storage=storage, tied_to=tied_to, layout=layout)
 
 
 # ---------------------------------------------------------------------------------------------- notation

@@ -49,7 +49,7 @@ def decoder_block(ctx: Ctx, key: str, title: str, *, layer_indices: tuple[int, .
     return Component(
         key=key, title=title, kind="learned", code=f"{ctx.reference.prefix}DecoderLayer(config, layer_idx)",
         description=description, repeat=n, repeat_label=noun, crumb=f"{n} {noun}",
-        inputs=(x, attn.inputs[1], attn.inputs[2]), outputs=(Port("x_{n+1}", x.shape, "x_next"),),
+        inputs=(x, *attn.inputs[1:]), outputs=(Port("x_{n+1}", x.shape, "x_next"),),
         equations=(residual_attn, residual_ffn), steps=tuple(steps), children=children, citations=citations,
         program="block", options=BlockOptions(post_attn_norm is not None, post_ffn_norm is not None),
     )
@@ -61,10 +61,11 @@ def _norm(comp: Component, key: str, run: Run, name: str, x: torch.Tensor) -> to
 
 
 @program("block")
-def run_block(comp: Component, run: Run, x: torch.Tensor, angles: torch.Tensor, M: torch.Tensor) -> list[torch.Tensor]:
+def run_block(comp: Component, run: Run, x: torch.Tensor, *rest: torch.Tensor) -> list[torch.Tensor]:
+    """rest: what the attention takes besides x (rotary angles and mask; only the mask without rotary)."""
     o = options(comp, BlockOptions)
     x_attn = _norm(comp, "attn_norm", run, "attn_norm", x)
-    delta_attn = run_child(comp, "attn", run, x_attn, angles, M)
+    delta_attn = run_child(comp, "attn", run, x_attn, *rest)
     if o.post_attn_norm:
         delta_attn = _norm(comp, "post_attn_norm", run, "post_attn_norm", delta_attn)
     x_mid = run.rec("residual-attn", x + delta_attn)
@@ -119,7 +120,9 @@ def angles_for(block: Component, positions: torch.Tensor) -> torch.Tensor:
 
 
 @program("stack")
-def run_stack(comp: Component, run: Run, x: torch.Tensor, angles: torch.Tensor, M: torch.Tensor) -> list[torch.Tensor]:
+def run_stack(comp: Component, run: Run, x: torch.Tensor, *rest: torch.Tensor) -> list[torch.Tensor]:
+    """rest ends with the mask; each block kind gets its own rotary angles (empty where it has no rotary)."""
+    M = rest[-1]
     positions = torch.arange(x.shape[1], device=x.device)
     per_kind = {b.key: angles_for(b, positions) for b in comp.children}
     order = layer_order(comp)

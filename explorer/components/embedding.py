@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 
 from ..spec.types import Citation, Component, IndexRange, Port, Shape, Step
-from .base import B, Ctx, Run, T, fmt_num, options, program
+from .base import B, Ctx, Run, T, fmt_num, options, program, run_child
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,3 +84,46 @@ def run_embedding(comp: Component, run: Run, ids: torch.Tensor) -> list[torch.Te
 @program("head")
 def run_head(comp: Component, run: Run, x: torch.Tensor) -> list[torch.Tensor]:
     return [run.rec("logits", F.linear(x, run.w("weight")))]
+
+
+# ------------------------------------------------------------------------------------ learned positions
+
+def positions(ctx: Ctx, key: str, title: str, *, weight: str, citations: tuple[Citation, ...] = ()) -> Component:
+    """nn.Embedding(max_position_embeddings, hidden_size): one learned vector per absolute position 0..T-1."""
+    pos = Port("p", Shape((T,)), "positions")
+    y = Port("P", Shape((T, ctx.dim("hidden_size"))), "P")
+    step = Step(r"P_p=E_{\mathrm{pos}}[p],\quad p=0,\dots,T-1", y.shape, "positions")
+    return Component(
+        key=key, title=title, kind="learned", code="nn.Embedding(max_position_embeddings, hidden_size)",
+        description=f"Look up a learned {ctx.size('hidden_size'):,}-feature vector for each position, up to "
+                    f"{ctx.size('max_position_embeddings'):,} positions: absolute positions, learned, no rotation.",
+        inputs=(pos,), outputs=(y,), equations=(step,), steps=(step,),
+        tensors=(ctx.tensor(weight, (), (ctx.sym("max_position_embeddings"), ctx.sym("hidden_size"))),),
+        citations=citations, program="positions",
+    )
+
+
+@program("positions")
+def run_positions(comp: Component, run: Run, pos: torch.Tensor) -> list[torch.Tensor]:
+    return [run.rec("positions", F.embedding(pos, run.w("weight")))]
+
+
+def embedding_with_positions(ctx: Ctx, tokens: Component, pos: Component, *, citations: tuple[Citation, ...]
+                             ) -> Component:
+    """x_1 = E_tok[t] + E_pos[0..T-1]: the token embedding plus learned absolute positions (GPT-2's wte + wpe)."""
+    x = Port("x_1", ctx.tokens("hidden_size"), "x")
+    total = Step(r"x_1=E_{\mathrm{tok}}[t]+P", x.shape, "embed-sum")
+    return Component(
+        key="embed", title="Token and position embeddings", crumb="Embeddings", kind="learned",
+        code="wte(input_ids) + wpe(position_ids)",
+        description=f"Add a learned position vector to each token's {ctx.size('hidden_size'):,}-feature embedding.",
+        inputs=tokens.inputs, outputs=(x,), equations=(total,), steps=(*tokens.steps, *pos.steps, total),
+        children=(tokens, pos), citations=citations, program="embedding_with_positions", reference="-",
+    )
+
+
+@program("embedding_with_positions")
+def run_embedding_with_positions(comp: Component, run: Run, ids: torch.Tensor) -> list[torch.Tensor]:
+    tok = run_child(comp, comp.children[0].key, run, ids)
+    pos = run_child(comp, comp.children[1].key, run, torch.arange(ids.shape[1], device=ids.device))
+    return [run.rec("embed-sum", tok + pos)]

@@ -3,16 +3,13 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
 
 import sympy
 import torch
 import torch.nn.functional as F
 
-from ..spec.types import Citation, Component, Dim, IndexRange, Port, Step, TensorSpec
+from ..spec.types import Citation, Component, Dim, IndexRange, Layout, Port, Step, TensorSpec
 from .base import Ctx, Run, options, program
-
-Layout = Literal["out_in", "in_out"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,7 +27,7 @@ def linear(ctx: Ctx, key: str, title: str, *, weight: str, ranges: tuple[IndexRa
     d_in = ctx.sym(d_in) if isinstance(d_in, str) else d_in
     d_out = ctx.sym(d_out) if isinstance(d_out, str) else d_out
     shape = (d_out, d_in) if layout == "out_in" else (d_in, d_out)
-    tensors: tuple[TensorSpec, ...] = (ctx.tensor(weight, ranges, shape, quantize=quantize),)
+    tensors: tuple[TensorSpec, ...] = (ctx.tensor(weight, ranges, shape, quantize=quantize, layout=layout),)
     if bias:
         tensors += (ctx.tensor(weight.removesuffix(".weight") + ".bias", ranges, (d_out,)),)
     if quantize and ctx.quantized is not None:

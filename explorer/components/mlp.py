@@ -14,9 +14,9 @@ import sympy
 import torch
 import torch.nn.functional as F
 
-from ..spec.types import Citation, Component, Dim, IndexRange, Port, Step
+from ..spec.types import Citation, Component, Dim, IndexRange, Layout, Port, Step
 from .base import Ctx, Run, options, program, run_child
-from .linear import Layout, linear
+from .linear import linear
 
 Activation = Literal["silu", "gelu_tanh", "gelu"]
 ACT_LATEX = {"silu": r"a=g\,\sigma(g)", "gelu_tanh": r"a=\operatorname{GELU}_{\tanh}(g)",

@@ -2,20 +2,27 @@
 
 from __future__ import annotations
 
+import dataclasses
+import fnmatch
+
+from ..checkpoint import ggml_blocks
 from ..content import ModelContent
 from ..errors import ContentError, did_you_mean
-from ..spec.types import ModelSpec
+from ..spec.storage import DTYPE_BYTES, Dense, GGUFQuant, Storage
+from ..spec.types import Component, ModelSpec
 from .base import Family
 from .deepseek_v3 import FAMILY as DEEPSEEK_V3
 from .gemma3 import FAMILY as GEMMA3
 from .gemma3 import TEXT_FAMILY as GEMMA3_TEXT
+from .gpt2 import FAMILY as GPT2
 from .gpt_oss import FAMILY as GPT_OSS
 from .llama import FAMILY as LLAMA
 from .mixtral import FAMILY as MIXTRAL
+from .qwen3 import FAMILY as QWEN3
 from .qwen3_moe import FAMILY as QWEN3_MOE
 
-FAMILIES: dict[str, Family] = {f.name: f for f in (DEEPSEEK_V3, LLAMA, MIXTRAL, QWEN3_MOE, GPT_OSS, GEMMA3,
-                                                    GEMMA3_TEXT)}
+FAMILIES: dict[str, Family] = {f.name: f for f in (DEEPSEEK_V3, LLAMA, QWEN3, GPT2, GEMMA3_TEXT, GEMMA3, MIXTRAL,
+                                                    QWEN3_MOE, GPT_OSS)}
 """Family name (content's model.family) -> family."""
 
 
@@ -39,4 +46,26 @@ def load_model_spec(content: ModelContent) -> ModelSpec:
     if family is None:
         raise ContentError([f"{content.folder / 'model.toml'}: key 'model.family': unknown family "
                             f"{content.meta.family!r}{did_you_mean(content.meta.family, FAMILIES)}"])
-    return family.build_spec(content.slug, content.config, f"{content.folder / 'model.toml'}: table 'config'")
+    spec = family.build_spec(content.slug, content.config, f"{content.folder / 'model.toml'}: table 'config'")
+    if not content.checkpoint.storage:
+        return spec
+    return dataclasses.replace(spec, root=with_storage(spec.root, content.checkpoint.storage))
+
+
+def storage_for(name: str, rules: dict[str, str]) -> Storage | None:
+    """The storage of the longest pattern matching a tensor name (None: no pattern matches)."""
+    matches = [p for p in rules if fnmatch.fnmatchcase(name, p)]
+    if not matches:
+        return None
+    dtype = rules[max(matches, key=lambda p: (len(p), p))]
+    if dtype in DTYPE_BYTES:
+        return Dense(dtype)
+    block, block_bytes = ggml_blocks()[dtype]
+    return GGUFQuant(dtype, block, block_bytes)
+
+
+def with_storage(comp: Component, rules: dict[str, str]) -> Component:
+    """The tree with each tensor stored as content's checkpoint.storage says (per tensor-name pattern)."""
+    tensors = tuple(dataclasses.replace(t, storage=storage_for(t.template, rules) or t.storage) for t in comp.tensors)
+    children = tuple(with_storage(c, rules) for c in comp.children)
+    return dataclasses.replace(comp, tensors=tensors, children=children)

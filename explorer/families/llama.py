@@ -92,7 +92,8 @@ class Llama(Family):
              f"must divide hidden_size ({c.hidden_size}) when head_dim is not given"),
             (head_dim % 2 == 0, "head_dim", f"must be even (rotary pairs), got {head_dim}"),
             (c.hidden_act == "silu", "hidden_act", f"must be 'silu' (SwiGLU), got {c.hidden_act!r}"),
-            (not c.mlp_bias, "mlp_bias", "must be false: biased SwiGLU projections are not in the library yet"),
+            (not getattr(c, "mlp_bias", False), "mlp_bias",
+             "must be false: biased SwiGLU projections are not in the library yet"),
         ]) + rope_scaling_problems(c.rope_scaling)
 
     # ------------------------------------------------------------------------------------------------ build

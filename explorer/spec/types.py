@@ -20,6 +20,9 @@ tensor; group: a container such as the stack of blocks."""
 
 TensorRole = Literal["parameter", "buffer"]
 
+Layout = Literal["out_in", "in_out"]
+"""How a stored matrix orders its axes: [out, in] as nn.Linear holds it, or [in, out] as GPT-2's Conv1D does."""
+
 
 @dataclass(frozen=True, slots=True)
 class Dim:
@@ -97,6 +100,8 @@ class TensorSpec:
     """Expected only where the checkpoint stores it (buffers the modeling code does not load)."""
     tied_to: str = ""
     """Name of the tensor this one shares its values with (a tied LM head): stored and counted once, there."""
+    layout: Layout = "out_in"
+    """Matrices only: the stored axis order, so tables can show input × output whatever the storage."""
 
     @property
     def dtype(self) -> str:
