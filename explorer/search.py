@@ -48,8 +48,10 @@ _TOKEN = re.compile(r"[A-Za-z_][A-Za-z0-9_]*|\d[\d,]*(?:\.\d+)?")
 
 
 def acronyms(title: str) -> set[str]:
-    """Acronyms of a title, with and without splitting hyphenated words ("Multi-head latent attention" -> mla)."""
+    """Acronyms of a title, with and without splitting hyphenated words ("Multi-head latent attention" -> mla); a
+    parenthetical qualifier is not part of the name ("Routed experts (clamped SwiGLU)" -> none, not "re(s")."""
     out = set()
+    title = re.sub(r"\s*\([^)]*\)", "", title)
     for words in (title.split(), title.replace("-", " ").split()):
         letters = "".join(w[0].lower() for w in words if w.lower() not in GENERIC_WORDS)
         if len(letters) >= 3:

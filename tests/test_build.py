@@ -362,3 +362,10 @@ def test_equation_blocks_link_the_glossary_and_the_tiny_config_is_said_once(buil
     assert "at the family's tiny config: d 64, 4 heads" in model
     for leaf in ("blocks.dense.mlp.down_proj.html", "blocks.dense.attn.rope.html"):
         assert "d 64, 4 heads" not in text_of(built_site / "models/kimi-k2" / leaf), leaf
+
+
+def test_search_acronyms_leave_out_parenthetical_qualifiers():
+    from explorer.search import acronyms
+
+    assert acronyms("Multi-head latent attention") == {"mla", "mhla"}
+    assert acronyms("Routed experts (clamped SwiGLU)") == set()  # was {"re(s"}
