@@ -54,6 +54,20 @@ POSITIVE_FLOATS = ("rms_norm_eps", "layer_norm_epsilon", "rope_theta", "routed_s
 """Keys (at any depth) that must be finite and > 0."""
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PublishedMetadata(Hyperparameters):
+    """config.json keys that families of the transformers lineage publish alike and the spec does not use: recorded
+    as published (and handed to the reference config class), with the defaults those config classes share."""
+
+    architectures: tuple[str, ...] = ()
+    model_type: str = ""
+    pad_token_id: int | None = None
+    initializer_range: float = 0.02
+    attention_dropout: float = 0.0
+    use_cache: bool = True
+    transformers_version: str = ""
+
+
 @dataclass(frozen=True, slots=True)
 class ReferenceBinding:
     """How the reference implementation builds a family's models."""

@@ -18,8 +18,8 @@ from ..components.base import Port
 from ..components.fused_experts import ClampedSwiGLUOptions, clamped_experts, fused_moe
 from ..components.moe import RouterOptions, router
 from ..spec.storage import MXFP4, Dense, Storage
-from ..spec.types import Citation, Component, Hyperparameters
-from .base import ReferenceBinding, RopeScaling, rope_scaling_problems, rule_problems, stored_dtype
+from ..spec.types import Citation, Component
+from .base import PublishedMetadata, ReferenceBinding, RopeScaling, rope_scaling_problems, rule_problems, stored_dtype
 from .sparse import KINDS, SparseMoE
 
 REFERENCE = Reference("models/gpt_oss/modeling_gpt_oss.py", "GptOss")
@@ -35,7 +35,7 @@ class QuantizationConfig:
 
 
 @dataclass(frozen=True, slots=True)
-class GptOssHyperparameters(Hyperparameters):
+class GptOssHyperparameters(PublishedMetadata):
     """config.json keys of GptOssConfig, named as published; absent keys take GptOssConfig's defaults."""
 
     vocab_size: int
@@ -64,20 +64,13 @@ class GptOssHyperparameters(Hyperparameters):
     torch_dtype: str = "bfloat16"
     """Not published in gpt-oss's config.json; its unquantized weights are BF16."""
     quantization_config: QuantizationConfig | None = None
-    # Informational keys: recorded as published, not used by the spec.
-    architectures: tuple[str, ...] = ()
-    model_type: str = ""
+    # Informational keys beyond PublishedMetadata's: recorded as published, not used by the spec.
     experts_per_token: int = 4
     initial_context_length: int = 4096
     bos_token_id: int | None = None
     eos_token_id: int | None = None
-    pad_token_id: int | None = None
-    initializer_range: float = 0.02
-    attention_dropout: float = 0.0
     output_router_logits: bool = False
     router_aux_loss_coef: float = 0.001
-    use_cache: bool = True
-    transformers_version: str = ""
     auto_map: dict[str, str] = field(default_factory=dict)
 
 

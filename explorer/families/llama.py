@@ -18,10 +18,11 @@ from ..components.blocks import decoder_block, model_root, stack
 from ..components.embedding import embedding, head
 from ..components.mlp import gated_mlp
 from ..components.norms import rmsnorm
-from ..spec.types import Component, Hyperparameters
+from ..spec.types import Component
 from .base import (
     DIM_LABELS,
     Family,
+    PublishedMetadata,
     ReferenceBinding,
     RopeScaling,
     rope_options,
@@ -32,7 +33,7 @@ from .base import (
 
 
 @dataclass(frozen=True, slots=True)
-class LlamaHyperparameters(Hyperparameters):
+class LlamaHyperparameters(PublishedMetadata):
     """config.json keys of LlamaConfig, named as published; absent keys take LlamaConfig's defaults."""
 
     vocab_size: int
@@ -53,17 +54,10 @@ class LlamaHyperparameters(Hyperparameters):
     mlp_bias: bool = False
     tie_word_embeddings: bool = False
     torch_dtype: str = "bfloat16"
-    # Informational keys: recorded as published, not used by the spec.
-    architectures: tuple[str, ...] = ()
-    model_type: str = ""
+    # Informational keys beyond PublishedMetadata's: recorded as published, not used by the spec.
     bos_token_id: int | None = None
     eos_token_id: int | tuple[int, ...] | None = None
-    pad_token_id: int | None = None
-    initializer_range: float = 0.02
-    attention_dropout: float = 0.0
     pretraining_tp: int = 1
-    use_cache: bool = True
-    transformers_version: str = ""
 
 
 class Llama(Family):

@@ -13,15 +13,15 @@ from typing import Any, ClassVar
 from ..components import Ctx, Reference
 from ..components.base import Port
 from ..components.moe import RouterOptions, moe, routed_experts, router
-from ..spec.types import Component, Hyperparameters
-from .base import ReferenceBinding, RopeScaling, rope_scaling_problems
+from ..spec.types import Component
+from .base import PublishedMetadata, ReferenceBinding, RopeScaling, rope_scaling_problems
 from .sparse import SparseMoE
 
 REFERENCE = Reference("models/mixtral/modeling_mixtral.py", "Mixtral")
 
 
 @dataclass(frozen=True, slots=True)
-class MixtralHyperparameters(Hyperparameters):
+class MixtralHyperparameters(PublishedMetadata):
     """config.json keys of MixtralConfig, named as published; absent keys take MixtralConfig's defaults."""
 
     vocab_size: int
@@ -42,19 +42,12 @@ class MixtralHyperparameters(Hyperparameters):
     sliding_window: int | None = None
     tie_word_embeddings: bool = False
     torch_dtype: str = "bfloat16"
-    # Informational keys: recorded as published, not used by the spec.
-    architectures: tuple[str, ...] = ()
-    model_type: str = ""
+    # Informational keys beyond PublishedMetadata's: recorded as published, not used by the spec.
     bos_token_id: int | None = 1
     eos_token_id: int | None = 2
-    pad_token_id: int | None = None
-    initializer_range: float = 0.02
-    attention_dropout: float = 0.0
     output_router_logits: bool = False
     router_aux_loss_coef: float = 0.001
     router_jitter_noise: float = 0.0
-    use_cache: bool = True
-    transformers_version: str = ""
 
 
 def to_checkpoint_names(state: dict[str, Any]) -> dict[str, Any]:

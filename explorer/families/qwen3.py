@@ -12,13 +12,13 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from ..components import Ctx, Reference
-from ..spec.types import Component, Hyperparameters
-from .base import ReferenceBinding, RopeScaling, rule_problems
+from ..spec.types import Component
+from .base import PublishedMetadata, ReferenceBinding, RopeScaling, rule_problems
 from .llama import Llama
 
 
 @dataclass(frozen=True, slots=True)
-class Qwen3Hyperparameters(Hyperparameters):
+class Qwen3Hyperparameters(PublishedMetadata):
     """config.json keys of Qwen3Config, named as published; absent keys take Qwen3Config's defaults."""
 
     vocab_size: int = 151936
@@ -41,16 +41,9 @@ class Qwen3Hyperparameters(Hyperparameters):
     """Used only where use_sliding_window is set (it is not, for the dense checkpoints)."""
     max_window_layers: int = 28
     torch_dtype: str = "bfloat16"
-    # Informational keys: recorded as published, not used by the spec.
-    architectures: tuple[str, ...] = ()
-    model_type: str = ""
+    # Informational keys beyond PublishedMetadata's: recorded as published, not used by the spec.
     bos_token_id: int | None = None
     eos_token_id: int | tuple[int, ...] | None = None
-    pad_token_id: int | None = None
-    initializer_range: float = 0.02
-    attention_dropout: float = 0.0
-    use_cache: bool = True
-    transformers_version: str = ""
 
 
 class Qwen3(Llama):

@@ -14,8 +14,8 @@ from typing import Any, ClassVar
 from ..components import Ctx, Reference
 from ..components.base import Port
 from ..components.moe import RouterOptions, moe, routed_experts, router
-from ..spec.types import Component, Hyperparameters
-from .base import ReferenceBinding, RopeScaling, rope_scaling_problems, rule_problems
+from ..spec.types import Component
+from .base import PublishedMetadata, ReferenceBinding, RopeScaling, rope_scaling_problems, rule_problems
 from .renames import split_fused_experts
 from .sparse import SparseMoE
 
@@ -23,7 +23,7 @@ REFERENCE = Reference("models/qwen3_moe/modeling_qwen3_moe.py", "Qwen3Moe")
 
 
 @dataclass(frozen=True, slots=True)
-class Qwen3MoeHyperparameters(Hyperparameters):
+class Qwen3MoeHyperparameters(PublishedMetadata):
     """config.json keys of Qwen3MoeConfig, named as published; absent keys take Qwen3MoeConfig's defaults."""
 
     vocab_size: int
@@ -50,19 +50,12 @@ class Qwen3MoeHyperparameters(Hyperparameters):
     sliding_window: int | None = None
     tie_word_embeddings: bool = False
     torch_dtype: str = "bfloat16"
-    # Informational keys: recorded as published, not used by the spec.
-    architectures: tuple[str, ...] = ()
-    model_type: str = ""
+    # Informational keys beyond PublishedMetadata's: recorded as published, not used by the spec.
     bos_token_id: int | None = None
     eos_token_id: int | None = None
-    pad_token_id: int | None = None
     max_window_layers: int = 28
-    initializer_range: float = 0.02
-    attention_dropout: float = 0.0
     output_router_logits: bool = False
     router_aux_loss_coef: float = 0.001
-    use_cache: bool = True
-    transformers_version: str = ""
 
 
 class Qwen3Moe(SparseMoE):
