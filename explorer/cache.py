@@ -13,7 +13,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from .checkpoint import CheckpointIndex, TensorInfo
+from .checkpoint import MAX_TENSORS, CheckpointIndex, TensorGroup
 from .digest import package_digest
 from .execution import (
     TOLERANCE,
@@ -27,8 +27,9 @@ from .execution import (
 )
 from .reference import ReferenceModel
 from .spec.types import ModelSpec
+from .tensor_names import pattern_box, shared_name
 
-FORMAT = 3
+FORMAT = 4
 _STATUSES = {"checked", "part", "unchecked"}
 _CHECK_TEXT = ("status", "reference", "config", "detail", "part_of")
 _KEY = re.compile(r"-[0-9a-f]{32}\.json")
@@ -44,6 +45,12 @@ def execution_key(spec: ModelSpec) -> str:
     for package in ("torch", "transformers"):
         h.update(importlib.metadata.version(package).encode())
     return h.hexdigest()[:32]
+
+
+def has_entry(cache_dir: Path | None, slug: str) -> bool:
+    """Whether the cache holds torch-stage results for a model of this slug (current or stale: a cheap guess,
+    before any spec is built, at whether the build will run torch)."""
+    return cache_dir is not None and any(_KEY.fullmatch(p.name[len(slug):]) for p in cache_dir.glob(f"{slug}-*.json"))
 
 
 def load(cache_dir: Path | None, spec: ModelSpec) -> tuple[ReferenceModel, Execution] | None:
@@ -74,7 +81,7 @@ def save(cache_dir: Path | None, spec: ModelSpec, reference: ReferenceModel, exe
 def _encode(reference: ReferenceModel, execution: Execution) -> dict[str, Any]:
     return {
         "reference": {"label": reference.label,
-                      "tensors": {n: list(t.shape) for n, t in reference.index.tensors.items()}},
+                      "groups": [[g.name, list(g.shape)] for g in reference.index.groups]},
         "trace": {"device": execution.trace.device, "free": execution.trace.free,
                   "components": {p: dataclasses.asdict(c) for p, c in execution.trace.components.items()}},
         "checks": {p: dataclasses.asdict(c) for p, c in execution.checks.items()},
@@ -85,8 +92,11 @@ def _decode(data: dict[str, Any]) -> tuple[ReferenceModel, Execution]:
     """Rebuild the cached results, checking every field's type and every check against the tolerance again:
     the cache is an input like any other, and a check is published only if it passes as read."""
     ref = data["reference"]
-    tensors = {_text(n): TensorInfo(n, "F32", _shape(s)) for n, s in ref["tensors"].items()}
-    reference = ReferenceModel(_text(ref["label"]), CheckpointIndex(tensors, source=ref["label"]))
+    groups = tuple(TensorGroup(pattern_box(_text(name), MAX_TENSORS), "F32", _shape(shape))
+                   for name, shape in ref["groups"])
+    if sum(g.count for g in groups) > MAX_TENSORS or shared_name(g.box for g in groups) is not None:
+        raise ValueError("cached reference tensors overlap or are too many")
+    reference = ReferenceModel(_text(ref["label"]), CheckpointIndex(groups, source=ref["label"]))
     tr = data["trace"]
     components = {_text(p): ComponentTrace(tuple(map(_shape, c["inputs"])), tuple(map(_shape, c["outputs"])),
                                            {_text(k): _shape(v) for k, v in c["steps"].items()})

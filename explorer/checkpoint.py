@@ -15,14 +15,14 @@ import tempfile
 import time
 import tomllib
 from collections.abc import Iterable
-from dataclasses import dataclass, field
-from functools import cache
+from dataclasses import dataclass, field, fields
+from functools import cache, cached_property
 from pathlib import Path
 from typing import Any
 
 from .errors import CheckpointError, ContentError, did_you_mean
 from .spec.storage import DTYPE_BYTES
-from .spec.types import compress_indices
+from .tensor_names import NameBox, Skeleton, name_box, pattern_box, pattern_size, shared_name
 
 MAX_HEADER_BYTES = 100_000_000
 """Larger headers are refused (the safetensors library's own limit), so a bad length cannot exhaust memory."""
@@ -90,10 +90,46 @@ class TensorInfo:
 
 
 @dataclass(frozen=True, slots=True)
-class CheckpointIndex:
-    """Every tensor of a checkpoint, by name, and where the listing came from."""
+class TensorGroup:
+    """Stored tensors that share dtype, shape and shard: a box of names ("layers.1-60.experts.0-383.w")."""
 
-    tensors: dict[str, TensorInfo]
+    box: NameBox
+    dtype: str
+    shape: tuple[int, ...]
+    shard: str = ""
+
+    @property
+    def name(self) -> str:
+        """The grouped name, as a manifest writes it."""
+        return self.box.pattern
+
+    @property
+    def count(self) -> int:
+        return self.box.size
+
+    @property
+    def elements(self) -> int:
+        """Elements of each tensor."""
+        n = 1
+        for s in self.shape:
+            n *= s
+        return n
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of each tensor."""
+        block, block_bytes = storage_block(self.dtype)
+        return self.elements // block * block_bytes
+
+
+@dataclass(frozen=True)
+class CheckpointIndex:
+    """Every tensor of a checkpoint, in groups of one dtype, shape and shard, and where the listing came from.
+
+    Groups, not names, are what the build compares (explorer/tensor_names.py): Kimi K2's 139,644 tensors are a
+    few hundred groups. `tensors` lists the names for the commands that record or show them one by one."""
+
+    groups: tuple[TensorGroup, ...]
     source: str
     """What was read: a folder, a Hub repo@revision, or a manifest file."""
     repo_id: str = ""
@@ -103,6 +139,43 @@ class CheckpointIndex:
     """Hyper-parameters the checkpoint's own files state (a GGUF file's metadata), config.json key -> value."""
     config_provenance: dict[str, str] = field(default_factory=dict)
     """Where each of them was read (the GGUF key, or how it was derived)."""
+
+    @classmethod
+    def of(cls, tensors: dict[str, TensorInfo], source: str, repo_id: str = "", revision: str = "",
+           provenance: str = "", config: dict[str, Any] | None = None,
+           config_provenance: dict[str, str] | None = None) -> CheckpointIndex:
+        """The index of tensors read one by one (a header, a reference state dict), grouped."""
+        return cls(tuple(group_tensors(tensors.values())), source, repo_id, revision, provenance, config or {},
+                   config_provenance or {})
+
+    @property
+    def tensor_count(self) -> int:
+        return sum(g.count for g in self.groups)
+
+    @cached_property
+    def tensors(self) -> dict[str, TensorInfo]:
+        """Every tensor by name, in name order (listed on first use)."""
+        listed = {n: TensorInfo(n, g.dtype, g.shape, g.shard) for g in self.groups for n in g.box.names()}
+        return dict(sorted(listed.items()))
+
+    def group_of(self, name: str) -> TensorGroup | None:
+        """The group that stores `name`, found without listing names."""
+        box = name_box(name)
+        return next((g for g in self._by_skeleton.get(box.skeleton, ()) if box.within(g.box)), None)
+
+    @cached_property
+    def _by_skeleton(self) -> dict[Skeleton, list[TensorGroup]]:
+        out: dict[Skeleton, list[TensorGroup]] = {}
+        for g in self.groups:
+            out.setdefault(g.box.skeleton, []).append(g)
+        return out
+
+    def __getstate__(self) -> dict[str, Any]:
+        # what a pool worker sends back: the fields, not names listed or lookups built on the way
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
 
 
 # ------------------------------------------------------------------------------------------ the parser
@@ -269,7 +342,7 @@ def read_local_checkpoint(folder: Path) -> CheckpointIndex:
         tensors = {}
         for path in files:
             merge_shard(tensors, read_safetensors_file(path), str(path))
-    return CheckpointIndex(dict(sorted(tensors.items())), source=str(folder))
+    return CheckpointIndex.of(tensors, source=str(folder))
 
 
 def merge_shard(tensors: dict[str, TensorInfo], shard: dict[str, TensorInfo], source: str) -> None:
@@ -345,8 +418,7 @@ def read_hub_checkpoint(repo_id: str, revision: str, timeout: float = 10.0, endp
         raise CheckpointError(where, _hub_reason(e)) from e
     if weight_map:
         _check_index_agrees(weight_map, tensors, f"{where}/{INDEX_FILE}")
-    return CheckpointIndex(dict(sorted(tensors.items())), source=f"{repo_id}@{revision}", repo_id=repo_id,
-                           revision=revision)
+    return CheckpointIndex.of(tensors, source=f"{repo_id}@{revision}", repo_id=repo_id, revision=revision)
 
 
 @dataclass(frozen=True, slots=True)
@@ -465,14 +537,6 @@ def _hub_reason(e: Exception) -> str:
 # ------------------------------------------------------------------------------------------ manifests
 
 MANIFEST_FILE = "checkpoint.toml"
-_INDEX = r"(?:0|[1-9][0-9]{0,17})"
-"""A name segment that is an index: decimal, no leading zero (so "01" stays a literal name), at most 18 digits."""
-_IS_INDEX = re.compile(rf"^{_INDEX}$")
-_RANGE_SEGMENT = re.compile(rf"^{_INDEX}(?:-{_INDEX})?(?:,{_INDEX}(?:-{_INDEX})?)*$")
-_LITERAL = "\\"
-"""Prefix of a grouped-name segment to be taken literally: a tensor named "a.0-1.w" is written "a.\\0-1.w"."""
-
-
 @dataclass(frozen=True, slots=True)
 class ManifestGroup:
     """Tensors that share shape, dtype and shard, named with index ranges ("layers.1-60.experts.0-383")."""
@@ -483,79 +547,32 @@ class ManifestGroup:
     shard: str = ""
 
 
-def _segment_runs(segment: str) -> list[tuple[int, int]] | None:
-    """The index runs a grouped-name segment stands for, or None for a literal segment."""
-    if not _RANGE_SEGMENT.match(segment):
-        return None
-    runs = []
-    for run in segment.split(","):
-        lo, _, hi = run.partition("-")
-        if int(hi or lo) < int(lo):
-            raise ValueError(f"range {run} runs backwards")
-        runs.append((int(lo), int(hi or lo)))
-    return runs
-
-
-def _segments(pattern: str) -> list[list[str] | list[tuple[int, int]]]:
-    """Split a grouped name into literal segments ([text]) and index runs ([(lo, hi), ...])."""
-    out: list[list[str] | list[tuple[int, int]]] = []
-    for segment in pattern.split("."):
-        if segment.startswith(_LITERAL):
-            out.append([segment[len(_LITERAL):]])
-        else:
-            runs = _segment_runs(segment)
-            out.append([segment] if runs is None else runs)
-    return out
-
-
 def group_size(pattern: str) -> int:
     """How many names a grouped pattern stands for, computed without listing them."""
-    n = 1
-    for part in _segments(pattern):
-        if part and isinstance(part[0], tuple):
-            n *= sum(hi - lo + 1 for lo, hi in part)  # type: ignore[misc]
-    return n
+    return pattern_size(pattern)
 
 
 def expand_name(pattern: str, limit: int = MAX_TENSORS) -> list[str]:
     """All names a grouped pattern stands for; numeric segments may be runs like "1-60" or "0,3-5", and a
     segment starting with a backslash is literal. Raises ValueError past `limit` names, before building them."""
-    size = group_size(pattern)
-    if size > limit:
-        raise ValueError(f"'{pattern}' stands for {size:,} tensors, over the limit of {limit:,}")
-    names = [""]
-    for i, part in enumerate(_segments(pattern)):
-        values = ([str(v) for lo, hi in part for v in range(lo, hi + 1)]  # type: ignore[misc]
-                  if part and isinstance(part[0], tuple) else part)
-        sep = "." if i else ""
-        names = [f"{n}{sep}{v}" for n in names for v in values]
-    return names
+    return pattern_box(pattern, limit).names()
 
 
-def _escape_segment(segment: str) -> str:
-    """Write a literal segment so expand_name reads it back as itself."""
-    return _LITERAL + segment if _RANGE_SEGMENT.match(segment) or segment.startswith(_LITERAL) else segment
-
-
-def group_tensors(tensors: Iterable[TensorInfo]) -> list[ManifestGroup]:
-    """Compress tensor names into grouped patterns (the inverse of expand_name), deterministically."""
-    buckets: dict[tuple[tuple[str | None, ...], tuple[int, ...], str, str], list[tuple[int, ...]]] = {}
+def group_tensors(tensors: Iterable[TensorInfo]) -> list[TensorGroup]:
+    """Compress tensors into groups of one dtype, shape and shard whose names form boxes, deterministically."""
+    buckets: dict[tuple[Skeleton, tuple[int, ...], str, str], list[tuple[int, ...]]] = {}
     for t in tensors:
-        parts = t.name.split(".")
-        slots = tuple(int(p) for p in parts if _IS_INDEX.match(p))
-        template = tuple(None if _IS_INDEX.match(p) else _escape_segment(p) for p in parts)
-        buckets.setdefault((template, t.shape, t.dtype, t.shard), []).append(slots)
-    groups = []
-    for (template, shape, dtype, shard), indices in buckets.items():
-        for combo in _factor(sorted(set(indices))):
-            runs = iter(combo)
-            name = ".".join(next(runs) if p is None else p for p in template)
-            groups.append(ManifestGroup(name, shape, dtype, shard))
+        box = name_box(t.name)
+        buckets.setdefault((box.skeleton, t.shape, t.dtype, t.shard), []).append(
+            tuple(min(values) for values in box.slots))
+    groups = [TensorGroup(NameBox(skeleton, combo), dtype, shape, shard)
+              for (skeleton, shape, dtype, shard), indices in buckets.items()
+              for combo in _factor(sorted(set(indices)))]
     return sorted(groups, key=lambda g: (g.name, g.shard))
 
 
-def _factor(indices: list[tuple[int, ...]]) -> list[tuple[str, ...]]:
-    """Cover index tuples with products of runs: [(1,0),(1,1),(2,0),(2,1)] -> [("1-2", "0-1")]."""
+def _factor(indices: list[tuple[int, ...]]) -> list[tuple[frozenset[int], ...]]:
+    """Cover index tuples with products of sets: [(1,0),(1,1),(2,0),(2,1)] -> [({1, 2}, {0, 1})]."""
     if not indices or not indices[0]:
         return [()]
     rest_by_first: dict[int, list[tuple[int, ...]]] = {}
@@ -566,15 +583,14 @@ def _factor(indices: list[tuple[int, ...]]) -> list[tuple[str, ...]]:
         by_rest.setdefault(tuple(rests), []).append(first)
     out = []
     for rest, firsts in sorted(by_rest.items(), key=lambda kv: min(kv[1])):
-        head = compress_indices(tuple(sorted(firsts)))
-        out += [(head, *tail) for tail in _factor(list(rest))]
+        out += [(frozenset(firsts), *tail) for tail in _factor(list(rest))]
     return out
 
 
 def check_index(index: CheckpointIndex, source: str) -> None:
     """Validate an index from any source before it is recorded: names, dtypes, shapes and count."""
-    if len(index.tensors) > MAX_TENSORS:
-        raise CheckpointError(source, f"{len(index.tensors):,} tensors, over the limit of {MAX_TENSORS:,}")
+    if index.tensor_count > MAX_TENSORS:
+        raise CheckpointError(source, f"{index.tensor_count:,} tensors, over the limit of {MAX_TENSORS:,}")
     for name, t in index.tensors.items():
         _check_name(name, source)
         if t.name != name or not known_dtype(t.dtype) or not all(_is_count(s) for s in t.shape):
@@ -594,14 +610,14 @@ def manifest_text(index: CheckpointIndex) -> str:
         f"repo_id = {_toml_string(index.repo_id)}",
         f"revision = {_toml_string(index.revision)}",
         f"provenance = {_toml_string(index.provenance)}",
-        f"tensor_count = {len(index.tensors)}",
+        f"tensor_count = {index.tensor_count}",
         "",
     ]
     if index.config:  # hyper-parameters the files state, checked against the content config by the build
         lines += ["[config]"] + [f"{k} = {_toml_scalar(v)}" for k, v in sorted(index.config.items())] + [""]
         lines += ["[config_provenance]"] + [f"{k} = {_toml_string(v)}" for k, v in
                                             sorted(index.config_provenance.items())] + [""]
-    for g in group_tensors(index.tensors.values()):
+    for g in index.groups:
         lines += ["[[tensor]]", f"name = {_toml_string(g.name)}", f"shape = {list(g.shape)}",
                   f"dtype = {_toml_string(g.dtype)}"]
         if g.shard:
@@ -702,15 +718,20 @@ def manifest_index(data: dict[str, Any], path: str) -> CheckpointIndex:
     if problems:
         raise ContentError(problems)
     _check_counts(head.tensor_count, sum(sizes), path)
-    tensors: dict[str, TensorInfo] = {}
-    for g in groups:
-        for name in expand_name(g.name):
-            if name in tensors:
-                raise ContentError([f"{path}: tensor '{name}' is listed twice"])
-            tensors[name] = TensorInfo(name, g.dtype, g.shape, g.shard)
-    return CheckpointIndex(dict(sorted(tensors.items())), source=path, repo_id=head.repo_id,
-                           revision=head.revision, provenance=head.provenance, config=dict(data.get("config", {})),
+    stored = _stored_groups([g for g in groups if g is not None])
+    if isinstance(stored, str):
+        raise ContentError([f"{path}: tensor '{stored}' is listed twice"])
+    return CheckpointIndex(stored, source=path, repo_id=head.repo_id, revision=head.revision,
+                           provenance=head.provenance, config=dict(data.get("config", {})),
                            config_provenance=dict(data.get("config_provenance", {})))
+
+
+def _stored_groups(groups: list[ManifestGroup]) -> tuple[TensorGroup, ...] | str:
+    """The groups of a manifest or listing whose sizes were checked against MAX_TENSORS, or the first name two
+    of them list."""
+    out = tuple(TensorGroup(pattern_box(g.name, MAX_TENSORS), g.dtype, g.shape, g.shard) for g in groups)
+    twice = shared_name(g.box for g in out)
+    return twice if twice is not None else out
 
 
 def _check_counts(declared: int, expands_to: int, path: str) -> None:
@@ -747,13 +768,10 @@ def read_listing(path: Path) -> CheckpointIndex:
     total = sum(group_size(g.name) for g in entries)
     if total > MAX_TENSORS:
         raise CheckpointError(source, f"the entries stand for {total:,} tensors, over the limit of {MAX_TENSORS:,}")
-    tensors: dict[str, TensorInfo] = {}
-    for g in entries:
-        for name in expand_name(g.name):
-            if name in tensors:
-                raise CheckpointError(source, f"tensor '{name}' is listed twice")
-            tensors[name] = TensorInfo(name, g.dtype, g.shape, g.shard)
-    index = CheckpointIndex(dict(sorted(tensors.items())), source=source, repo_id=data.get("repo_id", ""),
+    stored = _stored_groups(entries)
+    if isinstance(stored, str):
+        raise CheckpointError(source, f"tensor '{stored}' is listed twice")
+    index = CheckpointIndex(stored, source=source, repo_id=data.get("repo_id", ""),
                             provenance=data.get("provenance", ""))
     check_index(index, source)
     return index

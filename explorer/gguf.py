@@ -322,7 +322,7 @@ def gguf_tensor_infos(header: GGUFHeader, shard: str = "") -> dict[str, TensorIn
 
 def read_gguf_checkpoint(path: Path) -> CheckpointIndex:
     """Read one GGUF file's header as a CheckpointIndex in the reference's names, shapes and GGML types."""
-    return CheckpointIndex(gguf_tensor_infos(read_gguf_header(path), shard=path.name), source=str(path))
+    return CheckpointIndex.of(gguf_tensor_infos(read_gguf_header(path), shard=path.name), source=str(path))
 
 
 # ----------------------------------------------------------------------------------- hyper-parameters

@@ -60,7 +60,7 @@ class ModelBuild:
         ref = self.content.checkpoint
         if self.checkpoint is not None:
             return (f"checkpoint headers at {ref.at} "
-                    f"({len(self.checkpoint_index.tensors):,} tensors, recorded manifest)")  # type: ignore[union-attr]
+                    f"({self.checkpoint_index.tensor_count:,} tensors, recorded manifest)")  # type: ignore[union-attr]
         if any(path == s or path.startswith(s + ".") for s in self.reference_skips):
             return ("the configuration only: the reference implementation does not build this module and no "
                     "checkpoint tensor listing is recorded for this model")

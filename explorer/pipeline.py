@@ -112,7 +112,11 @@ def build_all(project: Project, progress: Progress = stderr_progress, fetch_sour
     work = [(content, fetch_sources, project.cache if use_cache else None) for content in contents]
     jobs = min(jobs or len(os.sched_getaffinity(0)), len(work))
     if jobs > 1:
-        # fork: each worker inherits the loaded package instead of importing it again
+        # fork: each worker inherits the loaded package instead of importing it again, and torch too where some
+        # model's torch stages will run
+        if any(not cache.has_entry(project.cache if use_cache else None, c.slug) for c in contents):
+            _one_torch_thread()
+            import torch  # noqa: F401
         with multiprocessing.get_context("fork").Pool(jobs, initializer=_one_torch_thread) as pool:
             results = pool.imap(_compute, work)  # in order, whichever worker finishes first
             done = [_replay(result, progress) for result in results]

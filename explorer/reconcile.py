@@ -8,18 +8,20 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass
+from itertools import combinations
 
 from .account import evaluate
-from .checkpoint import CheckpointIndex, TensorInfo
+from .checkpoint import CheckpointIndex, TensorGroup, TensorInfo
 from .spec.storage import Dense, Role
 from .spec.types import ModelSpec, TensorSpec, path_key, walk
+from .tensor_names import PAIRWISE_LIMIT, NameBox, Skeleton, name_box, shared_name, template_boxes
 
 
 @dataclass(frozen=True, slots=True)
-class ExpectedTensor:
-    """A tensor the spec says is stored, with its owner and role."""
+class ExpectedGroup:
+    """Tensors the spec says are stored, as a box of names sharing owner, role, shape and dtype."""
 
-    name: str
+    box: NameBox
     owner: str
     """Component path."""
     role: Role
@@ -27,11 +29,15 @@ class ExpectedTensor:
     dtype: str
     optional: bool = False
     parameters: int = 0
-    """Logical parameters the stored tensor carries (MXFP4 blocks: two per byte; scales and buffers: none)."""
+    """Logical parameters each stored tensor carries (MXFP4 blocks: two per byte; scales and buffers: none)."""
     also: tuple[str, ...] = ()
     """Other dtypes the storage scheme accepts (a mixed GGUF file type)."""
     tied: bool = False
     """An alias of another tensor (a tied head): where a listing carries it too, it is not counted again."""
+
+    @property
+    def name(self) -> str:
+        return self.box.pattern
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,8 +72,8 @@ class Reconciliation:
     shape_mismatch: tuple[Mismatch, ...]
     dtype_mismatch: tuple[Mismatch, ...]
     totals: tuple[RoleTotal, ...]
-    owned: dict[str, tuple[TensorInfo, ...]]
-    """Stored tensors by owning component path."""
+    owned: dict[str, tuple[TensorGroup, ...]]
+    """Stored tensors by owning component path, in groups."""
 
     @property
     def balanced(self) -> bool:
@@ -98,76 +104,137 @@ class Reconciliation:
         return out
 
 
-def expected_tensors(spec: ModelSpec, logical: bool = False) -> tuple[list[ExpectedTensor], list[str]]:
-    """Every tensor the spec expects, and names claimed by two components; logical=True: each weight as one
-    tensor of its logical shape, as a reference implementation holds it (no packed values or scales)."""
-    out: list[ExpectedTensor] = []
-    for ancestors, comp in walk(spec.root):
-        owner = path_key(ancestors, comp)
-        for t in comp.tensors:
-            out += _expand(t, owner, spec.values, logical)
-    counts: dict[str, int] = defaultdict(int)
-    for e in out:
-        counts[e.name] += 1
-    return out, sorted(n for n, c in counts.items() if c > 1)
+def expected_groups(spec: ModelSpec, logical: bool = False) -> list[ExpectedGroup]:
+    """Every tensor the spec expects, in groups; logical=True: each weight as one tensor of its logical shape,
+    as a reference implementation holds it (no packed values or scales)."""
+    return [group for ancestors, comp in walk(spec.root) for t in comp.tensors
+            for group in _expand(t, path_key(ancestors, comp), spec.values, logical)]
 
 
-def _expand(t: TensorSpec, owner: str, values: dict[str, int | float], logical: bool = False) -> list[ExpectedTensor]:
+def _expand(t: TensorSpec, owner: str, values: dict[str, int | float], logical: bool = False) -> list[ExpectedGroup]:
     """The stored tensors of one tensor family, by its storage scheme; a tied alias is optional (stored once)."""
     role: Role = "buffer" if t.role == "buffer" else "parameter"
+    ranges = {r.var: r.values for r in t.ranges}
     if t.shape is None:
-        return [ExpectedTensor(name, owner, role, None, t.dtype, t.optional) for name in t.names()]
+        return [ExpectedGroup(box, owner, role, None, t.dtype, t.optional) for box in template_boxes(t.template, ranges)]
     shape = tuple(evaluate(s, values) for s in t.shape)
-    out = []
     storage = Dense(t.dtype) if logical else t.storage
-    for name in t.names():
-        for stored in storage.expand(name, shape, role):
-            out.append(ExpectedTensor(stored.name, owner, stored.role, stored.shape, stored.dtype,
-                                      t.optional or bool(t.tied_to), stored.parameters,
-                                      stored.also, bool(t.tied_to)))
-    return out
+    # the scheme names what it stores after the weight's name (weight_scale_inv, _blocks), so it expands the
+    # template once for all of the family's names
+    return [ExpectedGroup(box, owner, stored.role, stored.shape, stored.dtype, t.optional or bool(t.tied_to),
+                          stored.parameters, stored.also, bool(t.tied_to))
+            for stored in storage.expand(t.template, shape, role) for box in template_boxes(stored.name, ranges)]
 
 
 def reconcile(spec: ModelSpec, index: CheckpointIndex, reference: bool = False,
               skip_owners: tuple[str, ...] = ()) -> Reconciliation:
-    """Match the spec's expected tensors against a checkpoint index.
+    """Match the spec's expected tensors against a checkpoint index, group against group.
 
     reference=True matches against a reference implementation instead: only parameters are compared (it
     stores no quantization scales or unloaded buffers), shapes but not dtypes, and components under
     skip_owners (which it does not build) are left out.
     """
-    expected, owned_twice = expected_tensors(spec, logical=reference)
+    expected = expected_groups(spec, logical=reference)
     if reference:
-        skipped = {e.owner for e in expected if any(e.owner == s or e.owner.startswith(s + ".") for s in skip_owners)}
-        expected = [e for e in expected if e.role == "parameter" and e.owner not in skipped]
-    by_name = {e.name: e for e in expected}
-    stored = index.tensors
-    missing = sorted(e.name for e in expected if e.name not in stored and not e.optional)
-    unowned = sorted(n for n in stored if n not in by_name)
-    shape_bad, dtype_bad = [], []
-    owned: dict[str, list[TensorInfo]] = defaultdict(list)
-    totals: dict[tuple[Role, str], list[int]] = defaultdict(lambda: [0, 0, 0, 0])
-    for name, info in stored.items():
-        e = by_name.get(name)
-        if e is None:
-            continue
-        owned[e.owner].append(info)
-        if not (e.tied and reference):  # the reference's state dict lists a tied head beside the tensor it shares
-            acc = totals[(e.role, info.dtype)]
-            acc[0], acc[1], acc[2] = acc[0] + 1, acc[1] + info.elements, acc[2] + info.nbytes
-            acc[3] += e.parameters if tuple(info.shape) == e.shape else info.elements * (e.role == "parameter")
-        if e.shape is not None and tuple(info.shape) != e.shape:
-            shape_bad.append(Mismatch(name, e.owner, _show(e.shape), _show(info.shape)))
-        if e.dtype and not reference and info.dtype not in (e.dtype, *e.also):
-            dtype_bad.append(Mismatch(name, e.owner, " or ".join((e.dtype, *e.also)), info.dtype))
-    role_order = {"parameter": 0, "quant_scale": 1, "buffer": 2}
-    return Reconciliation(
-        source=index.source, unowned=tuple(unowned), owned_twice=tuple(owned_twice), missing=tuple(missing),
-        shape_mismatch=tuple(sorted(shape_bad, key=lambda m: m.name)),
-        dtype_mismatch=tuple(sorted(dtype_bad, key=lambda m: m.name)),
-        totals=tuple(RoleTotal(r, d, *v) for (r, d), v in sorted(totals.items(), key=lambda kv: (role_order[kv[0][0]], kv[0][1]))),
-        owned={k: tuple(v) for k, v in sorted(owned.items())},
-    )
+        expected = [e for e in expected if e.role == "parameter"
+                    and not any(e.owner == s or e.owner.startswith(s + ".") for s in skip_owners)]
+    by_skeleton: dict[Skeleton, tuple[list[ExpectedGroup], list[TensorGroup]]] = defaultdict(lambda: ([], []))
+    for e in expected:
+        by_skeleton[e.box.skeleton][0].append(e)
+    for g in index.groups:
+        by_skeleton[g.box.skeleton][1].append(g)
+    tally = _Tally(reference)
+    for wanted, stored in by_skeleton.values():
+        if not _match_boxes(wanted, stored, tally):
+            _match_names(wanted, stored, tally)
+    return tally.result(index.source)
+
+
+def _match_boxes(wanted: list[ExpectedGroup], stored: list[TensorGroup], tally: _Tally) -> bool:
+    """Match the groups of one skeleton whole: each stored group inside one expected group, each expected group
+    covered by its stored groups entirely or not at all. False, with nothing tallied, where names must decide
+    (overlapping expected groups, a stored group across two, a group partly stored)."""
+    if len(wanted) > PAIRWISE_LIMIT or len(stored) > PAIRWISE_LIMIT:
+        return False
+    boxes = ([e.box for e in wanted], [g.box for g in stored])
+    if any(a.meets(b) for side in boxes for a, b in combinations(side, 2)):
+        return False
+    pairs, unowned, covered = [], [], [0] * len(wanted)
+    for g in stored:
+        hits = [i for i, e in enumerate(wanted) if e.box.meets(g.box)]
+        if not hits:
+            unowned.append(g.box)
+        elif len(hits) == 1 and g.box.within(wanted[hits[0]].box):
+            pairs.append((wanted[hits[0]], g))
+            covered[hits[0]] += g.count
+        else:
+            return False
+    if any(0 < n < e.box.size for n, e in zip(covered, wanted)):
+        return False
+    for e, g in pairs:
+        tally.pair(e, g, g.box)
+    for box in unowned:
+        tally.unowned += box.names()
+    for n, e in zip(covered, wanted):
+        if n == 0 and not e.optional:
+            tally.missing += e.box.names()
+    return True
+
+
+def _match_names(wanted: list[ExpectedGroup], stored: list[TensorGroup], tally: _Tally) -> None:
+    """Match one skeleton's groups name by name (the groups' sizes were bounded when they were read)."""
+    by_name: dict[str, ExpectedGroup] = {}
+    for e in wanted:
+        for name in e.box.names():
+            if name in by_name:
+                tally.owned_twice.append(name)
+            by_name[name] = e
+    stored_names = {name: g for g in stored for name in g.box.names()}
+    for name, g in stored_names.items():
+        owner = by_name.get(name)
+        if owner is None:
+            tally.unowned.append(name)
+        else:
+            tally.pair(owner, g, name_box(name))
+    tally.missing += [name for name, e in by_name.items() if name not in stored_names and not e.optional]
+
+
+class _Tally:
+    """What reconcile finds, skeleton by skeleton, summed and listed."""
+
+    def __init__(self, reference: bool) -> None:
+        self.reference = reference
+        self.unowned: list[str] = []
+        self.owned_twice: list[str] = []
+        self.missing: list[str] = []
+        self.shape_bad: list[Mismatch] = []
+        self.dtype_bad: list[Mismatch] = []
+        self.owned: dict[str, list[TensorGroup]] = defaultdict(list)
+        self.totals: dict[tuple[Role, str], list[int]] = defaultdict(lambda: [0, 0, 0, 0])
+
+    def pair(self, e: ExpectedGroup, g: TensorGroup, box: NameBox) -> None:
+        """The stored tensors `box` of group g, owned by e."""
+        n = box.size
+        self.owned[e.owner].append(TensorGroup(box, g.dtype, g.shape, g.shard))
+        if not (e.tied and self.reference):  # the reference's state dict lists a tied head beside the tensor it shares
+            acc = self.totals[(e.role, g.dtype)]
+            acc[0], acc[1], acc[2] = acc[0] + n, acc[1] + n * g.elements, acc[2] + n * g.nbytes
+            acc[3] += n * (e.parameters if g.shape == e.shape else g.elements * (e.role == "parameter"))
+        if e.shape is not None and g.shape != e.shape:
+            self.shape_bad += [Mismatch(name, e.owner, _show(e.shape), _show(g.shape)) for name in box.names()]
+        if e.dtype and not self.reference and g.dtype not in (e.dtype, *e.also):
+            self.dtype_bad += [Mismatch(name, e.owner, " or ".join((e.dtype, *e.also)), g.dtype) for name in box.names()]
+
+    def result(self, source: str) -> Reconciliation:
+        role_order = {"parameter": 0, "quant_scale": 1, "buffer": 2}
+        totals = sorted(self.totals.items(), key=lambda kv: (role_order[kv[0][0]], kv[0][1]))
+        return Reconciliation(
+            source=source, unowned=tuple(sorted(self.unowned)), owned_twice=tuple(sorted(set(self.owned_twice))),
+            missing=tuple(sorted(self.missing)),
+            shape_mismatch=tuple(sorted(self.shape_bad, key=lambda m: m.name)),
+            dtype_mismatch=tuple(sorted(self.dtype_bad, key=lambda m: m.name)),
+            totals=tuple(RoleTotal(r, d, *v) for (r, d), v in totals),
+            owned={k: tuple(sorted(v, key=lambda g: g.box.first_name)) for k, v in sorted(self.owned.items())})
 
 
 def _show(shape: tuple[int, ...]) -> str:
@@ -177,8 +244,9 @@ def _show(shape: tuple[int, ...]) -> str:
 def predicted_index(spec: ModelSpec) -> CheckpointIndex:
     """The tensors the spec's storage schemes predict a checkpoint stores (names, shapes, dtypes), for a model
     with no recorded listing; tied aliases are stored once, under the name they are tied to."""
-    expected, _ = expected_tensors(spec)
-    tensors = {e.name: TensorInfo(e.name, e.dtype, e.shape) for e in expected
-               if e.shape is not None and not e.optional}
-    return CheckpointIndex(dict(sorted(tensors.items())), source="predicted from the config by each weight's "
-                                                                   "storage scheme")
+    groups = [TensorGroup(e.box, e.dtype, e.shape) for e in expected_groups(spec)
+              if e.shape is not None and not e.optional]
+    source = "predicted from the config by each weight's storage scheme"
+    if shared_name(g.box for g in groups) is not None:  # a name two components claim is stored once
+        return CheckpointIndex.of({n: TensorInfo(n, g.dtype, g.shape) for g in groups for n in g.box.names()}, source)
+    return CheckpointIndex(tuple(sorted(groups, key=lambda g: g.box.first_name)), source)

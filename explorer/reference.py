@@ -95,4 +95,4 @@ def reference_index(spec: ModelSpec) -> ReferenceModel:
         for split_name in names:
             tensors[split_name] = TensorInfo(split_name, "F32", shape[1:] if stacked else shape)
     label = f"transformers {transformers.__version__} {type(model).__name__} on the meta device"
-    return ReferenceModel(label, CheckpointIndex(dict(sorted(tensors.items())), source=label))
+    return ReferenceModel(label, CheckpointIndex.of(tensors, source=label))

@@ -510,7 +510,7 @@ def _check_sentence(mb: ModelBuild, path: str, owned: list[tuple[str, Component]
     against = mb.checked_against(path)
     index = mb.checkpoint_index
     if mb.checkpoint is not None and index is not None and (
-            index.provenance.startswith("GGUF") or any(".gguf" in t.shard for t in index.tensors.values())):
+            index.provenance.startswith("GGUF") or any(".gguf" in g.shard for g in index.groups)):
         return ("Derived from the configuration read from the GGUF file's metadata, and equal to the count of the "
                 "tensors its GGUF header lists (quantized types keep their element counts; a tied head is stored "
                 f"once). Checked against {against}.")
@@ -571,7 +571,7 @@ def _tensor_row(mb: ModelBuild, ta: TensorAccount, owner: str, title: str) -> Te
 def _stored(mb: ModelBuild, t: TensorSpec):
     if mb.checkpoint_index is None:
         return None
-    return mb.checkpoint_index.tensors.get(t.first_name)
+    return mb.checkpoint_index.group_of(t.first_name)
 
 
 # --------------------------------------------------------------------------------------------- evidence

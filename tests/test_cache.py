@@ -34,7 +34,7 @@ def spec():
 @pytest.fixture
 def entry(tmp_path, spec):
     """A small valid cache entry for the real spec's key, and its path."""
-    ref = ReferenceModel("transformers test", CheckpointIndex({"w": TensorInfo("w", "F32", (2, 3))}, "test"))
+    ref = ReferenceModel("transformers test", CheckpointIndex.of({"w": TensorInfo("w", "F32", (2, 3))}, "test"))
     trace = ShapeTrace("meta", {"B": 2, "T": 5}, {"": ComponentTrace(((2, 5, 8),), ((2, 5, 8),), {"x": (2, 5)})})
     checks = {"": EquationCheck("checked", "transformers test", "tiny", 3e-6, TOLERANCE, "detail")}
     cache.save(tmp_path, spec, ref, Execution(trace, checks))
@@ -61,7 +61,9 @@ def test_valid_entry_is_read_back(tmp_path, spec, entry):
     lambda d: d.update(checks=[]),                                   # reproduction 7: unexpected shape
     lambda d: d["trace"]["components"][""].update(inputs="[2, 5, 8]"),
     lambda d: d["trace"]["components"][""].update(steps={"x": [2, -5]}),
-    lambda d: d["reference"].update(tensors={"w": [2.5]}),
+    lambda d: d["reference"].update(groups=[["w", [2.5]]]),
+    lambda d: d["reference"].update(groups=[["w.0-3", [2]], ["w.3", [2]]]),     # one tensor listed twice
+    lambda d: d["reference"].update(groups=[["w.0-99999999", [2]]]),            # past MAX_TENSORS
     lambda d: d["trace"].update(free={"B": True}),
 ])
 def test_tampered_or_misshapen_entry_is_recomputed(tmp_path, spec, entry, change):

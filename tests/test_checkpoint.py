@@ -172,7 +172,7 @@ def test_grouping_and_expansion_are_inverse():
 
 def test_manifest_round_trip(tmp_path):
     tensors = {n: TensorInfo(n, "BF16", (4, 2), "s1") for n in ("x.0.w", "x.1.w", "y")}
-    index = CheckpointIndex(tensors, "test", "org/name", "a" * 40, "written by a test")
+    index = CheckpointIndex.of(tensors, "test", "org/name", "a" * 40, "written by a test")
     path = tmp_path / "checkpoint.toml"
     write_manifest(index, path)
     back = read_manifest(path)
@@ -449,7 +449,7 @@ def test_expand_name_refuses_past_its_limit():
 
 
 def round_trip(tmp_path: Path, tensors: dict[str, TensorInfo], provenance: str = "p") -> CheckpointIndex:
-    index = CheckpointIndex(tensors, "test", "org/name", "a" * 40, provenance)
+    index = CheckpointIndex.of(tensors, "test", "org/name", "a" * 40, provenance)
     path = tmp_path / "checkpoint.toml"
     write_manifest(index, path)
     return read_manifest(path)
@@ -494,7 +494,7 @@ def test_manifest_round_trip_property(tmp_path_factory, entries):
 def test_invalid_index_is_not_written(tmp_path):
     path = tmp_path / "checkpoint.toml"
     path.write_text("good manifest")
-    bad = CheckpointIndex({"w": TensorInfo("w", "F33", (1,))}, "test", "o/m", "r", "p")
+    bad = CheckpointIndex.of({"w": TensorInfo("w", "F33", (1,))}, "test", "o/m", "r", "p")
     with pytest.raises(CheckpointError, match="tensor 'w': not a valid entry"):
         write_manifest(bad, path)
     assert path.read_text() == "good manifest" and [p.name for p in tmp_path.iterdir()] == ["checkpoint.toml"]

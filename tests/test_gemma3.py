@@ -116,7 +116,7 @@ def test_270m_changed_config_or_gguf_type_fails_naming_tensors(gemma_270m):
     rec = reconcile(wider, index)
     assert any(m.name == "model.layers.0.mlp.up_proj.weight" for m in rec.shape_mismatch)
     name = "model.layers.3.self_attn.q_proj.weight"
-    f16 = CheckpointIndex({**index.tensors, name: TensorInfo(name, "F16", index.tensors[name].shape)}, "test")
+    f16 = CheckpointIndex.of({**index.tensors, name: TensorInfo(name, "F16", index.tensors[name].shape)}, "test")
     bad = reconcile(gemma_270m, f16)
     assert [(m.name, m.stored) for m in bad.dtype_mismatch] == [(name, "F16")]
     assert "Q4_K or Q5_0 or Q6_K or Q8_0" in bad.dtype_mismatch[0].expected
@@ -185,12 +185,12 @@ def test_published_names_map_to_the_page_names(gemma_27b):
     from transformers.conversion_mapping import get_model_conversion_mapping
     from transformers.core_model_loading import rename_source_key
 
-    from explorer.reconcile import expected_tensors
+    from explorer.reconcile import expected_groups
 
     tiny = tiny_spec(gemma_27b)
     model = tiny_reference_model(tiny)
     renames = [c for c in get_model_conversion_mapping(model) if not hasattr(c, "operations")]
-    ours = {e.name for e in expected_tensors(tiny)[0]}
+    ours = {name for e in expected_groups(tiny) for name in e.box.names()}
     published = {"language_model.model.layers.1.self_attn.q_norm.weight": "model.language_model.layers.1.self_attn."
                  "q_norm.weight",
                  "vision_tower.vision_model.encoder.layers.0.mlp.fc1.bias": "model.vision_tower.encoder.layers.0.mlp."

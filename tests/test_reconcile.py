@@ -12,8 +12,9 @@ from conftest import ROOT, hub_env, run_build, write_safetensors
 from hub_server import FakeHub
 
 from explorer.checkpoint import CheckpointIndex, TensorInfo
-from explorer.reconcile import expected_tensors, reconcile
+from explorer.reconcile import expected_groups, reconcile
 from explorer.spec.storage import BlockFP8
+from explorer.tensor_names import shared_name
 
 
 def test_kimi_k2_ledger_balances_to_the_published_numbers(builds):
@@ -32,8 +33,9 @@ def test_kimi_k2_ledger_balances_to_the_published_numbers(builds):
 
 def test_every_stored_tensor_is_owned_once(builds):
     mb = builds["kimi-k2"]
-    owned = [t.name for infos in mb.checkpoint.owned.values() for t in infos]
-    assert len(owned) == len(set(owned)) == len(mb.checkpoint_index.tensors)
+    owned = [g.box for groups in mb.checkpoint.owned.values() for g in groups]
+    assert shared_name(owned) is None
+    assert sum(box.size for box in owned) == mb.checkpoint_index.tensor_count == 139_644
 
 
 def test_scale_shapes_use_ceiling_division():
@@ -49,7 +51,7 @@ def test_reports_unowned_missing_and_mismatches_all_at_once(builds):
     tensors["model.layers.0.mlp.extra.weight"] = TensorInfo("model.layers.0.mlp.extra.weight", "BF16", (2,))
     tensors["lm_head.weight"] = TensorInfo("lm_head.weight", "F32", (163840, 7168))
     tensors["model.embed_tokens.weight"] = TensorInfo("model.embed_tokens.weight", "BF16", (163841, 7168))
-    rec = reconcile(mb.spec, CheckpointIndex(tensors, "edited"))
+    rec = reconcile(mb.spec, CheckpointIndex.of(tensors, "edited"))
     assert rec.missing == ("model.norm.weight",)
     assert rec.unowned == ("model.layers.0.mlp.extra.weight",)
     assert [m.name for m in rec.dtype_mismatch] == ["lm_head.weight"]
@@ -59,8 +61,7 @@ def test_reports_unowned_missing_and_mismatches_all_at_once(builds):
 
 def test_no_tensor_is_expected_twice(builds):
     for mb in builds.values():
-        _, twice = expected_tensors(mb.spec)
-        assert twice == []
+        assert shared_name(e.box for e in expected_groups(mb.spec)) is None
 
 
 def test_check_passes_offline():
@@ -124,8 +125,8 @@ def tiny_project(project_copy):
                      for k, v in config.items() if isinstance(v, dict))
     (folder / "model.toml").write_text(TINY_TOML + "[config]\n" + body + "\n" + tables)
     spec = load_model_spec(load_model_content(folder))
-    expected, _ = expected_tensors(spec)
-    return folder, {e.name: (e.dtype or "BF16", list(e.shape or (3,))) for e in expected}
+    return folder, {name: (e.dtype or "BF16", list(e.shape or (3,))) for e in expected_groups(spec)
+                    for name in e.box.names()}
 
 
 def write_shards(folder, tensors):

@@ -8,10 +8,15 @@ QK-norm; transformers' modeling_llama.py (eager_attention_forward, repeat_kv) fo
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 import sympy
-import torch
-import torch.nn.functional as F
+
+if TYPE_CHECKING:
+    import torch
+    import torch.nn.functional as F
+else:  # imported on first use: a build whose torch stages are cached never needs it
+    from ..torch_on_first_use import F, torch
 
 from ..spec.types import Citation, Component, Dim, IndexRange, Port, Shape, Step
 from .base import B, Ctx, Run, ctx_colour, fmt_num, k, options, program, q, reference_call, run_child, v

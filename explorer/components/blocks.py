@@ -5,8 +5,12 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import torch
+if TYPE_CHECKING:
+    import torch
+else:  # imported on first use: a build whose torch stages are cached never needs it
+    from ..torch_on_first_use import torch
 
 from ..spec.types import Citation, Component, Port, Step
 from .base import PROGRAMS, Ctx, Run, options, program, reference_call, relative_module, run_child, tensor_prefix

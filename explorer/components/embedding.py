@@ -3,10 +3,15 @@
 from __future__ import annotations
 
 import math
+import struct
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import torch
-import torch.nn.functional as F
+if TYPE_CHECKING:
+    import torch
+    import torch.nn.functional as F
+else:  # imported on first use: a build whose torch stages are cached never needs it
+    from ..torch_on_first_use import F, torch
 
 from ..spec.types import Citation, Component, IndexRange, Port, Shape, Step
 from .base import B, Ctx, Run, T, fmt_num, options, program, run_child
@@ -44,9 +49,15 @@ def embedding(ctx: Ctx, key: str, title: str, *, weight: str, ranges: tuple[Inde
 def sqrt_width_scale(hidden_size: int, dtype: str) -> float:
     """Gemma's embedding scale √d, as the reference computes it: rounded to the model's dtype."""
     exact = math.sqrt(hidden_size)
-    if dtype == "BF16":
-        return float(torch.tensor(exact, dtype=torch.bfloat16))
-    return exact
+    return bfloat16_round(exact) if dtype == "BF16" else exact
+
+
+def bfloat16_round(x: float) -> float:
+    """A finite float as torch.tensor(x, dtype=torch.bfloat16) holds it: to float32, then to the nearest bfloat16
+    (the top 16 bits), ties to even; worked here so a cached build builds specs without importing torch."""
+    (bits,) = struct.unpack("<I", struct.pack("<f", x))
+    bits += 0x7FFF + ((bits >> 16) & 1)
+    return struct.unpack("<f", struct.pack("<I", (bits >> 16) << 16))[0]
 
 
 def head(ctx: Ctx, key: str, title: str, *, weight: str, ranges: tuple[IndexRange, ...] = (), tied_to: str = "",

@@ -9,8 +9,12 @@ models/gpt2/modeling_gpt2.py (GPT2Attention: c_attn(...).split(split_size, dim=2
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import torch
+if TYPE_CHECKING:
+    import torch
+else:  # imported on first use: a build whose torch stages are cached never needs it
+    from ..torch_on_first_use import torch
 
 from ..spec.types import Citation, Component, Dim, IndexRange, Layout, Port, Shape, Step
 from .attention import KEYS, QUERIES, ScoresOptions, attend, call_with_rotary, scores

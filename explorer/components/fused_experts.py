@@ -9,8 +9,12 @@ transformers' models/gpt_oss/modeling_gpt_oss.py (GptOssExperts, GptOssMLP), the
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import torch
+if TYPE_CHECKING:
+    import torch
+else:  # imported on first use: a build whose torch stages are cached never needs it
+    from ..torch_on_first_use import torch
 
 from ..spec.storage import Storage
 from ..spec.types import Citation, Component, Dim, IndexRange, Port, Shape, Step, TensorSpec

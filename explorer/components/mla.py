@@ -9,8 +9,12 @@ models/deepseek_v3/modeling_deepseek_v3.py for the reference module.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import torch
+if TYPE_CHECKING:
+    import torch
+else:  # imported on first use: a build whose torch stages are cached never needs it
+    from ..torch_on_first_use import torch
 
 from ..spec.types import Citation, Component, Dim, IndexRange, Port, Step
 from .attention import ScoresOptions, attend, scores

@@ -8,11 +8,15 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import sympy
-import torch
-import torch.nn.functional as F
+
+if TYPE_CHECKING:
+    import torch
+    import torch.nn.functional as F
+else:  # imported on first use: a build whose torch stages are cached never needs it
+    from ..torch_on_first_use import F, torch
 
 from ..spec.types import Citation, Component, Dim, IndexRange, Layout, Port, Step
 from .base import Ctx, Run, options, program, run_child

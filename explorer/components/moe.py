@@ -9,11 +9,15 @@ report (arXiv:2412.19437) for auxiliary-loss-free balancing (the correction bias
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import sympy
-import torch
-import torch.nn.functional as F
+
+if TYPE_CHECKING:
+    import torch
+    import torch.nn.functional as F
+else:  # imported on first use: a build whose torch stages are cached never needs it
+    from ..torch_on_first_use import F, torch
 
 from ..execution import RoutingExample
 from ..spec.storage import Dense

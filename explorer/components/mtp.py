@@ -7,7 +7,12 @@ skips the module, so the spec follows the checkpoint's own description; see the 
 
 from __future__ import annotations
 
-import torch
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import torch
+else:  # imported on first use: a build whose torch stages are cached never needs it
+    from ..torch_on_first_use import torch
 
 from ..spec.types import Citation, Component, Dim, Port, Shape, Step
 from .base import B, Ctx, Run, T, layers, options, program

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
-import torch
-import torch.nn.functional as F
+if TYPE_CHECKING:
+    import torch
+    import torch.nn.functional as F
+else:  # imported on first use: a build whose torch stages are cached never needs it
+    from ..torch_on_first_use import F, torch
 
 from ..spec.types import Citation, Component, IndexRange, Port, Step
 from .base import Ctx, Run, fmt_eps, options, program

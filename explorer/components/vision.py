@@ -11,9 +11,13 @@ models/siglip/modeling_siglip.py and models/gemma3/modeling_gemma3.py (Gemma3Mul
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
-import torch
-import torch.nn.functional as F
+if TYPE_CHECKING:
+    import torch
+    import torch.nn.functional as F
+else:  # imported on first use: a build whose torch stages are cached never needs it
+    from ..torch_on_first_use import F, torch
 
 from ..spec.types import Citation, Component, Dim, IndexRange, Port, Shape, Step
 from .base import (
