@@ -22,7 +22,7 @@ from typing import Any
 
 from .errors import CheckpointError, ContentError, did_you_mean
 from .spec.storage import DTYPE_BYTES
-from .tensor_names import NameBox, Skeleton, name_box, pattern_box, pattern_size, shared_name
+from .tensor_names import NameBox, Skeleton, name_box, pattern_box, pattern_size, shared_name, split_name
 
 MAX_HEADER_BYTES = 100_000_000
 """Larger headers are refused (the safetensors library's own limit), so a bad length cannot exhaust memory."""
@@ -560,11 +560,18 @@ def expand_name(pattern: str, limit: int = MAX_TENSORS) -> list[str]:
 
 def group_tensors(tensors: Iterable[TensorInfo]) -> list[TensorGroup]:
     """Compress tensors into groups of one dtype, shape and shard whose names form boxes, deterministically."""
+    return group_indexed((*split_name(t.name), t.shape, t.dtype, t.shard) for t in tensors)
+
+
+IndexedTensor = tuple[Skeleton, tuple[int, ...], tuple[int, ...], str, str]
+"""A tensor named by a skeleton and its slots' values, with its shape, dtype and shard."""
+
+
+def group_indexed(tensors: Iterable[IndexedTensor]) -> list[TensorGroup]:
+    """group_tensors for tensors already split into skeleton and slot values (no name is formatted)."""
     buckets: dict[tuple[Skeleton, tuple[int, ...], str, str], list[tuple[int, ...]]] = {}
-    for t in tensors:
-        box = name_box(t.name)
-        buckets.setdefault((box.skeleton, t.shape, t.dtype, t.shard), []).append(
-            tuple(min(values) for values in box.slots))
+    for skeleton, indices, shape, dtype, shard in tensors:
+        buckets.setdefault((skeleton, shape, dtype, shard), []).append(indices)
     groups = [TensorGroup(NameBox(skeleton, combo), dtype, shape, shard)
               for (skeleton, shape, dtype, shard), indices in buckets.items()
               for combo in _factor(sorted(set(indices)))]

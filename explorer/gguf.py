@@ -421,13 +421,15 @@ def _config_value(value: Value, key: str, source: str) -> int | float | bool | s
 
 # ---------------------------------------------------------------------------------------- real weights
 
-def dequantize_layer(path: Path, layer: int = 0, llama_cpp_rows: bool = False) -> dict[str, torch.Tensor]:
+def dequantize_layer(path: Path, layer: int = 0, llama_cpp_rows: bool = False,
+                     header: GGUFHeader | None = None) -> dict[str, torch.Tensor]:
     """One Llama decoder layer's weights from a GGUF file, as float32 tensors under transformers' names.
 
     Dequantizes with the gguf package's own dequantizer and reads only that layer's bytes. q_proj and k_proj
     come back in transformers' row order (see unpermute_rotary_rows), or as stored with llama_cpp_rows.
+    `header`: the file's header where the caller has read it already (a vocabulary takes 0.4 s to parse).
     """
-    header = read_gguf_header(path)
+    header = header or read_gguf_header(path)
     if header.architecture != "llama":
         raise CheckpointError(str(path), f"architecture '{header.architecture}': only llama layers are dequantized")
     config, _ = config_from_header(header)
@@ -448,9 +450,9 @@ def dequantize_layer(path: Path, layer: int = 0, llama_cpp_rows: bool = False) -
     return dict(sorted(out.items()))
 
 
-def dequantize_tensor(path: Path, gguf_name: str) -> torch.Tensor:
+def dequantize_tensor(path: Path, gguf_name: str, header: GGUFHeader | None = None) -> torch.Tensor:
     """One tensor of a GGUF file by llama.cpp's name, dequantized to float32, in the reference's shape order."""
-    header = read_gguf_header(path)
+    header = header or read_gguf_header(path)
     found = [t for t in header.tensors if t.name == gguf_name]
     if not found:
         raise CheckpointError(str(path), f"no tensor '{gguf_name}'")

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import multiprocessing
 import os
 import sys
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 from . import cache
@@ -18,13 +18,14 @@ from .execution import RealWeightCheck
 from .families import FAMILIES, load_model_spec
 from .figures import derive, match_claim
 from .model_build import ModelBuild
+from .parallel import run_in_order
 from .project import Project
 from .reconcile import predicted_index, reconcile
 from .render import write_site
 from .search import search_script
 from .sources import absent_files, resolve_citations
 from .spec.types import ModelSpec, path_key, walk
-from .views import site_pages
+from .views import site_page_groups
 
 Progress = Callable[[str], None]
 __all__ = ["Project", "build_all", "build_model", "build_site", "check_failures"]
@@ -109,19 +110,14 @@ def build_all(project: Project, progress: Progress = stderr_progress, fetch_sour
     """Load and compute every model, `jobs` at a time (default: the available cores), in content order;
     ContentError lists content problems of all models together."""
     contents = load_all_models(project.content)
-    work = [(content, fetch_sources, project.cache if use_cache else None) for content in contents]
-    jobs = min(jobs or len(os.sched_getaffinity(0)), len(work))
-    if jobs > 1:
-        # fork: each worker inherits the loaded package instead of importing it again, and torch too where some
-        # model's torch stages will run
-        if any(not cache.has_entry(project.cache if use_cache else None, c.slug) for c in contents):
-            _one_torch_thread()
-            import torch  # noqa: F401
-        with multiprocessing.get_context("fork").Pool(jobs, initializer=_one_torch_thread) as pool:
-            results = pool.imap(_compute, work)  # in order, whichever worker finishes first
-            done = [_replay(result, progress) for result in results]
-    else:
-        done = [_replay(_compute(job), progress) for job in work]
+    cache_dir = project.cache if use_cache else None
+    jobs = default_jobs(jobs)
+    if jobs > 1 and len(contents) > 1 and not all(cache.has_entry(cache_dir, c.slug) for c in contents):
+        # the workers inherit torch and transformers' model code instead of importing them each (3.5 s of CPU)
+        _one_torch_thread()
+        import transformers.modeling_utils  # noqa: F401
+    tasks = [partial(_compute, content, fetch_sources, cache_dir) for content in contents]
+    done = [_replay(result, progress) for result in run_in_order(tasks, jobs, initializer=_one_torch_thread)]
     problems = [p for result in done if isinstance(result, tuple) for p in result]
     if problems:
         raise ContentError(problems)
@@ -132,9 +128,13 @@ Outcome = ModelBuild | tuple[str, ...]
 """A model's build, or its content problems (plain strings cross the process boundary intact)."""
 
 
-def _compute(job: tuple[ModelContent, bool, Path | None]) -> tuple[Outcome, list[str]]:
+def default_jobs(jobs: int | None) -> int:
+    """Processes to use: as asked, or one per available core."""
+    return jobs or len(os.sched_getaffinity(0))
+
+
+def _compute(content: ModelContent, fetch_sources: bool, cache_dir: Path | None) -> tuple[Outcome, list[str]]:
     """One model's build and its progress messages (a pool worker's messages are shown by the parent)."""
-    content, fetch_sources, cache_dir = job
     messages = [f"{content.slug}: spec, accounting, citations and checkpoint checks"]
     try:
         return build_model(content, fetch_sources, cache_dir, messages.append), messages
@@ -180,9 +180,9 @@ def build_site(project: Project, out_dir: Path, progress: Progress = stderr_prog
     failures = check_failures(builds)
     if failures:
         raise ReconciliationError("stored tensors and spec disagree:\n" + "\n".join(failures))
-    pages = site_pages(builds, how_to_read, glossary)
+    groups = site_page_groups(builds, how_to_read, glossary)
     data = {f"api/{mb.slug}.json": model_api(mb) for mb in builds}
-    progress(f"writing {len(pages)} pages to {out_dir}")
+    progress(f"writing the pages of {len(builds)} models to {out_dir}")
     texts = {"search-index.js": search_script(builds)}
-    write_site(pages, data, out_dir, project.templates, project.static, progress, texts)
+    write_site(groups, data, out_dir, project.templates, project.static, progress, texts, default_jobs(jobs))
     return builds

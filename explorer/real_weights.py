@@ -40,7 +40,7 @@ def weights_file(spec_text: str, where: str) -> Path:
     return path
 
 
-def reference_weights(spec: ModelSpec, path: Path, layer: int) -> dict[str, Any]:
+def reference_weights(spec: ModelSpec, path: Path, layer: int, header: Any = None) -> dict[str, Any]:
     """The layer's stored rows, put in transformers' order by transformers' own GGUF tensor processor."""
     from transformers.modeling_gguf_pytorch_utils import LlamaTensorProcessor
 
@@ -50,7 +50,7 @@ def reference_weights(spec: ModelSpec, path: Path, layer: int) -> dict[str, Any]
              "num_key_value_heads": spec.values["num_key_value_heads"]}
     processor = LlamaTensorProcessor(config=heads)
     out = {}
-    for name, stored in dequantize_layer(path, layer, llama_cpp_rows=True).items():
+    for name, stored in dequantize_layer(path, layer, llama_cpp_rows=True, header=header).items():
         stem = next((s for m, s in ROTARY_STEMS.items() if m in name), ".other.")
         out[name] = type(stored)(processor.process(stored.numpy(), f"blk.{layer}{stem}weight").weights.copy())
     return out
@@ -83,15 +83,16 @@ def block_check(spec: ModelSpec, path: Path, layer: int = 0) -> RealWeightCheck:
     from .components import PROGRAMS, REFERENCE_CALLS, Run
     from .components.base import tensor_prefix
     from .components.blocks import angles_for, causal_mask, layer_order
-    from .gguf import dequantize_layer, dequantize_tensor
+    from .gguf import dequantize_layer, dequantize_tensor, read_gguf_header
 
-    ours = dequantize_layer(path, layer)
-    theirs_w = reference_weights(spec, path, layer)
+    header = read_gguf_header(path)
+    ours = dequantize_layer(path, layer, header=header)
+    theirs_w = reference_weights(spec, path, layer, header)
     model = reference_layer(spec, theirs_w, layer)
     block = dict(layer_order(spec.root.child("blocks")))[layer]
     ids = torch.randint(0, int(spec.values["vocab_size"]), (1, TOKENS), generator=torch.Generator().manual_seed(3))
     with torch.no_grad():
-        x = dequantize_tensor(path, "token_embd.weight")[ids]
+        x = dequantize_tensor(path, "token_embd.weight", header)[ids]
         inputs = (x, angles_for(block, torch.arange(TOKENS)), causal_mask(TOKENS, x.device))
         run = Run(ours, module=tensor_prefix(block).format(layer=layer))
         (out,) = PROGRAMS[block.program](block, run, *inputs)

@@ -10,10 +10,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from .checkpoint import CheckpointIndex, TensorInfo
+from .checkpoint import CheckpointIndex, IndexedTensor, group_indexed
 from .families import FAMILIES
 from .families.base import reference_config
 from .spec.types import ModelSpec
+from .tensor_names import split_name
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,13 +87,16 @@ def reference_index(spec: ModelSpec) -> ReferenceModel:
     import transformers
 
     model = build_reference_model(spec)
-    tensors: dict[str, TensorInfo] = {}
+    tensors: list[IndexedTensor] = []
     for name, tensor in reference_state(spec, model, stored_once=True).items():
         shape = tuple(tensor.shape)
         prefix, _, leaf = name.partition(".experts.")
-        stacked = leaf and "." in leaf  # experts.gate_proj.weight [E, ...]: one tensor per expert in the checkpoint
-        names = [f"{prefix}.experts.{e}.{leaf}" for e in range(shape[0])] if stacked else [name]
-        for split_name in names:
-            tensors[split_name] = TensorInfo(split_name, "F32", shape[1:] if stacked else shape)
+        if leaf and "." in leaf:  # experts.gate_proj.weight [E, ...]: one tensor per expert in the checkpoint
+            skeleton, values = split_name(f"{prefix}.experts.0.{leaf}")
+            slot = len(split_name(prefix)[1])  # the expert's index follows the prefix's indices
+            tensors += [(skeleton, (*values[:slot], e, *values[slot + 1:]), shape[1:], "F32", "")
+                        for e in range(shape[0])]
+        else:
+            tensors.append((*split_name(name), shape, "F32", ""))
     label = f"transformers {transformers.__version__} {type(model).__name__} on the meta device"
-    return ReferenceModel(label, CheckpointIndex.of(tensors, source=label))
+    return ReferenceModel(label, CheckpointIndex(tuple(group_indexed(tensors)), source=label))

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import shutil
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 from xml.etree import ElementTree
@@ -13,8 +14,9 @@ from xml.etree import ElementTree
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
 
 from .errors import OutputError
+from .parallel import run_in_order
 from .publish import check_output, publish, stage
-from .views import CompareIndexPage, ComparePage, ComponentPage, IndexPage, PageBase, ProsePage
+from .views import CompareIndexPage, ComparePage, ComponentPage, IndexPage, PageBase, PageGroup, ProsePage
 
 TEMPLATES = {IndexPage: "index.html", ProsePage: "prose.html", ComponentPage: "component.html",
              ComparePage: "compare.html", CompareIndexPage: "compare_index.html"}
@@ -29,10 +31,11 @@ def render_page(env: Environment, page: PageBase) -> str:
     return env.get_template(TEMPLATES[type(page)]).render(page=page)
 
 
-def write_site(pages: list[PageBase], data_files: dict[str, Any], out_dir: Path, template_dir: Path,
+def write_site(groups: list[PageGroup], data_files: dict[str, Any], out_dir: Path, template_dir: Path,
                static_dir: Path, progress: Callable[[str], None] = lambda _: None,
-               text_files: dict[str, str] | None = None) -> None:
-    """Render every page and data file into a temporary sibling of out_dir, then swap it in whole.
+               text_files: dict[str, str] | None = None, jobs: int = 1) -> None:
+    """Make, render and write every group of pages (`jobs` groups at a time) and every data file into a
+    temporary sibling of out_dir, then swap it in whole.
 
     out_dir must have passed publish.check_output, and the caller holds its lock (publish.claim_output).
     """
@@ -40,16 +43,17 @@ def write_site(pages: list[PageBase], data_files: dict[str, Any], out_dir: Path,
     env = environment(template_dir)
     tmp = stage(out_dir)
     try:
-        for i, page in enumerate(pages, 1):
-            _write(tmp / page.path, render_page(env, page))
-            if i % 25 == 0 or i == len(pages):
-                progress(f"rendered {i}/{len(pages)} pages")
+        paths: list[str] = []
+        tasks = [partial(_write_group, env, group, tmp) for group in groups]
+        for group_paths in run_in_order(tasks, jobs):
+            paths += group_paths
+            progress(f"rendered {len(paths)} pages")
         for rel, data in sorted(data_files.items()):
             _write(tmp / rel, json.dumps(data, indent=1, sort_keys=True, ensure_ascii=False) + "\n")
         for rel, text in sorted((text_files or {}).items()):
             _write(tmp / rel, text)
         shutil.copytree(static_dir, tmp / "static")
-        _write(tmp / "sitemap.xml", sitemap(pages))
+        _write(tmp / "sitemap.xml", sitemap(paths))
         publish(tmp, out_dir)
     except OSError as e:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -59,16 +63,24 @@ def write_site(pages: list[PageBase], data_files: dict[str, Any], out_dir: Path,
         raise
 
 
+def _write_group(env: Environment, group: PageGroup, folder: Path) -> list[str]:
+    """Make a group's pages, write each under `folder`; their paths, in order."""
+    pages = group()
+    for page in pages:
+        _write(folder / page.path, render_page(env, page))
+    return [page.path for page in pages]
+
+
 def _write(path: Path, text: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(text, encoding="utf-8")
 
 
-def sitemap(pages: list[PageBase]) -> str:
+def sitemap(paths: list[str]) -> str:
     """The sitemap, written with an XML library so any page path is escaped; relative URLs, since the site may
     be served under any path."""
     urlset = ElementTree.Element("urlset", xmlns="http://www.sitemaps.org/schemas/sitemap/0.9")
-    for p in pages:
-        ElementTree.SubElement(ElementTree.SubElement(urlset, "url"), "loc").text = p.path
+    for path in paths:
+        ElementTree.SubElement(ElementTree.SubElement(urlset, "url"), "loc").text = path
     ElementTree.indent(urlset)
     return ElementTree.tostring(urlset, encoding="unicode", xml_declaration=True) + "\n"

@@ -92,11 +92,24 @@ def _escape(segment: str) -> str:
     return LITERAL + segment if _RANGES.fullmatch(segment) or segment.startswith(LITERAL) else segment
 
 
+def split_name(name: str) -> tuple[Skeleton, tuple[int, ...]]:
+    """A name's skeleton and the value of each slot: "layers.3.w" -> (("layers", None, "w"), (3,)).
+    (Written out rather than matched against INDEX: a build splits every name of a reference model.)"""
+    skeleton: list[str | None] = []
+    values: list[int] = []
+    for p in name.split("."):
+        if p.isdigit() and p.isascii() and len(p) <= 18 and (p[0] != "0" or len(p) == 1):
+            skeleton.append(None)
+            values.append(int(p))
+        else:
+            skeleton.append(p)
+    return tuple(skeleton), tuple(values)
+
+
 def name_box(name: str) -> NameBox:
     """The box holding exactly one name."""
-    parts = name.split(".")
-    skeleton = tuple(None if _IS_INDEX.fullmatch(p) else p for p in parts)
-    return NameBox(skeleton, tuple(frozenset((int(p),)) for p in parts if _IS_INDEX.fullmatch(p)))
+    skeleton, values = split_name(name)
+    return NameBox(skeleton, tuple(frozenset((v,)) for v in values))
 
 
 def pattern_runs(pattern: str) -> list[str | list[tuple[int, int]]]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -860,26 +861,36 @@ def model_card(mb: ModelBuild, preview_svg: str = "") -> ModelCardView:
                          fmt(mb.ledger.total), facts, mb.check_phrase, preview_svg)
 
 
-def site_pages(builds: list[ModelBuild], how_to_read_md: str, glossary_md: str) -> list[PageBase]:
-    """Every page of the site, in a fixed order."""
-    pages: list[PageBase] = [
-        IndexPage("LLM architectures, component by component", "Models explained component by component, with "
-                  "exact parameter accounting and pinned sources.", "", "index.html",
-                  tuple(model_card(mb, budget_preview(mb)) for mb in builds)),
-        ProsePage("How to read a page", "A short primer on reading an explorer page.", "", "how-to-read.html",
-                  "How to read a page", render_markdown(how_to_read_md)),
-        ProsePage("Notation", "Every symbol the equations use, defined once.", "", "glossary.html", "Notation",
-                  render_markdown(glossary_md)),
-    ]
+PageGroup = Callable[[], list[PageBase]]
+"""Pages made on demand: the renderer makes and writes each group in one worker."""
+
+
+def site_page_groups(builds: list[ModelBuild], how_to_read_md: str, glossary_md: str) -> list[PageGroup]:
+    """Every page of the site, in a fixed order: the front pages, each model's pages, the comparisons."""
+    def front() -> list[PageBase]:
+        return [
+            IndexPage("LLM architectures, component by component", "Models explained component by component, with "
+                      "exact parameter accounting and pinned sources.", "", "index.html",
+                      tuple(model_card(mb, budget_preview(mb)) for mb in builds)),
+            ProsePage("How to read a page", "A short primer on reading an explorer page.", "", "how-to-read.html",
+                      "How to read a page", render_markdown(how_to_read_md)),
+            ProsePage("Notation", "Every symbol the equations use, defined once.", "", "glossary.html", "Notation",
+                      render_markdown(glossary_md)),
+        ]
+
     names = tuple((mb.slug, mb.content.meta.name) for mb in builds)
     parts = library_parts(builds)
-    for mb in builds:
+
+    def model_pages(mb: ModelBuild) -> PageGroup:
         others = tuple((slug, name) for slug, name in names if slug != mb.slug)
-        pages += [component_page(mb, anc, comp, others, parts) for anc, comp in walk(mb.spec.root)]
-    totals = {mb.slug: role_totals(mb.spec, mb.ledger) for mb in builds}
-    pages += [compare_page(a, b, totals) for i, a in enumerate(builds) for b in builds[i + 1:]]
-    pages.append(compare_index(builds))
-    return pages
+        return lambda: [component_page(mb, anc, comp, others, parts) for anc, comp in walk(mb.spec.root)]
+
+    def comparisons() -> list[PageBase]:
+        totals = {mb.slug: role_totals(mb.spec, mb.ledger) for mb in builds}
+        pairs: list[PageBase] = [compare_page(a, b, totals) for i, a in enumerate(builds) for b in builds[i + 1:]]
+        return pairs + [compare_index(builds)]
+
+    return [front, *(model_pages(mb) for mb in builds), comparisons]
 
 
 def library_parts(builds: list[ModelBuild]) -> dict[tuple[str, str], list[tuple[str, str, str, str]]]:

@@ -336,11 +336,9 @@ def test_sitemap_is_escaped_xml():
 
     from explorer.render import sitemap
 
-    class Page:
-        path = "models/a&b/<c>.html"
-
-    root = ElementTree.fromstring(sitemap([Page()]))  # type: ignore[list-item]
-    assert [loc.text for loc in root.iter("{http://www.sitemaps.org/schemas/sitemap/0.9}loc")] == [Page.path]
+    path = "models/a&b/<c>.html"
+    root = ElementTree.fromstring(sitemap([path]))
+    assert [loc.text for loc in root.iter("{http://www.sitemaps.org/schemas/sitemap/0.9}loc")] == [path]
 
 
 def test_terminal_escapes_in_tensor_names_are_printed_escaped(project_copy, tmp_path):

@@ -234,3 +234,18 @@ def test_compare_roles_put_the_vision_tower_in_its_own_row(gemma_27b):
     assert roles["Vision tower and projector"] == ledger.accounts["vision_tower"].total + \
         ledger.accounts["projector"].total
     assert roles["Other"] == 0 and sum(roles.values()) == ledger.total
+
+
+def test_the_embedding_scale_rounds_to_bfloat16_as_torch_does():
+    """Gemma's √d in BF16 is worked without torch (a cached build never imports it); torch is the oracle."""
+    import math
+    import random
+
+    import torch
+
+    from explorer.components.embedding import bfloat16_round, sqrt_width_scale
+
+    rng = random.Random(0)
+    values = [math.sqrt(d) for d in range(1, 20_000)] + [rng.uniform(-1e6, 1e6) for _ in range(20_000)]
+    assert [bfloat16_round(v) for v in values] == [float(torch.tensor(v, dtype=torch.bfloat16)) for v in values]
+    assert sqrt_width_scale(5376, "BF16") == 73.5 and sqrt_width_scale(5376, "F32") == math.sqrt(5376)

@@ -178,3 +178,16 @@ def test_a_component_claiming_a_stored_group_twice_is_reported(builds):
     twice = dataclasses.replace(root, children=(*root.children, dataclasses.replace(block, key="again")))
     rec = reconcile(dataclasses.replace(mb.spec, root=twice), predicted_index(mb.spec))
     assert not rec.balanced and "model.layers.0.input_layernorm.weight" in rec.owned_twice
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.sampled_from(["0", "00", "01", "7", "10", "123456789012345678", "1234567890123456789", "²", "٣",
+                                 "a1", "-1", "", " 1", "w"]), min_size=1, max_size=5).map(".".join))
+def test_a_name_splits_into_slots_exactly_where_a_segment_is_an_index(name):
+    import re
+
+    from explorer.tensor_names import INDEX, split_name
+
+    parts = name.split(".")
+    assert split_name(name) == (tuple(None if re.fullmatch(INDEX, p) else p for p in parts),
+                                tuple(int(p) for p in parts if re.fullmatch(INDEX, p)))
