@@ -8,29 +8,38 @@ from __future__ import annotations
 
 import multiprocessing
 from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 _tasks: list[Callable[[], Any]] = []
 """The tasks of the pool being run, as its workers inherit them at the fork."""
 
 
-def run_in_order(tasks: Sequence[Callable[[], Any]], jobs: int,
-                 initializer: Callable[[], None] | None = None) -> Iterator[Any]:
-    """Each task's result, in task order; `jobs` workers (one: run here, in this process). Iterate to the end:
-    the pool lives as long as the iteration."""
+@contextmanager
+def started_in_order(tasks: Sequence[Callable[[], Any]], workers: int,
+                     initializer: Callable[[], None] | None = None) -> Iterator[Iterator[Any]]:
+    """Start the tasks on `workers` forked workers now; the body runs alongside them and iterates their results,
+    in task order. With no workers the tasks run here, as the body iterates."""
     global _tasks
-    jobs = min(jobs, len(tasks))
-    if jobs <= 1:
-        yield from (task() for task in tasks)
+    if workers <= 0 or not tasks:
+        yield (task() for task in tasks)
         return
     if _tasks:
-        raise RuntimeError("run_in_order does not nest")
+        raise RuntimeError("pools of tasks do not nest")
     _tasks = list(tasks)
     try:
-        with multiprocessing.get_context("fork").Pool(jobs, initializer) as pool:
-            yield from pool.imap(_run, range(len(tasks)))
+        with multiprocessing.get_context("fork").Pool(min(workers, len(tasks)), initializer) as pool:
+            yield pool.imap(_run, range(len(tasks)))  # handed to the workers at once, not as they are iterated
     finally:
         _tasks = []
+
+
+def run_in_order(tasks: Sequence[Callable[[], Any]], jobs: int,
+                 initializer: Callable[[], None] | None = None) -> Iterator[Any]:
+    """Each task's result, in task order, from `jobs` processes (one: this one); iterate to the end (the pool
+    lives as long)."""
+    with started_in_order(tasks, jobs if jobs > 1 and len(tasks) > 1 else 0, initializer) as results:
+        yield from results
 
 
 def _run(i: int) -> Any:

@@ -5,25 +5,28 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Callable
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
+from typing import Any, TypeVar
 
 from . import cache
-from .account import account
-from .api import model_api
+from .account import Ledger, account
+from .api import api_file
 from .checkpoint import MANIFEST_FILE, CheckpointIndex, read_manifest
 from .content import ModelContent, check_prose_paths, load_all_models, read_content_text
 from .errors import ContentError, ReconciliationError
-from .execution import RealWeightCheck
+from .execution import Execution, RealWeightCheck
 from .families import FAMILIES, load_model_spec
-from .figures import derive, match_claim
+from .figures import ClaimMatch, DerivedFigures, derive, match_claim
 from .model_build import ModelBuild
-from .parallel import run_in_order
+from .parallel import run_in_order, started_in_order
 from .project import Project
-from .reconcile import predicted_index, reconcile
+from .reconcile import Reconciliation, predicted_index, reconcile
+from .reference import ReferenceModel
 from .render import write_site
 from .search import search_script
-from .sources import absent_files, resolve_citations
+from .sources import ResolvedCitation, absent_files, resolve_citations
 from .spec.types import ModelSpec, path_key, walk
 from .views import site_page_groups
 
@@ -38,6 +41,38 @@ def stderr_progress(message: str) -> None:
 def build_model(content: ModelContent, fetch_sources: bool = False, cache_dir: Path | None = None,
                 progress: Progress = stderr_progress) -> ModelBuild:
     """Run the compute stages for one model: spec, accounts, citations, torch stages, tensor checks."""
+    prepared = prepare_model(content, fetch_sources, progress)
+    return finish_model(prepared, torch_stages(prepared.spec, content, cache_dir, progress))
+
+
+@dataclass(frozen=True, slots=True)
+class PreparedModel:
+    """A model's stages that need no torch: spec, ledger, citations and the checkpoint's checks."""
+
+    content: ModelContent
+    spec: ModelSpec
+    ledger: Ledger
+    citations: dict[str, tuple[ResolvedCitation, ...]]
+    checkpoint: Reconciliation | None
+    index: CheckpointIndex | None
+    figures: DerivedFigures
+    claim: ClaimMatch | None
+    predicted: Reconciliation | None
+    config_differences: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class TorchResults:
+    """A model's torch stages, run or read from the cache: the reference's tensors, the full-size trace and
+    the equation checks, and the checks on real weights."""
+
+    reference: ReferenceModel
+    execution: Execution
+    real_checks: tuple[RealWeightCheck, ...]
+
+
+def prepare_model(content: ModelContent, fetch_sources: bool = False,
+                  progress: Progress = stderr_progress) -> PreparedModel:
     spec = load_model_spec(content)
     check_prose_paths(content, (path_key(a, c) for a, c in walk(spec.root)))
     ledger = account(spec)
@@ -45,20 +80,6 @@ def build_model(content: ModelContent, fetch_sources: bool = False, cache_dir: P
     for missing in absent_files(citations):
         progress(f"{spec.slug}: {missing} is not in the local Hugging Face cache, so its pages give line ranges "
                  "and links without excerpts; build with --fetch-sources where the Hub is reachable to quote it")
-    skips = FAMILIES[spec.family].reference.not_built
-    cached = cache.load(cache_dir, spec)
-    if cached is not None:
-        progress(f"{spec.slug}: reference tensors, shape trace and equation checks from cache")
-        ref, execution = cached
-    else:
-        progress(f"{spec.slug}: building the reference on meta, tracing at full size, checking equations")
-        from .execute import execute  # torch is imported only when something must run
-        from .reference import reference_index
-
-        _one_torch_thread()
-        ref, execution = reference_index(spec), execute(spec, skips)
-        cache.save(cache_dir, spec, ref, execution)
-    ref_check = reconcile(spec, ref.index, reference=True, skip_owners=skips)
     manifest = content.folder / MANIFEST_FILE
     index = read_manifest(manifest) if manifest.exists() else None
     if index is not None and (index.repo_id, index.revision) != (content.checkpoint.repo_id, content.checkpoint.revision):
@@ -69,10 +90,35 @@ def build_model(content: ModelContent, fetch_sources: bool = False, cache_dir: P
     meta = content.meta
     claim = match_claim(figures, meta.active_claim, meta.active_claim_source) if meta.active_claim else None
     predicted = reconcile(spec, predicted_index(spec)) if index is None else None
-    return ModelBuild(content, spec, ledger, citations, ref_check, ref.label, skips, ckpt_check, index,
-                      execution.trace, execution.checks, figures, claim, predicted,
-                      real_checks=real_weight_checks(content, spec, cache_dir, progress),
-                      config_differences=stated_config_differences(index, content))
+    return PreparedModel(content, spec, ledger, citations, ckpt_check, index, figures, claim, predicted,
+                         stated_config_differences(index, content))
+
+
+def torch_stages(spec: ModelSpec, content: ModelContent, cache_dir: Path | None,
+                 progress: Progress = stderr_progress) -> TorchResults:
+    """The reference index, trace and equation checks (from the cache where current) and real-weight checks."""
+    cached = cache.load(cache_dir, spec)
+    if cached is not None:
+        progress(f"{spec.slug}: reference tensors, shape trace and equation checks from cache")
+        ref, execution = cached
+    else:
+        progress(f"{spec.slug}: building the reference on meta, tracing at full size, checking equations")
+        from .execute import execute  # torch is imported only when something must run
+        from .reference import reference_index
+
+        _one_torch_thread()
+        ref, execution = reference_index(spec), execute(spec, FAMILIES[spec.family].reference.not_built)
+        cache.save(cache_dir, spec, ref, execution)
+    return TorchResults(ref, execution, real_weight_checks(content, spec, cache_dir, progress))
+
+
+def finish_model(p: PreparedModel, torch: TorchResults) -> ModelBuild:
+    """The model's build: the prepared stages, the torch stages, and the spec checked against the reference."""
+    skips = FAMILIES[p.spec.family].reference.not_built
+    ref_check = reconcile(p.spec, torch.reference.index, reference=True, skip_owners=skips)
+    return ModelBuild(p.content, p.spec, p.ledger, p.citations, ref_check, torch.reference.label, skips, p.checkpoint,
+                      p.index, torch.execution.trace, torch.execution.checks, p.figures, p.claim, p.predicted,
+                      real_checks=torch.real_checks, config_differences=p.config_differences)
 
 
 def real_weight_checks(content: ModelContent, spec: ModelSpec, cache_dir: Path | None,
@@ -113,19 +159,25 @@ def build_all(project: Project, progress: Progress = stderr_progress, fetch_sour
     cache_dir = project.cache if use_cache else None
     jobs = default_jobs(jobs)
     if jobs > 1 and len(contents) > 1 and not all(cache.has_entry(cache_dir, c.slug) for c in contents):
-        # the workers inherit torch and transformers' model code instead of importing them each (3.5 s of CPU)
+        return _build_running_torch(contents, fetch_sources, cache_dir, jobs, progress)
+    tasks = [partial(_stage, build_model, _first_message(content), content, fetch_sources, cache_dir)
+             for content in contents]
+    return _successes([_replay(result, progress) for result in run_in_order(tasks, jobs, _one_torch_thread)])
+
+
+def _build_running_torch(contents: list[ModelContent], fetch_sources: bool, cache_dir: Path | None, jobs: int,
+                         progress: Progress) -> list[ModelBuild]:
+    """build_all where torch stages will run. Importing torch and transformers' model code costs 3.5 s of CPU;
+    this process imports them once, for a second pool's workers to inherit, while a first pool runs every
+    model's stages that need no torch."""
+    prepare = [partial(_stage, prepare_model, _first_message(content), content, fetch_sources) for content in contents]
+    with started_in_order(prepare, jobs - 1) as results:  # this process takes the remaining core
         _one_torch_thread()
         import transformers.modeling_utils  # noqa: F401
-    tasks = [partial(_compute, content, fetch_sources, cache_dir) for content in contents]
-    done = [_replay(result, progress) for result in run_in_order(tasks, jobs, initializer=_one_torch_thread)]
-    problems = [p for result in done if isinstance(result, tuple) for p in result]
-    if problems:
-        raise ContentError(problems)
-    return [result for result in done if isinstance(result, ModelBuild)]
-
-
-Outcome = ModelBuild | tuple[str, ...]
-"""A model's build, or its content problems (plain strings cross the process boundary intact)."""
+        prepared = _successes([_replay(result, progress) for result in results])
+    stages = [partial(_stage, torch_stages, "", p.spec, p.content, cache_dir) for p in prepared]
+    torch = _successes([_replay(result, progress) for result in run_in_order(stages, jobs, _one_torch_thread)])
+    return [finish_model(p, t) for p, t in zip(prepared, torch)]
 
 
 def default_jobs(jobs: int | None) -> int:
@@ -133,19 +185,36 @@ def default_jobs(jobs: int | None) -> int:
     return jobs or len(os.sched_getaffinity(0))
 
 
-def _compute(content: ModelContent, fetch_sources: bool, cache_dir: Path | None) -> tuple[Outcome, list[str]]:
-    """One model's build and its progress messages (a pool worker's messages are shown by the parent)."""
-    messages = [f"{content.slug}: spec, accounting, citations and checkpoint checks"]
+T = TypeVar("T")
+Outcome = tuple[T | tuple[str, ...], list[str]]
+"""A stage's result or its content problems (plain strings cross the process boundary intact), and the progress
+messages it gave (a pool worker's messages are shown by the parent)."""
+
+
+def _first_message(content: ModelContent) -> str:
+    return f"{content.slug}: spec, accounting, citations and checkpoint checks"
+
+
+def _stage(stage: Callable[..., T], message: str, *args: Any) -> Outcome[T]:
+    messages = [message] if message else []
     try:
-        return build_model(content, fetch_sources, cache_dir, messages.append), messages
+        return stage(*args, progress=messages.append), messages
     except ContentError as e:
         return e.problems, messages
 
 
-def _replay(result: tuple[Outcome, list[str]], progress: Progress) -> Outcome:
+def _replay(result: Outcome[T], progress: Progress) -> T | tuple[str, ...]:
     for message in result[1]:
         progress(message)
     return result[0]
+
+
+def _successes(results: list[T | tuple[str, ...]]) -> list[T]:
+    """The results, or ContentError with every model's problems."""
+    problems = [p for result in results if isinstance(result, tuple) for p in result]
+    if problems:
+        raise ContentError(problems)
+    return [result for result in results if not isinstance(result, tuple)]  # type: ignore[misc]
 
 
 def _one_torch_thread() -> None:
@@ -180,9 +249,12 @@ def build_site(project: Project, out_dir: Path, progress: Progress = stderr_prog
     failures = check_failures(builds)
     if failures:
         raise ReconciliationError("stored tensors and spec disagree:\n" + "\n".join(failures))
-    groups = site_page_groups(builds, how_to_read, glossary)
-    data = {f"api/{mb.slug}.json": model_api(mb) for mb in builds}
+    pages = site_page_groups(builds, how_to_read, glossary)
+    files = [*(partial(api_file, mb) for mb in builds), partial(search_file, builds)]
     progress(f"writing the pages of {len(builds)} models to {out_dir}")
-    texts = {"search-index.js": search_script(builds)}
-    write_site(groups, data, out_dir, project.templates, project.static, progress, texts, default_jobs(jobs))
+    write_site(pages, files, out_dir, project.templates, project.static, progress, default_jobs(jobs))
     return builds
+
+
+def search_file(builds: list[ModelBuild]) -> dict[str, str]:
+    return {"search-index.js": search_script(builds)}

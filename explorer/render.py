@@ -3,12 +3,10 @@ a failed build leaves the previous site untouched."""
 
 from __future__ import annotations
 
-import json
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from functools import partial
 from pathlib import Path
-from typing import Any
 from xml.etree import ElementTree
 
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
@@ -31,11 +29,14 @@ def render_page(env: Environment, page: PageBase) -> str:
     return env.get_template(TEMPLATES[type(page)]).render(page=page)
 
 
-def write_site(groups: list[PageGroup], data_files: dict[str, Any], out_dir: Path, template_dir: Path,
-               static_dir: Path, progress: Callable[[str], None] = lambda _: None,
-               text_files: dict[str, str] | None = None, jobs: int = 1) -> None:
-    """Make, render and write every group of pages (`jobs` groups at a time) and every data file into a
-    temporary sibling of out_dir, then swap it in whole.
+FileGroup = Callable[[], dict[str, str]]
+"""Files other than pages, made on demand: path -> text."""
+
+
+def write_site(pages: Sequence[PageGroup], files: Sequence[FileGroup], out_dir: Path, template_dir: Path, static_dir: Path,
+               progress: Callable[[str], None] = lambda _: None, jobs: int = 1) -> None:
+    """Make and write every group of pages and files (`jobs` groups at a time) into a temporary sibling of
+    out_dir, then swap it in whole.
 
     out_dir must have passed publish.check_output, and the caller holds its lock (publish.claim_output).
     """
@@ -44,14 +45,12 @@ def write_site(groups: list[PageGroup], data_files: dict[str, Any], out_dir: Pat
     tmp = stage(out_dir)
     try:
         paths: list[str] = []
-        tasks = [partial(_write_group, env, group, tmp) for group in groups]
-        for group_paths in run_in_order(tasks, jobs):
-            paths += group_paths
-            progress(f"rendered {len(paths)} pages")
-        for rel, data in sorted(data_files.items()):
-            _write(tmp / rel, json.dumps(data, indent=1, sort_keys=True, ensure_ascii=False) + "\n")
-        for rel, text in sorted((text_files or {}).items()):
-            _write(tmp / rel, text)
+        tasks = [partial(_write_pages, env, group, tmp) for group in pages]
+        tasks += [partial(_write_files, group, tmp) for group in files]
+        for written in run_in_order(tasks, jobs):
+            paths += written
+            if written:
+                progress(f"rendered {len(paths)} pages")
         shutil.copytree(static_dir, tmp / "static")
         _write(tmp / "sitemap.xml", sitemap(paths))
         publish(tmp, out_dir)
@@ -63,12 +62,19 @@ def write_site(groups: list[PageGroup], data_files: dict[str, Any], out_dir: Pat
         raise
 
 
-def _write_group(env: Environment, group: PageGroup, folder: Path) -> list[str]:
+def _write_pages(env: Environment, group: PageGroup, folder: Path) -> list[str]:
     """Make a group's pages, write each under `folder`; their paths, in order."""
     pages = group()
     for page in pages:
         _write(folder / page.path, render_page(env, page))
     return [page.path for page in pages]
+
+
+def _write_files(group: FileGroup, folder: Path) -> list[str]:
+    """Write a group's files under `folder`; no page paths (they are not in the sitemap)."""
+    for rel, text in group().items():
+        _write(folder / rel, text)
+    return []
 
 
 def _write(path: Path, text: str) -> None:
