@@ -6,6 +6,7 @@ reruns only that model."""
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import importlib.metadata
 import json
@@ -14,7 +15,9 @@ from pathlib import Path
 from typing import Any
 
 from .checkpoint import MAX_TENSORS, CheckpointIndex, TensorGroup
+from .content import ModelContent
 from .digest import package_digest
+from .errors import ContentError
 from .execution import (
     TOLERANCE,
     ComponentTrace,
@@ -25,6 +28,7 @@ from .execution import (
     ShapeTrace,
     within_tolerance,
 )
+from .families import FAMILIES
 from .reference import ReferenceModel
 from .spec.types import ModelSpec
 from .tensor_names import pattern_box, shared_name
@@ -38,19 +42,33 @@ _REAL_KEY = re.compile(r"-real-[0-9a-f]{32}\.json")
 
 def execution_key(spec: ModelSpec) -> str:
     """Hash of everything the torch stages read for this model."""
+    return _key(spec.slug, spec.family, spec.config)
+
+
+def _key(slug: str, family: str, config: Any) -> str:
     h = hashlib.sha256()
-    h.update(json.dumps([FORMAT, spec.slug, spec.family, dataclasses.asdict(spec.config)],  # type: ignore[call-overload]
-                        sort_keys=True, default=str).encode())
+    h.update(json.dumps([FORMAT, slug, family, dataclasses.asdict(config)], sort_keys=True, default=str).encode())
     h.update(package_digest().encode())
-    for package in ("torch", "transformers"):
-        h.update(importlib.metadata.version(package).encode())
+    h.update(_library_versions().encode())
     return h.hexdigest()[:32]
 
 
-def has_entry(cache_dir: Path | None, slug: str) -> bool:
-    """Whether the cache holds torch-stage results for a model of this slug (current or stale: a cheap guess,
-    before any spec is built, at whether the build will run torch)."""
-    return cache_dir is not None and any(_KEY.fullmatch(p.name[len(slug):]) for p in cache_dir.glob(f"{slug}-*.json"))
+@functools.cache
+def _library_versions() -> str:
+    return " ".join(importlib.metadata.version(package) for package in ("torch", "transformers"))
+
+
+def has_entry(cache_dir: Path | None, content: ModelContent) -> bool:
+    """Whether the cache holds this model's torch stages for its current inputs, found from its validated
+    config alone (before its spec is built: the build decides from this whether to import torch at all)."""
+    family = FAMILIES.get(content.meta.family)
+    if cache_dir is None or family is None:
+        return False
+    try:
+        config = family.validate(content.config, "")
+    except ContentError:
+        return False  # the model's build reports it
+    return (cache_dir / f"{content.slug}-{_key(content.slug, family.name, config)}.json").exists()
 
 
 def load(cache_dir: Path | None, spec: ModelSpec) -> tuple[ReferenceModel, Execution] | None:

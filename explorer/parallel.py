@@ -6,6 +6,7 @@ finishes first, so output never depends on scheduling."""
 
 from __future__ import annotations
 
+import gc
 import multiprocessing
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -27,11 +28,15 @@ def started_in_order(tasks: Sequence[Callable[[], Any]], workers: int,
     if _tasks:
         raise RuntimeError("pools of tasks do not nest")
     _tasks = list(tasks)
+    # The collector in a worker would walk every object inherited at the fork, writing to their pages and so
+    # copying them; frozen objects are left alone (and freed with the worker).
+    gc.freeze()
     try:
         with multiprocessing.get_context("fork").Pool(min(workers, len(tasks)), initializer) as pool:
             yield pool.imap(_run, range(len(tasks)))  # handed to the workers at once, not as they are iterated
     finally:
         _tasks = []
+        gc.unfreeze()
 
 
 def run_in_order(tasks: Sequence[Callable[[], Any]], jobs: int,

@@ -158,7 +158,7 @@ def build_all(project: Project, progress: Progress = stderr_progress, fetch_sour
     contents = load_all_models(project.content)
     cache_dir = project.cache if use_cache else None
     jobs = default_jobs(jobs)
-    if jobs > 1 and len(contents) > 1 and not all(cache.has_entry(cache_dir, c.slug) for c in contents):
+    if jobs > 1 and len(contents) > 1 and not all(cache.has_entry(cache_dir, c) for c in contents):
         return _build_running_torch(contents, fetch_sources, cache_dir, jobs, progress)
     tasks = [partial(_stage, build_model, _first_message(content), content, fetch_sources, cache_dir)
              for content in contents]

@@ -76,3 +76,17 @@ def test_tampered_or_misshapen_entry_is_recomputed(tmp_path, spec, entry, change
 def test_deeply_nested_entry_is_recomputed(tmp_path, spec, entry):
     entry.write_text("[" * 100_000 + "]" * 100_000)
     assert cache.load(tmp_path, spec) is None
+
+
+def test_the_build_knows_from_content_alone_whether_an_entry_is_current(tmp_path, spec, entry):
+    """Issue 14: whether to import torch at all is decided before any spec is built; the guess must agree with
+    the entry the model's build will look up."""
+    import dataclasses
+
+    content = load_model_content(ROOT / "content/models/kimi-k2")
+    assert cache.has_entry(tmp_path, content) and cache.load(tmp_path, spec) is not None
+    changed = dataclasses.replace(content, config={**content.config, "rope_theta": 60000.0})
+    assert not cache.has_entry(tmp_path, changed)
+    assert not cache.has_entry(None, content)
+    broken = dataclasses.replace(content, config={**content.config, "hidden_size": -1})
+    assert not cache.has_entry(tmp_path, broken)  # its build reports the config; no torch is imported for it
