@@ -39,12 +39,21 @@ def started_in_order(tasks: Sequence[Callable[[], Any]], workers: int,
         gc.unfreeze()
 
 
-def run_in_order(tasks: Sequence[Callable[[], Any]], jobs: int,
-                 initializer: Callable[[], None] | None = None) -> Iterator[Any]:
+def run_in_order(tasks: Sequence[Callable[[], Any]], jobs: int, initializer: Callable[[], None] | None = None,
+                 costs: Sequence[float] | None = None) -> Iterator[Any]:
     """Each task's result, in task order, from `jobs` processes (one: this one); iterate to the end (the pool
-    lives as long)."""
-    with started_in_order(tasks, jobs if jobs > 1 and len(tasks) > 1 else 0, initializer) as results:
-        yield from results
+    lives as long). With `costs` (estimates, any unit), the costliest tasks are handed out first, so that no
+    long task starts last while the other workers have nothing left to do."""
+    order = sorted(range(len(tasks)), key=lambda i: -costs[i]) if costs else list(range(len(tasks)))
+    workers = jobs if jobs > 1 and len(tasks) > 1 else 0
+    with started_in_order([tasks[i] for i in order], workers, initializer) as results:
+        waiting: dict[int, Any] = {}
+        following = 0
+        for i, result in zip(order, results):
+            waiting[i] = result
+            while following in waiting:
+                yield waiting.pop(following)
+                following += 1
 
 
 def _run(i: int) -> Any:

@@ -47,7 +47,8 @@ def write_site(pages: Sequence[PageGroup], files: Sequence[FileGroup], out_dir: 
         paths: list[str] = []
         tasks = [partial(_write_pages, env, group, tmp) for group in pages]
         tasks += [partial(_write_files, group, tmp) for group in files]
-        for written in run_in_order(tasks, jobs):
+        costs = [group.pages for group in pages] + [1] * len(files)
+        for written in run_in_order(tasks, jobs, costs=costs):
             paths += written
             if written:
                 progress(f"rendered {len(paths)} pages")
@@ -64,7 +65,7 @@ def write_site(pages: Sequence[PageGroup], files: Sequence[FileGroup], out_dir: 
 
 def _write_pages(env: Environment, group: PageGroup, folder: Path) -> list[str]:
     """Make a group's pages, write each under `folder`; their paths, in order."""
-    pages = group()
+    pages = group.make()
     for page in pages:
         _write(folder / page.path, render_page(env, page))
     return [page.path for page in pages]

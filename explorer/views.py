@@ -861,8 +861,13 @@ def model_card(mb: ModelBuild, preview_svg: str = "") -> ModelCardView:
                          fmt(mb.ledger.total), facts, mb.check_phrase, preview_svg)
 
 
-PageGroup = Callable[[], list[PageBase]]
-"""Pages made on demand: the renderer makes and writes each group in one worker."""
+@dataclass(frozen=True, slots=True)
+class PageGroup:
+    """Pages made on demand: the renderer makes and writes each group in one worker."""
+
+    make: Callable[[], list[PageBase]]
+    pages: int
+    """How many pages it makes (the renderer hands out the largest groups first)."""
 
 
 def site_page_groups(builds: list[ModelBuild], how_to_read_md: str, glossary_md: str) -> list[PageGroup]:
@@ -883,14 +888,16 @@ def site_page_groups(builds: list[ModelBuild], how_to_read_md: str, glossary_md:
 
     def model_pages(mb: ModelBuild) -> PageGroup:
         others = tuple((slug, name) for slug, name in names if slug != mb.slug)
-        return lambda: [component_page(mb, anc, comp, others, parts) for anc, comp in walk(mb.spec.root)]
+        tree = walk(mb.spec.root)
+        return PageGroup(lambda: [component_page(mb, anc, comp, others, parts) for anc, comp in tree], len(tree))
+
+    pairs = [(a, b) for i, a in enumerate(builds) for b in builds[i + 1:]]
 
     def comparisons() -> list[PageBase]:
         totals = {mb.slug: role_totals(mb.spec, mb.ledger) for mb in builds}
-        pairs: list[PageBase] = [compare_page(a, b, totals) for i, a in enumerate(builds) for b in builds[i + 1:]]
-        return pairs + [compare_index(builds)]
+        return [*(compare_page(a, b, totals) for a, b in pairs), compare_index(builds)]
 
-    return [front, *(model_pages(mb) for mb in builds), comparisons]
+    return [PageGroup(front, 3), *(model_pages(mb) for mb in builds), PageGroup(comparisons, len(pairs) + 1)]
 
 
 def library_parts(builds: list[ModelBuild]) -> dict[tuple[str, str], list[tuple[str, str, str, str]]]:

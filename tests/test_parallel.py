@@ -53,3 +53,16 @@ def test_a_failing_task_raises_in_the_caller():
     with pytest.raises(ValueError, match="task 1 failed"):
         list(run_in_order([lambda: 0, fails], 2))
     assert list(run_in_order([lambda: 5, lambda: 6], 2)) == [5, 6]  # and the next pool starts clean
+
+
+def test_costliest_tasks_are_handed_out_first_and_results_stay_in_task_order():
+    ran: list[str] = []
+
+    def task(name: str) -> str:
+        ran.append(name)
+        return name
+
+    tasks = [lambda: task("small"), lambda: task("large"), lambda: task("medium")]
+    assert list(run_in_order(tasks, 1, costs=[1, 30, 5])) == ["small", "large", "medium"]
+    assert ran == ["large", "medium", "small"]
+    assert list(run_in_order(tasks, 2, costs=[1, 30, 5])) == ["small", "large", "medium"]
