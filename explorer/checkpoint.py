@@ -61,15 +61,12 @@ def storage_block(dtype: str) -> tuple[int, int]:
     return (1, DTYPE_BYTES[dtype]) if dtype in DTYPE_BYTES else ggml_blocks()[dtype]
 
 
-@dataclass(frozen=True, slots=True)
-class TensorInfo:
-    """One stored tensor as its header describes it."""
+class _Sized:
+    """Elements and bytes of a stored tensor, from its dtype and shape."""
 
-    name: str
+    __slots__ = ()
     dtype: str
     shape: tuple[int, ...]
-    shard: str = ""
-    """File that stores it, where known."""
 
     @property
     def elements(self) -> int:
@@ -80,18 +77,26 @@ class TensorInfo:
 
     @property
     def nbytes(self) -> int:
+        """Whole blocks of its dtype."""
         block, block_bytes = storage_block(self.dtype)
         return self.elements // block * block_bytes
 
-    def __reduce__(self) -> tuple[type[TensorInfo], tuple[str, str, tuple[int, ...], str]]:
-        # A build worker sends a model's ~200k of these to the parent: positional arguments pickle in a
-        # third of the time of the per-field state that frozen slots dataclasses use by default.
-        return TensorInfo, (self.name, self.dtype, self.shape, self.shard)
+
+@dataclass(frozen=True, slots=True)
+class TensorInfo(_Sized):
+    """One stored tensor as its header describes it."""
+
+    name: str
+    dtype: str
+    shape: tuple[int, ...]
+    shard: str = ""
+    """File that stores it, where known."""
 
 
 @dataclass(frozen=True, slots=True)
-class TensorGroup:
-    """Stored tensors that share dtype, shape and shard: a box of names ("layers.1-60.experts.0-383.w")."""
+class TensorGroup(_Sized):
+    """Stored tensors that share dtype, shape and shard: a box of names ("layers.1-60.experts.0-383.w");
+    elements and nbytes are each tensor's."""
 
     box: NameBox
     dtype: str
@@ -106,20 +111,6 @@ class TensorGroup:
     @property
     def count(self) -> int:
         return self.box.size
-
-    @property
-    def elements(self) -> int:
-        """Elements of each tensor."""
-        n = 1
-        for s in self.shape:
-            n *= s
-        return n
-
-    @property
-    def nbytes(self) -> int:
-        """Bytes of each tensor."""
-        block, block_bytes = storage_block(self.dtype)
-        return self.elements // block * block_bytes
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,5 @@
-"""The per-model results of the compute stages, handed to the view stage as one value."""
+"""The per-model results of the compute stages: those that need no torch and those that do (computed in
+separate workers where torch must be imported), and the whole, handed to the view stage as one value."""
 
 from __future__ import annotations
 
@@ -7,11 +8,38 @@ from dataclasses import dataclass
 from .account import Ledger
 from .checkpoint import CheckpointIndex
 from .content import ModelContent
-from .execution import EquationCheck, RealWeightCheck, ShapeTrace
+from .execution import EquationCheck, Execution, RealWeightCheck, ShapeTrace
 from .figures import ClaimMatch, DerivedFigures
 from .reconcile import Reconciliation
+from .reference import ReferenceModel
 from .sources import ResolvedCitation
 from .spec.types import ModelSpec
+
+
+@dataclass(frozen=True, slots=True)
+class PreparedModel:
+    """A model's stages that need no torch: spec, ledger, citations and the checkpoint's checks."""
+
+    content: ModelContent
+    spec: ModelSpec
+    ledger: Ledger
+    citations: dict[str, tuple[ResolvedCitation, ...]]
+    checkpoint: Reconciliation | None
+    index: CheckpointIndex | None
+    figures: DerivedFigures
+    claim: ClaimMatch | None
+    predicted: Reconciliation | None
+    config_differences: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class TorchResults:
+    """A model's torch stages, run or read from the cache: the reference's tensors, the full-size trace and
+    the equation checks, and the checks on real weights."""
+
+    reference: ReferenceModel
+    execution: Execution
+    real_checks: tuple[RealWeightCheck, ...]
 
 
 @dataclass(frozen=True, slots=True)

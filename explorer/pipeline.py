@@ -5,28 +5,26 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
 
 from . import cache
-from .account import Ledger, account
+from .account import account
 from .api import api_file
 from .checkpoint import MANIFEST_FILE, CheckpointIndex, read_manifest
 from .content import ModelContent, check_prose_paths, load_all_models, read_content_text
 from .errors import ContentError, ReconciliationError
-from .execution import Execution, RealWeightCheck
+from .execution import RealWeightCheck
 from .families import FAMILIES, load_model_spec
-from .figures import ClaimMatch, DerivedFigures, derive, match_claim
-from .model_build import ModelBuild
+from .figures import derive, match_claim
+from .model_build import ModelBuild, PreparedModel, TorchResults
 from .parallel import run_in_order, started_in_order
 from .project import Project
-from .reconcile import Reconciliation, predicted_index, reconcile
-from .reference import ReferenceModel
+from .reconcile import expected_groups, predicted_index, reconcile
 from .render import write_site
 from .search import search_script
-from .sources import ResolvedCitation, absent_files, resolve_citations
+from .sources import absent_files, resolve_citations
 from .spec.types import ModelSpec, path_key, walk
 from .views import site_page_groups
 
@@ -45,32 +43,6 @@ def build_model(content: ModelContent, fetch_sources: bool = False, cache_dir: P
     return finish_model(prepared, torch_stages(prepared.spec, content, cache_dir, progress))
 
 
-@dataclass(frozen=True, slots=True)
-class PreparedModel:
-    """A model's stages that need no torch: spec, ledger, citations and the checkpoint's checks."""
-
-    content: ModelContent
-    spec: ModelSpec
-    ledger: Ledger
-    citations: dict[str, tuple[ResolvedCitation, ...]]
-    checkpoint: Reconciliation | None
-    index: CheckpointIndex | None
-    figures: DerivedFigures
-    claim: ClaimMatch | None
-    predicted: Reconciliation | None
-    config_differences: tuple[str, ...]
-
-
-@dataclass(frozen=True, slots=True)
-class TorchResults:
-    """A model's torch stages, run or read from the cache: the reference's tensors, the full-size trace and
-    the equation checks, and the checks on real weights."""
-
-    reference: ReferenceModel
-    execution: Execution
-    real_checks: tuple[RealWeightCheck, ...]
-
-
 def prepare_model(content: ModelContent, fetch_sources: bool = False,
                   progress: Progress = stderr_progress) -> PreparedModel:
     spec = load_model_spec(content)
@@ -85,11 +57,12 @@ def prepare_model(content: ModelContent, fetch_sources: bool = False,
     if index is not None and (index.repo_id, index.revision) != (content.checkpoint.repo_id, content.checkpoint.revision):
         raise ContentError([f"{manifest}: key 'manifest.revision': {index.repo_id}@{index.revision} does not match "
                             f"model.toml's {content.checkpoint.repo_id}@{content.checkpoint.revision}"])
-    ckpt_check = reconcile(spec, index) if index is not None else None
+    expected = expected_groups(spec)  # once, for the checkpoint's check or the predicted layout's
+    ckpt_check = reconcile(spec, index, expected=expected) if index is not None else None
     figures = derive(spec, ledger, ckpt_check)
     meta = content.meta
     claim = match_claim(figures, meta.active_claim, meta.active_claim_source) if meta.active_claim else None
-    predicted = reconcile(spec, predicted_index(spec)) if index is None else None
+    predicted = reconcile(spec, predicted_index(spec, expected), expected=expected) if index is None else None
     return PreparedModel(content, spec, ledger, citations, ckpt_check, index, figures, claim, predicted,
                          stated_config_differences(index, content))
 

@@ -127,14 +127,16 @@ def _expand(t: TensorSpec, owner: str, values: dict[str, int | float], logical: 
 
 
 def reconcile(spec: ModelSpec, index: CheckpointIndex, reference: bool = False,
-              skip_owners: tuple[str, ...] = ()) -> Reconciliation:
+              skip_owners: tuple[str, ...] = (), expected: list[ExpectedGroup] | None = None) -> Reconciliation:
     """Match the spec's expected tensors against a checkpoint index, group against group.
 
     reference=True matches against a reference implementation instead: only parameters are compared (it
     stores no quantization scales or unloaded buffers), shapes but not dtypes, and components under
-    skip_owners (which it does not build) are left out.
+    skip_owners (which it does not build) are left out. `expected`: the spec's expected_groups where the caller
+    has them already (computed with the same `reference`).
     """
-    expected = expected_groups(spec, logical=reference)
+    if expected is None:
+        expected = expected_groups(spec, logical=reference)
     if reference:
         expected = [e for e in expected if e.role == "parameter"
                     and not any(e.owner == s or e.owner.startswith(s + ".") for s in skip_owners)]
@@ -241,10 +243,11 @@ def _show(shape: tuple[int, ...]) -> str:
     return "[" + ", ".join(str(s) for s in shape) + "]"
 
 
-def predicted_index(spec: ModelSpec) -> CheckpointIndex:
+def predicted_index(spec: ModelSpec, expected: list[ExpectedGroup] | None = None) -> CheckpointIndex:
     """The tensors the spec's storage schemes predict a checkpoint stores (names, shapes, dtypes), for a model
-    with no recorded listing; tied aliases are stored once, under the name they are tied to."""
-    groups = [TensorGroup(e.box, e.dtype, e.shape) for e in expected_groups(spec)
+    with no recorded listing; tied aliases are stored once, under the name they are tied to. `expected`: the
+    spec's expected_groups where the caller has them already."""
+    groups = [TensorGroup(e.box, e.dtype, e.shape) for e in (expected or expected_groups(spec))
               if e.shape is not None and not e.optional]
     source = "predicted from the config by each weight's storage scheme"
     if shared_name(g.box for g in groups) is not None:  # a name two components claim is stored once
