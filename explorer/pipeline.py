@@ -45,6 +45,7 @@ def build_model(content: ModelContent, fetch_sources: bool = False, cache_dir: P
 
 def prepare_model(content: ModelContent, fetch_sources: bool = False,
                   progress: Progress = stderr_progress) -> PreparedModel:
+    """The model's stages that need no torch: spec, ledger, citations, the checkpoint's checks and the figures."""
     spec = load_model_spec(content)
     check_prose_paths(content, (path_key(a, c) for a, c in walk(spec.root)))
     ledger = account(spec)
