@@ -5,7 +5,6 @@ a time), on Kimi K2's manifest and on edits that split, cut and overlap its grou
 from __future__ import annotations
 
 import dataclasses
-import time
 
 import pytest
 from hypothesis import given, settings
@@ -16,7 +15,7 @@ from explorer.checkpoint import MAX_TENSORS, CheckpointIndex, TensorGroup, Tenso
 from explorer.errors import ContentError
 from explorer.reconcile import predicted_index, reconcile
 from explorer.spec.types import path_key, walk
-from explorer.tensor_names import name_box, pattern_box, shared_name, template_boxes
+from explorer.tensor_names import NameBox, name_box, pattern_box, shared_name, template_boxes
 
 SEGMENTS = st.sampled_from(["model", "layers", "experts", "w", "0", "1", "2", "7", "12", "01", "a-b"])
 
@@ -39,12 +38,11 @@ def test_a_name_is_one_box_and_digits_with_a_leading_zero_stay_literal():
 
 
 def test_a_pattern_past_the_limit_is_refused_before_its_values_are_built():
-    start = time.perf_counter()
+    # 10^15 values: building them would exhaust memory long before the error
     with pytest.raises(ValueError, match="over the limit"):
         pattern_box("a.0-999999999999999.b", MAX_TENSORS)
     with pytest.raises(ValueError, match="twice"):
         pattern_box("a.0-3,2", MAX_TENSORS)
-    assert time.perf_counter() - start < 1
 
 
 def test_templates_become_boxes_unless_a_placeholder_shares_its_segment():
@@ -61,15 +59,19 @@ def test_shared_names_are_found_pairwise_and_past_the_pairwise_limit():
     assert shared_name(many) == "a.500"
 
 
-def test_a_manifest_of_a_hundred_thousand_one_name_groups_reads_in_linear_time():
-    rows = [{"name": f"a.{i}.w", "shape": [2], "dtype": "BF16"} for i in range(100_000)]
-    data = {"manifest": {"repo_id": "o/m", "revision": "r", "provenance": "p", "tensor_count": 100_000},
+def test_many_one_name_groups_are_checked_by_names_not_pairs(monkeypatch):
+    """Pair by pair, a hostile manifest's 10^6 groups of one skeleton would be 5 * 10^11 comparisons; past
+    PAIRWISE_LIMIT boxes the names are listed instead (linear)."""
+    rows = [{"name": f"a.{i}.w", "shape": [2], "dtype": "BF16"} for i in range(1_000)]
+    data = {"manifest": {"repo_id": "o/m", "revision": "r", "provenance": "p", "tensor_count": 1_000},
             "tensor": rows}
-    start = time.perf_counter()
-    assert manifest_index(data, "m.toml").tensor_count == 100_000
-    assert time.perf_counter() - start < 10  # pair by pair it would be 5 * 10^9 comparisons
+    compared = []
+    meets = NameBox.meets
+    monkeypatch.setattr(NameBox, "meets", lambda a, b: compared.append(1) or meets(a, b))
+    assert manifest_index(data, "m.toml").tensor_count == 1_000
+    assert not compared
     data["tensor"] = rows + [{"name": "a.0-3.w", "shape": [2], "dtype": "BF16"}]
-    data["manifest"]["tensor_count"] = 100_004
+    data["manifest"]["tensor_count"] = 1_004
     with pytest.raises(ContentError, match="tensor 'a.0.w' is listed twice"):
         manifest_index(data, "m.toml")
 
