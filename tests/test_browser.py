@@ -58,6 +58,13 @@ def open_page(browser, site: Path, rel: str, width: int, **context_options):
     return context, page
 
 
+def search_ready(page) -> None:
+    """Focus the search box and wait until its index has loaded: from then on each query renders its results
+    as it is typed (a fixed pause raced the index's loading on a busy machine)."""
+    page.focus("#search-input")
+    page.wait_for_function("window.EXPLORER_SEARCH !== undefined")
+
+
 @pytest.mark.parametrize("scheme", SCHEMES)
 @pytest.mark.parametrize("width_name", WIDTHS)
 @pytest.mark.parametrize("name", PAGES)
@@ -101,7 +108,6 @@ def test_search_finds_components_by_tensor_name(browser, built_site):
         first.wait_for()
         assert first.get_attribute("href").endswith("blocks.dense.attn.kv_b_proj.html")
         page.fill("#search-input", "e_score_correction_bias")
-        page.wait_for_timeout(100)
         hrefs = page.locator(".search-results a").evaluate_all("els => els.map(e => e.getAttribute('href'))")
         assert hrefs[0] == "models/kimi-k2/blocks.moe.moe.router.html"
         assert "models/deepseek-v3/blocks.moe.moe.router.html" in hrefs
@@ -220,20 +226,18 @@ def test_search_puts_the_defining_page_first(browser, built_site):
     matched use_cache. Searched from Kimi K2's overview, whose pages come first where models tie."""
     context, page = open_page(browser, built_site, PAGES["model"], 1280)
     try:
-        page.focus("#search-input")
+        search_ready(page)
         for query, first in [("MLA", "blocks.dense.attn.html"), ("KV cache", "blocks.dense.attn.html"),
                              ("2.827", "blocks.moe.moe.router.html"),
                              ("routed_scaling_factor", "blocks.moe.moe.router.html"),
                              ("silu", "blocks.dense.mlp.html"), ("shared expert", "blocks.moe.moe.shared.html"),
                              ("experts", "blocks.moe.moe.expert.html")]:
             page.fill("#search-input", query)
-            page.wait_for_timeout(50)
             hrefs = page.locator(".search-results a").evaluate_all("els => els.map(e => e.getAttribute('href'))")
             assert hrefs and hrefs[0] == f"../../models/kimi-k2/{first}", (query, hrefs[:3])
             if query == "KV cache":
                 assert not any("use_cache" in h for h in hrefs)
         page.fill("#search-input", "cache")  # a whole word only: use_cache is not "cache"
-        page.wait_for_timeout(50)
         assert page.locator(".search-results .none").count() == 1
     finally:
         context.close()
@@ -243,11 +247,10 @@ def test_search_finds_figures_and_model_pairs(browser, built_site):
     """Issue 11: the derived figures and the compare pages are found by what readers type."""
     context, page = open_page(browser, built_site, "index.html", 1280)
     try:
-        page.focus("#search-input")
+        search_ready(page)
         for query, first in [("active parameters", "models/"), ("Kimi K2 vs DeepSeek-V3", "compare/deepseek-v3-vs-kimi-k2"),
                              ("kimi deepseek", "compare/deepseek-v3-vs-kimi-k2")]:
             page.fill("#search-input", query)
-            page.wait_for_timeout(50)
             hrefs = page.locator(".search-results a").evaluate_all("els => els.map(e => e.getAttribute('href'))")
             assert hrefs and hrefs[0].startswith(first), (query, hrefs[:3])
             if query == "active parameters":
