@@ -31,7 +31,7 @@ from .execution import (
 from .families import FAMILIES
 from .reference import ReferenceModel
 from .spec.types import ModelSpec
-from .tensor_names import pattern_box, shared_name
+from .tensor_names import pattern_box, pattern_size, shared_name
 
 FORMAT = 4
 _STATUSES = {"checked", "part", "unchecked"}
@@ -110,10 +110,12 @@ def _decode(data: dict[str, Any]) -> tuple[ReferenceModel, Execution]:
     """Rebuild the cached results, checking every field's type and every check against the tolerance again:
     the cache is an input like any other, and a check is published only if it passes as read."""
     ref = data["reference"]
-    groups = tuple(TensorGroup(pattern_box(_text(name), MAX_TENSORS), "F32", _shape(shape))
-                   for name, shape in ref["groups"])
-    if sum(g.count for g in groups) > MAX_TENSORS or shared_name(g.box for g in groups) is not None:
-        raise ValueError("cached reference tensors overlap or are too many")
+    entries = [(_text(name), _shape(shape)) for name, shape in ref["groups"]]
+    if sum(pattern_size(name) for name, _ in entries) > MAX_TENSORS:  # counted before any box is built
+        raise ValueError("cached reference tensors are too many")
+    groups = tuple(TensorGroup(pattern_box(name, MAX_TENSORS), "F32", shape) for name, shape in entries)
+    if shared_name(g.box for g in groups) is not None:
+        raise ValueError("cached reference tensors overlap")
     reference = ReferenceModel(_text(ref["label"]), CheckpointIndex(groups, source=ref["label"]))
     tr = data["trace"]
     components = {_text(p): ComponentTrace(tuple(map(_shape, c["inputs"])), tuple(map(_shape, c["outputs"])),

@@ -90,3 +90,15 @@ def test_the_build_knows_from_content_alone_whether_an_entry_is_current(tmp_path
     assert not cache.has_entry(None, content)
     broken = dataclasses.replace(content, config={**content.config, "hidden_size": -1})
     assert not cache.has_entry(tmp_path, broken)  # its build reports the config; no torch is imported for it
+
+
+def test_too_many_cached_tensors_are_refused_before_any_is_listed(tmp_path, spec, entry, monkeypatch):
+    """A tampered entry of a thousand groups of five million tensors each: counted from their names, refused,
+    and no set of indices built (that would take gigabytes)."""
+    tamper(entry, lambda d: d["reference"].update(groups=[[f"w{i}.0-4999999", [2]] for i in range(1000)]))
+
+    def listed(*args):
+        raise AssertionError("a box was built before the count was checked")
+
+    monkeypatch.setattr(cache, "pattern_box", listed)
+    assert cache.load(tmp_path, spec) is None
