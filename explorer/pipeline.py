@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
@@ -26,7 +26,7 @@ from .render import write_site
 from .search import search_script
 from .sources import absent_files, resolve_citations
 from .spec.types import ModelSpec, path_key, walk
-from .views import site_page_groups
+from .views import Excerpt, highlight_citations, remember_highlights, site_page_groups
 
 Progress = Callable[[str], None]
 __all__ = ["Project", "build_all", "build_model", "build_site", "check_failures"]
@@ -136,7 +136,7 @@ def build_all(project: Project, progress: Progress = stderr_progress, fetch_sour
         return _build_running_torch(contents, fetch_sources, cache_dir, jobs, progress)
     tasks = [partial(_stage, build_model, _first_message(content), content, fetch_sources, cache_dir)
              for content in contents]
-    return _successes([_replay(result, progress) for result in run_in_order(tasks, jobs, _one_torch_thread)])
+    return _successes(run_in_order(tasks, jobs, _one_torch_thread), progress)
 
 
 def _build_running_torch(contents: list[ModelContent], fetch_sources: bool, cache_dir: Path | None, jobs: int,
@@ -144,15 +144,27 @@ def _build_running_torch(contents: list[ModelContent], fetch_sources: bool, cach
     """build_all where torch stages will run. Importing torch and transformers' model code costs 3.5 s of CPU;
     this process imports them once, for a second pool's workers to inherit, while a first pool runs every
     model's stages that need no torch."""
-    prepare = [partial(_stage, prepare_model, _first_message(content), content, fetch_sources) for content in contents]
-    with started_in_order(prepare, jobs - 1) as results:  # this process takes the remaining core
+    prepare = [partial(_stage, _prepare_and_highlight, _first_message(content), content, fetch_sources)
+               for content in contents]
+    with started_in_order(prepare, jobs - 1) as outcomes:  # this process takes the remaining core
         _one_torch_thread()
         import transformers.modeling_utils  # noqa: F401
-        prepared = _successes([_replay(result, progress) for result in results])
+        prepared_and_highlighted = _successes(outcomes, progress)
+    prepared = [p for p, _ in prepared_and_highlighted]
+    for _, highlighted in prepared_and_highlighted:
+        remember_highlights(highlighted)  # for the page writers this process forks later
     stages = [partial(_stage, torch_stages, "", p.spec, p.content, cache_dir) for p in prepared]
     costs = [torch_cost(p) for p in prepared]
-    torch = _successes([_replay(result, progress) for result in run_in_order(stages, jobs, _one_torch_thread, costs)])
+    torch = _successes(run_in_order(stages, jobs, _one_torch_thread, costs), progress)
     return [finish_model(p, t) for p, t in zip(prepared, torch)]
+
+
+def _prepare_and_highlight(content: ModelContent, fetch_sources: bool,
+                           progress: Progress) -> tuple[PreparedModel, dict[Excerpt, str]]:
+    """prepare_model, and the excerpts its pages will quote highlighted, in a worker that would otherwise wait
+    for the parent's import of torch."""
+    prepared = prepare_model(content, fetch_sources, progress)
+    return prepared, highlight_citations(prepared.citations)
 
 
 def torch_cost(p: PreparedModel) -> int:
@@ -167,9 +179,9 @@ def default_jobs(jobs: int | None) -> int:
 
 
 T = TypeVar("T")
-Outcome = tuple[T | tuple[str, ...], list[str]]
-"""A stage's result or its content problems (plain strings cross the process boundary intact), and the progress
-messages it gave (a pool worker's messages are shown by the parent)."""
+Outcome = tuple[T | None, tuple[str, ...], list[str]]
+"""A stage's result (None where it found content problems), those problems (plain strings cross the process
+boundary intact), and the progress messages it gave (a pool worker's messages are shown by the parent)."""
 
 
 def _first_message(content: ModelContent) -> str:
@@ -179,23 +191,23 @@ def _first_message(content: ModelContent) -> str:
 def _stage(stage: Callable[..., T], message: str, *args: Any) -> Outcome[T]:
     messages = [message] if message else []
     try:
-        return stage(*args, progress=messages.append), messages
+        return stage(*args, progress=messages.append), (), messages
     except ContentError as e:
-        return e.problems, messages
+        return None, e.problems, messages
 
 
-def _replay(result: Outcome[T], progress: Progress) -> T | tuple[str, ...]:
-    for message in result[1]:
-        progress(message)
-    return result[0]
-
-
-def _successes(results: list[T | tuple[str, ...]]) -> list[T]:
-    """The results, or ContentError with every model's problems."""
-    problems = [p for result in results if isinstance(result, tuple) for p in result]
+def _successes(outcomes: Iterable[Outcome[T]], progress: Progress) -> list[T]:
+    """Each stage's result, its messages shown as they come; or ContentError with every model's problems."""
+    results: list[T | None] = []
+    problems: list[str] = []
+    for result, found, messages in outcomes:
+        for message in messages:
+            progress(message)
+        results.append(result)
+        problems += found
     if problems:
         raise ContentError(problems)
-    return [result for result in results if not isinstance(result, tuple)]  # type: ignore[misc]
+    return results  # type: ignore[return-value]  # no problems: no None
 
 
 def _one_torch_thread() -> None:
