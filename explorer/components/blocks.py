@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 if TYPE_CHECKING:
     import torch
@@ -18,6 +18,25 @@ from .norms import NormOptions, apply_norm
 from .rope import RopeOptions, rotary_angles
 
 FFN_HEADINGS = {"moe": "Mixture of experts:", "fused_moe": "Mixture of experts:", "gated_mlp": "SwiGLU MLP:", "plain_mlp": "MLP:"}
+
+
+class BlockPorts(NamedTuple):
+    """The residual stream through one pre-norm block, named alike on every family's pages: the block's input, each
+    norm's output (the branch inputs), the stream between the branches, and each branch's output."""
+
+    x: Port
+    x_attn: Port
+    x_mid: Port
+    x_ffn: Port
+    delta_attn: Port
+    delta_ffn: Port
+
+
+def block_ports(ctx: Ctx) -> BlockPorts:
+    x = Port("x_n", ctx.tokens("hidden_size"), "x")
+    return BlockPorts(x, Port(r"x_{\mathrm{attn}}", x.shape, "x_attn"), Port("x'_n", x.shape, "x_mid"),
+                      Port(r"x_{\mathrm{ffn}}", x.shape, "x_ffn"), Port(r"\Delta_{\mathrm{attn}}", x.shape, "delta_attn"),
+                      Port(r"\Delta_{\mathrm{ffn}}", x.shape, "delta_ffn"))
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,7 +14,7 @@ from typing import Any
 
 from ..components import Ctx, Reference
 from ..components.base import Port, layer_label, layers
-from ..components.blocks import decoder_block, model_root, stack
+from ..components.blocks import block_ports, decoder_block, model_root, stack
 from ..components.embedding import embedding, head
 from ..components.mla import MLAOptions, mla
 from ..components.mlp import gated_mlp
@@ -215,11 +215,7 @@ class DeepseekV3(Family):
         """One decoder layer kind (dense or MoE), repeated over `indices`."""
         ranges = layers(indices)
         p = "model.layers.{layer}."
-        x = Port("x_n", ctx.tokens("hidden_size"), "x")
-        x_attn = Port(r"x_{\mathrm{attn}}", x.shape, "x_attn")
-        x_mid = Port("x'_n", x.shape, "x_mid")
-        x_ffn = Port(r"x_{\mathrm{ffn}}", x.shape, "x_ffn")
-        delta_ffn = Port(r"\Delta_{\mathrm{ffn}}", x.shape, "delta_ffn")
+        x, x_attn, x_mid, x_ffn, _, delta_ffn = block_ports(ctx)
         eps = c.rms_norm_eps
         attn_norm = rmsnorm(ctx, "attn_norm", "Attention RMSNorm", weight=p + "input_layernorm.weight", ranges=ranges,
                             size="hidden_size", x=x, y=x_attn, code="self.input_layernorm(hidden_states)", eps=eps)

@@ -16,7 +16,7 @@ from typing import Any, ClassVar
 from ..components import Ctx, Reference
 from ..components.attention import ScoresOptions, attention
 from ..components.base import Port, layer_label, layers
-from ..components.blocks import decoder_block, model_root, stack
+from ..components.blocks import block_ports, decoder_block, model_root, stack
 from ..components.embedding import embedding, head, sqrt_width_scale
 from ..components.mlp import gated_mlp
 from ..components.norms import rmsnorm
@@ -282,11 +282,7 @@ class Gemma3Text(Family):
     def block(self, ctx: Ctx, t: Gemma3TextHyperparameters, indices: tuple[int, ...], kind: str) -> Component:
         ranges, p = layers(indices), self.prefix + "layers.{layer}."
         sliding = kind == SLIDING
-        x = Port("x_n", ctx.tokens("hidden_size"), "x")
-        x_attn, x_mid = Port(r"x_{\mathrm{attn}}", x.shape, "x_attn"), Port("x'_n", x.shape, "x_mid")
-        x_ffn = Port(r"x_{\mathrm{ffn}}", x.shape, "x_ffn")
-        d_attn, d_ffn = Port(r"\Delta_{\mathrm{attn}}", x.shape, "delta_attn"), Port(r"\Delta_{\mathrm{ffn}}", x.shape,
-                                                                                      "delta_ffn")
+        x, x_attn, x_mid, x_ffn, d_attn, d_ffn = block_ports(ctx)
         eps, hd = t.rms_norm_eps, t.head_dim
         rope_o = (RopeOptions("default", t.rope_local_base_freq, hd, "half", layer_type=SLIDING) if sliding else
                   replace(rope_options(t.rope_theta, hd, t.rope_scaling, "half", t.max_position_embeddings),

@@ -15,7 +15,7 @@ from typing import Any, ClassVar
 from ..components import Ctx, Reference
 from ..components.attention import ScoresOptions
 from ..components.base import Port, layer_label, layers
-from ..components.blocks import decoder_block, model_root, stack
+from ..components.blocks import block_ports, decoder_block, model_root, stack
 from ..components.embedding import embedding, embedding_with_positions, head, positions
 from ..components.fused_attention import fused_attention
 from ..components.mlp import Activation, plain_mlp
@@ -132,9 +132,7 @@ class GPT2(Family):
 
     def block(self, ctx: Ctx, c: Any, indices: tuple[int, ...]) -> Component:
         ranges, p = layers(indices), "transformer.h.{layer}."
-        x = Port("x_n", ctx.tokens("hidden_size"), "x")
-        x_attn, x_mid = Port(r"x_{\mathrm{attn}}", x.shape, "x_attn"), Port("x'_n", x.shape, "x_mid")
-        x_ffn, delta = Port(r"x_{\mathrm{ffn}}", x.shape, "x_ffn"), Port(r"\Delta_{\mathrm{ffn}}", x.shape, "delta_ffn")
+        x, x_attn, x_mid, x_ffn, _, delta = block_ports(ctx)
         eps, v = c.layer_norm_epsilon, self.values(c)
         n, hd = int(v["num_attention_heads"]), int(v["head_dim"])
         ln_cite = (self.ref.cite("ln_1 and ln_2 are LayerNorms (weight and bias) before attention and before the "

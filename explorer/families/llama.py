@@ -14,7 +14,7 @@ from typing import Any, ClassVar
 from ..components import Ctx, Reference
 from ..components.attention import ScoresOptions, attention
 from ..components.base import Port, layer_label, layers
-from ..components.blocks import decoder_block, model_root, stack
+from ..components.blocks import block_ports, decoder_block, model_root, stack
 from ..components.embedding import embedding, head
 from ..components.mlp import gated_mlp
 from ..components.norms import rmsnorm
@@ -118,9 +118,7 @@ class Llama(Family):
 
     def block(self, ctx: Ctx, c: Any, indices: tuple[int, ...]) -> Component:
         ranges, p = layers(indices), "model.layers.{layer}."
-        x = Port("x_n", ctx.tokens("hidden_size"), "x")
-        x_attn, x_mid = Port(r"x_{\mathrm{attn}}", x.shape, "x_attn"), Port("x'_n", x.shape, "x_mid")
-        x_ffn, delta = Port(r"x_{\mathrm{ffn}}", x.shape, "x_ffn"), Port(r"\Delta_{\mathrm{ffn}}", x.shape, "delta_ffn")
+        x, x_attn, x_mid, x_ffn, _, delta = block_ports(ctx)
         eps, v = c.rms_norm_eps, self.values(c)
         heads, kv = int(v["num_attention_heads"]), int(v["num_key_value_heads"])
         attn = attention(ctx, prefix=p + "self_attn.", ranges=ranges, x=x_attn,

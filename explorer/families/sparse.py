@@ -12,7 +12,7 @@ from typing import Any, ClassVar
 from ..components import Ctx, Reference
 from ..components.attention import ScoresOptions, attention
 from ..components.base import Port, layer_label, layers
-from ..components.blocks import decoder_block, model_root, stack
+from ..components.blocks import block_ports, decoder_block, model_root, stack
 from ..components.embedding import embedding, head
 from ..components.norms import rmsnorm
 from ..spec.storage import Storage
@@ -98,9 +98,7 @@ class SparseMoE(Family):
 
     def block(self, ctx: Ctx, c: Any, layer_type: str, indices: tuple[int, ...]) -> Component:
         ranges, p = layers(indices), "model.layers.{layer}."
-        x = Port("x_n", ctx.tokens("hidden_size"), "x")
-        x_attn, x_mid = Port(r"x_{\mathrm{attn}}", x.shape, "x_attn"), Port("x'_n", x.shape, "x_mid")
-        x_ffn, delta = Port(r"x_{\mathrm{ffn}}", x.shape, "x_ffn"), Port(r"\Delta_{\mathrm{ffn}}", x.shape, "delta_ffn")
+        x, x_attn, x_mid, x_ffn, _, delta = block_ports(ctx)
         eps, v = c.rms_norm_eps, self.values(c)
         window = self.window(c, layer_type)
         so = ScoresOptions(c.num_attention_heads, int(v["num_key_value_heads"]), int(v["head_dim"]) ** -0.5,
