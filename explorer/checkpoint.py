@@ -8,6 +8,7 @@ data_offsets: [begin, end]}, "__metadata__": {str: str}}, then the data buffer t
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import struct
@@ -70,10 +71,7 @@ class _Sized:
 
     @property
     def elements(self) -> int:
-        n = 1
-        for s in self.shape:
-            n *= s
-        return n
+        return math.prod(self.shape)
 
     @property
     def nbytes(self) -> int:
@@ -538,11 +536,6 @@ class ManifestGroup:
     shard: str = ""
 
 
-def group_size(pattern: str) -> int:
-    """How many names a grouped pattern stands for, computed without listing them."""
-    return pattern_size(pattern)
-
-
 def expand_name(pattern: str, limit: int = MAX_TENSORS) -> list[str]:
     """All names a grouped pattern stands for; numeric segments may be runs like "1-60" or "0,3-5", and a
     segment starting with a backslash is literal. Raises ValueError past `limit` names, before building them."""
@@ -710,7 +703,7 @@ def manifest_index(data: dict[str, Any], path: str) -> CheckpointIndex:
         if not all(s >= 0 for s in g.shape):
             problems.append(f"{path}: tensor '{g.name}': key 'shape': sizes must be >= 0, got {list(g.shape)}")
         try:
-            sizes.append(group_size(g.name))
+            sizes.append(pattern_size(g.name))
         except ValueError as e:
             problems.append(f"{path}: tensor '{g.name}': key 'name': {e}")
     if problems:
@@ -763,7 +756,7 @@ def read_listing(path: Path) -> CheckpointIndex:
         if not isinstance(data.get(key, ""), str):
             raise CheckpointError(source, f"key '{key}': expected a string")
     entries = [_listing_entry(e, i, source) for i, e in enumerate(data["tensors"])]
-    total = sum(group_size(g.name) for g in entries)
+    total = sum(pattern_size(g.name) for g in entries)
     if total > MAX_TENSORS:
         raise CheckpointError(source, f"the entries stand for {total:,} tensors, over the limit of {MAX_TENSORS:,}")
     stored = _stored_groups(entries)
@@ -791,7 +784,7 @@ def _listing_entry(entry: Any, i: int, source: str) -> ManifestGroup:
     if not isinstance(shard, str):
         raise CheckpointError(source, f"{where} '{name}': key 'shard': expected a string")
     try:
-        group_size(name)
+        pattern_size(name)
     except ValueError as e:
         raise CheckpointError(source, f"{where}: {e}") from None
     return ManifestGroup(name, tuple(shape), dtype, shard)

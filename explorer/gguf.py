@@ -16,6 +16,7 @@ norm shift); transformers' GGUF loading (modeling_gguf_pytorch_utils.py), the or
 
 from __future__ import annotations
 
+import math
 import re
 import struct
 from collections.abc import Callable, Mapping
@@ -207,7 +208,7 @@ def _read_tensor_info(cur: _Cursor, i: int, alignment: int) -> GGUFTensor:
                                           f"{ggml_type}'s block of {block}")
     if offset % alignment:
         raise CheckpointError(cur.source, f"{where}: offset {offset:,} is not aligned to {alignment}")
-    elements = _product(dims)
+    elements = math.prod(dims)
     return GGUFTensor(name, ggml_type, dims, offset, elements, elements // block * block_bytes)
 
 
@@ -221,13 +222,6 @@ def _ggml_type(type_id: int, source: str, where: str) -> tuple[str, int, int]:
     except (ValueError, KeyError):
         raise CheckpointError(source, f"{where}: unknown GGML type {type_id}") from None
     return qtype.name, block, block_bytes
-
-
-def _product(dims: tuple[int, ...]) -> int:
-    n = 1
-    for d in dims:
-        n *= d
-    return n
 
 
 def _check_tensors(tensors: tuple[GGUFTensor, ...], source: str, data_size: int | None) -> None:

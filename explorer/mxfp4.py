@@ -19,6 +19,7 @@ against transformers' dequantizer.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -124,10 +125,7 @@ class MXFP4Storage:
     @property
     def parameters(self) -> int:
         """Logical parameters, one FP4 value each."""
-        n = 1
-        for s in self.logical_shape:
-            n *= s
-        return n
+        return math.prod(self.logical_shape)
 
     @property
     def nbytes(self) -> int:

@@ -11,6 +11,7 @@ and names are listed only to report one that differs.
 from __future__ import annotations
 
 import itertools
+import math
 import re
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
@@ -39,10 +40,7 @@ class NameBox:
 
     @property
     def size(self) -> int:
-        n = 1
-        for values in self.slots:
-            n *= len(values)
-        return n
+        return math.prod(len(values) for values in self.slots)
 
     def names(self) -> list[str]:
         """Every name, in index order."""
@@ -138,11 +136,7 @@ def pattern_runs(pattern: str) -> list[str | list[tuple[int, int]]]:
 
 def pattern_size(pattern: str) -> int:
     """How many names a grouped name stands for, counted from its runs (no name or value is listed)."""
-    n = 1
-    for part in pattern_runs(pattern):
-        if isinstance(part, list):
-            n *= sum(hi - lo + 1 for lo, hi in part)
-    return n
+    return math.prod(sum(hi - lo + 1 for lo, hi in part) for part in pattern_runs(pattern) if isinstance(part, list))
 
 
 def pattern_box(pattern: str, limit: int) -> NameBox:

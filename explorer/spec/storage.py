@@ -15,6 +15,7 @@ its dtype, element count and bytes, so the ledger, the pages and the API read th
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Literal
 
@@ -48,12 +49,12 @@ class StoredTensor:
 
     @property
     def elements(self) -> int:
-        return _product(self.shape)
+        return math.prod(self.shape)
 
 
 def _stored(name: str, shape: tuple[int, ...], dtype: str, role: Role, parameters: int) -> StoredTensor:
     """A tensor of a plain dtype: elements × bytes per element."""
-    return StoredTensor(name, shape, dtype, role, parameters, _product(shape) * DTYPE_BYTES.get(dtype, 0))
+    return StoredTensor(name, shape, dtype, role, parameters, math.prod(shape) * DTYPE_BYTES.get(dtype, 0))
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,7 +68,7 @@ class Dense:
         return self.dtype
 
     def expand(self, name: str, shape: tuple[int, ...], role: Role = "parameter") -> tuple[StoredTensor, ...]:
-        return (_stored(name, shape, self.dtype, role, _product(shape) if role == "parameter" else 0),)
+        return (_stored(name, shape, self.dtype, role, math.prod(shape) if role == "parameter" else 0),)
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,7 +95,7 @@ class BlockFP8:
         return tuple(-(-s // b) for s, b in zip(shape, self.block))
 
     def expand(self, name: str, shape: tuple[int, ...], role: Role = "parameter") -> tuple[StoredTensor, ...]:
-        return (_stored(name, shape, self.dtype, "parameter", _product(shape)),
+        return (_stored(name, shape, self.dtype, "parameter", math.prod(shape)),
                 _stored(name + self.scale_suffix, self.scale_shape(shape), self.scale_dtype, "quant_scale", 0))
 
 
@@ -116,7 +117,7 @@ class MXFP4:
     def expand(self, name: str, shape: tuple[int, ...], role: Role = "parameter") -> tuple[StoredTensor, ...]:
         *outer, cols = shape
         groups = -(-cols // self.block)
-        return (_stored(name + "_blocks", (*outer, groups, self.block // 2), "U8", "parameter", _product(shape)),
+        return (_stored(name + "_blocks", (*outer, groups, self.block // 2), "U8", "parameter", math.prod(shape)),
                 _stored(name + "_scales", (*outer, groups), "U8", "quant_scale", 0))
 
 
@@ -133,8 +134,8 @@ class GGUFQuant:
         return f"GGUF {self.dtype}: {self.block_size} values in {self.type_size} bytes"
 
     def expand(self, name: str, shape: tuple[int, ...], role: Role = "parameter") -> tuple[StoredTensor, ...]:
-        blocks = -(-_product(shape) // self.block_size)
-        return (StoredTensor(name, shape, self.dtype, role, _product(shape) if role == "parameter" else 0,
+        blocks = -(-math.prod(shape) // self.block_size)
+        return (StoredTensor(name, shape, self.dtype, role, math.prod(shape) if role == "parameter" else 0,
                              blocks * self.type_size),)
 
 
@@ -163,8 +164,8 @@ class GGUFMix:
     def expand(self, name: str, shape: tuple[int, ...], role: Role = "parameter") -> tuple[StoredTensor, ...]:
         """Bytes as the nominal (first) type would take them; the manifest has each tensor's own type and bytes."""
         block, block_bytes = GGML_BLOCKS[self.types[0]]
-        return (StoredTensor(name, shape, self.types[0], role, _product(shape) if role == "parameter" else 0,
-                             -(-_product(shape) // block) * block_bytes, self.types[1:]),)
+        return (StoredTensor(name, shape, self.types[0], role, math.prod(shape) if role == "parameter" else 0,
+                             -(-math.prod(shape) // block) * block_bytes, self.types[1:]),)
 
 
 GGML_BLOCKS = {"Q4_K": (256, 144), "Q5_0": (32, 22), "Q6_K": (256, 210), "Q8_0": (32, 34)}
@@ -176,10 +177,3 @@ for some layers' attn_v/ffn_down and for the output (or a tied token embedding),
 fallbacks where a row is not a multiple of 256 values."""
 
 Storage = Dense | BlockFP8 | MXFP4 | GGUFQuant | GGUFMix
-
-
-def _product(shape: tuple[int, ...]) -> int:
-    n = 1
-    for s in shape:
-        n *= s
-    return n
