@@ -58,6 +58,10 @@ def _library_versions() -> str:
     return " ".join(importlib.metadata.version(package) for package in ("torch", "transformers"))
 
 
+def _entry(cache_dir: Path, slug: str, key: str) -> Path:
+    return cache_dir / f"{slug}-{key}.json"
+
+
 def has_entry(cache_dir: Path | None, content: ModelContent) -> bool:
     """Whether the cache holds this model's torch stages for its current inputs, found from its validated
     config alone (before its spec is built: the build decides from this whether to import torch at all)."""
@@ -68,13 +72,13 @@ def has_entry(cache_dir: Path | None, content: ModelContent) -> bool:
         config = family.validate(content.config, "")
     except ContentError:
         return False  # the model's build reports it
-    return (cache_dir / f"{content.slug}-{_key(content.slug, family.name, config)}.json").exists()
+    return _entry(cache_dir, content.slug, _key(content.slug, family.name, config)).exists()
 
 
 def load(cache_dir: Path | None, spec: ModelSpec) -> tuple[ReferenceModel, Execution] | None:
     if cache_dir is None:
         return None
-    path = cache_dir / f"{spec.slug}-{execution_key(spec)}.json"
+    path = _entry(cache_dir, spec.slug, execution_key(spec))
     if not path.exists():
         return None
     try:
@@ -90,7 +94,7 @@ def save(cache_dir: Path | None, spec: ModelSpec, reference: ReferenceModel, exe
     for old in cache_dir.glob(f"{spec.slug}-*.json"):
         if _KEY.fullmatch(old.name[len(spec.slug):]):  # not another model whose slug extends this one
             old.unlink(missing_ok=True)
-    path = cache_dir / f"{spec.slug}-{execution_key(spec)}.json"
+    path = _entry(cache_dir, spec.slug, execution_key(spec))
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(_encode(reference, execution), sort_keys=True), encoding="utf-8")
     tmp.replace(path)

@@ -19,15 +19,20 @@ from explorer.tensor_names import NameBox, name_box, pattern_box, shared_name, t
 
 SEGMENTS = st.sampled_from(["model", "layers", "experts", "w", "0", "1", "2", "7", "12", "01", "a-b"])
 
+NAMES = st.lists(SEGMENTS, min_size=1, max_size=5).map(".".join)
+
 
 @settings(max_examples=200, deadline=None)
-@given(st.sets(st.lists(SEGMENTS, min_size=1, max_size=5).map(".".join), min_size=1, max_size=40))
-def test_grouped_names_list_exactly_the_names(names):
+@given(st.sets(NAMES, min_size=1, max_size=40), st.lists(NAMES, max_size=10))
+def test_grouped_names_list_exactly_the_names(names, probes):
     groups = group_tensors(TensorInfo(n, "BF16", (2,)) for n in names)
     listed = [n for g in groups for n in g.box.names()]
     assert sorted(listed) == sorted(names)
     assert sorted(n for g in groups for n in pattern_box(g.name, MAX_TENSORS).names()) == sorted(names)
-    assert all(n in g.box for g in groups for n in g.box.names())
+    index = CheckpointIndex(tuple(groups), "test")
+    for name in [*names, *probes]:  # a name is found in a group exactly when it was grouped
+        assert (index.group_of(name) is not None) == (name in names)
+        assert any(name in g.box for g in groups) == (name in names)
 
 
 def test_a_name_is_one_box_and_digits_with_a_leading_zero_stay_literal():
