@@ -201,9 +201,6 @@ class Component:
                 return c
         raise KeyError(f"{self.key or 'model'} has no child {key!r} (children: {[c.key for c in self.children]})")
 
-    def has_child(self, key: str) -> bool:
-        return any(c.key == key for c in self.children)
-
 
 class Hyperparameters:
     """Base of every family's typed config dataclass (config.json keys, named as published)."""
