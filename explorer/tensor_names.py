@@ -17,6 +17,8 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
+from .spec.types import compress_indices
+
 INDEX = r"(?:0|[1-9][0-9]{0,17})"
 """A name segment that is an index: decimal, no leading zero (so "01" stays a literal), at most 18 digits."""
 _IS_INDEX = re.compile(INDEX)
@@ -59,7 +61,8 @@ class NameBox:
         """The grouped name, as a manifest writes it: slots as runs ("0-2,5"), a literal that would read as runs
         escaped."""
         values = iter(self.slots)
-        return ".".join(runs(sorted(next(values))) if s is None else _escape(s) for s in self.skeleton)
+        return ".".join(compress_indices(tuple(sorted(next(values)))) if s is None else _escape(s)
+                        for s in self.skeleton)
 
     def meets(self, other: NameBox) -> bool:
         """Whether the two boxes share a name."""
@@ -75,15 +78,6 @@ class NameBox:
     def __contains__(self, name: str) -> bool:
         box = name_box(name)
         return box.within(self)
-
-
-def runs(values: Sequence[int]) -> str:
-    """Sorted indices as runs: (0, 1, 2, 5) -> "0-2,5"."""
-    out: list[str] = []
-    for _, group in itertools.groupby(enumerate(values), key=lambda p: p[1] - p[0]):
-        items = [v for _, v in group]
-        out.append(str(items[0]) if len(items) == 1 else f"{items[0]}-{items[-1]}")
-    return ",".join(out)
 
 
 def _escape(segment: str) -> str:
