@@ -35,10 +35,6 @@ class ExpectedGroup:
     tied: bool = False
     """An alias of another tensor (a tied head): where a listing carries it too, it is not counted again."""
 
-    @property
-    def name(self) -> str:
-        return self.box.pattern
-
 
 @dataclass(frozen=True, slots=True)
 class Mismatch:
