@@ -20,6 +20,13 @@ PAGES = {
     "attention": "models/kimi-k2/blocks.moe.attn.html",
     "how-to-read": "how-to-read.html",
     "sandwich-block": "models/gemma-3-27b/blocks.local.html",
+    # one page of each family added since: its widest tables and longest formulas
+    "gpt-oss-router": "models/gpt-oss-20b/blocks.sliding.moe.router.html",
+    "mixtral-model": "models/mixtral-8x7b/index.html",
+    "qwen3-attention": "models/qwen3-8b/blocks.block.attn.html",
+    "gpt2-block": "models/gpt2/blocks.block.html",
+    "smollm2-block": "models/smollm2-135m/blocks.block.html",
+    "qwen3-moe-experts": "models/qwen3-235b-a22b/blocks.moe.moe.html",
 }
 WIDTHS = {"desktop": 1280, "phone": 390}
 SCHEMES = ("light", "dark")
