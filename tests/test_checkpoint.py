@@ -356,7 +356,7 @@ def test_hub_drip_feed_hits_the_total_deadline(hf_home):
                                              deadline=2.5)
     assert raised is not None
     assert raised.reason == "gave up after 2.5 s, the deadline for reading a checkpoint's headers from the Hub"
-    assert elapsed < 5 and peak < 1_000_000_000
+    assert elapsed < 30 and peak < 1_000_000_000  # a guard against a hang, not a timing: the message proves the deadline
 
 
 def test_record_from_a_hostile_hub_is_one_line_and_keeps_the_manifest(project_copy, hf_home):

@@ -7,6 +7,7 @@ import dataclasses
 import resource
 
 import pytest
+import torch
 
 from explorer.components import mla, moe
 from explorer.errors import ExecutionError
@@ -229,3 +230,21 @@ def test_cache_key_covers_every_module_of_the_package(specs, tmp_path, monkeypat
         path.write_text((path.read_text() if path.exists() else "") + "\n# changed\n")
         assert cache.execution_key(specs["kimi-k2"]) != key, module
         key = cache.execution_key(specs["kimi-k2"])
+
+
+
+def test_checks_pass_and_agree_with_one_and_two_torch_threads(specs, tiny_specs):
+    """Issue 18: a reduction split over two threads rounds differently from one; every check must still pass, select
+    the same experts and say the same thing, so that nothing a page states but the measured digits depends on it."""
+    before = torch.get_num_threads()
+    statements = []
+    try:
+        for threads in (1, 2):
+            torch.set_num_threads(threads)
+            checks = check_equations(specs["kimi-k2"], tiny_specs["kimi-k2"], ("mtp",))
+            assert all(c.max_abs_error <= c.tolerance for c in checks.values()), threads
+            statements.append({p: (c.status, c.reference, c.config, c.detail, c.example and c.example.selected)
+                               for p, c in checks.items()})
+    finally:
+        torch.set_num_threads(before)
+    assert statements[0] == statements[1]
