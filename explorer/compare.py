@@ -71,7 +71,8 @@ def config_differences(left: dict, right: dict) -> tuple[tuple[str, str, str, bo
     rows = []
     for key in sorted(set(left) | set(right)):
         a, b = left.get(key, "—"), right.get(key, "—")
-        rows.append((key, _show(a), _show(b), a != b))
+        # compared as config.json writes them, as the picker page (static/compare.js) compares them
+        rows.append((key, _show(a), _show(b), _show(a) != _show(b)))
     return tuple(rows)
 
 

@@ -43,6 +43,10 @@ class ModelMeta:
     """The lab's published active-parameter figure, as written ("32B"); checked against the derived figures."""
     active_claim_source: str = ""
     """Where it is published, e.g. "model card: 32 billion activated parameters"."""
+    follows: str = ""
+    """The model this one follows (its predecessor in a lineage, or the smaller sibling it scales up), by slug: the
+    site keeps a static comparison of the two, which readers without JavaScript can open (any other pair is
+    compared on the picker page)."""
 
 
 UNPINNED = "unpinned"
@@ -339,9 +343,24 @@ def load_all_models(content_dir: Path) -> list[ModelContent]:
             problems.extend(e.problems)
     if not folders:
         problems.append(f"{models_dir}: no model folders; an empty site would replace the published one")
+    problems += _lineage_problems(models)
     if problems:
         raise ContentError(problems)
     return sorted(models, key=lambda m: (m.meta.order, m.slug))
+
+
+def _lineage_problems(models: list[ModelContent]) -> list[str]:
+    """model.follows names another model of the site."""
+    slugs = {m.slug for m in models}
+    problems = []
+    for m in models:
+        where = f"{m.folder / 'model.toml'}: key 'model.follows'"
+        if m.meta.follows == m.slug:
+            problems.append(f"{where}: names the model itself; name the model it follows, or leave the key out")
+        elif m.meta.follows and m.meta.follows not in slugs:
+            problems.append(f"{where}: no model {m.meta.follows!r} in content/models"
+                            f"{did_you_mean(m.meta.follows, slugs)}")
+    return problems
 
 
 def _check_model_folder(folder: Path, models_dir: Path) -> None:

@@ -13,6 +13,7 @@ from . import cache
 from .account import account
 from .api import api_file
 from .checkpoint import MANIFEST_FILE, CheckpointIndex, read_manifest
+from .compare_views import compare_data_file
 from .content import ModelContent, check_prose_paths, load_all_models, read_content_text
 from .errors import ContentError, ReconciliationError
 from .execution import RealWeightCheck
@@ -24,9 +25,10 @@ from .project import Project
 from .reconcile import expected_groups, predicted_index, reconcile
 from .render import write_site
 from .search import search_script
+from .site import site_page_groups
 from .sources import absent_files, resolve_citations
 from .spec.types import ModelSpec, path_key, walk
-from .views import Excerpt, highlight_citations, remember_highlights, site_page_groups
+from .views import Excerpt, highlight_citations, remember_highlights
 
 Progress = Callable[[str], None]
 __all__ = ["Project", "build_all", "build_model", "build_site", "check_failures"]
@@ -243,7 +245,8 @@ def build_site(project: Project, out_dir: Path, progress: Progress = stderr_prog
     if failures:
         raise ReconciliationError("stored tensors and spec disagree:\n" + "\n".join(failures))
     pages = site_page_groups(builds, how_to_read, glossary)
-    files = [*(partial(api_file, mb) for mb in builds), partial(search_file, builds)]
+    files = [*(partial(api_file, mb) for mb in builds), *(partial(compare_data_file, mb) for mb in builds),
+             partial(search_file, builds)]
     progress(f"writing the pages of {len(builds)} models to {out_dir}")
     write_site(pages, files, out_dir, project.templates, project.static, progress, default_jobs(jobs))
     return builds

@@ -11,13 +11,15 @@ from xml.etree import ElementTree
 
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
 
+from .compare_views import CompareIndexPage, ComparePage
 from .errors import OutputError
 from .parallel import run_in_order
 from .publish import check_output, publish, stage
-from .views import CompareIndexPage, ComparePage, ComponentPage, IndexPage, PageBase, PageGroup, ProsePage
+from .views import ComponentPage, IndexPage, PageBase, PageGroup, PartPage, ProsePage
 
 TEMPLATES = {IndexPage: "index.html", ProsePage: "prose.html", ComponentPage: "component.html",
-             ComparePage: "compare.html", CompareIndexPage: "compare_index.html"}
+             ComparePage: "compare.html", CompareIndexPage: "compare_index.html",
+             PartPage: "part.html"}
 
 
 def environment(template_dir: Path) -> Environment:

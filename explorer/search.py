@@ -17,9 +17,10 @@ from typing import Any
 
 import sympy
 
+from .compare_views import compare_path, static_pairs
 from .model_build import ModelBuild
 from .spec.types import Component, path_key, walk
-from .views import compare_path, page_href
+from .views import page_href
 
 SYNONYMS: dict[str, tuple[str, ...]] = {
     "kv cache": ("latent attention", "attention"),
@@ -175,16 +176,15 @@ FIGURE_ALIASES = {"active parameters", "activated parameters", "flops", "weight 
 
 
 def compare_entries(builds: list[ModelBuild]) -> list[dict[str, Any]]:
-    """One entry per compare page, found by the two model names ("kimi deepseek", "Kimi K2 vs DeepSeek-V3")."""
-    entries = []
-    for i, a in enumerate(builds):
-        for b in builds[i + 1:]:
-            left, right = sorted((a, b), key=lambda mb: mb.slug)
-            title = f"{left.content.meta.name} vs {right.content.meta.name}"
-            words = tokens(f"{left.content.meta.name} {right.content.meta.name} {left.slug} {right.slug}")
-            entries.append({"t": title, "m": "Compare", "p": "", "u": compare_path(left.slug, right.slug),
-                            "n": [title.lower()], "a": ["compare", "comparison", "side by side"],
-                            "w": dict.fromkeys(sorted(words), W_OWN_TEXT)})
+    """The picker page, and one entry per static comparison, found by the two model names ("kimi deepseek")."""
+    entries = [{"t": "Compare any two models", "m": "Compare", "p": "", "u": "compare/index.html",
+                "n": ["compare models"], "a": ["compare", "comparison", "side by side", "vs"], "w": {}}]
+    for a, b in static_pairs(builds):
+        title = f"{a.content.meta.name} vs {b.content.meta.name}"
+        words = tokens(f"{a.content.meta.name} {b.content.meta.name} {a.slug} {b.slug}")
+        entries.append({"t": title, "m": "Compare", "p": "", "u": compare_path(a.slug, b.slug),
+                        "n": [title.lower()], "a": ["compare", "comparison", "side by side"],
+                        "w": dict.fromkeys(sorted(words), W_OWN_TEXT)})
     return entries
 
 

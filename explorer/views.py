@@ -12,7 +12,6 @@ from pygments.formatters import HtmlFormatter
 from pygments.lexers import JsonLexer, PythonLexer
 
 from .account import AccountRow, ComponentAccount, TensorAccount
-from .compare import RoleTotals, compare_roles, config_differences, role_totals
 from .content import render_markdown
 from .diagrams import FlowNode, budget_svg, flow_svg
 from .execution import RealWeightCheck
@@ -201,9 +200,9 @@ class ComponentPage(PageBase):
     ledger: LedgerView | None
     figures: FiguresView | None
     compare: tuple[Link, ...]
-    """Model page only: its comparison with every other model."""
-    same_part: tuple[Link, ...]
-    """The same library part (same program and key) in other models."""
+    """Model page only: its static comparisons (the model it follows, the models that follow it)."""
+    same_part: Link | None
+    """The page of this library part (same program and key) across models, where other models have it."""
     picture: str
     """Model page only: the whole-model SVG (residual stream, block kinds, experts lit per token)."""
     picture_caption: str
@@ -338,36 +337,12 @@ class ProsePage(PageBase):
 
 
 @dataclass(frozen=True, slots=True)
-class CompareRowView:
-    label: str
-    left: str
-    right: str
-    delta: str
+class PartPage(PageBase):
+    """One library part (a program under one key) across the models built from it."""
 
-
-@dataclass(frozen=True, slots=True)
-class ConfigRowView:
-    key: str
-    left: str
-    right: str
-    differs: bool
-
-
-@dataclass(frozen=True, slots=True)
-class ComparePage(PageBase):
-    left: Link
-    right: Link
-    rows: tuple[CompareRowView, ...]
-    total: CompareRowView
-    figures: tuple[CompareRowView, ...]
-    config: tuple[ConfigRowView, ...]
-    note: str
-
-
-@dataclass(frozen=True, slots=True)
-class CompareIndexPage(PageBase):
-    pairs: tuple[tuple[Link, tuple[Link, ...]], ...]
-    """Each model, with a link to its comparison with every other model."""
+    heading: str
+    entries: tuple[tuple[Link, Link, str], ...]
+    """(model, component page, breadcrumb) in site order."""
 
 
 ROLE_NAMES = {"parameter": "parameters", "quant_scale": "FP8 block scales", "buffer": "stored buffers"}
@@ -737,9 +712,10 @@ def routing_view(mb: ModelBuild, path: str) -> RoutingView | None:
                 f"selected the same experts with the same gates, within the tolerance {mb.checks[path].tolerance:g}.")
 
 
-def component_page(mb: ModelBuild, ancestors: tuple[Component, ...], comp: Component,
-                   others: tuple[tuple[str, str], ...] = (),
-                   parts: dict[tuple[str, str], list[tuple[str, str, str, str]]] | None = None) -> ComponentPage:
+def component_page(mb: ModelBuild, ancestors: tuple[Component, ...], comp: Component, related: tuple[Link, ...] = (),
+                   shared_parts: frozenset[tuple[str, str]] = frozenset()) -> ComponentPage:
+    """One component's page; `related` are the model's static comparisons, `shared_parts` the library parts that
+    more than one model is built from (their pages are linked)."""
     path = path_key(ancestors, comp)
     root = "../../"
     acc = mb.ledger.accounts[path]
@@ -781,10 +757,10 @@ def component_page(mb: ModelBuild, ancestors: tuple[Component, ...], comp: Compo
         prev=prev, next=nxt, outline=outline(mb, comp) if is_model else None,
         ledger=ledger_view(mb) if is_model else None,
         figures=figures_view(mb) if is_model else None,
-        same_part=tuple(Link(f"{name}: {title}", f"../{slug}/{page_href(p)}")
-                        for slug, name, p, title in _same_part(parts or {}, mb.slug, path, comp)),
+        same_part=Link("every model built from this part →", f"{root}{part_path(comp.program, comp.key)}")
+        if not is_model and (comp.program, comp.key) in shared_parts else None,
         picture=draw(picture) if picture is not None else "", picture_caption=picture.caption if picture else "",
-        compare=tuple(Link(name, f"../../{compare_path(mb.slug, other)}") for other, name in others) if is_model else (),
+        compare=related if is_model else (),
         legend=STREAMS if any("stream-" in s.latex for s in comp.steps + comp.equations) else (),
         tiny_config=tiny_config(mb) if is_model else "",
         routing=routing_view(mb, path),
@@ -914,92 +890,6 @@ class PageGroup:
     """How many pages it makes (the renderer hands out the largest groups first)."""
 
 
-def site_page_groups(builds: list[ModelBuild], how_to_read_md: str, glossary_md: str) -> list[PageGroup]:
-    """Every page of the site, in a fixed order: the front pages, each model's pages, the comparisons."""
-    def front() -> list[PageBase]:
-        return [
-            IndexPage("LLM architectures, component by component", "Models explained component by component, with "
-                      "exact parameter accounting and pinned sources.", "", "index.html",
-                      tuple(model_card(mb, budget_preview(mb)) for mb in builds)),
-            ProsePage("How to read a page", "A short primer on reading an explorer page.", "", "how-to-read.html",
-                      "How to read a page", render_markdown(how_to_read_md)),
-            ProsePage("Notation", "Every symbol the equations use, defined once.", "", "glossary.html", "Notation",
-                      render_markdown(glossary_md)),
-        ]
-
-    names = tuple((mb.slug, mb.content.meta.name) for mb in builds)
-    parts = library_parts(builds)
-
-    def model_pages(mb: ModelBuild) -> PageGroup:
-        others = tuple((slug, name) for slug, name in names if slug != mb.slug)
-        tree = walk(mb.spec.root)
-        return PageGroup(lambda: [component_page(mb, anc, comp, others, parts) for anc, comp in tree], len(tree))
-
-    pairs = [(a, b) for i, a in enumerate(builds) for b in builds[i + 1:]]
-
-    def comparisons() -> list[PageBase]:
-        totals = {mb.slug: role_totals(mb.spec, mb.ledger) for mb in builds}
-        return [*(compare_page(a, b, totals) for a, b in pairs), compare_index(builds)]
-
-    return [PageGroup(front, 3), *(model_pages(mb) for mb in builds), PageGroup(comparisons, len(pairs) + 1)]
-
-
-def library_parts(builds: list[ModelBuild]) -> dict[tuple[str, str], list[tuple[str, str, str, str]]]:
-    """(program, key) -> (slug, model name, path, title) of every component built from that library part."""
-    out: dict[tuple[str, str], list[tuple[str, str, str, str]]] = {}
-    for mb in builds:
-        for anc, comp in walk(mb.spec.root):
-            if anc:
-                out.setdefault((comp.program, comp.key), []).append(
-                    (mb.slug, mb.content.meta.name, path_key(anc, comp), comp.title))
-    return out
-
-
-def _same_part(parts: dict, slug: str, path: str, comp: Component) -> list[tuple[str, str, str, str]]:
-    """The first component of each other model built from the same library part under the same key."""
-    if not path:
-        return []
-    seen: dict[str, tuple[str, str, str, str]] = {}
-    for entry in parts.get((comp.program, comp.key), []):
-        if entry[0] != slug and entry[0] not in seen:
-            seen[entry[0]] = entry
-    return list(seen.values())
-
-
-# ---------------------------------------------------------------------------------------------- compare
-
-def compare_path(a: str, b: str) -> str:
-    """One page per unordered pair, named in site order is not known here: sorted slugs."""
-    first, second = sorted((a, b))
-    return f"compare/{first}-vs-{second}.html"
-
-
-def compare_page(a: ModelBuild, b: ModelBuild, totals: dict[str, RoleTotals]) -> ComparePage:
-    left, right = sorted((a, b), key=lambda mb: mb.slug)
-    rows = tuple(CompareRowView(r.role, fmt(r.left), fmt(r.right), _signed(r.delta))
-                 for r in compare_roles(totals[left.slug], totals[right.slug]))
-    total = CompareRowView("Total", fmt(left.ledger.total), fmt(right.ledger.total),
-                           _signed(right.ledger.total - left.ledger.total))
-    keys = [f.key for f in left.figures.figures if f.key in {g.key for g in right.figures.figures}]
-    figures = tuple(CompareRowView(left.figures.get(k).label, fmt(left.figures.get(k).value),
-                                   fmt(right.figures.get(k).value),
-                                   _signed(right.figures.get(k).value - left.figures.get(k).value)) for k in keys)
-    config = tuple(ConfigRowView(*row) for row in config_differences(left.content.config, right.content.config))
-    lname, rname = left.content.meta.name, right.content.meta.name
-    return ComparePage(
-        f"{lname} vs {rname}", f"{lname} and {rname} side by side: parameters by role, derived figures, configs.",
-        "../", compare_path(left.slug, right.slug), Link(lname, f"../models/{left.slug}/index.html"),
-        Link(rname, f"../models/{right.slug}/index.html"), rows, total, figures, config,
-        note=f"Each row is a role's parameters in each model; Δ is {rname} minus {lname}, and the rows' Δ add up to "
-             "the totals' Δ exactly (every stored parameter belongs to one role).")
-
-
-def _signed(n: int) -> str:
-    return f"+{fmt(n)}" if n > 0 else ("0" if n == 0 else f"−{fmt(-n)}")
-
-
-def compare_index(builds: list[ModelBuild]) -> CompareIndexPage:
-    pairs = tuple((Link(a.content.meta.name, f"../models/{a.slug}/index.html"),
-                   tuple(Link(b.content.meta.name, f"../{compare_path(a.slug, b.slug)}") for b in builds if b is not a))
-                  for a in builds)
-    return CompareIndexPage("Compare models", "Every pair of models side by side.", "../", "compare/index.html", pairs)
+def part_path(program: str, key: str) -> str:
+    """The page of one library part (a program under one key) across the models built from it."""
+    return f"parts/{program}.{key}.html"

@@ -17,6 +17,7 @@ PAGES = {
     "moe-block": "models/kimi-k2/blocks.moe.html",
     "down-proj": "models/kimi-k2/blocks.dense.mlp.down_proj.html",
     "compare": "compare/deepseek-v3-vs-kimi-k2.html",
+    "compare-picker": "compare/index.html",
     "attention": "models/kimi-k2/blocks.moe.attn.html",
     "how-to-read": "how-to-read.html",
     "sandwich-block": "models/gemma-3-27b/blocks.local.html",
@@ -84,7 +85,7 @@ def test_page_loads_cleanly_in_chromium(browser, built_site, name, width_name, s
         assert [u for u in page.requests if not u.startswith(site_uri)] == []
         assert page.evaluate("window.__cls") < 0.01
         assert page.evaluate("document.documentElement.scrollWidth") <= WIDTHS[width_name] + 1  # no sideways scroll
-        if name not in ("index", "compare", "how-to-read"):  # pages without equations
+        if name not in ("index", "compare", "compare-picker", "how-to-read"):  # pages without equations
             _assert_math_rendered(page)
         ARTIFACTS.mkdir(exist_ok=True)
         page.screenshot(path=str(ARTIFACTS / f"{name}-{width_name}-{scheme}.png"), full_page=True)
@@ -262,5 +263,40 @@ def test_search_finds_figures_and_model_pairs(browser, built_site):
             assert hrefs and hrefs[0].startswith(first), (query, hrefs[:3])
             if query == "active parameters":
                 assert hrefs[0].endswith("/index.html"), hrefs[:3]
+    finally:
+        context.close()
+
+
+PICKED = [("deepseek-v3", "kimi-k2"), ("gpt2", "gemma-3-27b"), ("qwen3-235b-a22b", "smollm2-135m"),
+          ("gpt-oss-20b", "mixtral-8x7b")]
+
+
+@pytest.mark.parametrize("width", [1280, 390])
+def test_compare_picker_shows_the_python_numbers_for_any_pair(browser, built_site, builds, width):
+    """Issue 26: the picker page (file://, no network) sets any two models side by side; every number it shows
+    is the one Python computes for the same pair from the same data, rows and Δ alike."""
+    from explorer.compare import role_totals
+    from explorer.compare_views import compare_data, compare_rows
+    from explorer.views import fmt
+
+    def signed(n: int) -> str:
+        return f"+{fmt(n)}" if n > 0 else ("0" if n == 0 else f"−{fmt(-n)}")
+
+    context, page = open_page(browser, built_site, "compare/index.html", width)
+    try:
+        for a, b in PICKED:
+            page.select_option("select[name=a]", a)
+            page.select_option("select[name=b]", b)
+            title = f"{builds[a].content.meta.name} vs {builds[b].content.meta.name}"
+            page.wait_for_function(f"document.querySelector('#compare-result h2')?.textContent === {title!r}")
+            shown = page.eval_on_selector_all("#compare-result table.compare:not(.config) tr:has(td)",
+                                              "rows => rows.map(r => Array.from(r.cells, c => c.textContent))")
+            left, right = (compare_data(builds[s], role_totals(builds[s].spec, builds[s].ledger)) for s in (a, b))
+            roles, figures = compare_rows(left, right)
+            expected = [[label, fmt(lv), fmt(rv), signed(rv - lv)]
+                        for label, lv, rv in [*roles, ("Total", left["total"], right["total"]), *figures]]
+            assert shown == expected, (a, b)
+        assert page.errors == [] and all(u.startswith("file://") for u in page.requests)
+        assert page.evaluate("document.documentElement.scrollWidth") <= width
     finally:
         context.close()

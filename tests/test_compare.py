@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import html
 import itertools
+import json
 
 from test_build import text_of
 
 from explorer.compare import compare_roles, role_totals
+from explorer.compare_views import compare_rows
 
 
 def test_role_totals_partition_every_models_parameters(builds):
@@ -31,17 +34,44 @@ def test_kimi_k2_vs_deepseek_v3_page(built_site):
     assert "n_routed_experts differs 256 384" in text
 
 
-def test_every_pair_is_reachable_from_the_compare_index_and_model_pages(built_site, builds):
+def test_static_comparisons_are_the_pairs_content_names_and_the_picker_lists_every_model(built_site, builds):
+    """Issue 26: a page per pair grew with the square of the model count; static pages are kept only for the pairs
+    content names (model.follows), and the picker page offers every model."""
     index = (built_site / "compare/index.html").read_text()
-    for a, b in itertools.combinations(sorted(builds), 2):
-        assert f'href="../compare/{a}-vs-{b}.html"' in index
-        assert (built_site / f"compare/{a}-vs-{b}.html").exists()
+    follows = {(mb.content.meta.follows, slug) for slug, mb in builds.items() if mb.content.meta.follows}
+    assert ("deepseek-v3", "kimi-k2") in follows
+    pages = {p.name for p in (built_site / "compare").glob("*-vs-*.html")}
+    assert pages == {"{}-vs-{}.html".format(*sorted(pair)) for pair in follows}
+    for name in pages:
+        assert f'href="../compare/{name}"' in index
+    for slug, mb in builds.items():
+        assert f'<option value="{slug}">{html.escape(mb.content.meta.name)}</option>' in index
+        assert (built_site / f"compare/data/{slug}.js").exists()
     model = (built_site / "models/kimi-k2/index.html").read_text()
     assert 'href="../../compare/deepseek-v3-vs-kimi-k2.html"' in model
+    assert 'href="../../compare/index.html#a=kimi-k2"' in model
 
 
-def test_component_pages_link_the_same_library_part_in_other_models(built_site):
+def test_picker_data_holds_the_numbers_the_static_page_subtracts(built_site, builds):
+    """The picker subtracts what the data files hold; Python's rows from the same data sum to the totals' Δ."""
+    data = {}
+    for slug in builds:
+        text = (built_site / f"compare/data/{slug}.js").read_text()
+        data[slug] = json.loads(text[text.index("=", text.index("]")) + 1:].rstrip().rstrip(";"))
+        assert data[slug]["total"] == str(builds[slug].ledger.total)
+    for a, b in itertools.combinations(sorted(builds), 2):
+        left = {**data[a], "roles": [[r, int(v)] for r, v in data[a]["roles"]]}
+        right = {**data[b], "roles": [[r, int(v)] for r, v in data[b]["roles"]]}
+        roles, _ = compare_rows(left, right)
+        assert sum(r - l for _, l, r in roles) == builds[b].ledger.total - builds[a].ledger.total, (a, b)
+
+
+def test_component_pages_link_their_library_part_page(built_site):
+    """Issue 26: a component page links one page per library part, not every other model with it."""
     router = (built_site / "models/kimi-k2/blocks.moe.moe.router.html").read_text()
-    assert 'href="../deepseek-v3/blocks.moe.moe.router.html">DeepSeek-V3: Router</a>' in router
-    attn = (built_site / "models/llama-3.1-8b/blocks.block.attn.html").read_text()
-    assert "llama-3.1-70b/blocks.block.attn.html" in attn and "kimi-k2" not in attn.split('class="same-part"')[1][:400]
+    assert '<a href="../../parts/router.router.html">every model built from this part →</a>' in router
+    part = (built_site / "parts/router.router.html").read_text()
+    assert 'href="../models/deepseek-v3/blocks.moe.moe.router.html">Router</a>' in part
+    assert 'href="../models/gpt-oss-20b/' in part
+    attn = (built_site / "parts/attention.attn.html").read_text()
+    assert "llama-3.1-70b/blocks.block.attn.html" in attn and "kimi-k2/" not in attn

@@ -471,3 +471,19 @@ def test_a_stale_config_order_means_no_regenerated_file(project_copy):
     edit(project_copy, KIMI, r', "vocab_size"\]', "]")
     content = load_model_content(project_copy / "content/models/kimi-k2")
     assert regenerate_config(content) is None
+
+
+@pytest.mark.parametrize("follows", ["deepseek-v4", "kimi-k2"])
+def test_follows_names_another_model_of_the_site(project_copy, follows):
+    """Issue 26: a static comparison is kept for model.follows; an unknown model (or the model itself) is one line
+    naming the file and key, with the closest slug."""
+    from explorer.content import load_all_models
+
+    toml = project_copy / "content/models/kimi-k2/model.toml"
+    toml.write_text(toml.read_text().replace('follows = "deepseek-v3"', f'follows = "{follows}"'))
+    with pytest.raises(ContentError) as info:
+        load_all_models(project_copy / "content")
+    assert info.value.problems == ((f"{toml}: key 'model.follows': no model 'deepseek-v4' in content/models; did you "
+                                    "mean 'deepseek-v3'?") if follows == "deepseek-v4" else
+                                   f"{toml}: key 'model.follows': names the model itself; name the model it follows, "
+                                   "or leave the key out",)

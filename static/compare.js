@@ -1,0 +1,104 @@
+// The comparison picker: any two models side by side, offline and from file://. Each model's numbers come from
+// data/<slug>.js, written by the build (explorer/compare_views.py), loaded by a script tag on first use; this
+// script only subtracts them, as BigInts (counts are exact integers, some past 2^53), and lays out the tables
+// the static comparison pages have. Without JavaScript the page lists the static comparisons.
+(function () {
+  "use strict";
+  var form = document.getElementById("compare-picker");
+  var out = document.getElementById("compare-result");
+  if (!form || !out) return;
+  var base = form.getAttribute("data-data");
+  var pick = { a: form.elements.a, b: form.elements.b };
+  window.EXPLORER_COMPARE = window.EXPLORER_COMPARE || {};
+
+  function load(slug, then) {
+    if (window.EXPLORER_COMPARE[slug]) return then();
+    var s = document.createElement("script");
+    s.src = base + encodeURIComponent(slug) + ".js";
+    s.onload = then;
+    document.head.appendChild(s);
+  }
+
+  function grouped(digits) { return digits.replace(/\B(?=(\d{3})+(?!\d))/g, ","); }
+  function fmt(n) { return (n < 0n ? "−" : "") + grouped((n < 0n ? -n : n).toString()); }
+  function signed(n) { return n > 0n ? "+" + fmt(n) : fmt(n); }
+
+  function el(tag, attrs, children) {
+    var e = document.createElement(tag);
+    Object.keys(attrs || {}).forEach(function (k) { e.setAttribute(k, attrs[k]); });
+    (children || []).forEach(function (c) { e.append(c); });
+    return e;
+  }
+  function link(model) { return el("a", { href: model.href }, [model.name]); }
+
+  function table(caption, head, rows, foot) {
+    var t = el("table", { "class": "compare" }, [el("caption", {}, [caption])]);
+    t.append(el("thead", {}, [el("tr", {}, head.map(function (h, i) {
+      return el("th", { scope: "col", "class": i ? "num" : "" }, [h]);
+    }))]));
+    var body = el("tbody");
+    rows.forEach(function (r) { body.append(row(r, head)); });
+    t.append(body);
+    if (foot) t.append(el("tfoot", {}, [row(foot, head)]));
+    return el("div", { "class": "table-wrap" }, [t]);
+  }
+  function row(r, head) {
+    var left = BigInt(r[1]), right = BigInt(r[2]);
+    return el("tr", {}, [el("th", { scope: "row" }, [r[0]]),
+      el("td", { "class": "num", "data-label": head[1] }, [fmt(left)]),
+      el("td", { "class": "num", "data-label": head[2] }, [fmt(right)]),
+      el("td", { "class": "num", "data-label": "Δ" }, [signed(right - left)])]);
+  }
+
+  function configTable(L, R) {
+    var l = new Map(L.config), r = new Map(R.config);
+    var keys = Array.from(new Set(Array.from(l.keys()).concat(Array.from(r.keys())))).sort();
+    var t = el("table", { "class": "compare config" }, [el("caption", {}, ["Configuration (“—”: not published)"]),
+      el("thead", {}, [el("tr", {}, [el("th", { scope: "col" }, ["Key"]), el("th", { scope: "col" }, [L.name]),
+                                     el("th", { scope: "col" }, [R.name])])])]);
+    var body = el("tbody");
+    keys.forEach(function (k) {
+      var a = l.has(k) ? l.get(k) : "—", b = r.has(k) ? r.get(k) : "—", differs = a !== b;
+      var key = el("th", { scope: "row" }, [el("code", {}, [k])]);
+      if (differs) key.append(" ", el("span", { "class": "mark" }, ["differs"]));
+      body.append(el("tr", differs ? { "class": "differs" } : {}, [key, el("td", { "data-label": L.name }, [a]),
+                                                                   el("td", { "data-label": R.name }, [b])]));
+    });
+    t.append(body);
+    return el("div", { "class": "table-wrap" }, [t]);
+  }
+
+  function render() {
+    var L = window.EXPLORER_COMPARE[pick.a.value], R = window.EXPLORER_COMPARE[pick.b.value];
+    if (!L || !R) return;
+    var head = ["Role", L.name, R.name, "Δ"];
+    var lr = new Map(L.roles), rr = new Map(R.roles);
+    var roles = L.roles.map(function (x) { return [x[0], lr.get(x[0]), rr.get(x[0])]; })
+      .filter(function (x) { return x[1] !== "0" || x[2] !== "0"; });
+    var rf = new Map(R.figures.map(function (f) { return [f[0], f[2]]; }));
+    var figures = L.figures.filter(function (f) { return rf.has(f[0]); })
+      .map(function (f) { return [f[1], f[2], rf.get(f[0])]; });
+    out.replaceChildren(
+      el("h2", {}, [link(L), " vs ", link(R)]),
+      el("p", {}, ["Each row is a role's parameters in each model; Δ is " + R.name + " minus " + L.name +
+                   ", and the rows' Δ add up to the totals' Δ exactly."]),
+      table("Parameters by role", head, roles, ["Total", L.total, R.total]),
+      table("Per token: active parameters, KV cache, compute, memory", ["Figure", L.name, R.name, "Δ"], figures),
+      configTable(L, R));
+    try {  // keep the pair in the address, to share or reload; some browsers refuse this on file://
+      history.replaceState(null, "", "#a=" + encodeURIComponent(pick.a.value) + "&b=" + encodeURIComponent(pick.b.value));
+    } catch (e) { /* the comparison is shown all the same */ }
+  }
+
+  function update() { load(pick.a.value, function () { load(pick.b.value, render); }); }
+
+  var wanted = new URLSearchParams(location.hash.slice(1));
+  var options = Array.from(pick.a.options).map(function (o) { return o.value; });
+  pick.a.value = options.indexOf(wanted.get("a")) >= 0 ? wanted.get("a") : options[0];
+  var other = options.filter(function (o) { return o !== pick.a.value; })[0] || options[0];
+  pick.b.value = options.indexOf(wanted.get("b")) >= 0 ? wanted.get("b") : other;
+  form.addEventListener("change", update);
+  // Shown at once only when the address names both models (a shared link); otherwise on the reader's first choice,
+  // so that nothing on the page moves before the reader asks for it.
+  if (wanted.has("a") && wanted.has("b")) update();
+})();
