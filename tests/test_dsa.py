@@ -5,13 +5,17 @@ ignored selection and the wrong rotary pairing each fail them; V3.2's FP8 layout
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 
 import pytest
 import torch
-from conftest import ROOT
+from conftest import DEEPSEEK_TINY, ROOT
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from explorer.account import account
+from explorer.add_model import add_model
 from explorer.components import PROGRAMS, dsa
 from explorer.content import load_model_content
 from explorer.errors import ExecutionError
@@ -144,3 +148,59 @@ def test_glm5_is_stored_in_bf16_without_scales():
     stored = predicted_index(spec_of("glm-5")).tensors
     assert not any(n.endswith("_scale_inv") for n in stored)
     assert stored["model.layers.3.self_attn.indexer.wq_b.weight"].dtype == "BF16"
+
+
+# ------------------------------------------------------------------------------------------- memory per token
+
+@pytest.mark.parametrize("slug", list(TOTALS))
+def test_each_layer_caches_the_latent_the_rotary_key_and_the_indexer_key(slug):
+    from explorer.figures import derive
+
+    spec = spec_of(slug)
+    figures = derive(spec, account(spec), None)
+    c = spec.config
+    per_layer = c.kv_lora_rank + c.qk_rope_head_dim + c.index_head_dim
+    assert per_layer == 704
+    for kind in ("dense", "moe"):
+        figure = figures.get(f"kv_cache_per_layer_{kind}")
+        assert figure.value == per_layer and figure.formula == "kv_lora_rank + qk_rope_head_dim + index_head_dim"
+        assert "indexer's key, 128" in figure.definition
+    assert figures.get("kv_cache_per_token").value == c.num_hidden_layers * per_layer
+
+
+# ------------------------------------------------------------------------------------- configs never seen
+
+@st.composite
+def dsa_configs(draw):
+    """Small configs of either family inside the space the reference accepts."""
+    glm = draw(st.booleans())
+    layers = draw(st.integers(1, 3))
+    n_group = 1 if glm else draw(st.sampled_from([1, 2]))
+    per_group = draw(st.integers(2, 3))
+    config = {**DEEPSEEK_TINY, "model_type": "glm_moe_dsa" if glm else "deepseek_v32",
+              "num_hidden_layers": layers, "first_k_dense_replace": draw(st.integers(0, layers)),
+              "n_group": n_group, "topk_group": 1, "n_routed_experts": n_group * per_group,
+              "num_experts_per_tok": draw(st.integers(1, per_group)),
+              "index_n_heads": draw(st.integers(1, 6)), "index_head_dim": draw(st.sampled_from([8, 16, 24])),
+              "index_topk": draw(st.integers(1, 64)), "num_nextn_predict_layers": draw(st.integers(0, 1))}
+    if glm:
+        del config["rope_scaling"], config["rope_theta"], config["quantization_config"]
+        config["rope_parameters"] = {"rope_theta": draw(st.sampled_from([10000.0, 1000000.0])), "rope_type": "default"}
+    return config
+
+
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(config=dsa_configs())
+def test_add_model_alone_builds_other_configs_with_transformers_totals(tmp_path_factory, config):
+    folder = tmp_path_factory.mktemp("dsa")
+    path = folder / "config.json"
+    path.write_text(json.dumps(config))
+    toml = add_model(folder / "content", "generated", path, "org/generated", "unpinned")
+    toml.write_text(toml.read_text().replace('revision = "unpinned"',
+                                             'revision = "unpinned"\nrevision_note = "a generated test config"'))
+    spec = load_model_spec(load_model_content(toml.parent))
+    model = build_reference_model(spec)
+    mtp = account(spec).accounts["mtp"].per_instance if config["num_nextn_predict_layers"] else 0
+    assert account(spec).total - mtp == sum(p.numel() for p in model.parameters())
+    rec = reconcile(spec, reference_index(spec).index, reference=True, skip_owners=("mtp",))
+    assert rec.balanced, rec.differences(5)
