@@ -198,6 +198,9 @@ def tiny_label(tiny: ModelSpec) -> str:
         groups = getattr(c, "n_group", 1)
         parts.append(f"top {v['num_experts_per_tok']} of {v[experts]} experts"
                      + (f" in {groups} groups (top {getattr(c, 'topk_group', 1)})" if groups > 1 else ""))
+    if "index_n_heads" in v:  # DeepSeek Sparse Attention: the selection must matter at the traced length
+        parts.append(f"a {v['index_n_heads']}-head indexer keeping {getattr(c, 'index_topk', 0)} of T = "
+                     f"{FREE_SIZES['T']} tokens")
     window = getattr(c, "sliding_window", None)
     if window:
         parts.append(f"sliding window {window} (T = {FREE_SIZES['T']})")

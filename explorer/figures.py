@@ -130,12 +130,12 @@ def derive(spec: ModelSpec, ledger: Ledger, stored: Reconciliation | None) -> De
                  f"Bytes cached for one sequence of {CONTEXT:,} tokens with {name} cache entries; sliding-window "
                  "layers keep only their window.") for name, size in CACHE_DTYPES),
         Figure("flops_decode", f"Forward FLOPs per token, decode at {FLOP_CONTEXT:,} context",
-               2 * matmul + decode_attn, f"2 × {matmul:,} + attention over {FLOP_CONTEXT:,} keys",
+               2 * matmul + decode_attn, f"2 × {matmul:,} + attention over {FLOP_CONTEXT:,} keys" + _sparse_text(costs),
                "Two FLOPs per multiply-add: every projection a token runs (active parameters less the embedding), "
                "plus the scores and weighted values over the cached keys."),
         Figure("flops_prefill", f"Forward FLOPs, prefill of {FLOP_CONTEXT:,} tokens",
                FLOP_CONTEXT * 2 * matmul + prefill_attn,
-               f"{FLOP_CONTEXT:,} × 2 × {matmul:,} + causal attention over 1..{FLOP_CONTEXT:,} keys",
+               f"{FLOP_CONTEXT:,} × 2 × {matmul:,} + causal attention over 1..{FLOP_CONTEXT:,} keys" + _sparse_text(costs),
                "Every position's projections, plus causal attention where position t sees t keys (or its window)."),
         Figure("weight_bytes_stored", "Weight memory as stored", _stored_bytes(ledger, stored),
                "Σ stored tensor bytes" + (" (checkpoint ledger)" if stored is not None else " (predicted storage)"),
@@ -219,6 +219,13 @@ def _cache_formula(spec: ModelSpec, c: AttentionCost) -> str:
     return "2 × num_key_value_heads × head_dim"
 
 
+def _sparse_text(costs: list[AttentionCost]) -> str:
+    """Where sparse attention caps the keys a query reads, say so beside the attention term."""
+    caps = sorted({c.attended for c in costs if c.attended})
+    return (f" (at most {', '.join(f'{n:,}' for n in caps)} of them read by attention, all scored by the lightning "
+            "indexer)") if caps else ""
+
+
 def _keys_seen(context: int, window: int | None) -> int:
     """Σ_{t=1..C} min(t, W): the keys every position of a causal prefill attends to."""
     if window is None or window >= context:
@@ -230,7 +237,8 @@ def _stored_bytes(ledger: Ledger, stored: Reconciliation | None) -> int:
     if stored is not None:
         return sum(t.bytes for t in stored.totals)
     return sum(ta.spec.count * st.nbytes for acc in ledger.accounts.values() for ta in acc.tensors
-               for st in ta.stored if st.role != "buffer" and not ta.spec.tied_to)  # a tied head is stored once
+               for st in ta.stored if (st.role != "buffer" or not ta.spec.optional)  # stored buffers count
+               and not ta.spec.tied_to)  # a tied head is stored once
 
 
 # --------------------------------------------------------------------------------------- published claims

@@ -90,7 +90,7 @@ def indexer(ctx: Ctx, *, prefix: str, ranges: tuple[IndexRange, ...], x: Port, c
                      description=f"One weight per indexer head for each query token ({n} outputs).",
                      code="self.weights_proj(hidden_states)")
     steps = _indexer_steps(ctx, o, c_q.latex, x.latex, heads, d_idx, q_dim)
-    pairing = "adjacent pairs" if o.rope.pairing == "interleaved" else "the two halves"
+    pairing = "adjacent features" if o.rope.pairing == "interleaved" else "the two halves"
     return Component(
         key="indexer", title="Lightning indexer", kind="learned", code=f"{ctx.reference.prefix}Indexer(config, layer_idx)",
         description=f"Scores every earlier token for each query with {n} small heads of {d_i} features (ReLU of the "

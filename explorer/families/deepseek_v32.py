@@ -13,7 +13,7 @@ models/deepseek_v32/modeling_deepseek_v32.py (the reference binding).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, ClassVar
 
 from ..components import Ctx, Reference
@@ -21,7 +21,7 @@ from ..components.dsa import IndexerOptions, dsa
 from ..components.mla import MLAOptions
 from ..components.norms import NormOptions
 from ..components.rope import Pairing
-from ..spec.types import Component, Port, TensorRole
+from ..spec.types import Citation, Component, Port, TensorRole
 from .base import ReferenceBinding, RopeScaling, rope_options, rule_problems
 from .deepseek_v3 import DIM_LABELS as V3_LABELS
 from .deepseek_v3 import DeepseekV3, DeepseekV3Hyperparameters, QuantizationConfig
@@ -60,6 +60,10 @@ class DeepseekV32(DeepseekV3):
     """How the indexer pairs its rotary features: the two halves in DeepSeek-V3.2 (the main attention pairs
     adjacent features)."""
     symbols = (*DeepseekV3.symbols, "index_n_heads", "index_head_dim")
+    cited_lines: ClassVar[dict[str, tuple[int, int]]] = {"Indexer.forward": (212, 241),
+                                                          "Attention.forward": (435, 456)}
+    """The lines of the reference file that make each point: the indexer's scoring and selection, and the attention
+    folding the selection into its mask."""
 
     def check(self, c: Any) -> list[str]:
         return super().check(c) + rule_problems([
@@ -85,19 +89,25 @@ class DeepseekV32(DeepseekV3):
         io = IndexerOptions(c.index_n_heads, c.index_head_dim, c.index_topk,
                             rope_options(theta, c.qk_rope_head_dim, scaling, self.indexer_pairing,
                                          c.max_position_embeddings))
-        pairing = "adjacent pairs" if self.indexer_pairing == "interleaved" else "the two halves of"
+        pairing = "adjacent features" if self.indexer_pairing == "interleaved" else "the two halves"
         return dsa(ctx, prefix=prefix, ranges=ranges, x=x, o=opts, rope_options=ro, indexer_options=io, citations=(
-            self.ref.cite("Attention compresses queries and keys/values through latents as DeepSeek-V3 does, and narrows "
-                          "the causal mask to the indexer's top-k tokens before the softmax.", "Attention"),),
+            self.ref.cite("Attention compresses queries and keys/values through latents as DeepSeek-V3 does and builds "
+                          "a lightning indexer of its own.", "Attention"),
+            self._cite("The indexer's top-k indices become a mask: every key not selected is masked out of the causal "
+                       "mask before the softmax.", "Attention.forward")),
             rope_citations=(), scores_citations=(
                 self.ref.cite("The softmax scale is (qk_nope_head_dim + qk_rope_head_dim)^-0.5, multiplied by mscale "
                               "squared when YaRN's mscale_all_dim is set.", "Attention.__init__"),),
             indexer_citations=(
                 self.ref.cite("The indexer has a query projection from the query latent (wq_b), a key projection with a "
                               "LayerNorm (wk, k_norm) and one weight per head (weights_proj).", "Indexer.__init__"),
-                self.ref.cite(f"It rotates the first qk_rope_head_dim features ({pairing} rotary features), scores "
-                              "ReLU(q·k)/√index_head_dim per head, sums the heads weighted by weights_proj/√heads, "
-                              "adds the causal mask and keeps the top index_topk.", "Indexer.forward")))
+                self._cite(f"It rotates the first qk_rope_head_dim features of queries and keys (pairing {pairing}), "
+                           "scores ReLU(q·k)/√index_head_dim per head, sums the heads weighted by weights_proj/√heads, "
+                           "adds the causal mask and keeps the top index_topk.", "Indexer.forward")))
+
+    def _cite(self, claim: str, symbol: str) -> Citation:
+        """A citation of the reference file narrowed to the lines that make the point."""
+        return replace(self.ref.cite(claim, symbol), lines=self.cited_lines[symbol])
 
     def tiny_config(self, c: Any) -> dict[str, Any]:
         """DeepSeek-V3's tiny sizes, and an indexer of 4 heads that keeps 2 tokens of the 5 traced: selection matters

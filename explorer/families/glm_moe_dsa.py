@@ -60,6 +60,8 @@ class GlmMoeDsa(DeepseekV32):
                                  renames=split_fused_experts)
     ref: ClassVar[Reference] = REFERENCE
     indexer_pairing: ClassVar[Pairing] = "interleaved"
+    cited_lines: ClassVar[dict[str, tuple[int, int]]] = {"Indexer.forward": (213, 242),
+                                                          "Attention.forward": (405, 429)}
 
     def check(self, c: Any) -> list[str]:
         theta = c.rope_parameters.rope_theta if c.rope_parameters is not None else c.rope_theta
