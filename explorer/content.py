@@ -175,6 +175,11 @@ def _coerce(value: Any, hint: Any, where: str, problems: list[str]) -> Any:
         if value is None and type(None) in args:
             return None
         inner = [a for a in args if a is not type(None)]
+        for option in inner if len(inner) > 1 else ():  # int | tuple[int, ...]: the first member it fits
+            trial: list[str] = []
+            coerced = _coerce(value, option, where, trial)
+            if not trial:
+                return coerced
         return _coerce(value, inner[0], where, problems)
     if isinstance(hint, type) and dataclasses.is_dataclass(hint):
         return parse_table(value, hint, where.replace(": key '", ": table '"), problems)

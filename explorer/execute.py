@@ -55,7 +55,7 @@ def model_weights(spec: ModelSpec, device: str, generator: torch.Generator | Non
     tied: list[tuple[str, str]] = []
     for _, comp in walk(spec.root):
         for t in comp.tensors:
-            if t.role != "parameter" or t.shape is None:
+            if t.shape is None:  # a buffer the config does not size (rotary inv_freq): nothing reads it
                 continue
             shape = [evaluate(s, spec.values) for s in t.shape]
             experts = [r for r in t.ranges if r.var == "expert"]
@@ -198,6 +198,9 @@ def tiny_label(tiny: ModelSpec) -> str:
         groups = getattr(c, "n_group", 1)
         parts.append(f"top {v['num_experts_per_tok']} of {v[experts]} experts"
                      + (f" in {groups} groups (top {getattr(c, 'topk_group', 1)})" if groups > 1 else ""))
+    if "index_n_heads" in v:  # DeepSeek Sparse Attention: the selection must matter at the traced length
+        parts.append(f"a {v['index_n_heads']}-head indexer keeping {getattr(c, 'index_topk', 0)} of T = "
+                     f"{FREE_SIZES['T']} tokens")
     window = getattr(c, "sliding_window", None)
     if window:
         parts.append(f"sliding window {window} (T = {FREE_SIZES['T']})")

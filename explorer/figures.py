@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 from .account import Ledger
 from .components.attention import ScoresOptions
+from .components.dsa import IndexerOptions
 from .components.mla import MLAOptions
 from .components.moe import RouterOptions
 from .reconcile import Reconciliation
@@ -58,6 +59,13 @@ class AttentionCost:
     window: int | None
     flops_per_key: int
     """2 × multiply-adds per query per cached key: scores and weighted values over every head."""
+    attended: int | None = None
+    """Keys a query attends to at most, whatever the context (DeepSeek Sparse Attention's index_topk); None: all of
+    them (or its window)."""
+    index_flops_per_key: int = 0
+    """2 × multiply-adds per query per cached key of a lightning indexer, which scores every key."""
+    note: str = ""
+    """What the per-token cache is made of, where it has parts."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,8 +93,10 @@ def derive(spec: ModelSpec, ledger: Ledger, stored: Reconciliation | None) -> De
     cache = sum(c.layers * c.cache_per_token for c in costs)
     mha = sum(c.layers * c.mha_per_token for c in costs)
     at_context = sum(c.layers * c.cache_per_token * min(CONTEXT, c.window or CONTEXT) for c in costs)
-    decode_attn = sum(c.layers * c.flops_per_key * min(FLOP_CONTEXT, c.window or FLOP_CONTEXT) for c in costs)
-    prefill_attn = sum(c.layers * c.flops_per_key * _keys_seen(FLOP_CONTEXT, c.window) for c in costs)
+    decode_attn = sum(c.layers * (c.flops_per_key * min(FLOP_CONTEXT, c.window or c.attended or FLOP_CONTEXT)
+                                  + c.index_flops_per_key * min(FLOP_CONTEXT, c.window or FLOP_CONTEXT)) for c in costs)
+    prefill_attn = sum(c.layers * (c.flops_per_key * _keys_seen(FLOP_CONTEXT, c.window or c.attended)
+                                   + c.index_flops_per_key * _keys_seen(FLOP_CONTEXT, c.window)) for c in costs)
     mtp_text = (" − MTP modules" if mtp else "") + (" − vision tower and projector" if vision else "")
     figures = [
         Figure("total_parameters", "Parameters stored (all)", total, "sum of the ledger's rows",
@@ -103,7 +113,8 @@ def derive(spec: ModelSpec, ledger: Ledger, stored: Reconciliation | None) -> De
                "As above, less the token embedding matrix, of which a token reads one row."),
         *(Figure(f"kv_cache_per_layer_{c.block.rsplit('.', 1)[-1]}",
                  f"KV cache per token per layer ({c.title.lower()}, {c.layers} layer{'s' if c.layers != 1 else ''})",
-                 c.cache_per_token, _cache_formula(spec, c), "Elements one layer caches for one token; "
+                 c.cache_per_token, _cache_formula(spec, c), "Elements one layer caches for one token"
+                 + (f" ({c.note})" if c.note else "") + "; "
                  f"plain multi-head attention of the same heads would cache {c.mha_per_token:,} "
                  f"({c.mha_per_token / c.cache_per_token:.3g}×)." + (f" This layer keeps only its last {c.window:,} "
                                                                     "tokens." if c.window else ""))
@@ -119,12 +130,12 @@ def derive(spec: ModelSpec, ledger: Ledger, stored: Reconciliation | None) -> De
                  f"Bytes cached for one sequence of {CONTEXT:,} tokens with {name} cache entries; sliding-window "
                  "layers keep only their window.") for name, size in CACHE_DTYPES),
         Figure("flops_decode", f"Forward FLOPs per token, decode at {FLOP_CONTEXT:,} context",
-               2 * matmul + decode_attn, f"2 × {matmul:,} + attention over {FLOP_CONTEXT:,} keys",
+               2 * matmul + decode_attn, f"2 × {matmul:,} + attention over {FLOP_CONTEXT:,} keys" + _sparse_text(costs),
                "Two FLOPs per multiply-add: every projection a token runs (active parameters less the embedding), "
                "plus the scores and weighted values over the cached keys."),
         Figure("flops_prefill", f"Forward FLOPs, prefill of {FLOP_CONTEXT:,} tokens",
                FLOP_CONTEXT * 2 * matmul + prefill_attn,
-               f"{FLOP_CONTEXT:,} × 2 × {matmul:,} + causal attention over 1..{FLOP_CONTEXT:,} keys",
+               f"{FLOP_CONTEXT:,} × 2 × {matmul:,} + causal attention over 1..{FLOP_CONTEXT:,} keys" + _sparse_text(costs),
                "Every position's projections, plus causal attention where position t sees t keys (or its window)."),
         Figure("weight_bytes_stored", "Weight memory as stored", _stored_bytes(ledger, stored),
                "Σ stored tensor bytes" + (" (checkpoint ledger)" if stored is not None else " (predicted storage)"),
@@ -162,12 +173,15 @@ def _inactive_experts(spec: ModelSpec, ledger: Ledger) -> tuple[int, str]:
 def _attention_costs(spec: ModelSpec, ledger: Ledger) -> list[AttentionCost]:
     out = []
     for path, comp in _paths(spec):
-        if comp.program not in ("mla", "attention", "fused_attention") or path.startswith("mtp"):
+        if comp.program not in ("mla", "dsa", "attention", "fused_attention") or path.startswith("mtp"):
             continue
         scores = next(c for c in comp.children if c.program == "scores")
         so = scores.options
         assert isinstance(so, ScoresOptions)
         layers = ledger.accounts[path].instances
+        if comp.program == "dsa":  # MLA's latent and rotary key, plus the indexer's own key
+            out.append(_dsa_cost(comp, path, layers, next(c.title for p, c in _paths(spec) if p == path.rsplit(".", 1)[0])))
+            continue
         if comp.program == "mla":
             o = comp.options
             assert isinstance(o, MLAOptions)
@@ -182,12 +196,34 @@ def _attention_costs(spec: ModelSpec, ledger: Ledger) -> list[AttentionCost]:
     return out
 
 
+def _dsa_cost(comp: Component, path: str, layers: int, title: str) -> AttentionCost:
+    """DeepSeek Sparse Attention: the cache holds MLA's latent and rotary key and the indexer's key for every token;
+    the indexer scores every cached key, MLA attends to at most index_topk of them."""
+    o, io = comp.options, comp.child("indexer").options
+    assert isinstance(o, MLAOptions) and isinstance(io, IndexerOptions)
+    mla_cache = o.kv_lora_rank + o.rope
+    return AttentionCost(
+        path.rsplit(".", 1)[0], title, layers, mla_cache + io.head_dim, o.heads * (o.nope + o.rope + o.v), None,
+        2 * o.heads * (o.nope + o.rope + o.v), attended=io.topk, index_flops_per_key=2 * io.heads * (io.head_dim + 1),
+        note=f"the MLA latent and rotary key, {mla_cache}, and the indexer's key, {io.head_dim}; attention reads at "
+             f"most {io.topk:,} cached tokens per query, the indexer scores all of them")
+
+
 def _cache_formula(spec: ModelSpec, c: AttentionCost) -> str:
+    if c.attended is not None and "index_head_dim" in spec.values:
+        return "kv_lora_rank + qk_rope_head_dim + index_head_dim"
     if "kv_lora_rank" in spec.values:
         return "kv_lora_rank + qk_rope_head_dim"
     if "num_key_value_heads" not in spec.values:  # multi-head attention: every head keeps its own keys and values
         return "2 × num_attention_heads × head_dim"
     return "2 × num_key_value_heads × head_dim"
+
+
+def _sparse_text(costs: list[AttentionCost]) -> str:
+    """Where sparse attention caps the keys a query reads, say so beside the attention term."""
+    caps = sorted({c.attended for c in costs if c.attended})
+    return (f" (at most {', '.join(f'{n:,}' for n in caps)} of them read by attention, all scored by the lightning "
+            "indexer)") if caps else ""
 
 
 def _keys_seen(context: int, window: int | None) -> int:
@@ -201,7 +237,8 @@ def _stored_bytes(ledger: Ledger, stored: Reconciliation | None) -> int:
     if stored is not None:
         return sum(t.bytes for t in stored.totals)
     return sum(ta.spec.count * st.nbytes for acc in ledger.accounts.values() for ta in acc.tensors
-               for st in ta.stored if st.role != "buffer" and not ta.spec.tied_to)  # a tied head is stored once
+               for st in ta.stored if (st.role != "buffer" or not ta.spec.optional)  # stored buffers count
+               and not ta.spec.tied_to)  # a tied head is stored once
 
 
 # --------------------------------------------------------------------------------------- published claims

@@ -649,7 +649,10 @@ def ledger_view(mb: ModelBuild) -> LedgerView:
     ref = (f"Against the reference implementation ({mb.reference_label}): "
            f"{fmt(mb.reference.role_total('parameter')[0])} parameter tensors, "
            f"{fmt(mb.reference.role_total('parameter')[1])} elements, "
-           f"{'balanced' if mb.reference.balanced else 'NOT balanced'}"
+           + (f"and {fmt(mb.reference.role_total('buffer')[0])} persistent buffers of "
+              f"{fmt(mb.reference.role_total('buffer')[1])} elements beside them, "
+              if mb.reference.role_total('buffer')[0] else "")
+           + f"{'balanced' if mb.reference.balanced else 'NOT balanced'}"
            + (f"; modules it does not build: {', '.join(mb.reference_skips)}." if mb.reference_skips else "."))
     if mb.checkpoint_index is not None:
         source = (f"Checkpoint headers of {mb.content.checkpoint.at}, "

@@ -8,6 +8,7 @@ from __future__ import annotations
 from . import (  # noqa: F401  (registration)
     attention,
     blocks,
+    dsa,
     embedding,
     fused_attention,
     fused_experts,

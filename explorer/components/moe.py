@@ -21,7 +21,7 @@ else:  # imported on first use: a build whose torch stages are cached never need
 
 from ..execution import RoutingExample
 from ..spec.storage import Dense
-from ..spec.types import Citation, Component, Dim, IndexRange, Port, Step, TensorSpec
+from ..spec.types import Citation, Component, Dim, IndexRange, Port, Step, TensorRole, TensorSpec
 from .base import (
     Ctx,
     Run,
@@ -56,9 +56,11 @@ class RouterOptions:
 
 def router(ctx: Ctx, *, weight: str, ranges: tuple[IndexRange, ...], x: Port, o: RouterOptions, code: str,
            citations: tuple[Citation, ...], bias_name: str = "e_score_correction_bias",
-           experts_sym: str = "n_routed_experts") -> Component:
+           experts_sym: str = "n_routed_experts", bias_role: TensorRole = "parameter") -> Component:
     """Score every expert, select k per token, and weight the selected experts; `experts_sym` is the config key
-    that counts the experts (num_local_experts in Mixtral and gpt-oss, num_experts in Qwen3-MoE)."""
+    that counts the experts (num_local_experts in Mixtral and gpt-oss, num_experts in Qwen3-MoE); `bias_role`: the
+    correction bias as a parameter, or as the persistent buffer the reference registers it as (not trained by
+    gradient, stored beside the parameters)."""
     E, kk = o.experts, o.k
     experts = Dim("experts", E)
     bias_latex = r"+b_r" if o.router_bias else ""
@@ -92,7 +94,8 @@ def router(ctx: Ctx, *, weight: str, ranges: tuple[IndexRange, ...], x: Port, o:
     if o.router_bias:
         tensors.append(ctx.tensor(prefix + "bias", ranges, (ctx.sym(experts_sym),)))
     if o.correction_bias:
-        tensors.append(TensorSpec(prefix + bias_name, (ctx.sym(experts_sym),), ranges, storage=Dense("F32")))
+        tensors.append(TensorSpec(prefix + bias_name, (ctx.sym(experts_sym),), ranges, storage=Dense("F32"),
+                                  role=bias_role))
     return Component(
         key="router", title="Router", kind="learned", code=code, description=_describe(o), inputs=(x,),
         outputs=(Port("G", ctx.tokens(experts), "gates"),), equations=tuple(steps[-2:]), steps=tuple(steps),

@@ -12,8 +12,10 @@ from ..spec.storage import DTYPE_BYTES, Dense, GGUFQuant, Storage
 from ..spec.types import Component, ModelSpec
 from .base import Family
 from .deepseek_v3 import FAMILY as DEEPSEEK_V3
+from .deepseek_v32 import FAMILY as DEEPSEEK_V32
 from .gemma3 import FAMILY as GEMMA3
 from .gemma3 import TEXT_FAMILY as GEMMA3_TEXT
+from .glm_moe_dsa import FAMILY as GLM_MOE_DSA
 from .gpt2 import FAMILY as GPT2
 from .gpt_oss import FAMILY as GPT_OSS
 from .llama import FAMILY as LLAMA
@@ -22,7 +24,7 @@ from .qwen3 import FAMILY as QWEN3
 from .qwen3_moe import FAMILY as QWEN3_MOE
 
 FAMILIES: dict[str, Family] = {f.name: f for f in (DEEPSEEK_V3, LLAMA, QWEN3, GPT2, GEMMA3_TEXT, GEMMA3, MIXTRAL,
-                                                    QWEN3_MOE, GPT_OSS)}
+                                                    QWEN3_MOE, GPT_OSS, DEEPSEEK_V32, GLM_MOE_DSA)}
 """Family name (content's model.family) -> family."""
 
 

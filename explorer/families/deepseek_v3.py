@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, ClassVar
 
 from ..components import Ctx, Reference
 from ..components.base import Port, layer_label, layers
@@ -21,7 +21,7 @@ from ..components.mlp import gated_mlp
 from ..components.moe import RouterOptions, moe, routed_experts, router, shared_expert
 from ..components.mtp import mtp
 from ..components.norms import NormOptions, rmsnorm
-from ..spec.types import Citation, Component, Hyperparameters
+from ..spec.types import Citation, Component, Hyperparameters, TensorRole
 from .base import (
     Family,
     ReferenceBinding,
@@ -123,13 +123,20 @@ MLP_CITATIONS = (
 
 class DeepseekV3(Family):
     name = "deepseek_v3"
-    model_types = ("deepseek_v3", "kimi_k2")
-    config_class = DeepseekV3Hyperparameters
+    model_types: ClassVar[tuple[str, ...]] = ("deepseek_v3", "kimi_k2")
+    config_class: ClassVar[type] = DeepseekV3Hyperparameters
     reference = ReferenceBinding("DeepseekV3Config", "DeepseekV3ForCausalLM", not_built=("mtp",),
                                  renames=split_fused_experts)
-    symbols = ("vocab_size", "hidden_size", "intermediate_size", "moe_intermediate_size", "q_lora_rank",
-               "kv_lora_rank", "num_attention_heads", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim",
-               "n_routed_experts", "n_shared_experts", "num_experts_per_tok")
+    ref: ClassVar[Reference] = REFERENCE
+    """Where the family's transformers code lives (citations, class names); a subclass for a sibling model type
+    (DeepSeek-V3.2) points it at its own file."""
+    attn_heading: ClassVar[str] = "Multi-head latent attention"
+    correction_bias_role: ClassVar[TensorRole] = "parameter"
+    """The routers' e_score_correction_bias: counted as a parameter here; a persistent buffer in the reference."""
+    symbols: ClassVar[tuple[str, ...]] = (
+        "vocab_size", "hidden_size", "intermediate_size", "moe_intermediate_size", "q_lora_rank", "kv_lora_rank",
+        "num_attention_heads", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim", "n_routed_experts",
+        "n_shared_experts", "num_experts_per_tok")
 
     def values(self, config: Any) -> dict[str, int | float]:
         return {n: getattr(config, n) for n in self.symbols if getattr(config, n) is not None}
@@ -167,11 +174,11 @@ class DeepseekV3(Family):
     # ------------------------------------------------------------------------------------------------ build
 
     def build(self, c: DeepseekV3Hyperparameters, values: dict[str, int | float]) -> Component:
-        ctx = Ctx(values, DIM_LABELS, REFERENCE, stored_dtype(c.torch_dtype), fp8_storage(c.quantization_config),
+        ctx = Ctx(values, self.dim_labels(), self.ref, stored_dtype(c.torch_dtype), fp8_storage(c.quantization_config),
                   citations={"rmsnorm": (
                       _checkpoint("RMSNorm divides by the root mean square over the last dimension (plus eps) and "
                                   "multiplies by a learned weight of that length.", "DeepseekV3RMSNorm"),
-                      REFERENCE.cite("The same RMSNorm in the transformers implementation.", "RMSNorm"))})
+                      self.ref.cite("The same RMSNorm in the transformers implementation.", "RMSNorm"))})
         L = c.num_hidden_layers
         # The reference makes every layer from first_k_dense_replace on MoE; it does not read moe_layer_freq
         # (modeling_deepseek_v3.py), so neither do we: a checkpoint's layout is what its loader builds.
@@ -184,7 +191,7 @@ class DeepseekV3(Family):
             blocks.append(self.block(ctx, c, "moe", "MoE transformer block", moe_layers, moe_ffn=True))
         model_cites = (_checkpoint("The model embeds token ids with nn.Embedding(vocab_size, hidden_size), runs the "
                                    "decoder layers and a final RMSNorm.", "DeepseekV3Model.__init__"),
-                       REFERENCE.cite("transformers builds the same embedding, layers and final norm.", "Model.__init__"))
+                       self.ref.cite("transformers builds the same embedding, layers and final norm.", "Model.__init__"))
         children: list[Component] = [
             embedding(ctx, "embed", "Token embedding", weight="model.embed_tokens.weight", citations=model_cites),
             stack(ctx, tuple(blocks), layers=L, citations=BLOCK_CITATIONS[:1],
@@ -196,7 +203,7 @@ class DeepseekV3(Family):
                                        label="run on the combined state"),
                             crumb="MTP block", repeat=1, repeat_label="", repeat_formula="")
             children.append(mtp(ctx, first_layer=L, count=c.num_nextn_predict_layers, block=block, eps=c.rms_norm_eps,
-                                citations=(REFERENCE.cite("transformers skips the stored multi-token-prediction layer "
+                                citations=(self.ref.cite("transformers skips the stored multi-token-prediction layer "
                                                           "when loading.", "PreTrainedModel"),)))
         x = Port(r"x_{L}", ctx.tokens("hidden_size"), "x")
         children += [
@@ -205,8 +212,8 @@ class DeepseekV3(Family):
             head(ctx, "lm_head", "LM head", weight="lm_head.weight", citations=(
                 _checkpoint("lm_head is a separate bias-free Linear from hidden_size to vocab_size.",
                             "DeepseekV3ForCausalLM.__init__"),
-                REFERENCE.cite("transformers builds the same untied head.", "ForCausalLM.__init__")))]
-        return model_root(ctx, tuple(children), code="DeepseekV3ForCausalLM(config)", layers=L,
+                self.ref.cite("transformers builds the same untied head.", "ForCausalLM.__init__")))]
+        return model_root(ctx, tuple(children), code=f"{self.reference.model_class}(config)", layers=L,
                           description=f"Token embedding, {L} transformer blocks, a final RMSNorm and an untied LM head.",
                           citations=model_cites[:1])
 
@@ -229,11 +236,15 @@ class DeepseekV3(Family):
             ffn = gated_mlp(ctx, "mlp", "SwiGLU MLP", "SwiGLU", prefix=p + "mlp.", ranges=ranges,
                             d_ff=ctx.sym("intermediate_size"), ff_dim=ctx.dim("intermediate_size"), x=x_ffn, y=delta_ffn,
                             description=f"A dense SwiGLU feed-forward network of width {c.intermediate_size:,}.",
-                            code="DeepseekV3MLP(config)", citations=MLP_CITATIONS)
+                            code=f"{self.ref.prefix}MLP(config)",
+                            citations=(*MLP_CITATIONS[:1], self.ref.cite("transformers implements the same SwiGLU MLP.",
+                                                                         "MLP")))
         kind = "MoE" if moe_ffn else "dense"
         block = decoder_block(
             ctx, key, title, layer_indices=indices, attn_norm=attn_norm, attn=attn, ffn_norm=ffn_norm, ffn=ffn,
-            kind=kind, citations=BLOCK_CITATIONS, attn_heading="Multi-head latent attention",
+            kind=kind, citations=(*BLOCK_CITATIONS[:2], self.ref.cite("transformers' decoder layer has the same "
+                                                                      "structure.", "DecoderLayer")),
+            attn_heading=self.attn_heading,
             description=f"MLA and {'a mixture of experts' if moe_ffn else 'a dense SwiGLU MLP'}, each added to the "
                         f"residual stream; {label or layer_label(indices)}.")
         return replace(block, repeat_formula="num_hidden_layers − first_k_dense_replace" if moe_ffn
@@ -249,39 +260,43 @@ class DeepseekV3(Family):
                         "DeepseekV3Attention.__init__"),
             _checkpoint("The forward pass splits content and rotary parts, applies RoPE to the rotary parts only, "
                         "concatenates them per head and attends.", "DeepseekV3Attention.forward"),
-            REFERENCE.cite("transformers builds the same projections and forward pass.", "Attention")),
+            self.ref.cite("transformers builds the same projections and forward pass.", "Attention")),
             rope_citations=(_checkpoint("YaRN blends interpolated and extrapolated inverse frequencies with a linear ramp "
                                         "between the beta_fast and beta_slow correction dimensions.",
                                         "DeepseekV3YarnRotaryEmbedding"),) if ro.kind == "yarn" else (),
-            scores_citations=(REFERENCE.cite("The softmax scale is (qk_nope_head_dim + qk_rope_head_dim)^-0.5, "
+            scores_citations=(self.ref.cite("The softmax scale is (qk_nope_head_dim + qk_rope_head_dim)^-0.5, "
                                              "multiplied by mscale squared when YaRN's mscale_all_dim is set.",
                                              "Attention.__init__"),))
 
     def moe(self, ctx: Ctx, c: DeepseekV3Hyperparameters, prefix: str, ranges, x: Port, y_latex: str) -> Component:
         ro = RouterOptions(c.n_routed_experts, c.num_experts_per_tok, "sigmoid", c.norm_topk_prob,
                            c.routed_scaling_factor, correction_bias=True, n_group=c.n_group, topk_group=c.topk_group)
-        gate = router(ctx, weight=prefix + "gate.weight", ranges=ranges, x=x, o=ro, code="MoEGate(config)", citations=(
+        gate = router(ctx, weight=prefix + "gate.weight", ranges=ranges, x=x, o=ro, code="MoEGate(config)",
+                      bias_role=self.correction_bias_role, citations=(
             _checkpoint("The gate scores experts with a sigmoid, adds e_score_correction_bias only for selection "
                         "(noaux_tc), keeps the top groups, takes the top-k, normalises and scales by "
                         "routed_scaling_factor.", "MoEGate.forward"),
-            REFERENCE.cite("transformers' router implements the same selection and weighting.", "TopkRouter")))
+            self.ref.cite("transformers' router implements the same selection and weighting.", "TopkRouter")))
         experts = routed_experts(ctx, prefix=prefix + "experts.", ranges=ranges, x=x, experts=c.n_routed_experts,
                                  k=c.num_experts_per_tok,
-                                 code="DeepseekV3MLP(config, intermediate_size=moe_intermediate_size)", citations=(
+                                 code=f"{self.ref.prefix}MLP(config, intermediate_size=moe_intermediate_size)",
+                                 citations=(
                                      _checkpoint("Routed experts are SwiGLU MLPs of width moe_intermediate_size.",
                                                  "DeepseekV3MoE.__init__"),
-                                     REFERENCE.cite("transformers fuses the experts' gate and up weights into one 3-D "
+                                     self.ref.cite("transformers fuses the experts' gate and up weights into one 3-D "
                                                     "tensor.", "Experts")))
         shared = shared_expert(ctx, prefix=prefix + "shared_experts.", ranges=ranges, x=x,
                                d_shared=ctx.sym("moe_intermediate_size") * ctx.sym("n_shared_experts"),
-                               code="DeepseekV3MLP(config, intermediate_size=moe_intermediate_size * n_shared_experts)",
+                               code=f"{self.ref.prefix}MLP(config, intermediate_size=moe_intermediate_size * "
+                                    "n_shared_experts)",
                                citations=(_checkpoint("The shared experts are one SwiGLU MLP of width "
                                                       "moe_intermediate_size × n_shared_experts, added to the routed "
                                                       "output.", "DeepseekV3MoE.__init__"),))
-        return moe(ctx, x=x, y_latex=y_latex, router_c=gate, expert=experts, shared=shared, code="DeepseekV3MoE(config)",
+        return moe(ctx, x=x, y_latex=y_latex, router_c=gate, expert=experts, shared=shared,
+                   code=f"{self.ref.prefix}MoE(config)",
                    citations=(_checkpoint("The MoE layer sums the gated outputs of the selected routed experts and adds "
                                           "the shared experts' output.", "DeepseekV3MoE.forward"),
-                              REFERENCE.cite("transformers' MoE adds the shared experts to the routed experts' output.",
+                              self.ref.cite("transformers' MoE adds the shared experts to the routed experts' output.",
                                              "MoE")))
 
     # ------------------------------------------------------------------------------------------ tiny, facts
@@ -308,6 +323,10 @@ class DeepseekV3(Family):
                 "num_nextn_predict_layers": min(c.num_nextn_predict_layers, 1),
                 "max_position_embeddings": int(64 * factor), "bos_token_id": 0, "eos_token_id": 1,
                 "rope_scaling": rope_scaling}
+
+    def dim_labels(self) -> dict[str, str]:
+        """Config symbol -> its short name in shapes."""
+        return DIM_LABELS
 
     def facts(self, c: DeepseekV3Hyperparameters) -> tuple[tuple[str, str], ...]:
         return (("transformer blocks", f"{c.num_hidden_layers:,}"),
