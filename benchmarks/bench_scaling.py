@@ -23,7 +23,7 @@ import tempfile
 import tomllib
 from pathlib import Path
 
-from bench_build import ROOT, B0_CODE, Run, baseline, project_with, timed
+from bench_build import B0_CODE, ROOT, Run, baseline, project_with, timed
 
 VARIED = ("gpt2", "smollm2-135m", "qwen3-8b", "llama-3.1-8b", "gemma-3-270m", "mixtral-8x7b", "qwen3-30b-a3b",
           "gpt-oss-20b")
