@@ -241,7 +241,11 @@ def reference_config(config: Any, skip: tuple[str, ...]) -> dict[str, Any]:
     for f in dataclasses.fields(config):
         if f.name in skip:
             continue
-        out[f.name] = _reference_value(getattr(config, f.name))
+        value = _reference_value(getattr(config, f.name))
+        inner = tuple(s.partition(".")[2] for s in skip if s.startswith(f.name + "."))
+        if inner and isinstance(value, dict):  # a dotted entry ("text_config.quantization_config") skips a nested key
+            value = {k: x for k, x in value.items() if k not in inner}
+        out[f.name] = value
     return out
 
 
