@@ -358,7 +358,11 @@ class CompareIndexPage(PageBase):
 
 ROLE_NAMES = {"parameter": "parameters", "quant_scale": "FP8 block scales", "buffer": "stored buffers"}
 STORED_AS = {("parameter", "U8"): "MXFP4 blocks: packed FP4 values, two per byte",
-             ("quant_scale", "U8"): "MXFP4 scales: one E8M0 exponent per 32 values"}
+             ("quant_scale", "U8"): "MXFP4 scales: one E8M0 exponent per 32 values",
+             ("parameter", "I32"): "INT4 packed words: eight 4-bit values per int32 (compressed-tensors)",
+             ("quant_scale", "BF16"): "INT4 group scales: one per group of input values",
+             ("quant_scale", "I64"): "shapes of the packed weights (weight_shape, two integers each)",
+             ("quant_scale", "F8_E4M3"): "NVFP4 block scales: one FP8 E4M3 per 16 values"}
 """Ledger row labels where a dtype says what the bytes hold (U8 stores MXFP4, the only U8 scheme)."""
 
 
