@@ -213,6 +213,8 @@ class ComponentPage(PageBase):
     routing: RoutingView | None = None
     defaults: tuple[DefaultView, ...] = ()
     """Model page only: the keys the published config omits, with the default values used."""
+    variants: tuple[VariantView, ...] = ()
+    """Model page only: each published quantized variant's "Stored as" section."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -280,6 +282,24 @@ class LedgerView:
     reference: str
     predicted: bool = False
     """The rows are the storage schemes' prediction, not a reconciled listing."""
+
+
+@dataclass(frozen=True, slots=True)
+class VariantView:
+    """A published variant's "Stored as" section: where it is, how it stores the weights, and its numbers."""
+
+    name: str
+    repo_url: str
+    revision: str
+    storage: str
+    rows: tuple[LedgerRowView, ...]
+    tensors: tuple[tuple[str, str, str, str], ...]
+    """(name pattern, dtype, shape, bytes per tensor)."""
+    tensors_summary: str
+    parameters: str
+    header_elements: str
+    bytes: str
+    reason: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -778,7 +798,24 @@ def component_page(mb: ModelBuild, ancestors: tuple[Component, ...], comp: Compo
         legend=STREAMS if any("stream-" in s.latex for s in comp.steps + comp.equations) else (),
         tiny_config=tiny_config(mb) if is_model else "",
         routing=routing_view(mb, path),
-        defaults=defaults_view(mb) if is_model else ())
+        defaults=defaults_view(mb) if is_model else (),
+        variants=variant_views(mb) if is_model else ())
+
+
+def variant_views(mb: ModelBuild) -> tuple[VariantView, ...]:
+    """Each published variant's predicted layout and numbers, formatted (explorer/variants.py computes them)."""
+    out = []
+    for s in mb.variants:
+        m = s.variant.meta
+        rows = tuple(LedgerRowView(STORED_AS.get((r.role, r.dtype), ROLE_NAMES[r.role]), r.dtype, fmt(r.tensors),
+                                   fmt(r.parameters) if r.parameters else "—", fmt(r.elements), fmt(r.bytes))
+                     for r in s.rows)
+        tensors = tuple((name, dtype, "[" + ", ".join(f"{d:,}" for d in shape) + "]", fmt(nbytes))
+                        for name, dtype, shape, nbytes in s.tensors)
+        revision = m.revision if m.revision != "unpinned" else f"revision not pinned: {m.revision_note}"
+        out.append(VariantView(m.name, f"https://huggingface.co/{m.repo_id}", revision, s.storage_label, rows, tensors,
+                               f"Every stored tensor ({len(tensors)} name patterns)", fmt(s.parameters), fmt(s.header_elements), fmt(s.bytes), s.naive_count_reason))
+    return tuple(out)
 
 
 def defaults_view(mb: ModelBuild) -> tuple[DefaultView, ...]:

@@ -77,3 +77,21 @@ def test_an_algorithm_the_library_cannot_predict_is_refused(tmp_path):
     content = _content(tmp_path)
     with pytest.raises(ContentError, match="quant_algo.*must be 'NVFP4' or 'FP8'"):
         add_variant(content, BASE, _modelopt(tmp_path, "W4A8_AWQ", []), "x/Qwen3-8B-AWQ", "unpinned", "x")
+
+
+def test_model_page_and_api_show_each_variant(tmp_path, base):
+    """A base model whose folder records a variant gets a "Stored as" section and an API entry for it."""
+    from explorer.api import model_api
+    from explorer.pipeline import build_model
+    from explorer.render import environment, render_page
+    from explorer.views import component_page
+
+    content = _content(tmp_path)
+    add_variant(content, BASE, _modelopt(tmp_path, "NVFP4", ["lm_head"]), "nvidia/Qwen3-8B-NVFP4", "unpinned",
+                "not published at a known commit")
+    mb = build_model(load_model_content(content / "models" / BASE), progress=lambda _: None)
+    (entry,) = model_api(mb)["published_variants"]
+    assert entry["logical_parameters"] == account(base).total and entry["header_elements"] < entry["logical_parameters"]
+    html = render_page(environment(ROOT / "templates"), component_page(mb, (), mb.spec.root))
+    assert "Stored as: <a href=\"https://huggingface.co/nvidia/Qwen3-8B-NVFP4\">Qwen3-8B-NVFP4</a>" in html
+    assert f"{account(base).total:,}" in html and "revision not pinned: not published at a known commit" in html

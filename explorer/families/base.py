@@ -117,6 +117,11 @@ class Family:
         """Config symbol -> value for the formulas (override to add derived sizes such as head_dim)."""
         return {n: getattr(config, n) for n in self.symbols}
 
+    def variant_module_name(self, name: str) -> str:
+        """The name a quantizer's exclude or ignore list sees for the module `name` (the reference's module name):
+        the same unless the checkpoint names it otherwise (explorer/variants.py)."""
+        return name
+
     def default_source(self, key: str) -> str:
         """The reference config class whose default a defaulted key (dotted for nested tables) takes."""
         return self.reference.config_class

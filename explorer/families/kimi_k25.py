@@ -255,8 +255,11 @@ class KimiK25(DeepseekV3):
                             f"({', '.join(q.ignore)}); scales and shapes are quantization metadata, not parameters.",
                             "config", "text_config.quantization_config")
         return quantize_linears(text, storage, lambda name: ignored(name, q.ignore), citation,
-                                module_name=lambda name: "model." + name.removeprefix(TEXT_PREFIX)
-                                if name.startswith(TEXT_PREFIX) else name)
+                                module_name=self.variant_module_name)
+
+    def variant_module_name(self, name: str) -> str:
+        """The text model was quantized on its own: "model.language_model.layers.3.mlp" is "model.layers.3.mlp"."""
+        return "model." + name.removeprefix(TEXT_PREFIX) if name.startswith(TEXT_PREFIX) else name
 
     # ------------------------------------------------------------------------------------------ tiny, facts
 
