@@ -35,6 +35,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--revision", help="with --add-model: the pinned commit (40 hex digits), or 'unpinned' when "
                                            "no commit is known (say why in config_provenance)")
     parser.add_argument("--released", default="", help="with --add-model: release month, YYYY-MM")
+    parser.add_argument("--add-variant", metavar="BASE",
+                        help="record a published quantized variant of model BASE (with --quant-config, --repo, "
+                             "--revision): content/models/BASE/variants/NAME.toml")
+    parser.add_argument("--quant-config", type=Path, help="with --add-variant: hf_quant_config.json, or a config.json "
+                                                           "with a compressed-tensors quantization_config")
     parser.add_argument("--verify-hub", action="store_true",
                         help="fetch each model's config.json at its pinned revision and compare hash and values")
     parser.add_argument("--no-cache", action="store_true",
@@ -56,6 +61,11 @@ def main(argv: list[str] | None = None) -> int:
                                 "content/)"])
         if args.add_model:
             return add(project, args)
+        if args.add_variant:
+            from explorer.variants import add_variant
+
+            print(f"wrote {add_variant(project.content, args.add_variant, args.quant_config, args.repo, args.revision)}")
+            return 0
         if args.record_checkpoint:
             return record(project, args)
         if args.check:

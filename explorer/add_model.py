@@ -114,5 +114,8 @@ def toml_value(value: Any) -> str:
     if isinstance(value, (list, tuple)):
         return "[" + ", ".join(toml_value(v) for v in value) + "]"
     if isinstance(value, dict):
-        return "{ " + ", ".join(f"{toml_key(k)} = {toml_value(v)}" for k, v in sorted(value.items())) + " }"
+        # TOML has no null: a nested key published as null is left out, as in [config.*] tables, and takes the
+        # default the config class gives it (quantization_config's actorder, input_activations, ...)
+        return "{ " + ", ".join(f"{toml_key(k)} = {toml_value(v)}" for k, v in sorted(value.items())
+                                if v is not None) + " }"
     raise ContentError([f"value {value!r}: cannot be written as TOML"])

@@ -37,6 +37,7 @@ def model_api(mb: ModelBuild) -> dict[str, Any]:
         "ledger": _ledger(mb.checkpoint, f"checkpoint headers of {ref.repo_id}@{ref.revision}, recorded in "
                                          f"content/models/{mb.slug}/checkpoint.toml")
         if mb.checkpoint is not None else None,
+        "published_variants": [_variant(s) for s in mb.variants],
         "predicted_storage": _ledger(mb.predicted, "predicted from the config by each weight's storage scheme; "
                                                    "no checkpoint tensor listing is recorded")
         if mb.predicted is not None else None,
@@ -88,3 +89,14 @@ def _ledger(rec: Reconciliation, source: str) -> dict[str, Any]:
         "unowned": list(rec.unowned), "owned_twice": list(rec.owned_twice), "missing": list(rec.missing),
         "shape_mismatch": [m.name for m in rec.shape_mismatch], "dtype_mismatch": [m.name for m in rec.dtype_mismatch],
     }
+
+
+def _variant(s) -> dict[str, Any]:
+    """A published variant's predicted layout and numbers (explorer/variants.py)."""
+    m = s.variant.meta
+    return {"name": m.name, "repo_id": m.repo_id, "revision": m.revision, "revision_note": m.revision_note,
+            "storage": s.storage_label, "logical_parameters": s.parameters, "header_elements": s.header_elements,
+            "header_count_reason": s.naive_count_reason, "bytes": s.bytes,
+            "totals": [{"role": r.role, "dtype": r.dtype, "tensors": r.tensors, "elements": r.elements,
+                        "bytes": r.bytes, "parameters": r.parameters} for r in s.rows],
+            "tensors": [{"name": n, "dtype": d, "shape": list(shape), "bytes_each": b} for n, d, shape, b in s.tensors]}

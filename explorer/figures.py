@@ -79,6 +79,10 @@ class DerivedFigures:
         return next(f for f in self.figures if f.key == key)
 
 
+VISION_PROGRAMS = ("vision_tower", "projector", "moonvit_tower", "kimi_projector")
+"""Image encoders and their projectors (Gemma 3's SigLIP, Kimi K2.5's MoonViT): they run once per image."""
+
+
 def derive(spec: ModelSpec, ledger: Ledger, stored: Reconciliation | None) -> DerivedFigures:
     """The derived figures of one model."""
     inactive, inactive_text = _inactive_experts(spec, ledger)
@@ -86,7 +90,7 @@ def derive(spec: ModelSpec, ledger: Ledger, stored: Reconciliation | None) -> De
     embed = ledger.accounts["embed"].total if "embed" in ledger.accounts else 0
     total = ledger.total
     # an image encoder (Gemma 3's vision tower and projector) runs once per image, not for a text token
-    vision = sum(ledger.accounts[p].total for p, c in _paths(spec) if c.program in ("vision_tower", "projector"))
+    vision = sum(ledger.accounts[p].total for p, c in _paths(spec) if c.program in VISION_PROGRAMS)
     active = total - mtp - inactive - vision
     costs = _attention_costs(spec, ledger)
     matmul = active - embed  # every parameter a token multiplies (the embedding is a row lookup)

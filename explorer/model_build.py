@@ -4,6 +4,7 @@ separate workers where torch must be imported), and the whole, handed to the vie
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from .account import Ledger
 from .checkpoint import CheckpointIndex
@@ -30,6 +31,8 @@ class PreparedModel:
     claim: ClaimMatch | None
     predicted: Reconciliation | None
     config_differences: tuple[str, ...]
+    variants: tuple[Any, ...] = ()
+    """Published quantized variants' StoredAs (explorer/variants.py)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,6 +75,8 @@ class ModelBuild:
     """Components run on the checkpoint's real weights and compared with the reference on the same weights."""
     config_differences: tuple[str, ...] = ()
     """Hyper-parameters the checkpoint's files state (GGUF metadata) that the content config contradicts."""
+    variants: tuple[Any, ...] = ()
+    """Published quantized variants of the model, each predicted and explained (explorer/variants.py)."""
 
     @property
     def slug(self) -> str:

@@ -28,6 +28,7 @@ from .search import search_script
 from .site import site_page_groups
 from .sources import absent_files, resolve_citations
 from .spec.types import ModelSpec, path_key, walk
+from .variants import load_variants, stored_as
 from .views import Excerpt, highlight_citations, remember_highlights
 
 Progress = Callable[[str], None]
@@ -66,8 +67,10 @@ def prepare_model(content: ModelContent, fetch_sources: bool = False,
     meta = content.meta
     claim = match_claim(figures, meta.active_claim, meta.active_claim_source) if meta.active_claim else None
     predicted = reconcile(spec, predicted_index(spec, expected), expected=expected) if index is None else None
+    variants = tuple(stored_as(spec, v, FAMILIES[spec.family].variant_module_name)
+                     for v in load_variants(content.folder))
     return PreparedModel(content, spec, ledger, citations, ckpt_check, index, figures, claim, predicted,
-                         stated_config_differences(index, content))
+                         stated_config_differences(index, content), variants)
 
 
 def torch_stages(spec: ModelSpec, content: ModelContent, cache_dir: Path | None,
@@ -94,7 +97,7 @@ def finish_model(p: PreparedModel, torch: TorchResults) -> ModelBuild:
     ref_check = reconcile(p.spec, torch.reference.index, reference=True, skip_owners=skips)
     return ModelBuild(p.content, p.spec, p.ledger, p.citations, ref_check, torch.reference.label, skips, p.checkpoint,
                       p.index, torch.execution.trace, torch.execution.checks, p.figures, p.claim, p.predicted,
-                      real_checks=torch.real_checks, config_differences=p.config_differences)
+                      real_checks=torch.real_checks, config_differences=p.config_differences, variants=p.variants)
 
 
 def real_weight_checks(content: ModelContent, spec: ModelSpec, cache_dir: Path | None,

@@ -212,6 +212,8 @@ class ComponentPage(PageBase):
     routing: RoutingView | None = None
     defaults: tuple[DefaultView, ...] = ()
     """Model page only: the keys the published config omits, with the default values used."""
+    variants: tuple[VariantView, ...] = ()
+    """Model page only: each published quantized variant's "Stored as" section."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -296,6 +298,24 @@ class LedgerView:
 
 
 @dataclass(frozen=True, slots=True)
+class VariantView:
+    """A published variant's "Stored as" section: where it is, how it stores the weights, and its numbers."""
+
+    name: str
+    repo_url: str
+    revision: str
+    storage: str
+    rows: tuple[LedgerRowView, ...]
+    tensors: tuple[tuple[str, str, str, str], ...]
+    """(name pattern, dtype, shape, bytes per tensor)."""
+    tensors_summary: str
+    parameters: str
+    header_elements: str
+    bytes: str
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
 class FigureRowView:
     label: str
     value: str
@@ -347,7 +367,11 @@ class PartPage(PageBase):
 
 ROLE_NAMES = {"parameter": "parameters", "quant_scale": "FP8 block scales", "buffer": "stored buffers"}
 STORED_AS = {("parameter", "U8"): "MXFP4 blocks: packed FP4 values, two per byte",
-             ("quant_scale", "U8"): "MXFP4 scales: one E8M0 exponent per 32 values"}
+             ("quant_scale", "U8"): "MXFP4 scales: one E8M0 exponent per 32 values",
+             ("parameter", "I32"): "INT4 packed words: eight 4-bit values per int32 (compressed-tensors)",
+             ("quant_scale", "BF16"): "INT4 group scales: one per group of input values",
+             ("quant_scale", "I64"): "shapes of the packed weights (weight_shape, two integers each)",
+             ("quant_scale", "F8_E4M3"): "NVFP4 block scales: one FP8 E4M3 per 16 values"}
 """Ledger row labels where a dtype says what the bytes hold (U8 stores MXFP4, the only U8 scheme)."""
 
 
@@ -767,7 +791,24 @@ def component_page(mb: ModelBuild, ancestors: tuple[Component, ...], comp: Compo
         legend=STREAMS if any("stream-" in s.latex for s in comp.steps + comp.equations) else (),
         tiny_config=tiny_config(mb) if is_model else "",
         routing=routing_view(mb, path),
-        defaults=defaults_view(mb) if is_model else ())
+        defaults=defaults_view(mb) if is_model else (),
+        variants=variant_views(mb) if is_model else ())
+
+
+def variant_views(mb: ModelBuild) -> tuple[VariantView, ...]:
+    """Each published variant's predicted layout and numbers, formatted (explorer/variants.py computes them)."""
+    out = []
+    for s in mb.variants:
+        m = s.variant.meta
+        rows = tuple(LedgerRowView(STORED_AS.get((r.role, r.dtype), ROLE_NAMES[r.role]), r.dtype, fmt(r.tensors),
+                                   fmt(r.parameters) if r.parameters else "—", fmt(r.elements), fmt(r.bytes))
+                     for r in s.rows)
+        tensors = tuple((name, dtype, "[" + ", ".join(f"{d:,}" for d in shape) + "]", fmt(nbytes))
+                        for name, dtype, shape, nbytes in s.tensors)
+        revision = m.revision if m.revision != "unpinned" else f"revision not pinned: {m.revision_note}"
+        out.append(VariantView(m.name, f"https://huggingface.co/{m.repo_id}", revision, s.storage_label, rows, tensors,
+                               f"Every stored tensor ({len(tensors)} name patterns)", fmt(s.parameters), fmt(s.header_elements), fmt(s.bytes), s.naive_count_reason))
+    return tuple(out)
 
 
 def defaults_view(mb: ModelBuild) -> tuple[DefaultView, ...]:

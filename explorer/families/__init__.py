@@ -18,13 +18,14 @@ from .gemma3 import TEXT_FAMILY as GEMMA3_TEXT
 from .glm_moe_dsa import FAMILY as GLM_MOE_DSA
 from .gpt2 import FAMILY as GPT2
 from .gpt_oss import FAMILY as GPT_OSS
+from .kimi_k25 import FAMILY as KIMI_K25
 from .llama import FAMILY as LLAMA
 from .mixtral import FAMILY as MIXTRAL
 from .qwen3 import FAMILY as QWEN3
 from .qwen3_moe import FAMILY as QWEN3_MOE
 
 FAMILIES: dict[str, Family] = {f.name: f for f in (DEEPSEEK_V3, LLAMA, QWEN3, GPT2, GEMMA3_TEXT, GEMMA3, MIXTRAL,
-                                                    QWEN3_MOE, GPT_OSS, DEEPSEEK_V32, GLM_MOE_DSA)}
+                                                    QWEN3_MOE, GPT_OSS, DEEPSEEK_V32, GLM_MOE_DSA, KIMI_K25)}
 """Family name (content's model.family) -> family."""
 
 

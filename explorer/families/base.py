@@ -118,6 +118,11 @@ class Family:
         """Config symbol -> value for the formulas (override to add derived sizes such as head_dim)."""
         return {n: getattr(config, n) for n in self.symbols}
 
+    def variant_module_name(self, name: str) -> str:
+        """The name a quantizer's exclude or ignore list sees for the module `name` (the reference's module name):
+        the same unless the checkpoint names it otherwise (explorer/variants.py)."""
+        return name
+
     def default_source(self, key: str) -> str:
         """The reference config class whose default a defaulted key (dotted for nested tables) takes."""
         return self.reference.config_class
@@ -242,7 +247,11 @@ def reference_config(config: Any, skip: tuple[str, ...]) -> dict[str, Any]:
     for f in dataclasses.fields(config):
         if f.name in skip:
             continue
-        out[f.name] = _reference_value(getattr(config, f.name))
+        value = _reference_value(getattr(config, f.name))
+        inner = tuple(s.partition(".")[2] for s in skip if s.startswith(f.name + "."))
+        if inner and isinstance(value, dict):  # a dotted entry ("text_config.quantization_config") skips a nested key
+            value = {k: x for k, x in value.items() if k not in inner}
+        out[f.name] = value
     return out
 
 

@@ -137,6 +137,13 @@ class DeepseekV3(Family):
         "vocab_size", "hidden_size", "intermediate_size", "moe_intermediate_size", "q_lora_rank", "kv_lora_rank",
         "num_attention_heads", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim", "n_routed_experts",
         "n_shared_experts", "num_experts_per_tok")
+    prefix: ClassVar[str] = "model."
+    """Where the text model's modules live in the reference's state dict (Kimi K2.5 nests it under
+    model.language_model.)."""
+
+    def quantized_storage(self, c: Any) -> Any:
+        """Storage of the weights the checkpoint quantizes, given to every projection (None: none is)."""
+        return fp8_storage(c.quantization_config)
 
     def values(self, config: Any) -> dict[str, int | float]:
         return {n: getattr(config, n) for n in self.symbols if getattr(config, n) is not None}
@@ -174,7 +181,7 @@ class DeepseekV3(Family):
     # ------------------------------------------------------------------------------------------------ build
 
     def build(self, c: DeepseekV3Hyperparameters, values: dict[str, int | float]) -> Component:
-        ctx = Ctx(values, self.dim_labels(), self.ref, stored_dtype(c.torch_dtype), fp8_storage(c.quantization_config),
+        ctx = Ctx(values, self.dim_labels(), self.ref, stored_dtype(c.torch_dtype), self.quantized_storage(c),
                   citations={"rmsnorm": (
                       _checkpoint("RMSNorm divides by the root mean square over the last dimension (plus eps) and "
                                   "multiplies by a learned weight of that length.", "DeepseekV3RMSNorm"),
@@ -193,7 +200,7 @@ class DeepseekV3(Family):
                                    "decoder layers and a final RMSNorm.", "DeepseekV3Model.__init__"),
                        self.ref.cite("transformers builds the same embedding, layers and final norm.", "Model.__init__"))
         children: list[Component] = [
-            embedding(ctx, "embed", "Token embedding", weight="model.embed_tokens.weight", citations=model_cites),
+            embedding(ctx, "embed", "Token embedding", weight=self.prefix + "embed_tokens.weight", citations=model_cites),
             stack(ctx, tuple(blocks), layers=L, citations=BLOCK_CITATIONS[:1],
                   description=f"{L} decoder layers: {len(dense_layers)} dense, {len(moe_layers)} with a mixture of "
                               "experts.")]
@@ -207,7 +214,7 @@ class DeepseekV3(Family):
                                                           "when loading.", "PreTrainedModel"),)))
         x = Port(r"x_{L}", ctx.tokens("hidden_size"), "x")
         children += [
-            rmsnorm(ctx, "norm", "Final RMSNorm", weight="model.norm.weight", ranges=(), size="hidden_size", x=x,
+            rmsnorm(ctx, "norm", "Final RMSNorm", weight=self.prefix + "norm.weight", ranges=(), size="hidden_size", x=x,
                     y=Port(r"\hat x", x.shape, "x_hat"), code="self.norm(hidden_states)", eps=c.rms_norm_eps),
             head(ctx, "lm_head", "LM head", weight="lm_head.weight", citations=(
                 _checkpoint("lm_head is a separate bias-free Linear from hidden_size to vocab_size.",
@@ -221,7 +228,7 @@ class DeepseekV3(Family):
               moe_ffn: bool, label: str = "") -> Component:
         """One decoder layer kind (dense or MoE), repeated over `indices`."""
         ranges = layers(indices)
-        p = "model.layers.{layer}."
+        p = self.prefix + "layers.{layer}."
         x, x_attn, x_mid, x_ffn, _, delta_ffn = block_ports(ctx)
         eps = c.rms_norm_eps
         attn_norm = rmsnorm(ctx, "attn_norm", "Attention RMSNorm", weight=p + "input_layernorm.weight", ranges=ranges,

@@ -11,6 +11,15 @@ its dtype, element count and bytes, so the ledger, the pages and the API read th
 - GGUFQuant: llama.cpp's block quantization types (Q4_1, Q8_0, Q4_K, ...), whose tensors keep their element
   count and take a fixed number of bytes per block of values.
 - GGUFMix: a llama.cpp file type that mixes such types (Q4_K_M): each tensor takes one of a known set.
+- PackQuantized: compressed-tensors' "pack-quantized" integers (Kimi K2.5's INT4 experts): `weight_packed` (I32,
+  32 / num_bits values per word), `weight_scale` (one per group of the input axis), `weight_shape` (I64 [2]).
+- NVFP4: NVIDIA ModelOpt's export: `weight` (U8, two FP4 E2M1 values per byte), `weight_scale` (F8_E4M3, one per
+  16 values), `weight_scale_2` and `input_scale` (F32 scalars).
+- FP8PerTensor: FP8 values with one static F32 scale for the whole weight (and one for its input).
+
+Each scheme's `header_elements` is what a count of the checkpoint header's elements would report for the weight:
+packed codes count as their words or bytes, not as the values they hold, and scales count as if they were
+parameters; `parameters` of the tensors it returns keeps the logical count.
 """
 
 from __future__ import annotations
@@ -176,4 +185,96 @@ GGUF_MIXES = {"Q4_K_M": ("Q4_K", "Q5_0", "Q6_K", "Q8_0")}
 for some layers' attn_v/ffn_down and for the output (or a tied token embedding), with Q5_0 and Q8_0 as the
 fallbacks where a row is not a multiple of 256 values."""
 
-Storage = Dense | BlockFP8 | MXFP4 | GGUFQuant | GGUFMix
+@dataclass(frozen=True, slots=True)
+class PackQuantized:
+    """compressed-tensors' pack-quantized format (compressors/pack_quantized, CompressionFormat "pack-quantized"):
+    integer codes of `num_bits` packed densely into int32 words along the input axis (code i of a row at bits
+    num_bits·i of the row's bit string, offset by 2^(num_bits-1) so they are unsigned), one scale per
+    `group_size` inputs (symmetric: no zero point is stored), and the logical shape as an int64 vector."""
+
+    num_bits: int = 4
+    group_size: int = 32
+    scale_dtype: str = "BF16"
+    """The scale keeps the dtype of the weight it was computed from (the model's torch_dtype)."""
+
+    @property
+    def label(self) -> str:
+        return (f"compressed-tensors pack-quantized INT{self.num_bits}: {32 // self.num_bits} values per I32 word, "
+                f"one {self.scale_dtype} scale per {self.group_size} values, the shape as I64")
+
+    @property
+    def stored_as(self) -> str:
+        return (f"as compressed-tensors pack-quantized INT{self.num_bits} (symmetric, one scale per group of "
+                f"{self.group_size} inputs)")
+
+    def expand(self, name: str, shape: tuple[int, ...], role: Role = "parameter") -> tuple[StoredTensor, ...]:
+        base = name.removesuffix("weight")
+        *outer, cols = shape
+        words = -(-cols * self.num_bits // 32)
+        return (_stored(base + "weight_packed", (*outer, words), "I32", "parameter", math.prod(shape)),
+                _stored(base + "weight_scale", (*outer, -(-cols // self.group_size)), self.scale_dtype,
+                        "quant_scale", 0),
+                _stored(base + "weight_shape", (len(shape),), "I64", "quant_scale", 0))
+
+
+@dataclass(frozen=True, slots=True)
+class NVFP4:
+    """NVFP4 as NVIDIA ModelOpt exports it (hf_quant_config.json quant_algo "NVFP4"): the weight's FP4 E2M1 codes
+    two per byte under the weight's own name (element 2j in the low nibble), an FP8 E4M3 scale per `group` inputs,
+    an F32 second-level scale for the whole weight and the F32 static scale of the layer's input."""
+
+    group: int = 16
+
+    @property
+    def label(self) -> str:
+        return (f"NVFP4: two FP4 E2M1 values per U8, one F8_E4M3 scale per {self.group} values, an F32 global "
+                "weight scale and an F32 input scale")
+
+    @property
+    def stored_as(self) -> str:
+        return f"in NVFP4 (FP4 values, one FP8 scale per {self.group} and an FP32 scale per tensor)"
+
+    def expand(self, name: str, shape: tuple[int, ...], role: Role = "parameter") -> tuple[StoredTensor, ...]:
+        base = name.removesuffix("weight")
+        *outer, cols = shape
+        return (_stored(base + "weight", (*outer, -(-cols // 2)), "U8", "parameter", math.prod(shape)),
+                _stored(base + "weight_scale", (*outer, -(-cols // self.group)), "F8_E4M3", "quant_scale", 0),
+                _stored(base + "weight_scale_2", (), "F32", "quant_scale", 0),
+                _stored(base + "input_scale", (), "F32", "quant_scale", 0))
+
+
+@dataclass(frozen=True, slots=True)
+class FP8PerTensor:
+    """FP8 values and one static F32 scale per weight (and, with `input_scale`, one for its input activations).
+    Names default to ModelOpt's and compressed-tensors' (weight_scale, input_scale); transformers' own FP8 layer
+    calls them weight_scale_inv and activation_scale. Scalars are stored with `scale_shape` ([] or [1])."""
+
+    dtype: str = "F8_E4M3"
+    scale_name: str = "weight_scale"
+    input_name: str = "input_scale"
+    input_scale: bool = True
+    scale_shape: tuple[int, ...] = ()
+
+    @property
+    def label(self) -> str:
+        return f"{self.dtype}, one F32 scale per tensor" + (" and one for its input" if self.input_scale else "")
+
+    @property
+    def stored_as(self) -> str:
+        return f"in FP8 ({self.dtype.removeprefix('F8_').lower()}) with one static scale per tensor"
+
+    def expand(self, name: str, shape: tuple[int, ...], role: Role = "parameter") -> tuple[StoredTensor, ...]:
+        base = name.removesuffix("weight")
+        out = (_stored(name, shape, self.dtype, "parameter", math.prod(shape)),
+               _stored(base + self.scale_name, self.scale_shape, "F32", "quant_scale", 0))
+        return out + ((_stored(base + self.input_name, self.scale_shape, "F32", "quant_scale", 0),)
+                      if self.input_scale else ())
+
+
+def header_elements(tensors: tuple[StoredTensor, ...] | list[StoredTensor]) -> int:
+    """What a count of a safetensors header's elements reports for these tensors: every stored element once,
+    packed words and bytes as one element each, scales and shape vectors included."""
+    return sum(t.elements for t in tensors)
+
+
+Storage = Dense | BlockFP8 | MXFP4 | GGUFQuant | GGUFMix | PackQuantized | NVFP4 | FP8PerTensor

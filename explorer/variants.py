@@ -1,0 +1,205 @@
+"""Published variants of a model: quantized checkpoints of the same weights (NVFP4, FP8, INT4 releases by the lab
+or by a third party), each predicted from its quantization config and explained in a "Stored as" section.
+
+A variant lives beside its base model, content/models/<base>/variants/<name>.toml, written by
+`build.py --add-variant BASE --quant-config PATH --repo OWNER/NAME --revision REV` (or by hand): where it is
+published, and its quantization config as recorded (ModelOpt's hf_quant_config.json "quantization" table, or a
+config.json "quantization_config" of compressed-tensors). Pointing the explorer at a new variant is that one file.
+
+What a variant's section states, all computed here from the base model's spec and the variant's config:
+- the predicted tensor layout: every stored tensor (name pattern, dtype, shape, bytes) with the exclude or ignore
+  list applied to the base model's projections;
+- the bytes on disk, and the logical parameters it stores, which equal the base model's (tested);
+- what a count of header elements would report, and why it differs.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import tomllib
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from .content import parse_table
+from .errors import ContentError
+from .quantization import CompressedTensorsConfig, compressed_tensors_problems, excluded, ignored, quantize_linears
+from .reconcile import expected_groups, predicted_index, reconcile
+from .spec.storage import NVFP4, FP8PerTensor, PackQuantized, Storage
+from .spec.types import Citation, ModelSpec
+
+VARIANTS_DIR = "variants"
+
+
+@dataclass(frozen=True, slots=True)
+class ModelOptQuantization:
+    """hf_quant_config.json's "quantization" table as ModelOpt writes it."""
+
+    quant_algo: str
+    """"NVFP4" or "FP8"."""
+    group_size: int = 16
+    exclude_modules: tuple[str, ...] = ()
+    kv_cache_quant_algo: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class VariantMeta:
+    name: str
+    repo_id: str
+    revision: str
+    revision_note: str = ""
+    producer: str = ""
+    """Who wrote the quantized files ("modelopt 0.43.0", "compressed-tensors")."""
+    weight_dtype: str = "BF16"
+    """Dtype of the tensors the config leaves unquantized."""
+
+
+@dataclass(frozen=True, slots=True)
+class PublishedVariant:
+    slug: str
+    meta: VariantMeta
+    modelopt: ModelOptQuantization | None = None
+    compressed_tensors: CompressedTensorsConfig | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class StoredRow:
+    """One group of stored tensors of a role and dtype."""
+
+    role: str
+    dtype: str
+    tensors: int
+    elements: int
+    bytes: int
+    parameters: int
+
+
+@dataclass(frozen=True, slots=True)
+class StoredAs:
+    """A variant's predicted layout and the numbers its section states."""
+
+    variant: PublishedVariant
+    storage_label: str
+    rows: tuple[StoredRow, ...]
+    tensors: tuple[tuple[str, str, tuple[int, ...], int], ...]
+    """(name pattern, dtype, shape, bytes per tensor) of every stored tensor family."""
+    parameters: int
+    header_elements: int
+    bytes: int
+
+    @property
+    def naive_count_reason(self) -> str:
+        packed = [r for r in self.rows if r.role == "parameter" and r.parameters != r.elements]
+        scales = sum(r.elements for r in self.rows if r.role == "quant_scale")
+        words = ", ".join(f"{r.dtype} holds {r.parameters // max(r.elements, 1)} values per element" for r in packed)
+        return (f"A count of header elements reports {self.header_elements:,}, not {self.parameters:,}: "
+                + (f"packed tensors count one element per storage unit ({words}), " if packed else "")
+                + f"and {scales:,} scale and shape elements count as if they were weights.")
+
+
+# ------------------------------------------------------------------------------------------------ content
+
+def load_variants(model_folder: Path) -> tuple[PublishedVariant, ...]:
+    """Every variants/*.toml of a model, sorted by name; ContentError names each bad file and key."""
+    folder = model_folder / VARIANTS_DIR
+    if not folder.is_dir():
+        return ()
+    return tuple(load_variant(p) for p in sorted(folder.glob("*.toml")))
+
+
+def load_variant(path: Path) -> PublishedVariant:
+    raw = tomllib.loads(path.read_text(encoding="utf-8"))
+    problems: list[str] = []
+    meta = parse_table(raw.get("variant"), VariantMeta, f"{path}: table 'variant'", problems)
+    modelopt = (parse_table(raw["quantization"], ModelOptQuantization, f"{path}: table 'quantization'", problems)
+                if "quantization" in raw else None)
+    ct = (parse_table(raw["quantization_config"], CompressedTensorsConfig, f"{path}: table 'quantization_config'",
+                      problems) if "quantization_config" in raw else None)
+    if (modelopt is None) == (ct is None) and not problems:
+        problems.append(f"{path}: expected one of table 'quantization' (ModelOpt) or 'quantization_config' "
+                        "(compressed-tensors)")
+    if modelopt is not None and modelopt.quant_algo not in ("NVFP4", "FP8"):
+        problems.append(f"{path}: key 'quantization.quant_algo': must be 'NVFP4' or 'FP8', got {modelopt.quant_algo!r}")
+    problems += [f"{path}: {p}" for p in compressed_tensors_problems(ct, "quantization_config")]
+    if problems:
+        raise ContentError(problems)
+    return PublishedVariant(path.stem, meta, modelopt, ct)
+
+
+def add_variant(content_dir: Path, base: str, quant_config: Path, repo: str, revision: str,
+                revision_note: str = "") -> Path:
+    """Record a published variant of `base` from its hf_quant_config.json (or a config.json with a
+    compressed-tensors quantization_config): content/models/BASE/variants/NAME.toml."""
+    folder = content_dir / "models" / base
+    if not (folder / "model.toml").exists():
+        raise ContentError([f"--add-variant: no model {base!r} in {content_dir / 'models'}"])
+    data = json.loads(quant_config.read_text(encoding="utf-8"))
+    name = re.sub(r"[^a-z0-9.]+", "-", repo.split("/")[-1].lower()).strip("-")
+    producer = data.get("producer", {})
+    lines = ["[variant]", f"name = {json.dumps(repo.split('/')[-1])}", f"repo_id = {json.dumps(repo)}",
+             f"revision = {json.dumps(revision)}", f"revision_note = {json.dumps(revision_note)}",
+             f"producer = {json.dumps(' '.join(str(v) for v in producer.values()))}", ""]
+    if "quantization" in data:
+        q = data["quantization"]
+        lines += ["[quantization]"] + [f"{k} = {json.dumps(v)}" for k, v in sorted(q.items()) if v is not None]
+    else:
+        q = data.get("quantization_config") or data.get("text_config", {}).get("quantization_config")
+        if q is None:
+            raise ContentError([f"{quant_config}: no 'quantization' or 'quantization_config' table"])
+        from .add_model import toml_value
+
+        lines += ["[quantization_config]"] + [f"{k} = {toml_value(v)}" for k, v in sorted(q.items()) if v is not None]
+    out = folder / VARIANTS_DIR / f"{name}.toml"
+    out.parent.mkdir(exist_ok=True)
+    out.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    load_variant(out)  # raises on a config the library cannot predict
+    return out
+
+
+# ---------------------------------------------------------------------------------------------- predicting
+
+def variant_storage(v: PublishedVariant) -> Storage:
+    if v.modelopt is not None:
+        return NVFP4(v.modelopt.group_size) if v.modelopt.quant_algo == "NVFP4" else FP8PerTensor()
+    assert v.compressed_tensors is not None
+    w = next(iter(v.compressed_tensors.config_groups.values())).weights
+    assert w is not None and w.group_size is not None
+    return PackQuantized(w.num_bits, w.group_size, v.meta.weight_dtype)
+
+
+def variant_spec(base: ModelSpec, v: PublishedVariant, module_name=lambda n: n) -> ModelSpec:
+    """The base model's spec with the variant's storage on every projection its config does not exclude."""
+    storage = variant_storage(v)
+    if v.modelopt is not None:
+        globs = v.modelopt.exclude_modules
+        skip = lambda name: excluded(name, globs)  # noqa: E731
+        source = f"hf_quant_config.json of {v.meta.repo_id}"
+    else:
+        patterns = v.compressed_tensors.ignore  # type: ignore[union-attr]
+        skip = lambda name: ignored(name, patterns)  # noqa: E731
+        source = f"quantization_config of {v.meta.repo_id}"
+    citation = Citation(f"{v.meta.name} stores these weights {storage.stored_as} ({source}).", "config",
+                        "quantization_config")
+    return replace(base, root=quantize_linears(base.root, storage, skip, citation, module_name))
+
+
+def stored_as(base: ModelSpec, v: PublishedVariant, module_name=lambda n: n) -> StoredAs:
+    """The variant's predicted layout, its bytes, its logical parameters and its header count."""
+    spec = variant_spec(base, v, module_name)
+    expected = expected_groups(spec)
+    rec = reconcile(spec, predicted_index(spec, expected), expected=expected)
+    rows = tuple(StoredRow(t.role, t.dtype, t.tensors, t.elements, t.bytes, t.parameters) for t in rec.totals)
+    tensors = tuple(sorted({(g.box.pattern, g.dtype, tuple(g.shape or ()), _nbytes(g.dtype, g.shape))
+                            for g in expected}))
+    return StoredAs(v, variant_storage(v).label, rows, tensors, sum(r.parameters for r in rows),
+                    sum(r.elements for r in rows), sum(r.bytes for r in rows))
+
+
+def _nbytes(dtype: str, shape: Any) -> int:
+    from .spec.storage import DTYPE_BYTES
+
+    n = DTYPE_BYTES.get(dtype, 0)
+    for s in shape or ():
+        n *= s
+    return n
