@@ -20,8 +20,8 @@ from dataclasses import dataclass
 from .account import Ledger
 from .components.attention import ScoresOptions
 from .components.mla import MLAOptions
-from .components.shaped_attention import ShapedAttentionOptions
 from .components.moe import RouterOptions
+from .components.shaped_attention import ShapedAttentionOptions
 from .reconcile import Reconciliation
 from .spec.types import Component, ModelSpec, path_key, walk
 

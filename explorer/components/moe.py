@@ -185,7 +185,8 @@ class RoutingMismatch(Exception):
 def call_router(comp: Component, ref, model, inputs, run: Run, ours: torch.Tensor):
     """The reference router returns (logits, weights of the k selected, their indices)."""
     (x,) = inputs
-    args = (x.reshape(-1, x.shape[-1]),)  # tokens on one axis, as the reference MoE blocks call their routers
+    # tokens on one axis, as the reference MoE blocks call their routers
+    args: tuple[torch.Tensor, ...] = (x.reshape(-1, x.shape[-1]),)
     if "e_score_correction_bias" in inspect.signature(ref.forward).parameters:  # MiniMax-M2: the block hands it over
         args += (model.get_submodule(comp.reference.rsplit(".", 1)[0]).e_score_correction_bias,)
     out = ref(*args)

@@ -138,10 +138,10 @@ def _qk_norm(ctx: Ctx, s: str, prefix: str, ranges: tuple[IndexRange, ...], scop
                    eps=eps)
     size = width[0] if whole else ctx.sym("head_dim")
     features = width[1].size if whole else d_qk.size
-    what = (f"the whole {features:,}-feature {name.lower()} projection, all {h.size} heads together, before it is "
-            "split into heads" if whole else f"each {features}-feature {name.lower()} head")
+    what = (f"the whole {features:,}-feature {name.lower()} projection (all {h.size} heads together, before the "
+            "split into heads)" if whole else f"each {features}-feature {name.lower()} head")
     return replace(norm, tensors=(ctx.tensor(f"{prefix}{s}_norm.weight", ranges, (size,)),),
-                   description=f"Scale {what} to unit root mean square, then by a learned gain of {features:,}.")
+                   description=f"Scale {what} to unit root mean square, then by a learned gain of {features:,} features.")
 
 
 def _describe(o: ShapedAttentionOptions, so: ScoresOptions, ro: RopeOptions) -> str:

@@ -17,7 +17,7 @@ models/mimo_v2_flash/modeling_mimo_v2_flash.py (the reference binding).
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from ..components import Ctx, Reference
