@@ -33,7 +33,7 @@ from ..components.shaped_attention import AttentionShape, shaped_attention
 from ..spec.types import Component
 from .base import DIM_LABELS, Family, PublishedMetadata, ReferenceBinding, rule_problems, stored_dtype
 from .block_fp8 import FP8QuantizationConfig, fp8_block_storage, fp8_problems, keep_named_modules_dense
-from .minimax_m2 import _plain, correction_bias_as_buffer
+from .minimax_m2 import as_published, correction_bias_as_buffer
 from .renames import split_fused_experts
 
 REFERENCE = Reference("models/mimo_v2_flash/modeling_mimo_v2_flash.py", "MiMoV2Flash")
@@ -166,8 +166,10 @@ class MiMoV2Flash(Family):
              f"must list num_hidden_layers ({L}) entries of full_attention or sliding_attention"),
             (len(mlps) == L and set(mlps) <= {"dense", "sparse"}, "mlp_layer_types",
              f"must list num_hidden_layers ({L}) entries of dense or sparse"),
-            (c.num_attention_heads % (2 * c.num_key_value_heads) == 0, "num_key_value_heads",
-             f"twice it (the sliding layers' key/value heads) must divide num_attention_heads "
+            (c.num_attention_heads % c.num_key_value_heads == 0, "num_key_value_heads",
+             f"must divide num_attention_heads ({c.num_attention_heads}), got {c.num_key_value_heads}"),
+            ("sliding_attention" not in kinds or c.num_attention_heads % (2 * c.num_key_value_heads) == 0,
+             "num_key_value_heads", f"twice it (the sliding layers' key/value heads) must divide num_attention_heads "
              f"({c.num_attention_heads}), got {c.num_key_value_heads}"),
             (rotary_width(c) >= 2 and rotary_width(c) % 2 == 0, "head_dim",
              f"int(head_dim × {PARTIAL_ROTARY}) must be an even number of rotary features, got {rotary_width(c)}"),
@@ -314,7 +316,7 @@ class MiMoV2Flash(Family):
         """Small sizes, same structure: each block kind once, window 3 < T = 5 with sinks, 4 query heads over 1
         (global) or 2 (sliding) key/value heads, q/k heads 24 wide and value heads 16, 8 rotary features, top 2 of
         4 experts."""
-        raw = {f.name: _plain(getattr(c, f.name)) for f in dataclasses.fields(c)}
+        raw = {f.name: as_published(getattr(c, f.name)) for f in dataclasses.fields(c)}
         pairs = list(dict.fromkeys(zip(layer_types(c), mlp_types(c))))
         kinds, mlps = [t for t, _ in pairs], [m for _, m in pairs]
         raw.update(vocab_size=97, hidden_size=64, intermediate_size=96, moe_intermediate_size=32,

@@ -217,7 +217,7 @@ class MiniMaxM2(Family):
 
     def tiny_config(self, c: Any) -> dict[str, Any]:
         """Small sizes, same structure: 4 query heads over 2 KV heads, 8 of 16 head features rotating, top 2 of 4."""
-        raw = {f.name: _plain(getattr(c, f.name)) for f in dataclasses.fields(c)}
+        raw = {f.name: as_published(getattr(c, f.name)) for f in dataclasses.fields(c)}
         raw.update(vocab_size=97, hidden_size=64, intermediate_size=32, num_hidden_layers=2, num_attention_heads=4,
                    num_key_value_heads=2, head_dim=16, rotary_dim=8 if c.rotary_dim is not None else None,
                    num_local_experts=4, num_experts_per_tok=2, max_position_embeddings=256, bos_token_id=0,
@@ -232,7 +232,7 @@ class MiniMaxM2(Family):
                 ("vocabulary", f"{c.vocab_size:,}"))
 
 
-def _plain(value: Any) -> Any:
+def as_published(value: Any) -> Any:
     """A nested config table as config.json would hold it (keys left unset dropped)."""
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return {k: v for k, v in dataclasses.asdict(value).items() if v is not None}
