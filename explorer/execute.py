@@ -55,7 +55,7 @@ def model_weights(spec: ModelSpec, device: str, generator: torch.Generator | Non
     tied: list[tuple[str, str]] = []
     for _, comp in walk(spec.root):
         for t in comp.tensors:
-            if t.shape is None:  # a buffer the config does not size (rotary inv_freq): nothing reads it
+            if t.role not in ("parameter", "buffer") or t.shape is None:  # a buffer the config shapes is read too
                 continue
             shape = [evaluate(s, spec.values) for s in t.shape]
             experts = [r for r in t.ranges if r.var == "expert"]

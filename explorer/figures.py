@@ -22,6 +22,7 @@ from .components.attention import ScoresOptions
 from .components.dsa import IndexerOptions
 from .components.mla import MLAOptions
 from .components.moe import RouterOptions
+from .components.shaped_attention import ShapedAttentionOptions
 from .reconcile import Reconciliation
 from .spec.types import Component, ModelSpec, path_key, walk
 
@@ -66,6 +67,8 @@ class AttentionCost:
     """2 × multiply-adds per query per cached key of a lightning indexer, which scores every key."""
     note: str = ""
     """What the per-token cache is made of, where it has parts."""
+    formula: str = ""
+    """cache_per_token as a formula in config keys where the attention states its own (shaped attention)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,6 +126,7 @@ def derive(spec: ModelSpec, ledger: Ledger, stored: Reconciliation | None) -> De
                  f"({c.mha_per_token / c.cache_per_token:.3g}×)." + (f" This layer keeps only its last {c.window:,} "
                                                                     "tokens." if c.window else ""))
           for c in costs),
+        *_context_by_kind(costs),
         Figure("kv_cache_per_token", "KV cache per token (all layers)", cache,
                " + ".join(f"{c.layers} × {c.cache_per_token}" for c in costs),
                "Elements cached for one token across every layer (before any window applies)."),
@@ -177,7 +181,7 @@ def _inactive_experts(spec: ModelSpec, ledger: Ledger) -> tuple[int, str]:
 def _attention_costs(spec: ModelSpec, ledger: Ledger) -> list[AttentionCost]:
     out = []
     for path, comp in _paths(spec):
-        if comp.program not in ("mla", "dsa", "attention", "fused_attention") or path.startswith("mtp"):
+        if comp.program not in ("mla", "dsa", "attention", "fused_attention", "shaped_attention") or path.startswith("mtp"):
             continue
         scores = next(c for c in comp.children if c.program == "scores")
         so = scores.options
@@ -186,7 +190,13 @@ def _attention_costs(spec: ModelSpec, ledger: Ledger) -> list[AttentionCost]:
         if comp.program == "dsa":  # MLA's latent and rotary key, plus the indexer's own key
             out.append(_dsa_cost(comp, path, layers, next(c.title for p, c in _paths(spec) if p == path.rsplit(".", 1)[0])))
             continue
-        if comp.program == "mla":
+        formula = ""
+        if comp.program == "shaped_attention":  # head counts and widths of this layer kind's own
+            a = comp.options
+            assert isinstance(a, ShapedAttentionOptions)
+            cache, mha = a.cache_per_token, a.heads * (a.qk_head_dim + a.v_head_dim)
+            per_key, formula = 2 * a.heads * (a.qk_head_dim + a.v_head_dim), a.cache_formula
+        elif comp.program == "mla":
             o = comp.options
             assert isinstance(o, MLAOptions)
             cache, mha = o.kv_lora_rank + o.rope, o.heads * (o.nope + o.rope + o.v)
@@ -196,7 +206,7 @@ def _attention_costs(spec: ModelSpec, ledger: Ledger) -> list[AttentionCost]:
             cache, mha, per_key = 2 * so.kv_heads * d, 2 * so.heads * d, 2 * so.heads * 2 * d
         block = path.rsplit(".", 1)[0]
         title = next(c.title for p, c in _paths(spec) if p == block)
-        out.append(AttentionCost(block, title, layers, cache, mha, so.window, per_key))
+        out.append(AttentionCost(block, title, layers, cache, mha, so.window, per_key, formula=formula))
     return out
 
 
@@ -216,6 +226,8 @@ def _dsa_cost(comp: Component, path: str, layers: int, title: str) -> AttentionC
 def _cache_formula(spec: ModelSpec, c: AttentionCost) -> str:
     if c.attended is not None and "index_head_dim" in spec.values:
         return "kv_lora_rank + qk_rope_head_dim + index_head_dim"
+    if c.formula:
+        return c.formula
     if "kv_lora_rank" in spec.values:
         return "kv_lora_rank + qk_rope_head_dim"
     if "num_key_value_heads" not in spec.values:  # multi-head attention: every head keeps its own keys and values
@@ -228,6 +240,26 @@ def _sparse_text(costs: list[AttentionCost]) -> str:
     caps = sorted({c.attended for c in costs if c.attended})
     return (f" (at most {', '.join(f'{n:,}' for n in caps)} of them read by attention, all scored by the lightning "
             "indexer)") if caps else ""
+
+
+def _context_by_kind(costs: list[AttentionCost]) -> list[Figure]:
+    """Per layer kind with attention shaped by its own formula: the BF16 bytes a CONTEXT-token sequence caches, a
+    sliding kind capped at its window, a global kind growing with the context."""
+    out = []
+    for c in costs:
+        if not c.formula:
+            continue
+        kept = min(CONTEXT, c.window or CONTEXT)
+        held = f"min({CONTEXT:,}, {c.window:,})" if c.window else f"{CONTEXT:,}"
+        out.append(Figure(
+            f"kv_cache_bytes_bf16_{c.block.rsplit('.', 1)[-1]}",
+            f"KV cache at {CONTEXT:,} tokens, BF16 ({c.title.lower()}, {c.layers} layer{'s' if c.layers != 1 else ''})",
+            c.layers * c.cache_per_token * kept * 2, f"{c.layers} × ({c.formula}) × {held} × 2 bytes",
+            ("Bytes these layers cache for one sequence: each keeps only its last "
+             f"{c.window:,} positions, however long the context grows." if c.window else
+             "Bytes these layers cache for one sequence: every position stays, so it grows linearly with the "
+             "context.")))
+    return out
 
 
 def _keys_seen(context: int, window: int | None) -> int:

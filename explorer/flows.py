@@ -100,6 +100,7 @@ def model_layout(comp: Component, node: NodeOf) -> Item | None:
 
 LAYOUTS: dict[str, Layout] = {
     "block": block_layout, "mla": mla_layout, "attention": attention_layout, "gated_mlp": swiglu_layout,
+    "shaped_attention": attention_layout,
     "moe": moe_layout, "mtp": mtp_layout, "model": model_layout,
 }
 

@@ -37,6 +37,8 @@ class ScoresOptions:
     sinks: bool = False
     """A learned logit per head joins each softmax row as an extra column that takes probability but no value."""
     softcap: float | None = None
+    sink_name: str = "sinks"
+    """The sink logits' tensor name in the checkpoint (MiMo-V2-Flash stores them as attention_sink_bias)."""
 
     @property
     def groups(self) -> int:
@@ -66,7 +68,7 @@ def scores(ctx: Ctx, o: ScoresOptions, *, d_qk: int, d_v: int, scale_latex: str,
     else:
         steps.append(Step(rf"A_h=\operatorname{{softmax}}\!\left({logits}+M\right)", shape, "softmax"))
     steps.append(Step(rf"{ctx_colour('O_h')}=A_h{v('V_h')}", ctx.tokens(heads, Dim("d_v", d_v)), "context"))
-    tensors = (ctx.tensor(weight_prefix + "sinks", ranges, (ctx.sym("num_attention_heads"),)),) if o.sinks else ()
+    tensors = (ctx.tensor(weight_prefix + o.sink_name, ranges, (ctx.sym("num_attention_heads"),)),) if o.sinks else ()
     return Component(
         key="scores", title="Scaled dot-product scores", kind="learned" if o.sinks else "computed",
         code="softmax(Q @ K.transpose(-1, -2) * scaling + mask) @ V", description=description,
@@ -105,7 +107,7 @@ def attend(run: Run, o: ScoresOptions, Q: torch.Tensor, K: torch.Tensor, V: torc
         logits = o.softcap * torch.tanh(logits / o.softcap)
     logits = logits + M
     if o.sinks:
-        sink = run.w("sinks").reshape(1, -1, 1, 1).expand(*logits.shape[:-1], 1).to(logits.dtype)
+        sink = run.w(o.sink_name).reshape(1, -1, 1, 1).expand(*logits.shape[:-1], 1).to(logits.dtype)
         full = torch.cat([logits, sink], dim=-1)
         full = full - full.max(dim=-1, keepdim=True).values  # stable, as the reference does
         A = F.softmax(full, dim=-1, dtype=torch.float32)[..., :-1].to(Q.dtype)

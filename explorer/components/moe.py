@@ -8,6 +8,7 @@ report (arXiv:2412.19437) for auxiliary-loss-free balancing (the correction bias
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Literal
 
@@ -52,15 +53,23 @@ class RouterOptions:
     """A bias added to the router logits (gpt-oss)."""
     softmax_after_topk: bool = False
     """Take the top-k logits first, then a softmax over those k (gpt-oss)."""
+    weight_name: str = "weight"
+    """The router weight below the router's module: "gate.weight" where the correction bias sits beside the gate,
+    in the MoE block (MiniMax-M2), so that the block is the router's module."""
+    correction_bias_name: str = "e_score_correction_bias"
 
 
 def router(ctx: Ctx, *, weight: str, ranges: tuple[IndexRange, ...], x: Port, o: RouterOptions, code: str,
            citations: tuple[Citation, ...], bias_name: str = "e_score_correction_bias",
-           experts_sym: str = "n_routed_experts", bias_role: TensorRole = "parameter") -> Component:
+           experts_sym: str = "n_routed_experts", bias_role: TensorRole = "parameter",
+           bias_module: str = "") -> Component:
     """Score every expert, select k per token, and weight the selected experts; `experts_sym` is the config key
     that counts the experts (num_local_experts in Mixtral and gpt-oss, num_experts in Qwen3-MoE); `bias_role`: the
     correction bias as a parameter, or as the persistent buffer the reference registers it as (not trained by
-    gradient, stored beside the parameters)."""
+    gradient, stored beside the parameters); `bias_module`: the module holding the correction bias where it is not
+    the router's own (MiniMax-M2's MoE block)."""
+    if bias_module:
+        o = replace(o, weight_name=weight.removeprefix(bias_module), correction_bias_name=bias_name)
     E, kk = o.experts, o.k
     experts = Dim("experts", E)
     bias_latex = r"+b_r" if o.router_bias else ""
@@ -94,8 +103,8 @@ def router(ctx: Ctx, *, weight: str, ranges: tuple[IndexRange, ...], x: Port, o:
     if o.router_bias:
         tensors.append(ctx.tensor(prefix + "bias", ranges, (ctx.sym(experts_sym),)))
     if o.correction_bias:
-        tensors.append(TensorSpec(prefix + bias_name, (ctx.sym(experts_sym),), ranges, storage=Dense("F32"),
-                                  role=bias_role))
+        tensors.append(TensorSpec((bias_module or prefix) + bias_name, (ctx.sym(experts_sym),), ranges,
+                                  storage=Dense("F32"), role=bias_role))
     return Component(
         key="router", title="Router", kind="learned", code=code, description=_describe(o), inputs=(x,),
         outputs=(Port("G", ctx.tokens(experts), "gates"),), equations=tuple(steps[-2:]), steps=tuple(steps),
@@ -121,7 +130,7 @@ def _describe(o: RouterOptions) -> str:
 
 def route(run: Run, o: RouterOptions, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Gates G [B, T, E] (zero for unselected experts) and the selected indices [B, T, k]; run is the router's."""
-    z = F.linear(x.float(), run.w("weight").float(), run.w("bias").float() if o.router_bias else None)
+    z = F.linear(x.float(), run.w(o.weight_name).float(), run.w("bias").float() if o.router_bias else None)
     run.rec("logits", z)
     if o.softmax_after_topk:
         top = z.topk(o.k, dim=-1)
@@ -129,7 +138,7 @@ def route(run: Run, o: RouterOptions, x: torch.Tensor) -> tuple[torch.Tensor, to
         gates = torch.zeros_like(z).scatter(-1, top.indices, F.softmax(top.values, dim=-1))
         return run.rec("gates", gates), top.indices
     s = run.rec("scores", torch.sigmoid(z) if o.scoring == "sigmoid" else F.softmax(z, dim=-1))
-    choice = s + run.w("e_score_correction_bias") if o.correction_bias else s  # the bias steers selection only
+    choice = s + run.w(o.correction_bias_name) if o.correction_bias else s  # the bias steers selection only
     if o.n_group > 1:
         per_group = choice.view(*choice.shape[:-1], o.n_group, -1)
         group_scores = per_group.topk(2, dim=-1).values.sum(-1)
@@ -159,7 +168,7 @@ def routing_example(comp: Component, run: Run) -> RoutingExample:
         rows.append(("score s = " + ("σ(z)" if o.scoring == "sigmoid" else "softmax(z) over all experts"),
                      rec["scores"][0, t]))
     if o.correction_bias:
-        rows.append(("correction bias b (selection only)", run.w("e_score_correction_bias")))
+        rows.append(("correction bias b (selection only)", run.w(o.correction_bias_name)))
     rows.append(("gate G (0 where not selected)", rec["gates"][0, t]))
     selected = tuple(int(i) for i in rec["select"][0, t].nonzero().flatten())
     return RoutingExample(f"batch 1, position {t + 1}", tuple((label, tuple(float(v) for v in values.float()))
@@ -179,7 +188,11 @@ class RoutingMismatch(Exception):
 def call_router(comp: Component, ref, model, inputs, run: Run, ours: torch.Tensor):
     """The reference router returns (logits, weights of the k selected, their indices)."""
     (x,) = inputs
-    out = ref(x.reshape(-1, x.shape[-1]))  # tokens on one axis, as the reference MoE blocks call their routers
+    # tokens on one axis, as the reference MoE blocks call their routers
+    args: tuple[torch.Tensor, ...] = (x.reshape(-1, x.shape[-1]),)
+    if "e_score_correction_bias" in inspect.signature(ref.forward).parameters:  # MiniMax-M2: the block hands it over
+        args += (model.get_submodule(comp.reference.rsplit(".", 1)[0]).e_score_correction_bias,)
+    out = ref(*args)
     their_weights, their_idx = out[-2], out[-1]
     ours_sel = run.recorded["select"].reshape(-1, run.recorded["select"].shape[-1])
     their_sel = torch.zeros_like(ours_sel).scatter(-1, their_idx.reshape(ours_sel.shape[0], -1), 1.0)

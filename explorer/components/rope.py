@@ -45,6 +45,9 @@ class RopeOptions:
     truncate: bool = True
     """YaRN: round the ramp's bounds outward to whole pairs (floor, ceil); gpt-oss publishes truncate: false and
     keeps the fractional bounds (modeling_rope_utils.find_correction_range)."""
+    head_dim: int = 0
+    """Partial rotary: the width of the head whose first `dim` features rotate, the rest passing through unrotated
+    (MiniMax-M2's rotary_dim, MiMo-V2-Flash's partial_rotary_factor); 0: the whole head rotates."""
     layer_type: str = ""
     """The reference rotary module's layer type where one module serves several ("sliding_attention" in Gemma 3,
     whose local and global layers rotate with different bases); empty: the module has one set of frequencies."""
@@ -118,6 +121,8 @@ def rotate(x: torch.Tensor, angles: torch.Tensor, o: RopeOptions) -> torch.Tenso
     Adjacent pairs come out as rotated evens then odds, as the reference's interleaved variant lays them out (q and
     k share the layout, so q·k is unchanged). angles: [T, pairs]; x: [T, d], [B, T, d] or [B, T, H, d].
     """
+    if x.shape[-1] > o.dim:  # partial rotary: the features after the first `dim` pass through
+        return torch.cat([rotate(x[..., :o.dim], angles, o), x[..., o.dim:]], dim=-1)
     factor = attention_factor(o)
     cos, sin = (angles.cos() * factor).to(x.dtype), (angles.sin() * factor).to(x.dtype)
     if x.dim() == 3:
@@ -196,13 +201,19 @@ def _frequency_steps(o: RopeOptions, pairs: Dim) -> tuple[Step, ...]:
 
 def _rotation_latex(o: RopeOptions) -> str:
     first, second = (r"x_{2j}", r"x_{2j+1}") if o.pairing == "interleaved" else ("x_{j}", rf"x_{{j+{o.pairs}}}")
-    return (r"\operatorname{RoPE}(x,R_t)_{j}=\begin{pmatrix}\cos t\omega_j & -\sin t\omega_j\\ \sin t\omega_j"
-            rf" & \cos t\omega_j\end{{pmatrix}}\begin{{pmatrix}}{first}\\ {second}\end{{pmatrix}}")
+    rotation = (r"\operatorname{RoPE}(x,R_t)_{j}=\begin{pmatrix}\cos t\omega_j & -\sin t\omega_j\\ \sin t\omega_j"
+                rf" & \cos t\omega_j\end{{pmatrix}}\begin{{pmatrix}}{first}\\ {second}\end{{pmatrix}}")
+    if o.head_dim > o.dim:
+        rotation += rf",\quad \operatorname{{RoPE}}(x,R_t)_{{i}}=x_{{i}}\ \ ({o.dim}\le i<{o.head_dim})"
+    return rotation
 
 
 def _description(o: RopeOptions) -> str:
     pairs = "adjacent feature pairs" if o.pairing == "interleaved" else f"feature pairs (j, j + {o.pairs})"
     base = f"Rotate each of the {o.pairs} {pairs} by a position-dependent angle"
+    if o.head_dim > o.dim:
+        base = (f"Rotate only the first {o.dim} of each head's {o.head_dim} features (partial rotary), as "
+                f"{o.pairs} {pairs}, by a position-dependent angle; the other {o.head_dim - o.dim} pass through")
     if o.kind == "yarn":
         return (f"Rotate each of the {o.pairs} pairs of rotary features by a position-dependent angle, with YaRN "
                 f"stretching long wavelengths {fmt_num(o.factor)}× for a "
