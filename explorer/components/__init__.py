@@ -11,13 +11,18 @@ from . import (  # noqa: F401  (registration)
     embedding,
     fused_attention,
     fused_experts,
+    layer_attention,
+    layer_blocks,
     linear,
     mla,
     mlp,
     moe,
     mtp,
     norms,
+    parallel_moe,
     rope,
+    sigmoid_moe,
+    softcap,
 )
 from .base import PROGRAMS, REFERENCE_CALLS, Ctx, Reference, Run
 
