@@ -11,6 +11,7 @@ from . import (  # noqa: F401  (registration)
     embedding,
     fused_attention,
     fused_experts,
+    gemma4_vision,
     layer_attention,
     layer_blocks,
     linear,

@@ -14,6 +14,7 @@ from .base import Family
 from .deepseek_v3 import FAMILY as DEEPSEEK_V3
 from .gemma3 import FAMILY as GEMMA3
 from .gemma3 import TEXT_FAMILY as GEMMA3_TEXT
+from .gemma4 import FAMILY as GEMMA4
 from .gpt2 import FAMILY as GPT2
 from .gpt_oss import FAMILY as GPT_OSS
 from .llama import FAMILY as LLAMA
@@ -23,7 +24,7 @@ from .qwen3 import FAMILY as QWEN3
 from .qwen3_moe import FAMILY as QWEN3_MOE
 
 FAMILIES: dict[str, Family] = {f.name: f for f in (DEEPSEEK_V3, LLAMA, QWEN3, GPT2, GEMMA3_TEXT, GEMMA3, MIXTRAL,
-                                                    QWEN3_MOE, GPT_OSS, LLAMA4)}
+                                                    QWEN3_MOE, GPT_OSS, LLAMA4, GEMMA4)}
 """Family name (content's model.family) -> family."""
 
 
