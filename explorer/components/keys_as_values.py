@@ -22,6 +22,11 @@ def values_step(shape: Shape) -> Step:
                 shape, "values")
 
 
+def values_from_keys(K):  # K: torch.Tensor [B, T, H_kv, d_head], the projected keys
+    """The values of a keys-as-values layer: the key projection itself, before k_norm and the rotation."""
+    return K
+
+
 def cache_tensors(keys_as_values: bool) -> int:
     """Tensors cached per key/value head and token: keys and values, or the keys alone when they double as values.
     (The reference's cache stores the normalised values beside the rotated keys; a cache built for this layer kind

@@ -280,7 +280,7 @@ def run_layer_attention(comp: Component, run: Run, x: torch.Tensor, angles: torc
     Q = run_child(comp, "q_proj", run, x).view(B_, T_, s.heads, s.head_dim)                # [B, T, H, d_head]
     K = run_child(comp, "k_proj", run, x).view(B_, T_, s.kv_heads, s.head_dim)             # [B, T, H_kv, d_head]
     if o.keys_as_values:
-        V = K
+        V = keys_as_values.values_from_keys(K)
         run.rec("heads", Q), run.rec("values", V)
     else:
         V = run_child(comp, "v_proj", run, x).view(B_, T_, s.kv_heads, s.head_dim)
