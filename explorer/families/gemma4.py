@@ -277,7 +277,7 @@ class Gemma4(Family):
 
     def build(self, c: Any, values: dict[str, int | float]) -> Component:
         t, v = c.text_config, c.vision_config
-        ctx = Ctx(values, LABELS, REFERENCE, stored_dtype(c.dtype))
+        ctx = Ctx(values, LABELS, REFERENCE, stored_dtype(c.dtype), citations={"rmsnorm": _norm_citation()})
         L, p = t.num_hidden_layers, self.prefix
         types = layer_types(t)
         blocks = tuple(self.block(ctx, t, kind, tuple(i for i, k in enumerate(types) if k == kind))

@@ -33,7 +33,7 @@ from ..components.sigmoid_moe import (
     sigmoid_moe,
     sigmoid_router,
 )
-from ..spec.types import Component, Hyperparameters
+from ..spec.types import Citation, Component, Hyperparameters
 from .base import (
     DIM_LABELS,
     Family,
@@ -191,9 +191,10 @@ class Llama4(Family):
         n_nope = sum(1 for r, _ in kinds if not r)
         children = (
             embedding(ctx, "embed", "Token embedding", weight="model.embed_tokens.weight", citations=cite),
-            stack(ctx, blocks, layers=L, citations=(REFERENCE.cite(
+            stack(ctx, blocks, layers=L, citations=(Citation(
                 "no_rope_layers marks the NoPE layers (every no_rope_layer_interval-th by default); layer_types names "
-                "the others chunked_attention.", "Config.__post_init__"),),
+                "the others chunked_attention.", "transformers", "Llama4TextConfig.__post_init__",
+                "models/llama4/configuration_llama4.py"),),
                   description=f"{L} decoder layers: {L - n_nope} with RoPE and chunked attention, {n_nope} global "
                               f"NoPE layers; {len(moe_layers(t))} with a mixture of experts."),
             rmsnorm(ctx, "norm", "Final RMSNorm", weight="model.norm.weight", ranges=(), size="hidden_size", x=x,
