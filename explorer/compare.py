@@ -21,7 +21,12 @@ _BY_PROGRAM = {"attention": "Attention", "mla": "Attention", "fused_attention": 
                "mtp": "Multi-token prediction",
                "norm": "Norms", "head": "LM head", "embedding": "Token embedding", "positions": "Position embedding",
                "vision": "Vision tower and projector", "vision_tower": "Vision tower and projector",
-               "projector": "Vision tower and projector"}
+               "projector": "Vision tower and projector", "layer_attention": "Attention",
+               "sigmoid_moe": "Mixture of experts", "scaled_router": "Mixture of experts",
+               "halves_experts": "Mixture of experts", "softcapped_head": "LM head",
+               "gemma4_vision_tower": "Vision tower and projector",
+               "gemma4_vision_embedder": "Vision tower and projector"}
+"""moe_beside_mlp (Gemma 4) is left unclassified: its dense MLP, norms, router and experts take their own roles."""
 
 
 @dataclass(frozen=True, slots=True)

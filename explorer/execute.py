@@ -206,7 +206,7 @@ def tiny_label(tiny: ModelSpec) -> str:
         parts.append(f"sliding window {window} (T = {FREE_SIZES['T']})")
     parts.append(f"{sum(b.repeat for b in tiny.root.child('blocks').children)} blocks")
     if "vision_hidden_size" in v:  # a vision tower beside the text model (Gemma 3)
-        tower = next(c for c in tiny.root.children if c.program in ("vision_tower", "moonvit_tower"))
+        tower = next(c for c in tiny.root.children if c.key == "vision_tower" or c.program in ("vision_tower", "moonvit_tower"))
         parts.append(f"vision tower d {v['vision_hidden_size']} with {tower.child('encoder').repeat} blocks")
     return "tiny config: " + ", ".join(parts) + ", float32 random weights"
 

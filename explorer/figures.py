@@ -18,10 +18,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .account import Ledger
+from .components import keys_as_values
 from .components.attention import ScoresOptions
 from .components.dsa import IndexerOptions
+from .components.layer_attention import LayerAttentionOptions
 from .components.mla import MLAOptions
-from .components.moe import RouterOptions
 from .components.shaped_attention import ShapedAttentionOptions
 from .reconcile import Reconciliation
 from .spec.types import Component, ModelSpec, path_key, walk
@@ -31,6 +32,10 @@ CONTEXT = 131_072
 FLOP_CONTEXT = 4_096
 """The context length at which attention FLOPs are stated."""
 CACHE_DTYPES = (("BF16", 2), ("FP8", 1))
+VISION_PROGRAMS = ("vision_tower", "projector", "gemma4_vision_tower", "gemma4_vision_embedder")
+"""Image encoders: they run once per image, not for a text token."""
+ROUTED = {"moe": "expert", "fused_moe": "experts", "sigmoid_moe": "experts", "moe_beside_mlp": "experts"}
+"""MoE programs -> the key of their routed experts (one expert repeated, or all experts in one component)."""
 WEIGHT_DTYPES = (("BF16", 2.0), ("FP8", 1.0), ("4-bit", 0.5))
 
 
@@ -67,6 +72,8 @@ class AttentionCost:
     """2 × multiply-adds per query per cached key of a lightning indexer, which scores every key."""
     note: str = ""
     """What the per-token cache is made of, where it has parts."""
+    chunk: int | None = None
+    """Chunked attention: the cache holds at most one chunk, and position t sees the keys of its own chunk."""
     formula: str = ""
     """cache_per_token as a formula in config keys where the attention states its own (shaped attention)."""
 
@@ -99,11 +106,11 @@ def derive(spec: ModelSpec, ledger: Ledger, stored: Reconciliation | None) -> De
     matmul = active - embed  # every parameter a token multiplies (the embedding is a row lookup)
     cache = sum(c.layers * c.cache_per_token for c in costs)
     mha = sum(c.layers * c.mha_per_token for c in costs)
-    at_context = sum(c.layers * c.cache_per_token * min(CONTEXT, c.window or CONTEXT) for c in costs)
-    decode_attn = sum(c.layers * (c.flops_per_key * min(FLOP_CONTEXT, c.window or c.attended or FLOP_CONTEXT)
-                                  + c.index_flops_per_key * min(FLOP_CONTEXT, c.window or FLOP_CONTEXT)) for c in costs)
-    prefill_attn = sum(c.layers * (c.flops_per_key * _keys_seen(FLOP_CONTEXT, c.window or c.attended)
-                                   + c.index_flops_per_key * _keys_seen(FLOP_CONTEXT, c.window)) for c in costs)
+    at_context = sum(c.layers * c.cache_per_token * min(CONTEXT, c.window or c.chunk or CONTEXT) for c in costs)
+    decode_attn = sum(c.layers * (c.flops_per_key * _keys_at(FLOP_CONTEXT, c, c.attended)
+                                  + c.index_flops_per_key * _keys_at(FLOP_CONTEXT, c)) for c in costs)
+    prefill_attn = sum(c.layers * (c.flops_per_key * _keys_seen_by(FLOP_CONTEXT, c, c.attended)
+                                   + c.index_flops_per_key * _keys_seen_by(FLOP_CONTEXT, c)) for c in costs)
     mtp_text = (" − MTP modules" if mtp else "") + (" − vision tower and projector" if vision else "")
     figures = [
         Figure("total_parameters", "Parameters stored (all)", total, "sum of the ledger's rows",
@@ -124,7 +131,9 @@ def derive(spec: ModelSpec, ledger: Ledger, stored: Reconciliation | None) -> De
                  + (f" ({c.note})" if c.note else "") + "; "
                  f"plain multi-head attention of the same heads would cache {c.mha_per_token:,} "
                  f"({c.mha_per_token / c.cache_per_token:.3g}×)." + (f" This layer keeps only its last {c.window:,} "
-                                                                    "tokens." if c.window else ""))
+                                                                    "tokens." if c.window else "")
+                 + (f" This layer attends within chunks of {c.chunk:,} tokens and keeps at most one chunk."
+                    if c.chunk else ""))
           for c in costs),
         *_context_by_kind(costs),
         Figure("kv_cache_per_token", "KV cache per token (all layers)", cache,
@@ -136,7 +145,8 @@ def derive(spec: ModelSpec, ledger: Ledger, stored: Reconciliation | None) -> De
         *(Figure(f"kv_cache_bytes_{name.lower()}", f"KV cache at {CONTEXT:,} tokens, {name}", at_context * size,
                  f"Σ layers × per-token elements × min({CONTEXT:,}, window) × {size} byte{'s' if size > 1 else ''}",
                  f"Bytes cached for one sequence of {CONTEXT:,} tokens with {name} cache entries; sliding-window "
-                 "layers keep only their window.") for name, size in CACHE_DTYPES),
+                 "layers keep only their window" + (", chunked layers at most one chunk" if any(c.chunk for c in costs)
+                                                    else "") + ".") for name, size in CACHE_DTYPES),
         Figure("flops_decode", f"Forward FLOPs per token, decode at {FLOP_CONTEXT:,} context",
                2 * matmul + decode_attn, f"2 × {matmul:,} + attention over {FLOP_CONTEXT:,} keys" + _sparse_text(costs),
                "Two FLOPs per multiply-add: every projection a token runs (active parameters less the embedding), "
@@ -163,11 +173,10 @@ def _inactive_experts(spec: ModelSpec, ledger: Ledger) -> tuple[int, str]:
     """Parameters of the routed experts a token does not run, and the formula, over every MoE module."""
     total, parts = 0, []
     for path, comp in _paths(spec):
-        if comp.program not in ("moe", "fused_moe") or path.startswith("mtp"):
+        if comp.program not in ROUTED or path.startswith("mtp"):
             continue
-        router = next(c for c in comp.children if c.program == "router")
-        o = router.options
-        assert isinstance(o, RouterOptions)
+        o = next(c for c in comp.children if c.key == "router").options
+        assert hasattr(o, "experts") and hasattr(o, "k")  # RouterOptions or a library router's own options
         if comp.program == "moe":  # one expert component, repeated
             per_expert = ledger.accounts[f"{path}.expert"].per_instance
         else:  # all experts in one component whose every tensor has a leading experts axis
@@ -181,6 +190,9 @@ def _inactive_experts(spec: ModelSpec, ledger: Ledger) -> tuple[int, str]:
 def _attention_costs(spec: ModelSpec, ledger: Ledger) -> list[AttentionCost]:
     out = []
     for path, comp in _paths(spec):
+        if comp.program == "layer_attention" and not path.startswith("mtp"):
+            out.append(_layer_cost(spec, ledger, path, comp))
+            continue
         if comp.program not in ("mla", "dsa", "attention", "fused_attention", "shaped_attention") or path.startswith("mtp"):
             continue
         scores = next(c for c in comp.children if c.program == "scores")
@@ -221,6 +233,37 @@ def _dsa_cost(comp: Component, path: str, layers: int, title: str) -> AttentionC
         2 * o.heads * (o.nope + o.rope + o.v), attended=io.topk, index_flops_per_key=2 * io.heads * (io.head_dim + 1),
         note=f"the MLA latent and rotary key, {mla_cache}, and the indexer's key, {io.head_dim}; attention reads at "
              f"most {io.topk:,} cached tokens per query, the indexer scores all of them")
+
+
+def _layer_cost(spec: ModelSpec, ledger: Ledger, path: str, comp: Component) -> AttentionCost:
+    """A layer kind with its own attention shape: K and V of each key/value head at its own width, or K alone where
+    the keys double as values (the values follow from the cached keys' projection: one tensor, not two)."""
+    o = comp.options
+    assert isinstance(o, LayerAttentionOptions)
+    s = o.shape
+    tensors = keys_as_values.cache_tensors(o.keys_as_values)
+    block = path.rsplit(".", 1)[0]
+    title = next(c.title for p, c in _paths(spec) if p == block)
+    formula = f"{'2 × ' if tensors == 2 else ''}{s.kv_heads_key} × {s.head_dim_key}"
+    return AttentionCost(block, title, ledger.accounts[path].instances, tensors * s.kv_heads * s.head_dim,
+                         2 * s.heads * s.head_dim, o.window, 2 * s.heads * 2 * s.head_dim, chunk=o.chunk,
+                         formula=formula)
+
+
+def _keys_at(context: int, c: AttentionCost, cap: int | None = None) -> int:
+    """Keys the last position of a context attends to: all, its window, its own chunk's part, or at most `cap`
+    (the tokens a sparse attention selects)."""
+    if c.chunk:
+        return (context - 1) % c.chunk + 1
+    return min(context, c.window or cap or context)
+
+
+def _keys_seen_by(context: int, c: AttentionCost, cap: int | None = None) -> int:
+    """Σ over positions of the keys each sees in a causal prefill (windowed, chunked, or capped at `cap`)."""
+    if not c.chunk:
+        return _keys_seen(context, c.window or cap)
+    full, rest = divmod(context, c.chunk)
+    return full * c.chunk * (c.chunk + 1) // 2 + rest * (rest + 1) // 2
 
 
 def _cache_formula(spec: ModelSpec, c: AttentionCost) -> str:

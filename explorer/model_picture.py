@@ -10,7 +10,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from html import escape
 
-from .components.attention import ScoresOptions
 from .components.blocks import block_layers
 from .components.moe import RouterOptions
 from .spec.types import Component, ModelSpec
@@ -46,10 +45,11 @@ def describe(spec: ModelSpec, name: str) -> ModelPicture:
     stack = spec.root.child("blocks")
     kinds, experts, active, shared = [], 0, 0, False
     for block in stack.children:
-        router = _first(block, "router")
-        scores = _first(block, "scores")
-        window = scores.options.window if scores is not None and isinstance(scores.options, ScoresOptions) else None
-        if router is not None and isinstance(router.options, RouterOptions):
+        router = _first(block, "router") or _keyed(block, "router")  # any library router: options with experts, k
+        scores = _first(block, "scores") or _first(block, "layer_scores")
+        window = getattr(scores.options, "window", None) if scores is not None else None
+        chunk = getattr(scores.options, "chunk", None) if scores is not None else None
+        if router is not None and (isinstance(router.options, RouterOptions) or hasattr(router.options, "experts")):
             experts, active = router.options.experts, router.options.k
             shared = shared or _first(block, "gated_mlp", "shared") is not None
             css, label = "moe", f"MoE: {active} of {experts} experts"
@@ -57,6 +57,8 @@ def describe(spec: ModelSpec, name: str) -> ModelPicture:
             css, label = "dense", "dense feed-forward"
         if window:
             css, label = "sliding", f"{label}, sliding window {window:,}"
+        if chunk:
+            css, label = "sliding", f"{label}, chunks of {chunk:,}"
         kinds.append(BlockKind(block.title, css, block_layers(block), label))
     layers = sum(len(k.layers) for k in kinds)
     counts = ", ".join(f"{len(k.layers)} {k.label}" for k in kinds)
@@ -66,6 +68,12 @@ def describe(spec: ModelSpec, name: str) -> ModelPicture:
                     f"({100 * active / experts:.1f}%){' plus the shared expert' if shared else ''}; which ones "
                     "depends on the token (the lit squares are one example).")
     return ModelPicture(name, layers, tuple(kinds), experts, active, shared, caption)
+
+
+def _keyed(comp: Component, key: str) -> Component | None:
+    if comp.key == key:
+        return comp
+    return next((found for c in comp.children if (found := _keyed(c, key)) is not None), None)
 
 
 def _first(comp: Component, program: str, key: str = "") -> Component | None:

@@ -126,16 +126,17 @@ def reconcile(spec: ModelSpec, index: CheckpointIndex, reference: bool = False,
               skip_owners: tuple[str, ...] = (), expected: list[ExpectedGroup] | None = None) -> Reconciliation:
     """Match the spec's expected tensors against a checkpoint index, group against group.
 
-    reference=True matches against a reference implementation instead: only parameters and the persistent buffers
-    the config shapes are compared (it stores no quantization scales or unloaded buffers), shapes but not dtypes, and components under
+    reference=True matches against a reference implementation instead: only parameters are compared (it
+    stores no quantization scales or unloaded buffers; persistent buffers of a known shape are compared), shapes but not dtypes, and components under
     skip_owners (which it does not build) are left out. `expected`: the spec's expected_groups where the caller
     has them already (computed with the same `reference`).
     """
     if expected is None:
         expected = expected_groups(spec, logical=reference)
     if reference:
-        # buffers the config sizes (a router's correction bias) are in the reference's state dict too
-        expected = [e for e in expected if (e.role == "parameter" or (e.role == "buffer" and e.shape is not None))
+        # persistent buffers of a known shape (Gemma 4's layer_scalar) are in the reference's state dict too
+        expected = [e for e in expected if (e.role == "parameter" or (e.role == "buffer" and e.shape is not None
+                                                                      and not e.optional))
                     and not any(e.owner == s or e.owner.startswith(s + ".") for s in skip_owners)]
     by_skeleton: dict[Skeleton, tuple[list[ExpectedGroup], list[TensorGroup]]] = defaultdict(lambda: ([], []))
     for e in expected:

@@ -27,7 +27,9 @@ class ReferenceModel:
 
 def transformers_config(spec: ModelSpec) -> dict[str, Any]:
     """The config.json keys the reference config class takes (quantization is a storage format, not architecture)."""
-    return reference_config(spec.config, FAMILIES[spec.family].reference.config_skip)
+    binding = FAMILIES[spec.family].reference
+    config = getattr(spec.config, binding.config_key) if binding.config_key else spec.config
+    return reference_config(config, binding.config_skip)
 
 
 def _classes(spec: ModelSpec):

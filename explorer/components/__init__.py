@@ -12,13 +12,19 @@ from . import (  # noqa: F401  (registration)
     embedding,
     fused_attention,
     fused_experts,
+    gemma4_vision,
+    layer_attention,
+    layer_blocks,
     linear,
     mla,
     mlp,
     moe,
     mtp,
     norms,
+    parallel_moe,
     rope,
+    sigmoid_moe,
+    softcap,
 )
 from .base import PROGRAMS, REFERENCE_CALLS, Ctx, Reference, Run
 

@@ -51,6 +51,10 @@ class RopeOptions:
     layer_type: str = ""
     """The reference rotary module's layer type where one module serves several ("sliding_attention" in Gemma 3,
     whose local and global layers rotate with different bases); empty: the module has one set of frequencies."""
+    unrotated_pairs: int = 0
+    """Partial rotary, proportional layout (Gemma 4's global layers, partial_rotary_factor): the last
+    `unrotated_pairs` of the dim/2 pairs get angle 0 and pass through unchanged; the exponents keep dim as their
+    denominator, so the rotated pairs turn at the frequencies full rotary would give them."""
 
     @property
     def pairs(self) -> int:
@@ -87,7 +91,10 @@ def attention_factor(o: RopeOptions) -> float:
 
 def inverse_frequencies(run: Run, o: RopeOptions, device: torch.device) -> torch.Tensor:
     """ω_j for each rotary pair, recording θ_j (and YaRN's ramp γ_j)."""
-    theta = run.rec("theta", 1.0 / (o.theta ** (torch.arange(0, o.dim, 2, device=device).float() / o.dim)))
+    theta = 1.0 / (o.theta ** (torch.arange(0, o.dim, 2, device=device).float() / o.dim))
+    if o.unrotated_pairs:  # partial rotary: the trailing pairs keep angle 0
+        theta = torch.cat([theta[:o.pairs - o.unrotated_pairs], torch.zeros(o.unrotated_pairs, device=device)])
+    theta = run.rec("theta", theta)
     if o.kind == "linear":
         return run.rec("inv-freq", theta / o.factor)
     if o.kind == "yarn":
@@ -148,8 +155,7 @@ def rope(ctx: Ctx, o: RopeOptions, *, code: str, prefix: str = "", ranges: tuple
     """The rotary angles a block's attention uses; `buffer`: a checkpoint may store inv_freq under `prefix`."""
     pairs = Dim("pairs", o.pairs)
     angles = Port(ctx_colour("R"), Shape((T, pairs)), "R")
-    steps = (Step(rf"\theta_j={fmt_num(o.theta)}^{{-2j/{o.dim}}},\quad j=0,\dots,{o.pairs - 1}", Shape((pairs,)),
-                  "theta"),
+    steps = (Step(_theta_latex(o), Shape((pairs,)), "theta"),
              *_frequency_steps(o, pairs),
              Step(rf"{ctx_colour('R_t')}=\left(\cos t\omega_j,\ \sin t\omega_j\right)_{{j}}", angles.shape, "angles"),
              Step(_rotation_latex(o), Shape((T, Dim("d_rope", o.dim))), "rotate"))
@@ -164,7 +170,20 @@ def rope(ctx: Ctx, o: RopeOptions, *, code: str, prefix: str = "", ranges: tuple
     )
 
 
+def _theta_latex(o: RopeOptions) -> str:
+    full = rf"\theta_j={fmt_num(o.theta)}^{{-2j/{o.dim}}}"
+    if not o.unrotated_pairs:
+        return rf"{full},\quad j=0,\dots,{o.pairs - 1}"
+    rotated = o.pairs - o.unrotated_pairs
+    return (rf"\theta_j=\begin{{cases}}{fmt_num(o.theta)}^{{-2j/{o.dim}}} & j<{rotated}\\ 0 & {rotated}\le j<"
+            rf"{o.pairs}\end{{cases}}")
+
+
 def _reference_citation(ctx: Ctx, o: RopeOptions) -> Citation:
+    if o.unrotated_pairs:
+        return Citation("transformers' proportional RoPE keeps int(partial_rotary_factor × head_dim / 2) frequencies "
+                        "with exponents over the whole head_dim and pads the rest with zeros.", "transformers",
+                        "_compute_proportional_rope_parameters", ROPE_UTILS_FILE)
     if o.kind == "default":  # the default frequencies live in the family's own rotary module
         return ctx.reference.cite("transformers computes the default inverse frequencies θ_j in the rotary module.",
                                   "RotaryEmbedding.compute_default_rope_parameters")
@@ -214,6 +233,10 @@ def _description(o: RopeOptions) -> str:
     if o.head_dim > o.dim:
         base = (f"Rotate only the first {o.dim} of each head's {o.head_dim} features (partial rotary), as "
                 f"{o.pairs} {pairs}, by a position-dependent angle; the other {o.head_dim - o.dim} pass through")
+    elif o.unrotated_pairs:
+        base = (f"Rotate the first {o.pairs - o.unrotated_pairs} of the {o.pairs} {pairs} by a position-dependent "
+                f"angle; the other {o.unrotated_pairs} pairs carry no position (partial rotary, "
+                f"{(o.pairs - o.unrotated_pairs) / o.pairs:g} of the pairs)")
     if o.kind == "yarn":
         return (f"Rotate each of the {o.pairs} pairs of rotary features by a position-dependent angle, with YaRN "
                 f"stretching long wavelengths {fmt_num(o.factor)}× for a "
@@ -231,6 +254,8 @@ def _description(o: RopeOptions) -> str:
 
 def _extras(o: RopeOptions) -> tuple[tuple[str, str], ...]:
     out = [("base θ", fmt_num(o.theta))]
+    if o.unrotated_pairs:
+        out.append(("rotated pairs", f"{o.pairs - o.unrotated_pairs} of {o.pairs}"))
     if o.kind != "default":
         out.append(("scaling factor", fmt_num(o.factor)))
     if o.kind == "yarn":

@@ -15,11 +15,13 @@ from .deepseek_v3 import FAMILY as DEEPSEEK_V3
 from .deepseek_v32 import FAMILY as DEEPSEEK_V32
 from .gemma3 import FAMILY as GEMMA3
 from .gemma3 import TEXT_FAMILY as GEMMA3_TEXT
+from .gemma4 import FAMILY as GEMMA4
 from .glm_moe_dsa import FAMILY as GLM_MOE_DSA
 from .gpt2 import FAMILY as GPT2
 from .gpt_oss import FAMILY as GPT_OSS
 from .kimi_k25 import FAMILY as KIMI_K25
 from .llama import FAMILY as LLAMA
+from .llama4 import FAMILY as LLAMA4
 from .mimo_v2_flash import FAMILY as MIMO_V2_FLASH
 from .minimax_m2 import FAMILY as MINIMAX_M2
 from .mixtral import FAMILY as MIXTRAL
@@ -28,7 +30,7 @@ from .qwen3_moe import FAMILY as QWEN3_MOE
 
 FAMILIES: dict[str, Family] = {f.name: f for f in (DEEPSEEK_V3, LLAMA, QWEN3, GPT2, GEMMA3_TEXT, GEMMA3, MIXTRAL,
                                                     QWEN3_MOE, GPT_OSS, DEEPSEEK_V32, GLM_MOE_DSA, KIMI_K25,
-                                                    MINIMAX_M2, MIMO_V2_FLASH)}
+                                                    MINIMAX_M2, MIMO_V2_FLASH, LLAMA4, GEMMA4)}
 """Family name (content's model.family) -> family."""
 
 

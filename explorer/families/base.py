@@ -83,6 +83,9 @@ class ReferenceBinding:
     """Maps the reference's state dict to checkpoint tensor names (e.g. splits fused experts); None: same names."""
     config_skip: tuple[str, ...] = ("quantization_config", "auto_map", "architectures")
     """Config keys not passed to the reference config class (storage formats and loader metadata)."""
+    config_key: str = ""
+    """The nested table the reference config class takes where the published file wraps it (Llama 4 Scout's
+    text_config, built as Llama4TextConfig); empty: the whole config."""
 
 
 class Family:
