@@ -26,7 +26,7 @@ from .spec.types import Component, ModelSpec, Port, Shape, path_key, walk
 
 FREE_SIZES = {"B": 2, "T": 5}
 """Sizes that stand in for the free dimensions while tracing (distinct, so a swapped axis is caught)."""
-WHOLE_MODEL_PROGRAMS = {"stack", "model", "mtp"}
+WHOLE_MODEL_PROGRAMS = {"stack", "model", "mtp", "hc_stack", "hc_model"}
 """Programs that address weights by full checkpoint name (they span several layers)."""
 
 
@@ -55,8 +55,8 @@ def model_weights(spec: ModelSpec, device: str, generator: torch.Generator | Non
     tied: list[tuple[str, str]] = []
     for _, comp in walk(spec.root):
         for t in comp.tensors:
-            if t.role != "parameter" or t.shape is None:
-                continue
+            if t.shape is None or (t.role != "parameter" and device != "meta"):
+                continue  # buffers join the meta trace only (a routing table's shape, not its values)
             shape = [evaluate(s, spec.values) for s in t.shape]
             experts = [r for r in t.ranges if r.var == "expert"]
             if experts:

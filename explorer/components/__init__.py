@@ -8,9 +8,13 @@ from __future__ import annotations
 from . import (  # noqa: F401  (registration)
     attention,
     blocks,
+    compressed_attention,
     embedding,
     fused_attention,
     fused_experts,
+    hash_routing,
+    hc_blocks,
+    hyper_connections,
     linear,
     mla,
     mlp,

@@ -12,6 +12,7 @@ from ..spec.storage import DTYPE_BYTES, Dense, GGUFQuant, Storage
 from ..spec.types import Component, ModelSpec
 from .base import Family
 from .deepseek_v3 import FAMILY as DEEPSEEK_V3
+from .deepseek_v4 import FAMILY as DEEPSEEK_V4
 from .gemma3 import FAMILY as GEMMA3
 from .gemma3 import TEXT_FAMILY as GEMMA3_TEXT
 from .gpt2 import FAMILY as GPT2
@@ -22,7 +23,7 @@ from .qwen3 import FAMILY as QWEN3
 from .qwen3_moe import FAMILY as QWEN3_MOE
 
 FAMILIES: dict[str, Family] = {f.name: f for f in (DEEPSEEK_V3, LLAMA, QWEN3, GPT2, GEMMA3_TEXT, GEMMA3, MIXTRAL,
-                                                    QWEN3_MOE, GPT_OSS)}
+                                                    QWEN3_MOE, GPT_OSS, DEEPSEEK_V4)}
 """Family name (content's model.family) -> family."""
 
 
