@@ -90,10 +90,16 @@ def compressor_tensors(ctx: Ctx, prefix: str, ranges: tuple[IndexRange, ...], wi
             TensorSpec(prefix + "kv_norm.weight", (w,), ranges, storage=Dense("F32")))
 
 
+def entries_dim(ratio: int) -> Dim:
+    """One compressed entry per closed window: ⌊T/m⌋ of them."""
+    return Dim("entries", symbol=f"T/{ratio}")
+
+
 def compressor_steps(ctx: Ctx, o: CompressorOptions, x: str, width: Dim, sub: str) -> tuple[Step, ...]:
     """The pooling equations; `sub` marks the indexer's copies (I)."""
     s = 2 if o.overlap else 1
     m = o.ratio
+    n = entries_dim(m)
     series = Dim(("2·" if o.overlap else "") + width.label, s * width.size)
     C, Z = f"C^{{{sub}}}", f"Z^{{{sub}}}"
     pooled = (rf"\tilde c^{{{sub}}}_w=\sum_{{j\in\text{{window }}w}}\operatorname{{softmax}}_j(Z_j+B_j)\odot C_j"
@@ -103,9 +109,10 @@ def compressor_steps(ctx: Ctx, o: CompressorOptions, x: str, width: Dim, sub: st
     return (
         Step(rf"{C}={x}W_{{\mathrm{{KV}}}}^{{{sub}}},\quad {Z}={x}W_{{\mathrm{{Z}}}}^{{{sub}}}", ctx.tokens(series),
              f"{sub.lower() or 'c'}-project"),
-        Step(pooled + rf"\quad(m={m},\ \text{{entries }}w<\lfloor T/{m}\rfloor)", None, f"{sub.lower() or 'c'}-pool"),
-        Step(rf"c^{{{sub}}}_w=\operatorname{{RoPE}}_{{{m}w}}\big(\operatorname{{RMSNorm}}(\tilde c^{{{sub}}}_w)\big)", None,
-             f"{sub.lower() or 'c'}-entries"),
+        Step(pooled + rf"\quad(m={m},\ \text{{entries }}w<\lfloor T/{m}\rfloor)", Shape((B, n, width)),
+             f"{sub.lower() or 'c'}-pool"),
+        Step(rf"c^{{{sub}}}_w=\operatorname{{RoPE}}_{{{m}w}}\big(\operatorname{{RMSNorm}}(\tilde c^{{{sub}}}_w)\big)",
+             Shape((B, n, width)), f"{sub.lower() or 'c'}-entries"),
     )
 
 
@@ -116,8 +123,8 @@ def compress(run: Run, o: CompressorOptions, x: torch.Tensor) -> torch.Tensor:
     n = Tn // m
     kv, gate = F.linear(x, run.w("kv_proj.weight")), F.linear(x, run.w("gate_proj.weight"))
     run.rec("project", kv)
-    kv = kv[:, :n * m].reshape(Bn, n, m, -1)
-    gate = gate[:, :n * m].reshape(Bn, n, m, -1) + run.w("position_bias")
+    kv = kv[:, :n * m].reshape(Bn, n, m, kv.shape[-1])
+    gate = gate[:, :n * m].reshape(Bn, n, m, gate.shape[-1]) + run.w("position_bias")
     if o.overlap:  # entry w: window w−1's first series (zero weight for w = 0) and window w's second series
         first_kv = torch.cat([torch.zeros_like(kv[:, :1, :, :w]), kv[:, :-1, :, :w]], dim=1)
         first_gate = torch.cat([torch.full_like(gate[:, :1, :, :w], float("-inf")), gate[:, :-1, :, :w]], dim=1)
@@ -156,7 +163,7 @@ def indexer(ctx: Ctx, *, prefix: str, ranges: tuple[IndexRange, ...], x: Port, c
         Step(rf"q^{{I}}_{{t}}=\operatorname{{RoPE}}_t\big({cq.latex}W^{{I}}_{{Q}}\big)", ctx.tokens(heads, dI), "iq"),
         Step(rf"w_{{t,h}}={x.latex}W^{{I}}_{{w}}/\sqrt{{{o.heads}}}", ctx.tokens(heads), "iw"),
         Step(rf"I_{{t,s}}=\sum_{{h=1}}^{{{o.heads}}}w_{{t,h}}\operatorname{{ReLU}}\big(q^{{I}}_{{t,h}}\cdot "
-             rf"c^{{I}}_s\big)/\sqrt{{{o.head_dim}}}", None, "iscores"),
+             rf"c^{{I}}_s\big)/\sqrt{{{o.head_dim}}}", ctx.tokens(entries_dim(co.ratio)), "iscores"),
         Step(rf"\mathcal S_t=\operatorname{{top}}_{{{o.topk}}}\{{I_{{t,s}}:\ s<\lfloor(t+1)/{co.ratio}\rfloor\}}", None,
              "iselect"),
     )
@@ -164,7 +171,8 @@ def indexer(ctx: Ctx, *, prefix: str, ranges: tuple[IndexRange, ...], x: Port, c
         key="indexer", title="Lightning indexer", kind="learned", code="DeepseekV4Indexer(config)",
         description=f"Score every closed compressed entry for each query with {o.heads} ReLU heads of width "
                     f"{o.head_dim} over its own compressed keys, and keep the top {o.topk}.",
-        inputs=(x, cq), outputs=(Port(r"\mathcal S", ctx.tokens(), "selected"),), equations=steps[-2:], steps=steps,
+        inputs=(x, cq), outputs=(Port(r"\mathcal S", ctx.tokens(entries_dim(co.ratio)), "selected"),),
+        equations=steps[-2:], steps=steps,
         tensors=tensors, citations=citations, program="v4_indexer", options=o,
     )
 
@@ -213,7 +221,8 @@ def compressor(ctx: Ctx, *, prefix: str, ranges: tuple[IndexRange, ...], x: Port
                             citations=indexer_citations),)
         steps += children[0].steps
     steps += (Step(r"\mathcal V_{t,w}=[\,w<\lfloor(t+1)/" + str(o.ratio) + r"\rfloor\,]"
-                   + (r"\wedge[\,w\in\mathcal S_t\,]" if index is not None else ""), None, "c-visible"),)
+                   + (r"\wedge[\,w\in\mathcal S_t\,]" if index is not None else ""),
+                   ctx.tokens(entries_dim(o.ratio)), "c-visible"),)
     what = (f"pools every {o.ratio} positions (two overlapping series, span {2 * o.ratio}) into one "
             f"{dh.size}-feature entry, and a lightning indexer picks {index.topk} of them per query"
             if index is not None else f"pools every {o.ratio} positions into one {dh.size}-feature entry")
@@ -221,7 +230,7 @@ def compressor(ctx: Ctx, *, prefix: str, ranges: tuple[IndexRange, ...], x: Port
         key="compressor", title=f"KV compressor (ratio {o.ratio})", kind="learned",
         code=("DeepseekV4CSACompressor(config)" if index is not None else "DeepseekV4HCACompressor(config)"),
         description=f"A softmax-gated pooling with a learned bias per position in the window {what}.",
-        inputs=(x, cq), outputs=(Port("c", ctx.tokens("head_dim"), "entries"),),
+        inputs=(x, cq), outputs=(Port("c", Shape((B, entries_dim(o.ratio), dh)), "entries"),),
         equations=(steps[1], steps[-1]), steps=steps, tensors=compressor_tensors(ctx, prefix, ranges, "head_dim", o),
         children=children, citations=citations, program="v4_compressor", options=o,
     )
