@@ -1,0 +1,208 @@
+"""DeepSeek-V4-Flash (issue 20): totals and persistent buffers equal transformers on the meta device and the reference
+reconciliation balances; the executed checks at a tiny config with both compressors, 3 streams, a hash layer and a
+scored layer pass; each deliberately wrong mechanism (Sinkhorn skipped, streams not mixed, a wrong compress ratio,
+a wrong top-k, sigmoid for √softplus, the table ignored, no clamp) fails its check; the stored layout and the
+per-token memory are predicted from the config."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+import torch
+from conftest import ROOT
+
+from explorer.account import account
+from explorer.components import compressed_attention, fused_experts, hash_routing, hc_blocks, hyper_connections, moe
+from explorer.content import load_model_content
+from explorer.errors import ExecutionError
+from explorer.execute import FREE_SIZES, check_equations, tiny_spec, trace
+from explorer.families import FAMILIES, load_model_spec
+from explorer.reconcile import predicted_index, reconcile
+from explorer.reference import build_reference_model, reference_index
+from explorer.spec.types import ModelSpec, walk
+
+torch.set_num_threads(1)  # the tiny checks are single-threaded in the build too (pipeline._one_torch_thread)
+SLUG = "deepseek-v4-flash"
+TOTAL = 284_332_230_231
+BUFFERS = 2_337_280
+
+
+def spec_of(slug: str = SLUG) -> ModelSpec:
+    return load_model_spec(load_model_content(ROOT / "content/models" / slug))
+
+
+@pytest.fixture(scope="module")
+def specs() -> tuple[ModelSpec, ModelSpec]:
+    spec = spec_of()
+    return spec, tiny_spec(spec)
+
+
+def buffers_of(spec: ModelSpec) -> dict[str, int]:
+    """Every persistent buffer the spec lists, by concrete name, with its element count."""
+    out = {}
+    for _, comp in walk(spec.root):
+        for t in comp.tensors:
+            if t.role == "buffer" and t.shape is not None:
+                n = 1
+                for s in t.shape:
+                    n *= int(s.subs({sym: spec.values[sym.name] for sym in s.free_symbols}))
+                out.update({name: n for name in t.names()})
+    return out
+
+
+# ------------------------------------------------------------------------------------------------- totals
+
+def test_totals_and_buffers_equal_transformers_on_meta(specs):
+    spec, _ = specs
+    model = build_reference_model(spec)
+    assert account(spec).total == sum(p.numel() for p in model.parameters()) == TOTAL
+    params = {n for n, _ in model.named_parameters()}
+    theirs = {n: t.numel() for n, t in model.state_dict().items() if n not in params}
+    assert buffers_of(spec) == theirs
+    assert sum(theirs.values()) == BUFFERS
+    assert theirs["model.layers.0.mlp.gate.tid2eid"] == 129_280 * 6
+    assert theirs["model.layers.3.mlp.gate.e_score_correction_bias"] == 256
+    rec = reconcile(spec, reference_index(spec).index, reference=True)
+    assert rec.balanced, rec.differences(5)
+
+
+def test_block_kinds_follow_compress_ratios_and_hash_layers(specs):
+    spec, tiny = specs
+    blocks = {b.key: b for b in spec.root.child("blocks").children}
+    assert list(blocks) == ["sliding_hash", "csa_hash", "hca", "csa"]
+    assert [blocks[k].repeat for k in blocks] == [2, 1, 20, 20]
+    assert "indexer" in [c.key for c in blocks["csa"].child("attn").child("compressor").children]
+    assert not blocks["hca"].child("attn").child("compressor").children  # ratio 128 has no indexer
+    assert blocks["sliding_hash"].child("moe").child("router").program == "hash_router"
+    assert [b.key for b in tiny.root.child("blocks").children] == list(blocks)
+
+
+def test_a_wrong_output_rank_does_not_balance(specs):
+    spec, _ = specs
+    bad = replace(spec, values={**spec.values, "o_lora_rank": 512})
+    rec = reconcile(bad, reference_index(spec).index, reference=True)
+    assert not rec.balanced and any("o_a_proj" in m.name for m in rec.shape_mismatch)
+
+
+def test_full_size_shapes_trace_on_meta(specs):
+    spec, _ = specs
+    shapes = trace(spec).components
+    assert shapes["blocks.csa.attn.compressor"].outputs == ((2, FREE_SIZES["T"] // 4, 512),)
+    assert shapes["blocks.hca.attn.compressor"].outputs == ((2, 0, 512),)  # no window of 128 closes at T = 5
+
+
+# ------------------------------------------------------------------------------------------ executed checks
+
+def test_tiny_config_has_the_structure_the_checks_need(specs):
+    _, tiny = specs
+    c = tiny.config
+    assert c.hc_mult > 1 and c.num_hash_layers >= 1 and c.num_hidden_layers > c.num_hash_layers
+    assert {0, 4, 128} <= set(c.compress_ratios)
+    assert c.sliding_window < FREE_SIZES["T"]
+    assert all(FREE_SIZES["T"] // r >= 1 for r in c.compress_rates.values())  # both compressors close a window
+    assert c.index_topk < FREE_SIZES["T"] // c.compress_rates["compressed_sparse_attention"]  # top-k selects
+    assert c.index_n_heads > 1 and 1 < c.num_experts_per_tok < c.n_routed_experts
+
+
+def test_tiny_checks_pass(specs):
+    checks = check_equations(*specs)
+    for path in ("", "blocks.csa_hash", "blocks.csa.attn.compressor.indexer", "blocks.hca.attn.compressor",
+                 "blocks.sliding_hash.moe.router", "blocks.csa.moe.router", "blocks.hca.attn_hc", "hc_head",
+                 "blocks.csa.attn.o_a_proj", "blocks.hca.moe.shared", "blocks.csa.moe.experts"):
+        assert checks[path].status == "checked", path
+    example = checks["blocks.sliding_hash.moe.router"].example
+    assert example is not None and len(example.selected) == 2
+
+
+def fails(specs, where: str) -> None:
+    with pytest.raises(ExecutionError) as info:
+        check_equations(*specs)
+    assert where in str(info.value), str(info.value)
+
+
+def test_sinkhorn_skipped_fails(specs, monkeypatch):
+    monkeypatch.setattr(hyper_connections, "sinkhorn", lambda P, iters, eps: P)
+    fails(specs, "attn_hc: max |Δ|")
+
+
+def test_streams_not_mixed_fails(specs, monkeypatch):
+    monkeypatch.setattr(hc_blocks, "expand", lambda post, comb, delta, X: post.unsqueeze(-1) * delta.unsqueeze(-2) + X)
+    fails(specs, "blocks.csa: max |Δ|")
+
+
+def test_wrong_compress_ratio_fails(specs, monkeypatch):
+    """Entries opened as if each window were twice as long: the compressors' visibility differs."""
+    real = compressed_attention.visible
+    monkeypatch.setattr(compressed_attention, "visible", lambda ratio, T_, n, device: real(2 * ratio, T_, n, device))
+    fails(specs, "blocks.hca.attn.compressor: max |Δ|")
+
+
+def test_wrong_top_k_fails(specs, monkeypatch):
+    real = compressed_attention.select
+    monkeypatch.setattr(compressed_attention, "select", lambda run, o, x, c_q: real(run, replace(o, topk=o.topk + 1), x, c_q))
+    fails(specs, "attn.compressor.indexer: max |Δ|")
+
+
+def test_sigmoid_scores_fail(specs, monkeypatch):
+    monkeypatch.setattr(moe, "scores", lambda z, scoring: torch.sigmoid(z))
+    fails(specs, "blocks.csa.moe.router: max |Δ|")
+
+
+def test_hash_table_ignored_fails(specs, monkeypatch):
+    """Choosing the hash layers' experts by score instead of by the token-id table selects other experts."""
+    def by_score(run, o, x, ids):
+        z = run.rec("logits", torch.nn.functional.linear(x.float(), run.w("weight").float()))
+        s = run.rec("scores", moe.scores(z, o.scoring))
+        picked = s.topk(o.k, dim=-1).indices
+        selected = run.rec("select", torch.zeros_like(s).scatter(-1, picked, 1.0))
+        return run.rec("gates", o.scaling * s * selected / (s * selected).sum(-1, keepdim=True)), picked
+
+    monkeypatch.setattr(hash_routing, "hash_route", by_score)
+    fails(specs, "blocks.sliding_hash.moe.router: step 'select' looks up different experts")
+
+
+def test_unclamped_swiglu_fails(specs, monkeypatch):
+    real = fused_experts.clamped_glu
+    monkeypatch.setattr(fused_experts, "clamped_glu", lambda g, u, limit, *a: real(g, u, 1e9, *a))
+    fails(specs, "moe.experts: max |Δ|")
+
+
+def test_value_rotation_not_undone_fails(specs, monkeypatch):
+    real = compressed_attention.rotate_tail
+    monkeypatch.setattr(compressed_attention, "rotate_tail",
+                        lambda x, theta: x if bool((theta <= 0).all()) and bool((theta < 0).any()) else real(x, theta))
+    fails(specs, "blocks.sliding_hash.attn: max |Δ|")
+
+
+# ----------------------------------------------------------------------------------------- stored layout
+
+def test_stored_layout_is_predicted_from_the_config(specs):
+    spec, _ = specs
+    stored = predicted_index(spec).tensors
+    q = stored["model.layers.0.self_attn.q_b_proj.weight"]
+    assert (q.dtype, q.shape) == ("F8_E4M3", (32768, 1024))
+    scale = stored["model.layers.0.self_attn.q_b_proj.weight_scale_inv"]
+    assert (scale.dtype, scale.shape) == ("F8_E8M0", (256, 8))  # ue8m0: one power-of-two scale per 128 × 128
+    blocks = stored["model.layers.3.mlp.experts.gate_up_proj_blocks"]
+    assert (blocks.dtype, blocks.shape) == ("U8", (256, 4096, 128, 16))  # FP4, two per byte, 32 per block
+    assert stored["model.layers.3.mlp.experts.gate_up_proj_scales"].shape == (256, 4096, 128)
+    for dense in ("model.layers.2.self_attn.compressor.kv_proj.weight",
+                  "model.layers.2.self_attn.compressor.indexer.scorer.weights_proj.weight", "model.embed_tokens.weight"):
+        assert stored[dense].dtype == "BF16", dense
+    assert stored["model.layers.0.attn_hc.fn"].dtype == "F32"
+    rec = reconcile(spec, predicted_index(spec))
+    assert sum(t.parameters for t in rec.totals) == TOTAL
+
+
+def test_other_configs_of_the_family_build_with_reference_totals():
+    """Another size and other ratios: totals still equal the reference's."""
+    spec = spec_of()
+    raw = load_model_content(ROOT / "content/models" / SLUG).config
+    variant = FAMILIES["deepseek_v4"].build_spec("v4-variant", {
+        **raw, "num_hidden_layers": 5, "compress_ratios": [128, 4, 0, 128, 4], "num_hash_layers": 1, "hc_mult": 2,
+        "hidden_size": 1024, "o_groups": 4, "n_routed_experts": 16}, "test")
+    model = build_reference_model(variant)
+    assert account(variant).total == sum(p.numel() for p in model.parameters())
+    assert reconcile(variant, reference_index(variant).index, reference=True).balanced
+    assert account(variant).total != account(spec).total
