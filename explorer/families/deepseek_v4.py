@@ -275,8 +275,8 @@ class DeepseekV4(Family):
             _cite("One shared key-value head, queries through a latent with a weightless per-head RMSNorm, partial "
                   "interleaved RoPE, sinks, compressed entries appended to the keys, the value's rotation undone, "
                   "and a grouped output projection.", "Attention"),
-            _cite("Each head's sink logit joins the softmax as an extra column and is dropped after it.",
-                  "eager_attention_forward")))
+            REFERENCE.cite("Each head's sink logit joins the softmax as an extra column and is dropped after it.",
+                           "eager_attention_forward", prefixed=False)))
 
     def moe(self, ctx: Ctx, c: DeepseekV4Hyperparameters, hashed: bool, prefix: str, ranges, x: Port, ids: Port,
             y_latex: str) -> Component:
