@@ -70,7 +70,7 @@ def hyper_connection(ctx: Ctx, key: str, title: str, *, prefix: str, ranges: tup
         Step(rf"P\leftarrow P/(\mathbf{{1}}^{{\top}}P+{eps})\ \text{{then {o.sinkhorn_iters - 1}}}\times\ "
              rf"\big(P\leftarrow P/(P\mathbf{{1}}+{eps}),\ P\leftarrow P/(\mathbf{{1}}^{{\top}}P+{eps})\big)",
              ctx.tokens(streams, pair), "hc-sinkhorn"),
-        Step(rf"{x_out.latex}=\textstyle\sum_{{i=1}}^{{{n}}}\pi^{{\mathrm{{pre}}}}_i\,{X.latex}_{{,i}}", x_out.shape,
+        Step(rf"{x_out.latex}=\textstyle\sum_{{i=1}}^{{{n}}}\pi^{{\mathrm{{pre}}}}_i\,{{{X.latex}}}_{{,i}}", x_out.shape,
              "hc-collapse"),
     )
     tensors = (TensorSpec(prefix + "fn", ((2 + N) * N, N * d), ranges, storage=Dense("F32")),
@@ -154,7 +154,7 @@ def hyper_head(ctx: Ctx, *, prefix: str, X: Port, o: HyperOptions, citations: tu
         _norm_step(o, ctx, X.latex),
         Step(rf"\pi=\sigma\big(s\,\hat X\,W_{{\mathrm{{head}}}}^{{\top}}+b\big)+{fmt_eps(o.eps)}",
              ctx.tokens(Dim("streams", n)), "hc-pre"),
-        Step(rf"{y.latex}=\textstyle\sum_{{i=1}}^{{{n}}}\pi_i\,{X.latex}_{{,i}}", y.shape, "hc-collapse"),
+        Step(rf"{y.latex}=\textstyle\sum_{{i=1}}^{{{n}}}\pi_i\,{{{X.latex}}}_{{,i}}", y.shape, "hc-collapse"),
     )
     tensors = (TensorSpec(prefix + "hc_fn", (N, N * d), (), storage=Dense("F32")),
                TensorSpec(prefix + "hc_base", (N,), (), storage=Dense("F32")),
