@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 from .account import Ledger
 from .components.attention import ScoresOptions
+from .components.compressed_attention import CompressorOptions, IndexerOptions, V4AttentionOptions
 from .components.mla import MLAOptions
 from .components.moe import RouterOptions
 from .reconcile import Reconciliation
@@ -58,6 +59,24 @@ class AttentionCost:
     window: int | None
     flops_per_key: int
     """2 × multiply-adds per query per cached key: scores and weighted values over every head."""
+    ratio: int = 1
+    """Positions pooled into one cached entry (DeepSeek-V4's compressed streams: 4 or 128; else 1)."""
+    entry: int = 0
+    """Elements of one cached entry (0: cache_per_token, one entry per position)."""
+    reads: int | None = None
+    """The most entries a query reads in this stream (the indexer's top-k); None: all it may see."""
+    formula: str = ""
+    """How cache_per_token follows from the config (empty: the family's usual formula)."""
+    note: str = ""
+    """What the stream is, where it is not a layer's only cache."""
+
+    def entries(self, context: int) -> int:
+        """Entries cached for a sequence of `context` positions."""
+        return min(context, self.window or context) // self.ratio
+
+    def keys_read(self, context: int) -> int:
+        """Entries one query at position `context` reads."""
+        return min(self.entries(context), self.reads if self.reads is not None else self.entries(context))
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,9 +103,10 @@ def derive(spec: ModelSpec, ledger: Ledger, stored: Reconciliation | None) -> De
     matmul = active - embed  # every parameter a token multiplies (the embedding is a row lookup)
     cache = sum(c.layers * c.cache_per_token for c in costs)
     mha = sum(c.layers * c.mha_per_token for c in costs)
-    at_context = sum(c.layers * c.cache_per_token * min(CONTEXT, c.window or CONTEXT) for c in costs)
-    decode_attn = sum(c.layers * c.flops_per_key * min(FLOP_CONTEXT, c.window or FLOP_CONTEXT) for c in costs)
-    prefill_attn = sum(c.layers * c.flops_per_key * _keys_seen(FLOP_CONTEXT, c.window) for c in costs)
+    at_context = sum(c.layers * (c.entry or c.cache_per_token) * c.entries(CONTEXT) for c in costs)
+    decode_attn = sum(c.layers * c.flops_per_key * c.keys_read(FLOP_CONTEXT) for c in costs)
+    prefill_attn = sum(c.layers * c.flops_per_key * _prefill_keys(FLOP_CONTEXT, c) for c in costs)
+    mha_costs = [c for c in costs if c.mha_per_token]
     mtp_text = (" − MTP modules" if mtp else "") + (" − vision tower and projector" if vision else "")
     figures = [
         Figure("total_parameters", "Parameters stored (all)", total, "sum of the ledger's rows",
@@ -103,19 +123,18 @@ def derive(spec: ModelSpec, ledger: Ledger, stored: Reconciliation | None) -> De
                "As above, less the token embedding matrix, of which a token reads one row."),
         *(Figure(f"kv_cache_per_layer_{c.block.rsplit('.', 1)[-1]}",
                  f"KV cache per token per layer ({c.title.lower()}, {c.layers} layer{'s' if c.layers != 1 else ''})",
-                 c.cache_per_token, _cache_formula(spec, c), "Elements one layer caches for one token; "
-                 f"plain multi-head attention of the same heads would cache {c.mha_per_token:,} "
-                 f"({c.mha_per_token / c.cache_per_token:.3g}×)." + (f" This layer keeps only its last {c.window:,} "
-                                                                    "tokens." if c.window else ""))
+                 c.cache_per_token, c.formula or _cache_formula(spec, c), _cache_definition(c))
           for c in costs),
         Figure("kv_cache_per_token", "KV cache per token (all layers)", cache,
                " + ".join(f"{c.layers} × {c.cache_per_token}" for c in costs),
                "Elements cached for one token across every layer (before any window applies)."),
         Figure("kv_cache_vs_mha", "Plain multi-head attention would cache (per token)", mha,
-               " + ".join(f"{c.layers} × {c.mha_per_token}" for c in costs),
+               " + ".join(f"{c.layers} × {c.mha_per_token}" for c in mha_costs),
                "K and V of every query head at full width, for comparison."),
         *(Figure(f"kv_cache_bytes_{name.lower()}", f"KV cache at {CONTEXT:,} tokens, {name}", at_context * size,
-                 f"Σ layers × per-token elements × min({CONTEXT:,}, window) × {size} byte{'s' if size > 1 else ''}",
+                 f"Σ layers × per-token elements × min({CONTEXT:,}, window) × {size} byte{'s' if size > 1 else ''}"
+                 + (" (a compressed stream: entry elements × ⌊tokens / ratio⌋)" if any(c.ratio > 1 for c in costs)
+                    else ""),
                  f"Bytes cached for one sequence of {CONTEXT:,} tokens with {name} cache entries; sliding-window "
                  "layers keep only their window.") for name, size in CACHE_DTYPES),
         Figure("flops_decode", f"Forward FLOPs per token, decode at {FLOP_CONTEXT:,} context",
@@ -144,9 +163,9 @@ def _inactive_experts(spec: ModelSpec, ledger: Ledger) -> tuple[int, str]:
     """Parameters of the routed experts a token does not run, and the formula, over every MoE module."""
     total, parts = 0, []
     for path, comp in _paths(spec):
-        if comp.program not in ("moe", "fused_moe") or path.startswith("mtp"):
+        if comp.program not in ("moe", "fused_moe", "shared_and_routed_moe") or path.startswith("mtp"):
             continue
-        router = next(c for c in comp.children if c.program == "router")
+        router = next(c for c in comp.children if c.program in ("router", "hash_router"))
         o = router.options
         assert isinstance(o, RouterOptions)
         if comp.program == "moe":  # one expert component, repeated
@@ -162,6 +181,8 @@ def _inactive_experts(spec: ModelSpec, ledger: Ledger) -> tuple[int, str]:
 def _attention_costs(spec: ModelSpec, ledger: Ledger) -> list[AttentionCost]:
     out = []
     for path, comp in _paths(spec):
+        if comp.program == "v4_attention":
+            out += _v4_streams(spec, ledger, path, comp)
         if comp.program not in ("mla", "attention", "fused_attention") or path.startswith("mtp"):
             continue
         scores = next(c for c in comp.children if c.program == "scores")
@@ -180,6 +201,54 @@ def _attention_costs(spec: ModelSpec, ledger: Ledger) -> list[AttentionCost]:
         title = next(c.title for p, c in _paths(spec) if p == block)
         out.append(AttentionCost(block, title, layers, cache, mha, so.window, per_key))
     return out
+
+
+def _v4_streams(spec: ModelSpec, ledger: Ledger, path: str, comp: Component) -> list[AttentionCost]:
+    """DeepSeek-V4: one shared key-value vector per position in the window; with a compressor, one entry of head_dim
+    per `ratio` positions, kept for the whole context; with the indexer, its own keys of index_head_dim per entry.
+    Per token of context a stream costs entry / ratio elements (exact for Flash's widths; floored otherwise)."""
+    o = comp.options
+    assert isinstance(o, V4AttentionOptions)
+    layers, block = ledger.accounts[path].instances, path.rsplit(".", 1)[0]
+    name, title = block.rsplit(".", 1)[-1], next(c.title for p, c in _paths(spec) if p == block)
+    per_key = 2 * o.heads * 2 * o.head_dim  # scores and the weighted sum, every head, over one shared vector
+    out = [AttentionCost(f"{block}_window", f"{title}: sliding window", layers, o.head_dim, 2 * o.heads * o.head_dim,
+                         o.window, per_key, formula="head_dim (one vector is the key and the value)",
+                         note=f"The window branch: one {o.head_dim}-element vector per position, the last {o.window:,} "
+                              "positions kept.")]
+    compressor = next((c for c in comp.children if c.key == "compressor"), None)
+    if compressor is None:
+        return out
+    co = compressor.options
+    assert isinstance(co, CompressorOptions)
+    m = co.ratio
+    index = next((c.options for c in compressor.children if isinstance(c.options, IndexerOptions)), None)
+    out.append(AttentionCost(f"{block}_compressed", f"{title}: compressed stream", layers, o.head_dim // m, 0, None,
+                             per_key, ratio=m, entry=o.head_dim, reads=index.topk if index else None,
+                             formula=f"head_dim / {m}", note=f"One {o.head_dim}-element entry per {m} positions, kept "
+                             "for the whole context" + (f"; a query reads at most {index.topk:,} of them (the "
+                                                        "indexer's top-k)." if index else "; a query reads all of them.")))
+    if index is not None:
+        out.append(AttentionCost(f"{block}_indexer", f"{title}: indexer keys", layers, index.head_dim // m, 0, None,
+                                 2 * index.heads * index.head_dim, ratio=m, entry=index.head_dim,
+                                 formula=f"index_head_dim / {m}", note=f"The lightning indexer's own "
+                                 f"{index.head_dim}-element key per {m} positions, scored for every query."))
+    return out
+
+
+def _cache_definition(c: AttentionCost) -> str:
+    if not c.mha_per_token:  # a compressed stream beside a layer's window
+        return f"Elements one layer caches per token of context in this stream. {c.note}"
+    return ("Elements one layer caches for one token; plain multi-head attention of the same heads would cache "
+            f"{c.mha_per_token:,} ({c.mha_per_token / c.cache_per_token:.3g}×)."
+            + (f" This layer keeps only its last {c.window:,} tokens." if c.window else ""))
+
+
+def _prefill_keys(context: int, c: AttentionCost) -> int:
+    """Entries the positions 1..C of a causal prefill read in one stream."""
+    if c.ratio == 1 and c.reads is None:
+        return _keys_seen(context, c.window)
+    return sum(min(t // c.ratio, c.reads if c.reads is not None else t) for t in range(1, context + 1))
 
 
 def _cache_formula(spec: ModelSpec, c: AttentionCost) -> str:

@@ -206,3 +206,25 @@ def test_other_configs_of_the_family_build_with_reference_totals():
     assert account(variant).total == sum(p.numel() for p in model.parameters())
     assert reconcile(variant, reference_index(variant).index, reference=True).balanced
     assert account(variant).total != account(spec).total
+
+
+# ------------------------------------------------------------------------------------------ memory per token
+
+def test_memory_per_token_of_each_stream(specs):
+    """Per layer and token of context: the window's shared vector (head_dim), the ratio-4 stream (head_dim / 4) and
+    its indexer keys (index_head_dim / 4), the ratio-128 stream (head_dim / 128)."""
+    from explorer.figures import CONTEXT, derive
+
+    spec, _ = specs
+    figures = derive(spec, account(spec), None)
+    per_layer = {f.key.removeprefix("kv_cache_per_layer_"): f.value for f in figures.figures
+                 if f.key.startswith("kv_cache_per_layer_")}
+    assert per_layer == {"sliding_hash_window": 512, "csa_hash_window": 512, "csa_hash_compressed": 128,
+                         "csa_hash_indexer": 32, "hca_window": 512, "hca_compressed": 4, "csa_window": 512,
+                         "csa_compressed": 128, "csa_indexer": 32}
+    assert figures.get("kv_cache_per_token").value == 43 * 512 + 21 * (128 + 32) + 20 * 4
+    # at 128K tokens: 43 windows of 128 vectors, 21 × 32,768 entries (+ indexer keys), 20 × 1,024 entries
+    elements = 43 * 512 * 128 + 21 * (512 + 128) * (CONTEXT // 4) + 20 * 512 * (CONTEXT // 128)
+    assert figures.get("kv_cache_bytes_bf16").value == 2 * elements
+    moe_layer = 256 * 3 * 4096 * 2048
+    assert figures.get("active_parameters").value == TOTAL - 43 * (256 - 6) * moe_layer // 256
