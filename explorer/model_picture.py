@@ -46,13 +46,16 @@ def describe(spec: ModelSpec, name: str) -> ModelPicture:
     stack = spec.root.child("blocks")
     kinds, experts, active, shared = [], 0, 0, False
     for block in stack.children:
-        router = _first(block, "router")
+        router = _first(block, "router") or _first(block, "hash_router")
         scores = _first(block, "scores")
         window = scores.options.window if scores is not None and isinstance(scores.options, ScoresOptions) else None
+        if window is None:  # DeepSeek-V4's attention holds its window itself
+            window = getattr(getattr(_first(block, "v4_attention"), "options", None), "window", None)
         if router is not None and isinstance(router.options, RouterOptions):
             experts, active = router.options.experts, router.options.k
             shared = shared or _first(block, "gated_mlp", "shared") is not None
-            css, label = "moe", f"MoE: {active} of {experts} experts"
+            hashed = " (hash-routed)" if router.program == "hash_router" else ""
+            css, label = "moe", f"MoE: {active} of {experts} experts{hashed}"
         else:
             css, label = "dense", "dense feed-forward"
         if window:
