@@ -11,6 +11,8 @@ from dataclasses import replace
 import pytest
 import torch
 from conftest import ROOT
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from explorer.account import account
 from explorer.components import compressed_attention, fused_experts, hash_routing, hc_blocks, hyper_connections, moe
@@ -193,6 +195,60 @@ def test_stored_layout_is_predicted_from_the_config(specs):
     assert stored["model.layers.0.attn_hc.fn"].dtype == "F32"
     rec = reconcile(spec, predicted_index(spec))
     assert sum(t.parameters for t in rec.totals) == TOTAL
+
+
+SMALL = {"architectures": ["DeepseekV4ForCausalLM"], "model_type": "deepseek_v4", "vocab_size": 211, "hidden_size": 64,
+         "moe_intermediate_size": 32, "num_attention_heads": 4, "num_key_value_heads": 1, "head_dim": 32,
+         "q_lora_rank": 16, "qk_rope_head_dim": 8, "o_lora_rank": 8, "index_n_heads": 2, "index_head_dim": 16,
+         "index_topk": 4, "sliding_window": 16, "torch_dtype": "bfloat16", "rope_theta": 10000,
+         "compress_rope_theta": 160000}
+
+
+@st.composite
+def v4_configs(draw):
+    """Configs DeepseekV4Config accepts, small enough to build and check in a test."""
+    layers = draw(st.integers(1, 5))
+    config = {**SMALL, "num_hidden_layers": layers,
+              "compress_ratios": draw(st.lists(st.sampled_from([0, 4, 128]), min_size=layers, max_size=layers + 1)),
+              "num_hash_layers": draw(st.integers(0, layers)), "hc_mult": draw(st.integers(1, 4)),
+              "hc_sinkhorn_iters": draw(st.integers(1, 5)), "o_groups": draw(st.sampled_from([1, 2, 4])),
+              "n_routed_experts": draw(st.integers(4, 8)), "num_experts_per_tok": draw(st.integers(1, 3)),
+              "scoring_func": draw(st.sampled_from(["sqrtsoftplus", "sigmoid"]))}
+    if draw(st.booleans()):
+        config["rope_scaling"] = {"type": "yarn", "factor": 4, "original_max_position_embeddings": 256,
+                                  "beta_fast": 32, "beta_slow": 1}
+        config["max_position_embeddings"] = 1024
+    if draw(st.booleans()):
+        config["quantization_config"] = {"quant_method": "fp8", "fmt": "e4m3", "weight_block_size": [128, 128],
+                                         "scale_fmt": "ue8m0"}
+        config["expert_dtype"] = "fp4"
+    return config
+
+
+@settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(v4_configs())
+def test_generated_configs_build_and_agree_with_transformers(config):
+    spec = FAMILIES["deepseek_v4"].build_spec("generated", config, "generated")
+    model = build_reference_model(spec)
+    assert account(spec).total == sum(p.numel() for p in model.parameters())
+    rec = reconcile(spec, reference_index(spec).index, reference=True)
+    assert rec.balanced, rec.differences(5)
+    check_equations(spec, tiny_spec(spec))
+
+
+def test_add_model_alone_adds_another_config(tmp_path):
+    import json
+
+    from explorer.add_model import add_model
+
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({**SMALL, "num_hidden_layers": 3, "compress_ratios": [128, 4, 0], "num_hash_layers": 1,
+                                "o_groups": 2, "n_routed_experts": 8, "num_experts_per_tok": 2}))
+    toml = add_model(tmp_path / "content", "v4-small", path, "org/v4-small", "0123456789abcdef0123456789abcdef01234567")
+    spec = load_model_spec(load_model_content(toml.parent))
+    model = build_reference_model(spec)
+    assert account(spec).total == sum(p.numel() for p in model.parameters())
+    assert reconcile(spec, reference_index(spec).index, reference=True).balanced
 
 
 def test_other_configs_of_the_family_build_with_reference_totals():

@@ -4,9 +4,8 @@ every m positions into one extra key-value entry (m = 4 with overlapping windows
 picks the top index_topk entries per query; m = 128 without), a learned sink logit per head, the value's rotary
 slice rotated back at the query position, and a grouped low-rank output projection.
 
-References: DeepSeek-V4 technical report ("DeepSeek-V4: Towards Highly Efficient Million-Token Context
-Intelligence"), section 2.3 (compressed sparse attention, heavily compressed attention, grouped output
-projection); DeepSeek-V3.2-Exp report (arXiv:2512.02556) for the lightning indexer; transformers'
+References: the DeepSeek-V4 technical report (DeepSeek-AI, 2026), section 2.3 (compressed sparse attention, heavily
+compressed attention, grouped output projection); the DeepSeek-V3.2 report (arXiv:2512.02556) for the lightning indexer; transformers'
 models/deepseek_v4/modeling_deepseek_v4.py (DeepseekV4Attention, DeepseekV4CSACompressor,
 DeepseekV4HCACompressor, DeepseekV4Indexer, DeepseekV4GroupedLinear) for the reference modules.
 """

@@ -4,9 +4,8 @@ with a lightning indexer, or ratio 128) as compress_ratios lists them; the resid
 hyper-connected streams; the first num_hash_layers MoE layers route by a token-id table, the rest by √softplus
 scores with a correction bias; experts and the shared expert are clamped SwiGLUs.
 
-References: DeepSeek-V4 technical report ("DeepSeek-V4: Towards Highly Efficient Million-Token Context
-Intelligence"); transformers' models/deepseek_v4/modeling_deepseek_v4.py (the reference binding). The multi-token
-prediction layer the checkpoint ships (num_nextn_predict_layers) is not built by the reference and not modelled here.
+References: the DeepSeek-V4 technical report (DeepSeek-AI, 2026); transformers'
+models/deepseek_v4/modeling_deepseek_v4.py (the reference binding). The multi-token prediction layer the checkpoint ships (num_nextn_predict_layers) is not built by the reference and not modelled here.
 """
 
 from __future__ import annotations
