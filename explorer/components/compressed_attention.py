@@ -104,7 +104,8 @@ def compressor_steps(ctx: Ctx, o: CompressorOptions, x: str, width: Dim, sub: st
     pooled = (rf"\tilde c^{{{sub}}}_w=\sum_{{j\in\text{{window }}w}}\operatorname{{softmax}}_j(Z_j+B_j)\odot C_j"
               if not o.overlap else
               rf"\tilde c^{{{sub}}}_w=\sum_{{j=1}}^{{{2 * m}}}\operatorname{{softmax}}_j(\mathcal Z_{{w,j}})\odot "
-              rf"\mathcal C_{{w,j}},\ \ [\mathcal C_{{w}}]=[C^{{a}}_{{\text{{window }}w-1}};C^{{b}}_{{\text{{window }}w}}]")
+              rf"\mathcal C_{{w,j}},\ \ \mathcal C_{{w}}=[C^{{a}}_{{\text{{window }}w-1}};C^{{b}}_{{\text{{window }}w}}],\ "
+              rf"\mathcal Z_{{w}}=[Z^{{a}}+B^{{a}};Z^{{b}}+B^{{b}}]\ \text{{likewise}}")
     return (
         Step(rf"{C}={x}W_{{\mathrm{{KV}}}}^{{{sub}}},\quad {Z}={x}W_{{\mathrm{{Z}}}}^{{{sub}}}", ctx.tokens(series),
              f"{sub.lower() or 'c'}-project"),
