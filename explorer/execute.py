@@ -26,7 +26,7 @@ from .spec.types import Component, ModelSpec, Port, Shape, path_key, walk
 
 FREE_SIZES = {"B": 2, "T": 5}
 """Sizes that stand in for the free dimensions while tracing (distinct, so a swapped axis is caught)."""
-WHOLE_MODEL_PROGRAMS = {"stack", "model", "mtp"}
+WHOLE_MODEL_PROGRAMS = {"stack", "model", "mtp", "hc_stack", "hc_model"}
 """Programs that address weights by full checkpoint name (they span several layers)."""
 
 
@@ -55,8 +55,10 @@ def model_weights(spec: ModelSpec, device: str, generator: torch.Generator | Non
     tied: list[tuple[str, str]] = []
     for _, comp in walk(spec.root):
         for t in comp.tensors:
-            if t.role not in ("parameter", "buffer") or t.shape is None:  # a buffer the config shapes is read too
+            if t.shape is None or t.role not in ("parameter", "buffer"):
                 continue
+            if t.role == "buffer" and device != "meta" and str(getattr(t.storage, "dtype", "")).startswith("I"):
+                continue  # an index table (a hash router's tid2eid) joins the meta trace only: random values are no ids
             shape = [evaluate(s, spec.values) for s in t.shape]
             experts = [r for r in t.ranges if r.var == "expert"]
             if experts:
@@ -91,7 +93,7 @@ def _tensor(shape: list[int], name: str, device: str, generator: torch.Generator
 def port_tensor(port: Port, spec: ModelSpec, comp: Component, device: str,
                 generator: torch.Generator | None = None) -> torch.Tensor:
     """A tensor for one input port of `comp`, with the free dimensions at FREE_SIZES."""
-    shape = [FREE_SIZES[d.symbol] if d.size is None else d.size for d in port.shape.dims]
+    shape = [free_size(d.symbol) if d.size is None else d.size for d in port.shape.dims]
     if port.name in ("input_ids", "next_ids"):
         vocab = spec.values["vocab_size"]
         return (torch.randint(0, int(vocab), shape, generator=generator) if device == "cpu"
@@ -110,12 +112,18 @@ def port_tensor(port: Port, spec: ModelSpec, comp: Component, device: str,
 
 # ----------------------------------------------------------------------------------------------- trace
 
+def free_size(symbol: str, free: dict[str, int] = FREE_SIZES) -> int:
+    """The traced size of a free dimension: "T" -> 5; "T/4" (one per closed window of 4 positions) -> 1."""
+    base, _, ratio = symbol.partition("/")
+    return free[base] // int(ratio) if ratio else free[base]
+
+
 def label(traced: tuple[int, ...], shape: Shape, free: dict[str, int] = FREE_SIZES) -> str | None:
     """None when a traced shape agrees with the spec's named shape, else what disagrees."""
     if len(traced) != len(shape.dims):
         return f"rank {len(traced)} traced, {len(shape.dims)} in the spec"
     for size, dim in zip(traced, shape.dims):
-        want = free[dim.symbol] if dim.size is None else dim.size
+        want = free_size(dim.symbol, free) if dim.size is None else dim.size
         if size != want:
             return f"dimension {dim.display!r} is {size} in the trace"
     return None

@@ -20,6 +20,8 @@ from dataclasses import dataclass
 from .account import Ledger
 from .components import keys_as_values
 from .components.attention import ScoresOptions
+from .components.compressed_attention import CompressorOptions, V4AttentionOptions
+from .components.compressed_attention import IndexerOptions as V4IndexerOptions
 from .components.dsa import IndexerOptions
 from .components.layer_attention import LayerAttentionOptions
 from .components.mla import MLAOptions
@@ -32,9 +34,12 @@ CONTEXT = 131_072
 FLOP_CONTEXT = 4_096
 """The context length at which attention FLOPs are stated."""
 CACHE_DTYPES = (("BF16", 2), ("FP8", 1))
-VISION_PROGRAMS = ("vision_tower", "projector", "gemma4_vision_tower", "gemma4_vision_embedder")
-"""Image encoders: they run once per image, not for a text token."""
-ROUTED = {"moe": "expert", "fused_moe": "experts", "sigmoid_moe": "experts", "moe_beside_mlp": "experts"}
+VISION_PROGRAMS = ("vision_tower", "projector", "gemma4_vision_tower", "gemma4_vision_embedder", "moonvit_tower",
+                   "kimi_projector")
+"""Image encoders and their projectors (Gemma 3's SigLIP, Gemma 4's, Kimi K2.5's MoonViT): they run once per
+image, not for a text token."""
+ROUTED = {"moe": "expert", "fused_moe": "experts", "sigmoid_moe": "experts", "moe_beside_mlp": "experts",
+          "shared_and_routed_moe": "experts"}
 """MoE programs -> the key of their routed experts (one expert repeated, or all experts in one component)."""
 WEIGHT_DTYPES = (("BF16", 2.0), ("FP8", 1.0), ("4-bit", 0.5))
 
@@ -76,6 +81,21 @@ class AttentionCost:
     """Chunked attention: the cache holds at most one chunk, and position t sees the keys of its own chunk."""
     formula: str = ""
     """cache_per_token as a formula in config keys where the attention states its own (shaped attention)."""
+    ratio: int = 1
+    """Positions pooled into one cached entry (DeepSeek-V4's compressed streams: 4 or 128; else 1)."""
+    entry: int = 0
+    """Elements of one cached entry (0: cache_per_token, one entry per position)."""
+
+    def entries(self, context: int) -> int:
+        """Entries cached for a sequence of `context` positions: all, the window's, one chunk's, or one per ratio."""
+        return min(context, self.window or self.chunk or context) // self.ratio
+
+    def keys_read(self, context: int) -> int:
+        """Entries the query at position `context` reads: its own chunk's part, or every entry up to the top-k cap
+        of a sparse attention (`attended`)."""
+        if self.chunk:
+            return (context - 1) % self.chunk + 1
+        return min(self.entries(context), self.attended or self.entries(context))
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,8 +109,6 @@ class DerivedFigures:
         return next(f for f in self.figures if f.key == key)
 
 
-VISION_PROGRAMS = ("vision_tower", "projector", "moonvit_tower", "kimi_projector")
-"""Image encoders and their projectors (Gemma 3's SigLIP, Kimi K2.5's MoonViT): they run once per image."""
 
 
 def derive(spec: ModelSpec, ledger: Ledger, stored: Reconciliation | None) -> DerivedFigures:
@@ -106,11 +124,12 @@ def derive(spec: ModelSpec, ledger: Ledger, stored: Reconciliation | None) -> De
     matmul = active - embed  # every parameter a token multiplies (the embedding is a row lookup)
     cache = sum(c.layers * c.cache_per_token for c in costs)
     mha = sum(c.layers * c.mha_per_token for c in costs)
-    at_context = sum(c.layers * c.cache_per_token * min(CONTEXT, c.window or c.chunk or CONTEXT) for c in costs)
-    decode_attn = sum(c.layers * (c.flops_per_key * _keys_at(FLOP_CONTEXT, c, c.attended)
-                                  + c.index_flops_per_key * _keys_at(FLOP_CONTEXT, c)) for c in costs)
-    prefill_attn = sum(c.layers * (c.flops_per_key * _keys_seen_by(FLOP_CONTEXT, c, c.attended)
-                                   + c.index_flops_per_key * _keys_seen_by(FLOP_CONTEXT, c)) for c in costs)
+    at_context = sum(c.layers * (c.entry or c.cache_per_token) * c.entries(CONTEXT) for c in costs)
+    decode_attn = sum(c.layers * (c.flops_per_key * c.keys_read(FLOP_CONTEXT)
+                                  + c.index_flops_per_key * c.entries(FLOP_CONTEXT)) for c in costs)
+    prefill_attn = sum(c.layers * (c.flops_per_key * _prefill_keys(FLOP_CONTEXT, c)
+                                   + c.index_flops_per_key * _keys_seen(FLOP_CONTEXT, c.window)) for c in costs)
+    mha_costs = [c for c in costs if c.mha_per_token]
     mtp_text = (" − MTP modules" if mtp else "") + (" − vision tower and projector" if vision else "")
     figures = [
         Figure("total_parameters", "Parameters stored (all)", total, "sum of the ledger's rows",
@@ -127,23 +146,19 @@ def derive(spec: ModelSpec, ledger: Ledger, stored: Reconciliation | None) -> De
                "As above, less the token embedding matrix, of which a token reads one row."),
         *(Figure(f"kv_cache_per_layer_{c.block.rsplit('.', 1)[-1]}",
                  f"KV cache per token per layer ({c.title.lower()}, {c.layers} layer{'s' if c.layers != 1 else ''})",
-                 c.cache_per_token, _cache_formula(spec, c), "Elements one layer caches for one token"
-                 + (f" ({c.note})" if c.note else "") + "; "
-                 f"plain multi-head attention of the same heads would cache {c.mha_per_token:,} "
-                 f"({c.mha_per_token / c.cache_per_token:.3g}×)." + (f" This layer keeps only its last {c.window:,} "
-                                                                    "tokens." if c.window else "")
-                 + (f" This layer attends within chunks of {c.chunk:,} tokens and keeps at most one chunk."
-                    if c.chunk else ""))
+                 c.cache_per_token, c.formula or _cache_formula(spec, c), _cache_definition(c))
           for c in costs),
         *_context_by_kind(costs),
         Figure("kv_cache_per_token", "KV cache per token (all layers)", cache,
                " + ".join(f"{c.layers} × {c.cache_per_token}" for c in costs),
                "Elements cached for one token across every layer (before any window applies)."),
         Figure("kv_cache_vs_mha", "Plain multi-head attention would cache (per token)", mha,
-               " + ".join(f"{c.layers} × {c.mha_per_token}" for c in costs),
+               " + ".join(f"{c.layers} × {c.mha_per_token}" for c in mha_costs),
                "K and V of every query head at full width, for comparison."),
         *(Figure(f"kv_cache_bytes_{name.lower()}", f"KV cache at {CONTEXT:,} tokens, {name}", at_context * size,
-                 f"Σ layers × per-token elements × min({CONTEXT:,}, window) × {size} byte{'s' if size > 1 else ''}",
+                 f"Σ layers × per-token elements × min({CONTEXT:,}, window) × {size} byte{'s' if size > 1 else ''}"
+                 + (" (a compressed stream: entry elements × ⌊tokens / ratio⌋)" if any(c.ratio > 1 for c in costs)
+                    else ""),
                  f"Bytes cached for one sequence of {CONTEXT:,} tokens with {name} cache entries; sliding-window "
                  "layers keep only their window" + (", chunked layers at most one chunk" if any(c.chunk for c in costs)
                                                     else "") + ".") for name, size in CACHE_DTYPES),
@@ -192,6 +207,9 @@ def _attention_costs(spec: ModelSpec, ledger: Ledger) -> list[AttentionCost]:
     for path, comp in _paths(spec):
         if comp.program == "layer_attention" and not path.startswith("mtp"):
             out.append(_layer_cost(spec, ledger, path, comp))
+            continue
+        if comp.program == "v4_attention":
+            out += _v4_streams(spec, ledger, path, comp)
             continue
         if comp.program not in ("mla", "dsa", "attention", "fused_attention", "shaped_attention") or path.startswith("mtp"):
             continue
@@ -250,20 +268,58 @@ def _layer_cost(spec: ModelSpec, ledger: Ledger, path: str, comp: Component) -> 
                          formula=formula)
 
 
-def _keys_at(context: int, c: AttentionCost, cap: int | None = None) -> int:
-    """Keys the last position of a context attends to: all, its window, its own chunk's part, or at most `cap`
-    (the tokens a sparse attention selects)."""
+def _v4_streams(spec: ModelSpec, ledger: Ledger, path: str, comp: Component) -> list[AttentionCost]:
+    """DeepSeek-V4: one shared key-value vector per position in the window; with a compressor, one entry of head_dim
+    per `ratio` positions, kept for the whole context; with the indexer, its own keys of index_head_dim per entry.
+    Per token of context a stream costs entry / ratio elements (exact for Flash's widths; floored otherwise)."""
+    o = comp.options
+    assert isinstance(o, V4AttentionOptions)
+    layers, block = ledger.accounts[path].instances, path.rsplit(".", 1)[0]
+    title = next(c.title for p, c in _paths(spec) if p == block)
+    per_key = 2 * o.heads * 2 * o.head_dim  # scores and the weighted sum, every head, over one shared vector
+    out = [AttentionCost(f"{block}_window", f"{title}: sliding window", layers, o.head_dim, 2 * o.heads * o.head_dim,
+                         o.window, per_key, formula="head_dim (one vector is the key and the value)",
+                         note=f"The window branch: one {o.head_dim}-element vector per position, the last {o.window:,} "
+                              "positions kept.")]
+    compressor = next((c for c in comp.children if c.key == "compressor"), None)
+    if compressor is None:
+        return out
+    co = compressor.options
+    assert isinstance(co, CompressorOptions)
+    m = co.ratio
+    index = next((c.options for c in compressor.children if isinstance(c.options, V4IndexerOptions)), None)
+    out.append(AttentionCost(f"{block}_compressed", f"{title}: compressed stream", layers, o.head_dim // m, 0, None,
+                             per_key, ratio=m, entry=o.head_dim, attended=index.topk if index else None,
+                             formula=f"head_dim / {m}", note=f"One {o.head_dim}-element entry per {m} positions, kept "
+                             "for the whole context" + (f"; a query reads at most {index.topk:,} of them (the "
+                                                        "indexer's top-k)." if index else "; a query reads all of them.")))
+    if index is not None:
+        out.append(AttentionCost(f"{block}_indexer", f"{title}: indexer keys", layers, index.head_dim // m, 0, None,
+                                 2 * index.heads * index.head_dim, ratio=m, entry=index.head_dim,
+                                 formula=f"index_head_dim / {m}", note=f"The lightning indexer's own "
+                                 f"{index.head_dim}-element key per {m} positions, scored for every query."))
+    return out
+
+
+def _cache_definition(c: AttentionCost) -> str:
+    if not c.mha_per_token:  # a compressed stream beside a layer's window
+        return f"Elements one layer caches per token of context in this stream. {c.note}"
+    return ("Elements one layer caches for one token" + (f" ({c.note})" if c.note else "") + "; plain multi-head "
+            f"attention of the same heads would cache {c.mha_per_token:,} ({c.mha_per_token / c.cache_per_token:.3g}×)."
+            + (f" This layer keeps only its last {c.window:,} tokens." if c.window else "")
+            + (f" This layer attends within chunks of {c.chunk:,} tokens and keeps at most one chunk." if c.chunk
+               else ""))
+
+
+def _prefill_keys(context: int, c: AttentionCost) -> int:
+    """Entries the positions 1..C of a causal prefill read in one stream: windowed, chunked, capped at the top-k
+    of a sparse attention, or pooled `ratio` positions to an entry."""
     if c.chunk:
-        return (context - 1) % c.chunk + 1
-    return min(context, c.window or cap or context)
-
-
-def _keys_seen_by(context: int, c: AttentionCost, cap: int | None = None) -> int:
-    """Σ over positions of the keys each sees in a causal prefill (windowed, chunked, or capped at `cap`)."""
-    if not c.chunk:
-        return _keys_seen(context, c.window or cap)
-    full, rest = divmod(context, c.chunk)
-    return full * c.chunk * (c.chunk + 1) // 2 + rest * (rest + 1) // 2
+        full, rest = divmod(context, c.chunk)
+        return full * c.chunk * (c.chunk + 1) // 2 + rest * (rest + 1) // 2
+    if c.ratio == 1:
+        return _keys_seen(context, c.window or c.attended)
+    return sum(min(t // c.ratio, c.attended or t) for t in range(1, context + 1))
 
 
 def _cache_formula(spec: ModelSpec, c: AttentionCost) -> str:

@@ -45,14 +45,17 @@ def describe(spec: ModelSpec, name: str) -> ModelPicture:
     stack = spec.root.child("blocks")
     kinds, experts, active, shared = [], 0, 0, False
     for block in stack.children:
-        router = _first(block, "router") or _keyed(block, "router")  # any library router: options with experts, k
+        router = _first(block, "router") or _first(block, "hash_router") or _keyed(block, "router")  # any library router
         scores = _first(block, "scores") or _first(block, "layer_scores")
         window = getattr(scores.options, "window", None) if scores is not None else None
         chunk = getattr(scores.options, "chunk", None) if scores is not None else None
+        if window is None:  # DeepSeek-V4's attention holds its window itself
+            window = getattr(getattr(_first(block, "v4_attention"), "options", None), "window", None)
         if router is not None and (isinstance(router.options, RouterOptions) or hasattr(router.options, "experts")):
             experts, active = router.options.experts, router.options.k
             shared = shared or _first(block, "gated_mlp", "shared") is not None
-            css, label = "moe", f"MoE: {active} of {experts} experts"
+            hashed = " (hash-routed)" if router.program == "hash_router" else ""
+            css, label = "moe", f"MoE: {active} of {experts} experts{hashed}"
         else:
             css, label = "dense", "dense feed-forward"
         if window:

@@ -126,17 +126,16 @@ def reconcile(spec: ModelSpec, index: CheckpointIndex, reference: bool = False,
               skip_owners: tuple[str, ...] = (), expected: list[ExpectedGroup] | None = None) -> Reconciliation:
     """Match the spec's expected tensors against a checkpoint index, group against group.
 
-    reference=True matches against a reference implementation instead: only parameters are compared (it
-    stores no quantization scales or unloaded buffers; persistent buffers of a known shape are compared), shapes but not dtypes, and components under
+    reference=True matches against a reference implementation instead: parameters and the persistent buffers
+    whose shape the config fixes are compared (it stores no quantization scales or unloaded buffers), shapes but
+    not dtypes, and components under
     skip_owners (which it does not build) are left out. `expected`: the spec's expected_groups where the caller
     has them already (computed with the same `reference`).
     """
     if expected is None:
         expected = expected_groups(spec, logical=reference)
     if reference:
-        # persistent buffers of a known shape (Gemma 4's layer_scalar) are in the reference's state dict too
-        expected = [e for e in expected if (e.role == "parameter" or (e.role == "buffer" and e.shape is not None
-                                                                      and not e.optional))
+        expected = [e for e in expected if (e.role == "parameter" or _persistent_buffer(e))
                     and not any(e.owner == s or e.owner.startswith(s + ".") for s in skip_owners)]
     by_skeleton: dict[Skeleton, tuple[list[ExpectedGroup], list[TensorGroup]]] = defaultdict(lambda: ([], []))
     for e in expected:
@@ -148,6 +147,11 @@ def reconcile(spec: ModelSpec, index: CheckpointIndex, reference: bool = False,
         if not _match_boxes(wanted, stored, tally):
             _match_names(wanted, stored, tally)
     return tally.result(index.source)
+
+
+def _persistent_buffer(e: ExpectedGroup) -> bool:
+    """A stored buffer of known shape that every checkpoint holds (DeepSeek-V4's routing tables)."""
+    return e.role == "buffer" and e.shape is not None and not e.optional
 
 
 def _match_boxes(wanted: list[ExpectedGroup], stored: list[TensorGroup], tally: _Tally) -> bool:

@@ -67,6 +67,10 @@ def tiny_reference_model(tiny: ModelSpec):
         for name, buffer in model.named_buffers():
             if name.endswith("e_score_correction_bias"):  # non-zero, so "the bias steers selection only" is exercised
                 buffer.copy_(torch.randn(buffer.shape, generator=generator) * 0.05)
+            if name.endswith("tid2eid"):  # a hash-routing table: distinct experts per token id, as a real one holds
+                experts = model.config.num_local_experts
+                table = torch.rand(buffer.shape[0], experts, generator=generator).argsort(-1)[:, :buffer.shape[1]]
+                buffer.copy_(table)
     return model
 
 

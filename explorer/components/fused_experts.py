@@ -20,6 +20,7 @@ from ..spec.storage import Storage
 from ..spec.types import Citation, Component, Dim, IndexRange, Port, Shape, Step, TensorSpec
 from . import moe as moe_lib
 from .base import B, Ctx, Run, T, fmt_num, options, program, reference_call, relative_module, run_child
+from .mlp import clamped_glu
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,6 +28,12 @@ class ClampedSwiGLUOptions:
     experts: int
     alpha: float
     limit: float
+    interleaved: bool = True
+    """gate_up's columns alternate gate, up (gpt-oss); False: the gate half, then the up half (DeepSeek-V4)."""
+    up_shift: float = 1.0
+    """Added to the clamped up value before the product: 1 in gpt-oss, 0 in DeepSeek-V4."""
+    bias: bool = True
+    """gate_up and down carry biases (gpt-oss); DeepSeek-V4's experts have none."""
 
 
 def clamped_experts(ctx: Ctx, *, prefix: str, ranges: tuple[IndexRange, ...], x: Port, gates: Port, o: ClampedSwiGLUOptions,
@@ -38,48 +45,63 @@ def clamped_experts(ctx: Ctx, *, prefix: str, ranges: tuple[IndexRange, ...], x:
     d = ctx.sym("hidden_size")
     experts, inner, hidden = Dim("experts", o.experts), ctx.dim(width), ctx.dim("hidden_size")
     per_expert = Shape((B, T, experts, inner))
-    lim, alpha = fmt_num(o.limit), fmt_num(o.alpha)
-    steps = (
-        Step(rf"[g\,u]_e={x.latex}W^{{gu}}_e+b^{{gu}}_e", Shape((B, T, experts, Dim("2·" + inner.label, 2 * ctx.size(width)))),
-             "gate-up"),
-        Step(r"g_{e,j}=[g\,u]_{e,2j},\quad u_{e,j}=[g\,u]_{e,2j+1}", per_expert, "split"),
-        Step(rf"\hat g=\min(g,{lim}),\quad \hat u=\operatorname{{clamp}}(u,-{lim},{lim})", per_expert, "clamp"),
-        Step(rf"a=\hat g\,\sigma({alpha}\,\hat g)", per_expert, "glu"),
-        Step(r"h=(\hat u+1)\odot a", per_expert, "product"),
-        Step(r"E_e=h\,W^{d}_e+b^{d}_e", Shape((B, T, experts, hidden)), "down"),
-        Step(rf"y^{{\mathrm{{routed}}}}=\sum_{{e=1}}^{{{o.experts}}}G_e\,E_e", x.shape, "routed-sum"),
-    )
+    steps = clamped_steps(o, x.latex, per_expert, Shape((B, T, experts, Dim("2·" + inner.label, 2 * ctx.size(width)))),
+                          Shape((B, T, experts, hidden)), x.shape)
     dense = ctx.tensor  # biases stay in the model's dtype
-    tensors = (
-        TensorSpec(prefix + "gate_up_proj", (E, 2 * I, d), ranges, storage=storage),
-        dense(prefix + "gate_up_proj_bias", ranges, (E, 2 * I)),
-        TensorSpec(prefix + "down_proj", (E, d, I), ranges, storage=storage),
-        dense(prefix + "down_proj_bias", ranges, (E, d)),
-    )
+    tensors = (TensorSpec(prefix + "gate_up_proj", (E, 2 * I, d), ranges, storage=storage),)
+    if o.bias:
+        tensors += (dense(prefix + "gate_up_proj_bias", ranges, (E, 2 * I)),)
+    tensors += (TensorSpec(prefix + "down_proj", (E, d, I), ranges, storage=storage),)
+    if o.bias:
+        tensors += (dense(prefix + "down_proj_bias", ranges, (E, d)),)
+    layout = ("Column 2j of the gate_up projection is the gate of feature j and column 2j + 1 its up value "
+              "(interleaved, not two halves)." if o.interleaved else
+              "The first half of the gate_up projection's outputs are the gates, the second half the up values.")
+    stored = ("The checkpoint stores each weight as [experts, out, in]; transformers holds the transpose, [experts, "
+              "in, out]." if o.bias else "transformers holds each weight as [experts, out, in].")
+    with_bias = "with biases" if o.bias else "without biases"
+    shift = " and the up value shifted by one" if o.up_shift else ""
     return Component(
         key="experts", title="Routed experts (clamped SwiGLU)", crumb="Routed experts", kind="learned", code=code,
         description=f"{o.experts} SwiGLU experts of width {inner.size:,}, stored as one gate_up and one down tensor "
-                    f"per layer, with biases; the gate and up values are clamped at {lim} and the up value shifted by "
-                    f"one. Each token runs {k} of them.",
+                    f"per layer, {with_bias}; the gate and up values are clamped at {fmt_num(o.limit)}{shift}. Each "
+                    f"token runs {k} of them.",
         inputs=(x, gates), outputs=(Port(r"y^{\mathrm{routed}}", x.shape, "routed"),),
         equations=(steps[2], steps[4]), steps=steps, tensors=tensors, citations=citations, program="clamped_experts",
-        options=o, extras=(("α (swiglu_alpha)", alpha), ("limit (swiglu_limit)", lim)),
-        notes=("Column 2j of the gate_up projection is the gate of feature j and column 2j + 1 its up value "
-               "(interleaved, not two halves).",
-               "The checkpoint stores each weight as [experts, out, in]; transformers holds the transpose, [experts, "
-               "in, out]."),
+        options=o, extras=(("α (swiglu_alpha)", fmt_num(o.alpha)), ("limit (swiglu_limit)", fmt_num(o.limit))),
+        notes=(layout, stored),
+    )
+
+
+def clamped_steps(o: ClampedSwiGLUOptions, x: str, per_expert: Shape, both: Shape, out: Shape, y: Shape,
+                  ) -> tuple[Step, ...]:
+    """The clamped SwiGLU's steps for every expert e, then the gated sum."""
+    lim, alpha = fmt_num(o.limit), fmt_num(o.alpha)
+    b_gu, b_d = (r"+b^{gu}_e", r"+b^{d}_e") if o.bias else ("", "")
+    split = (r"g_{e,j}=[g\,u]_{e,2j},\quad u_{e,j}=[g\,u]_{e,2j+1}" if o.interleaved else
+             r"[g_e;\,u_e]=[g\,u]_e\ \text{(two halves)}")
+    glu = rf"a=\hat g\,\sigma({alpha}\,\hat g)" if o.alpha != 1.0 else r"a=\hat g\,\sigma(\hat g)"
+    shifted = rf"(\hat u+{fmt_num(o.up_shift)})" if o.up_shift else r"\hat u"
+    return (
+        Step(rf"[g\,u]_e={x}W^{{gu}}_e{b_gu}", both, "gate-up"),
+        Step(split, per_expert, "split"),
+        Step(rf"\hat g=\min(g,{lim}),\quad \hat u=\operatorname{{clamp}}(u,-{lim},{lim})", per_expert, "clamp"),
+        Step(glu, per_expert, "glu"),
+        Step(rf"h={shifted}\odot a", per_expert, "product"),
+        Step(rf"E_e=h\,W^{{d}}_e{b_d}", out, "down"),
+        Step(rf"y^{{\mathrm{{routed}}}}=\sum_{{e=1}}^{{{o.experts}}}G_e\,E_e", y, "routed-sum"),
     )
 
 
 def expert_outputs(run: Run, o: ClampedSwiGLUOptions, x: torch.Tensor) -> torch.Tensor:
     """E_e for every expert e: [B, T, E, d]."""
-    gu = run.rec("gate-up", torch.einsum("btd,eod->bteo", x, run.w("gate_up_proj")) + run.w("gate_up_proj_bias"))
-    g, u = gu[..., 0::2], gu[..., 1::2]
+    gu = torch.einsum("btd,eod->bteo", x, run.w("gate_up_proj"))
+    gu = run.rec("gate-up", gu + run.w("gate_up_proj_bias") if o.bias else gu)
+    g, u = (gu[..., 0::2], gu[..., 1::2]) if o.interleaved else gu.chunk(2, dim=-1)
     run.rec("split", g)
-    g, u = run.rec("clamp", g.clamp(max=o.limit)), u.clamp(-o.limit, o.limit)
-    a = run.rec("glu", g * torch.sigmoid(o.alpha * g))
-    h = run.rec("product", (u + 1) * a)
-    return run.rec("down", torch.einsum("btei,edi->bted", h, run.w("down_proj")) + run.w("down_proj_bias"))
+    h = clamped_glu(g, u, o.limit, o.alpha, o.up_shift, run.rec)
+    down = torch.einsum("btei,edi->bted", h, run.w("down_proj"))
+    return run.rec("down", down + run.w("down_proj_bias") if o.bias else down)
 
 
 @program("clamped_experts")

@@ -39,6 +39,8 @@ ACT_NAMES = {"silu": "SiLU", "gelu_tanh": "GELU (tanh approximation)", "gelu": "
 class MLPOptions:
     act: Activation
     gated: bool = True
+    limit: float | None = None
+    """Clamp the gate from above and the up value on both sides at this value (DeepSeek-V4's swiglu_limit)."""
 
 
 def activation(g: torch.Tensor, act: Activation) -> torch.Tensor:
@@ -49,10 +51,20 @@ def activation(g: torch.Tensor, act: Activation) -> torch.Tensor:
     return F.gelu(g)
 
 
+def clamped_glu(g: torch.Tensor, u: torch.Tensor, limit: float, alpha: float = 1.0, shift: float = 0.0,
+                rec=None) -> torch.Tensor:
+    """(clamp(u, ±limit) + shift) · ĝ σ(α ĝ) with ĝ = min(g, limit): the clamped SwiGLU of gpt-oss's experts (α 1.702,
+    shift 1) and of DeepSeek-V4's experts and shared expert (α 1, shift 0); records clamp, glu and product via rec."""
+    rec = rec or (lambda _name, t: t)
+    g, u = rec("clamp", g.clamp(max=limit)), u.clamp(-limit, limit)
+    a = rec("glu", g * torch.sigmoid(alpha * g))
+    return rec("product", (u + shift) * a)
+
+
 def gated_mlp(ctx: Ctx, key: str, title: str, crumb: str, *, prefix: str, ranges: tuple[IndexRange, ...],
               d_ff: sympy.Expr, ff_dim: Dim, x: Port, y: Port, description: str, code: str,
               citations: tuple[Citation, ...], act: Activation = "silu", names: tuple[str, str, str] = (
-                  "gate_proj", "up_proj", "down_proj"), sub: str = "") -> Component:
+                  "gate_proj", "up_proj", "down_proj"), sub: str = "", limit: float | None = None) -> Component:
     """down(act(gate x) ⊙ up x): three bias-free projections; `names` are their module names in the checkpoint,
     `sub` an index on every symbol (the routed expert i, the shared expert "sh")."""
     gs, us, as_, ms, ws = _indexed(sub)
@@ -75,13 +87,21 @@ def gated_mlp(ctx: Ctx, key: str, title: str, crumb: str, *, prefix: str, ranges
     act_latex = ACT_LATEX[act].replace("(g)", f"({gs})").replace("a=g", f"{as_}={gs}").replace("a=", f"{as_}=")
     steps = (gate.steps[0], up.steps[0], Step(act_latex, g.shape, act_name),
              Step(rf"{ms}={as_}\odot {us}", h.shape, "product"), down.steps[0])
+    if limit is not None:  # the clamped SwiGLU: the activation reads the clamped gate, the product the clamped up
+        lim = f"{limit:g}"
+        steps = (gate.steps[0], up.steps[0],
+                 Step(rf"\hat {gs}=\min({gs},{lim}),\quad \hat {us}=\operatorname{{clamp}}({us},-{lim},{lim})", g.shape,
+                      "clamp"),
+                 Step(rf"{as_}=\hat {gs}\,\sigma(\hat {gs})", g.shape, "glu"),
+                 Step(rf"{ms}={as_}\odot \hat {us}", h.shape, "product"), down.steps[0])
     glu = "SiLU" if act == "silu" else "GELU"
     return Component(
         key=key, title=title, crumb=crumb, kind="learned", code=code, description=description, inputs=(x,),
         outputs=(y,),
         equations=(Step(rf"{y.latex}=\left(\operatorname{{{glu}}}({x.latex}W_1)\odot {x.latex}W_3\right)W_2", y.shape,
                         "swiglu"),),
-        steps=steps, children=(gate, up, down), citations=citations, program="gated_mlp", options=MLPOptions(act),
+        steps=steps, children=(gate, up, down), citations=citations, program="gated_mlp",
+        options=MLPOptions(act, limit=limit),
     )
 
 
@@ -90,6 +110,9 @@ def gated(run: Run, comp: Component, x: torch.Tensor, act: Activation) -> torch.
     gate_c, up_c, down_c = comp.children
     g = run_child(comp, gate_c.key, run, x)
     u = run_child(comp, up_c.key, run, x)
+    limit = options(comp, MLPOptions).limit
+    if limit is not None:
+        return run_child(comp, down_c.key, run, clamped_glu(g, u, limit, rec=run.rec))
     a = run.rec("silu" if act == "silu" else "gelu", activation(g, act))
     h = run.rec("product", a * u)
     return run_child(comp, down_c.key, run, h)

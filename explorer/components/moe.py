@@ -42,7 +42,8 @@ from .mlp import Activation, activation, gated_mlp
 class RouterOptions:
     experts: int
     k: int
-    scoring: Literal["sigmoid", "softmax"]
+    scoring: Literal["sigmoid", "softmax", "sqrtsoftplus"]
+    """sqrtsoftplus: s = √softplus(z), DeepSeek-V4's affinity."""
     norm_topk_prob: bool
     scaling: float = 1.0
     correction_bias: bool = False
@@ -57,6 +58,19 @@ class RouterOptions:
     """The router weight below the router's module: "gate.weight" where the correction bias sits beside the gate,
     in the MoE block (MiniMax-M2), so that the block is the router's module."""
     correction_bias_name: str = "e_score_correction_bias"
+
+
+SCORE_LATEX = {"sigmoid": r"s=\sigma(z)", "softmax": r"s=\operatorname{softmax}(z)",
+               "sqrtsoftplus": r"s=\sqrt{\operatorname{softplus}(z)}=\sqrt{\ln(1+e^{z})}"}
+
+
+def scores(z: torch.Tensor, scoring: str) -> torch.Tensor:
+    """Expert affinities from router logits."""
+    if scoring == "sigmoid":
+        return torch.sigmoid(z)
+    if scoring == "sqrtsoftplus":
+        return F.softplus(z).sqrt()
+    return F.softmax(z, dim=-1)
 
 
 def router(ctx: Ctx, *, weight: str, ranges: tuple[IndexRange, ...], x: Port, o: RouterOptions, code: str,
@@ -80,7 +94,7 @@ def router(ctx: Ctx, *, weight: str, ranges: tuple[IndexRange, ...], x: Port, o:
                   Step(r"G_i=\frac{e^{z_i}E^{\mathrm{sel}}_i}{\sum_j e^{z_j}E^{\mathrm{sel}}_j}",
                        ctx.tokens(experts), "gates")]
     else:
-        steps.append(Step(r"s=\sigma(z)" if o.scoring == "sigmoid" else r"s=\operatorname{softmax}(z)",
+        steps.append(Step(SCORE_LATEX[o.scoring],
                           ctx.tokens(experts), "scores"))
         choice = "s+b" if o.correction_bias else "s"
         if o.n_group > 1:
@@ -119,11 +133,12 @@ def _describe(o: RouterOptions) -> str:
         return (f"Score all {o.experts} experts, keep the {o.k} highest logits per token, and weight them by a "
                 "softmax over those logits.")
     groups = f", restricted to the best {o.topk_group} of {o.n_group} expert groups" if o.n_group > 1 else ""
-    if o.scoring == "sigmoid":
+    if o.scoring in ("sigmoid", "sqrtsoftplus"):
         by = "score plus a correction bias" if o.correction_bias else "score"
         weight = (f"their normalised scores × {fmt_num(o.scaling)}" if o.norm_topk_prob else
                   f"their scores × {fmt_num(o.scaling)}")
-        return f"Score all {o.experts} experts with sigmoid affinities, pick {o.k} by {by}{groups}, and weight them by {weight}."
+        what = "sigmoid" if o.scoring == "sigmoid" else "√softplus"
+        return f"Score all {o.experts} experts with {what} affinities, pick {o.k} by {by}{groups}, and weight them by {weight}."
     renorm = "renormalised over the selected experts" if o.norm_topk_prob else "as they are (not renormalised)"
     return f"Score all {o.experts} experts with a softmax, pick the top {o.k} per token, and weight them by their probabilities, {renorm}."
 
@@ -137,7 +152,7 @@ def route(run: Run, o: RouterOptions, x: torch.Tensor) -> tuple[torch.Tensor, to
         run.rec("select", torch.zeros_like(z).scatter(-1, top.indices, 1.0))
         gates = torch.zeros_like(z).scatter(-1, top.indices, F.softmax(top.values, dim=-1))
         return run.rec("gates", gates), top.indices
-    s = run.rec("scores", torch.sigmoid(z) if o.scoring == "sigmoid" else F.softmax(z, dim=-1))
+    s = run.rec("scores", scores(z, o.scoring))
     choice = s + run.w(o.correction_bias_name) if o.correction_bias else s  # the bias steers selection only
     if o.n_group > 1:
         per_group = choice.view(*choice.shape[:-1], o.n_group, -1)
@@ -165,7 +180,8 @@ def routing_example(comp: Component, run: Run) -> RoutingExample:
         rows.append(("router bias b_r (learned, added to every token's logits)", run.w("bias")))
     rows.append(("logit z = x W_r" + (" + b_r" if o.router_bias else ""), rec["logits"][0, t]))
     if "scores" in rec:
-        rows.append(("score s = " + ("σ(z)" if o.scoring == "sigmoid" else "softmax(z) over all experts"),
+        rows.append(("score s = " + {"sigmoid": "σ(z)", "sqrtsoftplus": "√softplus(z)"}.get(
+                         o.scoring, "softmax(z) over all experts"),
                      rec["scores"][0, t]))
     if o.correction_bias:
         rows.append(("correction bias b (selection only)", run.w(o.correction_bias_name)))

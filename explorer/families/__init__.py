@@ -13,6 +13,7 @@ from ..spec.types import Component, ModelSpec
 from .base import Family
 from .deepseek_v3 import FAMILY as DEEPSEEK_V3
 from .deepseek_v32 import FAMILY as DEEPSEEK_V32
+from .deepseek_v4 import FAMILY as DEEPSEEK_V4
 from .gemma3 import FAMILY as GEMMA3
 from .gemma3 import TEXT_FAMILY as GEMMA3_TEXT
 from .gemma4 import FAMILY as GEMMA4
@@ -30,7 +31,7 @@ from .qwen3_moe import FAMILY as QWEN3_MOE
 
 FAMILIES: dict[str, Family] = {f.name: f for f in (DEEPSEEK_V3, LLAMA, QWEN3, GPT2, GEMMA3_TEXT, GEMMA3, MIXTRAL,
                                                     QWEN3_MOE, GPT_OSS, DEEPSEEK_V32, GLM_MOE_DSA, KIMI_K25,
-                                                    MINIMAX_M2, MIMO_V2_FLASH, LLAMA4, GEMMA4)}
+                                                    MINIMAX_M2, MIMO_V2_FLASH, LLAMA4, GEMMA4, DEEPSEEK_V4)}
 """Family name (content's model.family) -> family."""
 
 

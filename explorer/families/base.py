@@ -44,11 +44,12 @@ LIMITS = {
     "num_experts_per_tok": 4_096, "q_lora_rank": 1_000_000, "kv_lora_rank": 1_000_000, "qk_nope_head_dim": 100_000,
     "qk_rope_head_dim": 100_000, "v_head_dim": 100_000, "n_shared_experts": 1_024, "max_position_embeddings": 100_000_000,
     "num_nextn_predict_layers": 16, "n_group": 4_096, "topk_group": 4_096, "sliding_window": 100_000_000,
-    "index_n_heads": 10_000, "index_head_dim": 100_000, "index_topk": 100_000_000,
+    "hc_mult": 64, "hc_sinkhorn_iters": 1_000, "o_groups": 10_000, "o_lora_rank": 1_000_000, "index_n_heads": 10_000,
+    "index_head_dim": 100_000, "index_topk": 100_000_000, "num_hash_layers": 1_000,
 }
 """Largest accepted value of each size key: checked before anything is built, so a hostile config cannot
 allocate without bound."""
-MAY_BE_ZERO = ("num_nextn_predict_layers", "n_shared_experts", "sliding_window")
+MAY_BE_ZERO = ("num_nextn_predict_layers", "n_shared_experts", "sliding_window", "num_hash_layers")
 """Size keys for which 0 means "none"."""
 
 POSITIVE_FLOATS = ("rms_norm_eps", "layer_norm_epsilon", "rope_theta", "routed_scaling_factor", "factor")
