@@ -55,7 +55,7 @@ def model_weights(spec: ModelSpec, device: str, generator: torch.Generator | Non
     tied: list[tuple[str, str]] = []
     for _, comp in walk(spec.root):
         for t in comp.tensors:
-            if t.role != "parameter" or t.shape is None:
+            if t.shape is None:  # parameters, and persistent buffers of a known shape (a correction bias)
                 continue
             shape = [evaluate(s, spec.values) for s in t.shape]
             experts = [r for r in t.ranges if r.var == "expert"]

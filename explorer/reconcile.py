@@ -134,7 +134,8 @@ def reconcile(spec: ModelSpec, index: CheckpointIndex, reference: bool = False,
     if expected is None:
         expected = expected_groups(spec, logical=reference)
     if reference:
-        expected = [e for e in expected if e.role == "parameter"
+        # persistent buffers of a known shape (a router's correction bias) are in the reference's state dict too
+        expected = [e for e in expected if (e.role == "parameter" or (e.role == "buffer" and e.shape is not None))
                     and not any(e.owner == s or e.owner.startswith(s + ".") for s in skip_owners)]
     by_skeleton: dict[Skeleton, tuple[list[ExpectedGroup], list[TensorGroup]]] = defaultdict(lambda: ([], []))
     for e in expected:

@@ -11,12 +11,16 @@ from . import (  # noqa: F401  (registration)
     embedding,
     fused_attention,
     fused_experts,
+    hybrid_block,
     linear,
+    mamba2,
     mla,
     mlp,
     moe,
     mtp,
+    nope_attention,
     norms,
+    relu2_experts,
     rope,
 )
 from .base import PROGRAMS, REFERENCE_CALLS, Ctx, Reference, Run

@@ -18,11 +18,12 @@ from .gpt2 import FAMILY as GPT2
 from .gpt_oss import FAMILY as GPT_OSS
 from .llama import FAMILY as LLAMA
 from .mixtral import FAMILY as MIXTRAL
+from .nemotron_h import FAMILY as NEMOTRON_H
 from .qwen3 import FAMILY as QWEN3
 from .qwen3_moe import FAMILY as QWEN3_MOE
 
 FAMILIES: dict[str, Family] = {f.name: f for f in (DEEPSEEK_V3, LLAMA, QWEN3, GPT2, GEMMA3_TEXT, GEMMA3, MIXTRAL,
-                                                    QWEN3_MOE, GPT_OSS)}
+                                                    QWEN3_MOE, GPT_OSS, NEMOTRON_H)}
 """Family name (content's model.family) -> family."""
 
 
