@@ -290,9 +290,14 @@ def ssm_step(S: torch.Tensor, x_t: torch.Tensor, dt_t: torch.Tensor, a_log_t: to
     return S, torch.einsum("bhpn,bhn->bhp", S, C_t)
 
 
+def gate(z: torch.Tensor) -> torch.Tensor:
+    """SiLU(z): the gate from in_proj's first block, applied before the norm (norm_before_gate=False)."""
+    return F.silu(z.float())
+
+
 def gate_and_norm(o: Mamba2Options, y: torch.Tensor, z: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
     """RMSNorm over groups of H·P/G channels of y ⊙ SiLU(z), times w; y, z [..., H·P]."""
-    g = y.float() * F.silu(z.float())
+    g = y.float() * gate(z)
     grouped = g.reshape(*g.shape[:-1], o.groups, -1)
     grouped = grouped * torch.rsqrt(grouped.pow(2).mean(-1, keepdim=True) + o.eps)
     return w * grouped.reshape(g.shape).to(y.dtype)
