@@ -118,6 +118,7 @@ def derive(spec: ModelSpec, ledger: Ledger, stored: Reconciliation | None) -> De
                  f"Σ layers × per-token elements × min({CONTEXT:,}, window) × {size} byte{'s' if size > 1 else ''}",
                  f"Bytes cached for one sequence of {CONTEXT:,} tokens with {name} cache entries; sliding-window "
                  "layers keep only their window.") for name, size in CACHE_DTYPES),
+        *recurrent_state_figures(spec, ledger, costs),
         Figure("flops_decode", f"Forward FLOPs per token, decode at {FLOP_CONTEXT:,} context",
                2 * matmul + decode_attn, f"2 × {matmul:,} + attention over {FLOP_CONTEXT:,} keys",
                "Two FLOPs per multiply-add: every projection a token runs (active parameters less the embedding), "
@@ -144,12 +145,12 @@ def _inactive_experts(spec: ModelSpec, ledger: Ledger) -> tuple[int, str]:
     """Parameters of the routed experts a token does not run, and the formula, over every MoE module."""
     total, parts = 0, []
     for path, comp in _paths(spec):
-        if comp.program not in ("moe", "fused_moe") or path.startswith("mtp"):
+        if comp.program not in ("moe", "fused_moe", "relu2_moe") or path.startswith("mtp"):
             continue
         router = next(c for c in comp.children if c.program == "router")
         o = router.options
         assert isinstance(o, RouterOptions)
-        if comp.program == "moe":  # one expert component, repeated
+        if comp.program in ("moe", "relu2_moe"):  # one expert component, repeated
             per_expert = ledger.accounts[f"{path}.expert"].per_instance
         else:  # all experts in one component whose every tensor has a leading experts axis
             per_expert = ledger.accounts[f"{path}.experts"].per_instance // o.experts
@@ -162,7 +163,7 @@ def _inactive_experts(spec: ModelSpec, ledger: Ledger) -> tuple[int, str]:
 def _attention_costs(spec: ModelSpec, ledger: Ledger) -> list[AttentionCost]:
     out = []
     for path, comp in _paths(spec):
-        if comp.program not in ("mla", "attention", "fused_attention") or path.startswith("mtp"):
+        if comp.program not in ("mla", "attention", "fused_attention", "nope_attention") or path.startswith("mtp"):
             continue
         scores = next(c for c in comp.children if c.program == "scores")
         so = scores.options
@@ -233,3 +234,78 @@ def match_claim(figures: DerivedFigures, claim: str, source: str) -> ClaimMatch:
         if abs(figure.value - value) <= unit / 2:
             return ClaimMatch(claim, source, figure)
     return ClaimMatch(claim, source, None)
+
+
+# ------------------------------------------------------------------------------------ recurrent state (Mamba-2)
+
+STATE_DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
+
+
+@dataclass(frozen=True, slots=True)
+class StateCost:
+    """What one recurrent layer kind keeps per sequence, whatever the context length."""
+
+    title: str
+    layers: int
+    state: int
+    """Elements of the SSM state S (heads × head_dim × state_size)."""
+    state_bytes: int
+    """Bytes per element of S (mamba_ssm_cache_dtype)."""
+    conv: int
+    """Elements of the convolution window (conv_dim × conv_kernel)."""
+    conv_bytes: int
+
+    @property
+    def per_layer_bytes(self) -> int:
+        return self.state * self.state_bytes + self.conv * self.conv_bytes
+
+
+def _state_costs(spec: ModelSpec, ledger: Ledger) -> list[StateCost]:
+    from .components.mamba2 import Mamba2Options
+
+    out = []
+    for path, comp in _paths(spec):
+        if comp.program != "mamba2":
+            continue
+        o = comp.options
+        assert isinstance(o, Mamba2Options)
+        out.append(StateCost(comp.title, ledger.accounts[path].instances, o.heads * o.head_dim * o.state_size,
+                             STATE_DTYPE_BYTES[o.state_dtype], o.conv_dim * o.conv_kernel,
+                             STATE_DTYPE_BYTES.get(o.conv_dtype, 2)))
+    return out
+
+
+def recurrent_state_figures(spec: ModelSpec, ledger: Ledger, costs: list[AttentionCost]) -> list[Figure]:
+    """Per-sequence memory of Mamba-2 layers (constant in the context) and the total with the attention layers' KV
+    cache (which grows with it) at 4K, 128K and the model's maximum context; none for a model without such layers."""
+    states = _state_costs(spec, ledger)
+    if not states:
+        return []
+    s = states[0]
+    fixed = sum(c.layers * c.per_layer_bytes for c in states)
+    kv_bytes = CACHE_DTYPES[0][1]
+    per_token = sum(c.layers * c.cache_per_token for c in costs) * kv_bytes
+    limit = getattr(spec.config, "max_position_embeddings", None)
+    contexts = sorted({4_096, CONTEXT} | ({int(limit)} if limit else set()))
+    grows = " + ".join(f"{c.layers} × {c.cache_per_token:,}" for c in costs) or "0"
+    figures = [
+        Figure("ssm_state_per_layer", f"SSM state per sequence per layer ({s.title.lower()}, {s.layers} layers)",
+               s.state, "mamba_num_heads × mamba_head_dim × ssm_state_size",
+               f"Elements of the state S one layer carries from token to token, the same at any context length; "
+               f"cached at {s.state_bytes} bytes each (mamba_ssm_cache_dtype)."),
+        Figure("conv_state_per_layer", f"Convolution window per sequence per layer ({s.layers} layers)", s.conv,
+               "(mamba_num_heads × mamba_head_dim + 2 × n_groups × ssm_state_size) × conv_kernel",
+               f"The last conv_kernel columns of x, B and C that the causal convolution reads, the same at any "
+               f"context length; cached at {s.conv_bytes} bytes each (the activations' dtype)."),
+        Figure("recurrent_state_bytes", "Mamba-2 state per sequence, all layers (does not grow with context)", fixed,
+               " + ".join(f"{c.layers} × ({c.state:,} × {c.state_bytes} + {c.conv:,} × {c.conv_bytes})"
+                          for c in states),
+               "Bytes of every Mamba-2 layer's SSM state and convolution window for one sequence."),
+    ]
+    figures += [Figure(f"context_memory_bytes_{n}", f"State and KV cache at {n:,} tokens (one sequence)",
+                       fixed + per_token * n, f"{fixed:,} + ({grows}) × {n:,} × {kv_bytes}",
+                       f"The fixed Mamba-2 state plus the attention layers' {CACHE_DTYPES[0][0]} KV cache, which grows "
+                       f"by {per_token:,} bytes per token; only the attention layers grow with the context."
+                       + (" The model's maximum context (max_position_embeddings)." if n == limit else ""))
+                for n in contexts]
+    return figures

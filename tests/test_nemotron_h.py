@@ -264,3 +264,23 @@ def test_tiny_config_keeps_groups_when_the_router_groups(nano):
     grouped = replace(spec.config, n_group=4, topk_group=2)
     raw = FAMILY.tiny_config(grouped)
     assert raw["n_group"] == 4 and raw["n_routed_experts"] % 4 == 0
+
+
+def test_memory_of_a_context_by_layer_kind():
+    """Mamba-2 layers keep a fixed state (float32 S, BF16 conv window); only the 6 attention layers grow."""
+    from explorer.figures import derive
+
+    spec = spec_of()
+    c = spec.config
+    figures = derive(spec, account(spec), None)
+    got = {f.key: f.value for f in figures.figures}
+    state = c.mamba_num_heads * c.mamba_head_dim * c.ssm_state_size
+    conv = (c.mamba_num_heads * c.mamba_head_dim + 2 * c.n_groups * c.ssm_state_size) * c.conv_kernel
+    assert (got["ssm_state_per_layer"], got["conv_state_per_layer"]) == (64 * 64 * 128, 6144 * 4) == (state, conv)
+    fixed = 23 * (state * 4 + conv * 2)  # mamba_ssm_cache_dtype float32; conv window in bfloat16
+    assert got["recurrent_state_bytes"] == fixed == 49_364_992
+    per_token = 6 * 2 * c.num_key_value_heads * c.head_dim * 2  # K and V of 2 KV heads of 128, BF16, 6 layers
+    for n in (4_096, 131_072, 262_144):
+        assert got[f"context_memory_bytes_{n}"] == fixed + per_token * n
+    assert got["context_memory_bytes_262144"] == 1_659_977_728
+    assert got["active_parameters"] == 31_577_937_344 - 23 * (128 - 6) * 2 * 1856 * 2688

@@ -53,6 +53,10 @@ class Mamba2Options:
     """Lower clamp of Δ in the chunked scan (the reference's time_step_limit = (time_step_min, ∞))."""
     conv_bias: bool = True
     proj_bias: bool = False
+    state_dtype: str = "float32"
+    """dtype the SSM state is cached in (config.json: mamba_ssm_cache_dtype)."""
+    conv_dtype: str = "bfloat16"
+    """dtype of the cached convolution window: the activations' (torch_dtype)."""
 
     @property
     def inner(self) -> int:

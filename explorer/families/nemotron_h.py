@@ -206,7 +206,8 @@ class NemotronH(Family):
 
     def mamba(self, ctx: Ctx, c: NemotronHHyperparameters, prefix: str, ranges, x: Port, y: Port) -> Component:
         o = Mamba2Options(c.mamba_num_heads, c.mamba_head_dim, c.n_groups, c.ssm_state_size, c.conv_kernel,
-                          c.chunk_size, c.layer_norm_epsilon, c.time_step_min, c.use_conv_bias, c.use_bias)
+                          c.chunk_size, c.layer_norm_epsilon, c.time_step_min, c.use_conv_bias, c.use_bias,
+                          state_dtype=c.mamba_ssm_cache_dtype, conv_dtype=c.torch_dtype)
         return mamba2(ctx, prefix=prefix, ranges=ranges, x=x, y=y, o=o, code="NemotronHMamba2Mixer(config, layer_idx)",
                       citations=(
                           REFERENCE.cite("The mixer splits in_proj's output into the gate, the convolved x/B/C stream "
