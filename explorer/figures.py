@@ -289,7 +289,7 @@ def recurrent_state_figures(spec: ModelSpec, ledger: Ledger, costs: list[Attenti
     contexts = sorted({4_096, CONTEXT} | ({int(limit)} if limit else set()))
     grows = " + ".join(f"{c.layers} × {c.cache_per_token:,}" for c in costs) or "0"
     figures = [
-        Figure("ssm_state_per_layer", f"SSM state per sequence per layer ({s.title.lower()}, {s.layers} layers)",
+        Figure("ssm_state_per_layer", f"SSM state per sequence per layer ({s.title}, {s.layers} layers)",
                s.state, "mamba_num_heads × mamba_head_dim × ssm_state_size",
                f"Elements of the state S one layer carries from token to token, the same at any context length; "
                f"cached at {s.state_bytes} bytes each (mamba_ssm_cache_dtype)."),

@@ -284,3 +284,13 @@ def test_memory_of_a_context_by_layer_kind():
         assert got[f"context_memory_bytes_{n}"] == fixed + per_token * n
     assert got["context_memory_bytes_262144"] == 1_659_977_728
     assert got["active_parameters"] == 31_577_937_344 - 23 * (128 - 6) * 2 * 1856 * 2688
+
+
+def test_whole_model_picture_colours_layers_by_kind():
+    from explorer.model_picture import describe, draw
+
+    picture = describe(spec_of(), "Nemotron 3 Nano")
+    kinds = {k.css: len(k.layers) for k in picture.kinds}
+    assert kinds == {"ssm": 23, "moe": 23, "attention": 6}
+    assert "only the attention layers keep a cache that grows" in picture.caption
+    assert draw(picture).count('class="layer attention"><title>') == 6

@@ -72,15 +72,10 @@ def pattern_problems(pattern: str | Sequence[str], names: Mapping[str, str], key
 
 def runs(indices: tuple[int, ...]) -> str:
     """1-based layer numbers as runs: (0, 1, 2, 5) -> "1–3, 6"."""
-    out: list[str] = []
-    start = prev = None
+    spans: list[list[int]] = []
     for i in indices:
-        if prev is not None and i == prev + 1:
-            prev = i
-            continue
-        if start is not None:
-            out.append(f"{start + 1}" if start == prev else f"{start + 1}–{prev + 1}")
-        start = prev = i
-    if start is not None:
-        out.append(f"{start + 1}" if start == prev else f"{start + 1}–{prev + 1}")
-    return ", ".join(out)
+        if spans and i == spans[-1][1] + 1:
+            spans[-1][1] = i
+        else:
+            spans.append([i, i])
+    return ", ".join(f"{a + 1}" if a == b else f"{a + 1}–{b + 1}" for a, b in spans)

@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 else:  # imported on first use: a build whose torch stages are cached never needs it
     from ..torch_on_first_use import F, torch
 
-from ..spec.types import Citation, Component, Dim, IndexRange, Port, Shape, Step
+from ..spec.types import Citation, Component, Dim, IndexRange, Port, Shape, Step, TensorSpec
 from .base import B, Ctx, Run, fmt_eps, fmt_num, options, program, reference_call, run_child
 from .linear import linear
 
@@ -133,7 +133,7 @@ def causal_conv(ctx: Ctx, *, prefix: str, ranges: tuple[IndexRange, ...], x: Por
     bias = r"+b_{\mathrm{conv}}" if o.conv_bias else ""
     step = Step(rf"\tilde\xi_t=\operatorname{{SiLU}}\Big(\textstyle\sum_{{j=0}}^{{{o.conv_kernel - 1}}}w_{{j}}\odot"
                 rf"\xi_{{t-{o.conv_kernel - 1}+j}}{bias}\Big),\ \ \xi_{{t<1}}=0", y.shape, "conv")
-    tensors = (ctx.tensor(prefix + "weight", ranges, (channels, sympy.Integer(1), K), layout="out_in"),)
+    tensors: tuple[TensorSpec, ...] = (ctx.tensor(prefix + "weight", ranges, (channels, sympy.Integer(1), K)),)
     if o.conv_bias:
         tensors += (ctx.tensor(prefix + "bias", ranges, (channels,)),)
     return Component(

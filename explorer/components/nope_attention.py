@@ -24,7 +24,7 @@ def nope_attention(ctx: Ctx, *, prefix: str, ranges: tuple[IndexRange, ...], x: 
     """q, k, v projections, heads, causal softmax attention with KV groups, output projection; no rotary step."""
     n, kvh, hd = so.heads, so.kv_heads, ctx.size("head_dim")
     H, Hkv, D = ctx.sym("num_attention_heads"), ctx.sym("num_key_value_heads"), ctx.sym("head_dim")
-    heads, kv_heads, d_head = Dim("heads", n), Dim("kv_heads", kvh), Dim("d_head", hd)
+    heads, d_head = Dim("heads", n), Dim("d_head", hd)
     d = ctx.size("hidden_size")
 
     def proj(key: str, title: str, out: object, dim: Dim, latex: str, name: str, what: str) -> Component:
