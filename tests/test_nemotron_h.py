@@ -294,3 +294,25 @@ def test_whole_model_picture_colours_layers_by_kind():
     assert kinds == {"ssm": 23, "moe": 23, "attention": 6}
     assert "only the attention layers keep a cache that grows" in picture.caption
     assert draw(picture).count('class="layer attention"><title>') == 6
+
+
+def test_a_config_saved_by_transformers_5_spells_layers_by_name():
+    """NemotronHConfig.to_dict() writes layers_block_type (and no pattern or depth): read into the same kinds."""
+    from transformers import NemotronHConfig
+
+    saved = NemotronHConfig(hybrid_override_pattern="M*EM-", num_hidden_layers=5, hidden_size=32, vocab_size=61,
+                            num_attention_heads=4, num_key_value_heads=2, head_dim=8, mamba_num_heads=4,
+                            mamba_head_dim=8, n_groups=2, ssm_state_size=8, n_routed_experts=4,
+                            num_experts_per_tok=2, moe_intermediate_size=16, moe_shared_expert_intermediate_size=24,
+                            intermediate_size=40).to_dict()
+    assert "hybrid_override_pattern" not in saved and saved["layers_block_type"][1] == "full_attention"
+    from transformers import PretrainedConfig
+
+    keys = set(FAMILY.config_class.__dataclass_fields__)
+    assert set(saved) - keys <= set(PretrainedConfig().to_dict())  # only keys every transformers config writes
+    raw = {k: v for k, v in saved.items() if k in keys and v is not None}
+    spec = FAMILY.build_spec("saved", raw, "saved")
+    assert [b.key for b in spec.root.child("blocks").children] == ["mamba", "attention", "moe", "mlp"]
+    rec = reconcile(spec, reference_index(spec).index, reference=True)
+    assert rec.balanced, rec.differences(5)
+    assert account(spec).total == sum(p.numel() for p in build_reference_model(spec).parameters())

@@ -11,6 +11,7 @@ Mamba-2 (arXiv:2405.21060); transformers' models/nemotron_h/ (the reference bind
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass, replace
 from typing import Any, ClassVar
 
@@ -20,7 +21,14 @@ from ..components.base import layers
 from ..components.blocks import model_root, stack
 from ..components.embedding import embedding, head
 from ..components.hybrid_block import mixer_block, mixer_ports
-from ..components.layer_pattern import NEMOTRON_H_LETTERS, LayerPattern, pattern_problems, read_pattern, runs
+from ..components.layer_pattern import (
+    NEMOTRON_H_LETTERS,
+    NEMOTRON_H_TYPES,
+    LayerPattern,
+    pattern_problems,
+    read_pattern,
+    runs,
+)
 from ..components.mamba2 import Mamba2Options, mamba2
 from ..components.moe import RouterOptions, router
 from ..components.nope_attention import nope_attention
@@ -45,14 +53,20 @@ class NemotronHHyperparameters(PublishedMetadata):
 
     vocab_size: int
     hidden_size: int
-    num_hidden_layers: int
-    hybrid_override_pattern: str
     num_attention_heads: int
     num_key_value_heads: int
     head_dim: int
     mamba_num_heads: int
     mamba_head_dim: int
     ssm_state_size: int
+    hybrid_override_pattern: str | None = None
+    """One letter per layer (M Mamba-2, * attention, E MoE, - MLP), as the published configs spell the layers."""
+    layers_block_type: tuple[str, ...] | None = None
+    """The same as a list of names (linear_attention, full_attention, moe, mlp), as transformers 5 saves a config;
+    read in preference to the pattern, as NemotronHConfig does."""
+    num_hidden_layers: int | None = None
+    """Published beside the pattern; the reference derives the depth from the pattern and ignores it."""
+    mtp_layers_block_type: tuple[str, ...] | None = None
     n_groups: int = 8
     conv_kernel: int = 4
     chunk_size: int = 128
@@ -101,6 +115,10 @@ class NemotronHHyperparameters(PublishedMetadata):
     rescale_prenorm_residual: bool = True
     residual_in_fp32: bool = False
     use_mamba_kernels: bool = True
+    moe_shared_expert_overlap: bool = True
+    output_router_logits: bool = False
+    time_step_limit: tuple[float, ...] = (0.0, math.inf)
+    """Published by transformers 5's NemotronHConfig; its mixer clamps Δ at (time_step_min, ∞) instead."""
     auto_map: dict[str, str] | None = None
 
 
@@ -112,8 +130,15 @@ def split_stacked_experts(state: dict[str, Any]) -> dict[str, Any]:
             for name, t in state.items()}
 
 
+def pattern_key(c: NemotronHHyperparameters) -> str:
+    """The config key that spells the layers: layers_block_type where given (NemotronHConfig prefers it)."""
+    return "layers_block_type" if c.layers_block_type is not None else "hybrid_override_pattern"
+
+
 def pattern_of(c: NemotronHHyperparameters) -> LayerPattern:
-    return read_pattern(c.hybrid_override_pattern, NEMOTRON_H_LETTERS)
+    if c.layers_block_type is not None:
+        return read_pattern(c.layers_block_type, NEMOTRON_H_TYPES)
+    return read_pattern(c.hybrid_override_pattern or "", NEMOTRON_H_LETTERS)
 
 
 class NemotronH(Family):
@@ -130,8 +155,15 @@ class NemotronH(Family):
                "ssm_state_size", "conv_kernel")
 
     def check(self, c: NemotronHHyperparameters) -> list[str]:
-        problems = pattern_problems(c.hybrid_override_pattern, NEMOTRON_H_LETTERS, "hybrid_override_pattern",
-                                    c.num_hidden_layers)
+        if c.layers_block_type is not None:
+            problems = pattern_problems(c.layers_block_type, NEMOTRON_H_TYPES, "layers_block_type",
+                                        c.num_hidden_layers)
+        elif c.hybrid_override_pattern is not None:
+            problems = pattern_problems(c.hybrid_override_pattern, NEMOTRON_H_LETTERS, "hybrid_override_pattern",
+                                        c.num_hidden_layers)
+        else:
+            problems = ["key 'hybrid_override_pattern': missing: the config must spell its layers "
+                        "(hybrid_override_pattern or layers_block_type)"]
         return problems + rule_problems([
             (c.num_attention_heads % c.num_key_value_heads == 0, "num_key_value_heads",
              f"must divide num_attention_heads ({c.num_attention_heads}), got {c.num_key_value_heads}"),
@@ -173,7 +205,7 @@ class NemotronH(Family):
         x = Port(r"x_{L}", ctx.tokens("hidden_size"), "x")
         x_in = blocks[0].inputs[0]  # the stack takes the mask whether or not its first layer attends
         layer_stack = stack(ctx, blocks, layers=L, citations=(model_cite,),
-                            description=f"{L} layers in the order hybrid_override_pattern spells "
+                            description=f"{L} layers in the order {pattern_key(c)} spells "
                                         f"({pattern.spelled}): {counts}.")
         children = (
             embedding(ctx, "embed", "Token embedding", weight="model.embeddings.weight", citations=(model_cite,)),
@@ -271,7 +303,8 @@ class NemotronH(Family):
         """Small sizes, same structure: every layer kind of the pattern once, in order of first appearance, then its
         first kind again; chunks of 2 positions so the scan crosses several chunk boundaries; KV groups and
         B/C groups kept; top-k below the experts."""
-        present = "".join(dict.fromkeys(c.hybrid_override_pattern))
+        letters = {kind: letter for letter, kind in NEMOTRON_H_LETTERS.items()}
+        present = "".join(letters[k] for k in pattern_of(c).present())
         pattern = present + present[0]
         grouped = c.n_group > 1
         n_group, topk_group = (4, 2) if grouped else (1, 1)
@@ -279,6 +312,7 @@ class NemotronH(Family):
         per_group = max(2, -(-k // topk_group) + 1) if grouped else k + 3
         raw = {f.name: getattr(c, f.name) for f in dataclasses.fields(c)}
         raw.update(vocab_size=97, hidden_size=64, num_hidden_layers=len(pattern), hybrid_override_pattern=pattern,
+                   layers_block_type=None,
                    num_attention_heads=4, num_key_value_heads=2 if c.num_key_value_heads < c.num_attention_heads
                    else 4, head_dim=16, mamba_num_heads=4, mamba_head_dim=8,
                    n_groups=2 if c.n_groups > 1 else 1, ssm_state_size=8, conv_kernel=min(c.conv_kernel, 4),
