@@ -212,6 +212,10 @@ def tiny_label(tiny: ModelSpec) -> str:
     window = getattr(c, "sliding_window", None)
     if window:
         parts.append(f"sliding window {window} (T = {FREE_SIZES['T']})")
+    if "ssm_state_size" in v:  # a Mamba-2 scan: say how many chunks the checked sequence crosses
+        chunk = getattr(c, "chunk_size", FREE_SIZES["T"])
+        parts.append(f"Mamba-2 {v['mamba_num_heads']} heads × {v['mamba_head_dim']} × state {v['ssm_state_size']}, "
+                     f"chunks of {chunk} (T = {FREE_SIZES['T']}: {-(-FREE_SIZES['T'] // chunk)} chunks)")
     parts.append(f"{sum(b.repeat for b in tiny.root.child('blocks').children)} blocks")
     if "vision_hidden_size" in v:  # a vision tower beside the text model (Gemma 3)
         tower = next(c for c in tiny.root.children if c.key == "vision_tower" or c.program in ("vision_tower", "moonvit_tower"))

@@ -39,7 +39,7 @@ VISION_PROGRAMS = ("vision_tower", "projector", "gemma4_vision_tower", "gemma4_v
 """Image encoders and their projectors (Gemma 3's SigLIP, Gemma 4's, Kimi K2.5's MoonViT): they run once per
 image, not for a text token."""
 ROUTED = {"moe": "expert", "fused_moe": "experts", "sigmoid_moe": "experts", "moe_beside_mlp": "experts",
-          "shared_and_routed_moe": "experts"}
+          "shared_and_routed_moe": "experts", "relu2_moe": "expert"}
 """MoE programs -> the key of their routed experts (one expert repeated, or all experts in one component)."""
 WEIGHT_DTYPES = (("BF16", 2.0), ("FP8", 1.0), ("4-bit", 0.5))
 
@@ -162,6 +162,7 @@ def derive(spec: ModelSpec, ledger: Ledger, stored: Reconciliation | None) -> De
                  f"Bytes cached for one sequence of {CONTEXT:,} tokens with {name} cache entries; sliding-window "
                  "layers keep only their window" + (", chunked layers at most one chunk" if any(c.chunk for c in costs)
                                                     else "") + ".") for name, size in CACHE_DTYPES),
+        *recurrent_state_figures(spec, ledger, costs),
         Figure("flops_decode", f"Forward FLOPs per token, decode at {FLOP_CONTEXT:,} context",
                2 * matmul + decode_attn, f"2 × {matmul:,} + attention over {FLOP_CONTEXT:,} keys" + _sparse_text(costs),
                "Two FLOPs per multiply-add: every projection a token runs (active parameters less the embedding), "
@@ -192,7 +193,7 @@ def _inactive_experts(spec: ModelSpec, ledger: Ledger) -> tuple[int, str]:
             continue
         o = next(c for c in comp.children if c.key == "router").options
         assert hasattr(o, "experts") and hasattr(o, "k")  # RouterOptions or a library router's own options
-        if comp.program == "moe":  # one expert component, repeated
+        if ROUTED[comp.program] == "expert":  # one expert component, repeated
             per_expert = ledger.accounts[f"{path}.expert"].per_instance
         else:  # all experts in one component whose every tensor has a leading experts axis
             per_expert = ledger.accounts[f"{path}.experts"].per_instance // o.experts
@@ -211,7 +212,8 @@ def _attention_costs(spec: ModelSpec, ledger: Ledger) -> list[AttentionCost]:
         if comp.program == "v4_attention":
             out += _v4_streams(spec, ledger, path, comp)
             continue
-        if comp.program not in ("mla", "dsa", "attention", "fused_attention", "shaped_attention") or path.startswith("mtp"):
+        if comp.program not in ("mla", "dsa", "attention", "fused_attention", "shaped_attention",
+                                "nope_attention") or path.startswith("mtp"):
             continue
         scores = next(c for c in comp.children if c.program == "scores")
         so = scores.options
@@ -405,3 +407,78 @@ def match_claim(figures: DerivedFigures, claim: str, source: str) -> ClaimMatch:
         if abs(figure.value - value) <= unit / 2:
             return ClaimMatch(claim, source, figure)
     return ClaimMatch(claim, source, None)
+
+
+# ------------------------------------------------------------------------------------ recurrent state (Mamba-2)
+
+STATE_DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
+
+
+@dataclass(frozen=True, slots=True)
+class StateCost:
+    """What one recurrent layer kind keeps per sequence, whatever the context length."""
+
+    title: str
+    layers: int
+    state: int
+    """Elements of the SSM state S (heads × head_dim × state_size)."""
+    state_bytes: int
+    """Bytes per element of S (mamba_ssm_cache_dtype)."""
+    conv: int
+    """Elements of the convolution window (conv_dim × conv_kernel)."""
+    conv_bytes: int
+
+    @property
+    def per_layer_bytes(self) -> int:
+        return self.state * self.state_bytes + self.conv * self.conv_bytes
+
+
+def _state_costs(spec: ModelSpec, ledger: Ledger) -> list[StateCost]:
+    from .components.mamba2 import Mamba2Options
+
+    out = []
+    for path, comp in _paths(spec):
+        if comp.program != "mamba2":
+            continue
+        o = comp.options
+        assert isinstance(o, Mamba2Options)
+        out.append(StateCost(comp.title, ledger.accounts[path].instances, o.heads * o.head_dim * o.state_size,
+                             STATE_DTYPE_BYTES[o.state_dtype], o.conv_dim * o.conv_kernel,
+                             STATE_DTYPE_BYTES.get(o.conv_dtype, 2)))
+    return out
+
+
+def recurrent_state_figures(spec: ModelSpec, ledger: Ledger, costs: list[AttentionCost]) -> list[Figure]:
+    """Per-sequence memory of Mamba-2 layers (constant in the context) and the total with the attention layers' KV
+    cache (which grows with it) at 4K, 128K and the model's maximum context; none for a model without such layers."""
+    states = _state_costs(spec, ledger)
+    if not states:
+        return []
+    s = states[0]
+    fixed = sum(c.layers * c.per_layer_bytes for c in states)
+    kv_bytes = CACHE_DTYPES[0][1]
+    per_token = sum(c.layers * c.cache_per_token for c in costs) * kv_bytes
+    limit = getattr(spec.config, "max_position_embeddings", None)
+    contexts = sorted({4_096, CONTEXT} | ({int(limit)} if limit else set()))
+    grows = " + ".join(f"{c.layers} × {c.cache_per_token:,}" for c in costs) or "0"
+    figures = [
+        Figure("ssm_state_per_layer", f"SSM state per sequence per layer ({s.title}, {s.layers} layers)",
+               s.state, "mamba_num_heads × mamba_head_dim × ssm_state_size",
+               f"Elements of the state S one layer carries from token to token, the same at any context length; "
+               f"cached at {s.state_bytes} bytes each (mamba_ssm_cache_dtype)."),
+        Figure("conv_state_per_layer", f"Convolution window per sequence per layer ({s.layers} layers)", s.conv,
+               "(mamba_num_heads × mamba_head_dim + 2 × n_groups × ssm_state_size) × conv_kernel",
+               f"The last conv_kernel columns of x, B and C that the causal convolution reads, the same at any "
+               f"context length; cached at {s.conv_bytes} bytes each (the activations' dtype)."),
+        Figure("recurrent_state_bytes", "Mamba-2 state per sequence, all layers (does not grow with context)", fixed,
+               " + ".join(f"{c.layers} × ({c.state:,} × {c.state_bytes} + {c.conv:,} × {c.conv_bytes})"
+                          for c in states),
+               "Bytes of every Mamba-2 layer's SSM state and convolution window for one sequence."),
+    ]
+    figures += [Figure(f"context_memory_bytes_{n}", f"State and KV cache at {n:,} tokens (one sequence)",
+                       fixed + per_token * n, f"{fixed:,} + ({grows}) × {n:,} × {kv_bytes}",
+                       f"The fixed Mamba-2 state plus the attention layers' {CACHE_DTYPES[0][0]} KV cache, which grows "
+                       f"by {per_token:,} bytes per token; only the attention layers grow with the context."
+                       + (" The model's maximum context (max_position_embeddings)." if n == limit else ""))
+                for n in contexts]
+    return figures

@@ -44,6 +44,8 @@ def describe(spec: ModelSpec, name: str) -> ModelPicture:
     """What the picture shows, from the spec alone."""
     stack = spec.root.child("blocks")
     kinds, experts, active, shared = [], 0, 0, False
+    if any(b.program == "mixer_block" for b in stack.children):
+        return _describe_hybrid(spec, name)
     for block in stack.children:
         router = _first(block, "router") or _first(block, "hash_router") or _keyed(block, "router")  # any library router
         scores = _first(block, "scores") or _first(block, "layer_scores")
@@ -77,6 +79,34 @@ def _keyed(comp: Component, key: str) -> Component | None:
     if comp.key == key:
         return comp
     return next((found for c in comp.children if (found := _keyed(c, key)) is not None), None)
+
+
+HYBRID_KINDS = {"mamba2": ("ssm", "Mamba-2: fixed-size state"), "nope_attention": ("attention", "attention: KV cache"),
+                "attention": ("attention", "attention: KV cache"), "relu2_mlp": ("dense", "MLP")}
+"""A hybrid layer's mixer program -> (css class, legend label); MoE layers are labelled by their router."""
+
+
+def _describe_hybrid(spec: ModelSpec, name: str) -> ModelPicture:
+    """One-branch layers of several kinds (Nemotron-H's pattern): coloured by what the layer's mixer is."""
+    kinds, experts, active, shared = [], 0, 0, False
+    for block in spec.root.child("blocks").children:
+        mixer = block.children[-1]
+        router = _first(block, "router")
+        if router is not None and isinstance(router.options, RouterOptions):
+            experts, active = router.options.experts, router.options.k
+            shared = shared or any(c.key == "shared" for c in mixer.children)
+            css, label = "moe", f"MoE: {active} of {experts} experts"
+        else:
+            css, label = HYBRID_KINDS.get(mixer.program, ("dense", mixer.title))
+        kinds.append(BlockKind(block.title, css, block_layers(block), label))
+    layers = sum(len(k.layers) for k in kinds)
+    counts = ", ".join(f"{len(k.layers)} {k.label}" for k in kinds)
+    caption = (f"{layers} layers ({counts}), each one normalised residual branch of the kind its letter in the layer "
+               "pattern names; only the attention layers keep a cache that grows with the context.")
+    if experts:
+        caption += (f" In every MoE layer a token runs {active} of {experts} routed experts "
+                    f"({100 * active / experts:.1f}%){' plus the shared expert' if shared else ''}.")
+    return ModelPicture(name, layers, tuple(kinds), experts, active, shared, caption)
 
 
 def _first(comp: Component, program: str, key: str = "") -> Component | None:

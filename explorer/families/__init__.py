@@ -26,12 +26,13 @@ from .llama4 import FAMILY as LLAMA4
 from .mimo_v2_flash import FAMILY as MIMO_V2_FLASH
 from .minimax_m2 import FAMILY as MINIMAX_M2
 from .mixtral import FAMILY as MIXTRAL
+from .nemotron_h import FAMILY as NEMOTRON_H
 from .qwen3 import FAMILY as QWEN3
 from .qwen3_moe import FAMILY as QWEN3_MOE
 
 FAMILIES: dict[str, Family] = {f.name: f for f in (DEEPSEEK_V3, LLAMA, QWEN3, GPT2, GEMMA3_TEXT, GEMMA3, MIXTRAL,
                                                     QWEN3_MOE, GPT_OSS, DEEPSEEK_V32, GLM_MOE_DSA, KIMI_K25,
-                                                    MINIMAX_M2, MIMO_V2_FLASH, LLAMA4, GEMMA4, DEEPSEEK_V4)}
+                                                    MINIMAX_M2, MIMO_V2_FLASH, LLAMA4, GEMMA4, DEEPSEEK_V4, NEMOTRON_H)}
 """Family name (content's model.family) -> family."""
 
 
