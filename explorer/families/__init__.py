@@ -19,10 +19,12 @@ from .gpt_oss import FAMILY as GPT_OSS
 from .llama import FAMILY as LLAMA
 from .mixtral import FAMILY as MIXTRAL
 from .qwen3 import FAMILY as QWEN3
+from .qwen3_5 import FAMILY as QWEN3_5
+from .qwen3_5 import MOE_FAMILY as QWEN3_5_MOE
 from .qwen3_moe import FAMILY as QWEN3_MOE
 
 FAMILIES: dict[str, Family] = {f.name: f for f in (DEEPSEEK_V3, LLAMA, QWEN3, GPT2, GEMMA3_TEXT, GEMMA3, MIXTRAL,
-                                                    QWEN3_MOE, GPT_OSS)}
+                                                    QWEN3_MOE, GPT_OSS, QWEN3_5, QWEN3_5_MOE)}
 """Family name (content's model.family) -> family."""
 
 
