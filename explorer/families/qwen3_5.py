@@ -166,7 +166,7 @@ def _linear_block(comp, run, x, *rest):
 
 def _call_linear_block(comp, ref, model, inputs, run, ours):
     """A DeltaNet block needs neither rotary angles nor a mask (it is causal by construction)."""
-    return ours, ref(inputs[0]), "no mask, no rotary: the recurrence is causal"
+    return ours, ref(inputs[0], position_embeddings=None), "no mask, no rotary: the recurrence is causal"
 
 
 PROGRAMS["linear_block"] = _linear_block
@@ -251,10 +251,12 @@ class Qwen3_5(Family):
         n_full = pattern.count(FULL)
         text = (
             embedding(ctx, "embed", "Token embedding", weight=p + "embed_tokens.weight", citations=cite),
-            stack(ctx, blocks, layers=L, citations=cite,
-                  description=f"{L} decoder layers of two kinds, in the pattern {pattern.letters(LETTERS)} (L: Gated "
-                              f"DeltaNet, F: gated full attention): {L - n_full} linear-attention and {n_full} "
-                              "full-attention layers."),
+            # the stack takes what its widest block takes: x, and for the attention layers the angles and the mask
+            replace(stack(ctx, blocks, layers=L, citations=cite,
+                          description=f"{L} decoder layers of two kinds, in the pattern {pattern.letters(LETTERS)} (L: "
+                                      f"Gated DeltaNet, F: gated full attention): {L - n_full} linear-attention and "
+                                      f"{n_full} full-attention layers."),
+                    inputs=max((b.inputs for b in blocks), key=len)),
             rmsnorm(ctx, "norm", "Final RMSNorm", weight=p + "norm.weight", ranges=(), size="hidden_size", x=x,
                     y=Port(r"\hat x", x.shape, "x_hat"), code="self.norm(hidden_states)", eps=t.rms_norm_eps,
                     gain="1+w", citations=self._norm_citation()),
