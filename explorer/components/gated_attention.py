@@ -78,8 +78,12 @@ def gated_attention(ctx: Ctx, *, prefix: str, ranges: tuple[IndexRange, ...], x:
                                 x=Port(colour(letter), ctx.tokens(kh, d_head), letter),
                                 y=Port(colour(rf"\hat {letter}"), ctx.tokens(kh, d_head), letter + "_hat"),
                                 code=f"self.{key}(...view(hidden_shape))", eps=eps, gain=gain))
-    children.append(replace(rope(ctx, ro, code=f"{ctx.reference.prefix}TextRotaryEmbedding(config)"),
-                            reference=rope_reference))
+    # the reference's text rotary module is {prefix}TextRotaryEmbedding (the vision tower has its own)
+    rope_c = rope(ctx, ro, code=f"{ctx.reference.prefix}TextRotaryEmbedding(config)")
+    rope_cite = ctx.reference.cite(f"The text rotary module computes the default inverse frequencies over "
+                                   f"head_dim × partial_rotary_factor = {ro.dim} features.",
+                                   "TextRotaryEmbedding.compute_default_rope_parameters")
+    children.append(replace(rope_c, reference=rope_reference, citations=(rope_cite,)))
     children.append(scores(ctx, so, d_qk=hd, d_v=hd, scale_latex=rf"\tau=1/\sqrt{{{hd}}}={so.scale:.6f}",
                            description=f"Causal softmax attention of {n} query heads over {hd}-dimensional dot "
                                        f"products; each key/value head serves {so.groups} query heads.",

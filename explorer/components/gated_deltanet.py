@@ -52,6 +52,22 @@ class DeltaNetOptions:
     eps: float
     """The gated RMSNorm's epsilon."""
     chunk: int = CHUNK
+    state_dtype: str = "float32"
+    """The recurrent state's cache dtype (Qwen3.5's config names it mamba_ssm_dtype)."""
+    state_bytes: int = 4
+    conv_dtype: str = "bfloat16"
+    """The conv state's cache dtype: the model's, as the inputs it holds."""
+    conv_bytes: int = 2
+
+    @property
+    def state_elements(self) -> int:
+        """Numbers in one layer's recurrent state: a d_k × d_v matrix per value head."""
+        return self.v_heads * self.d_k * self.d_v
+
+    @property
+    def conv_elements(self) -> int:
+        """Numbers in one layer's conv state: the last kernel − 1 inputs of every channel."""
+        return self.conv_dim * (self.conv_kernel - 1)
 
     @property
     def key_dim(self) -> int:

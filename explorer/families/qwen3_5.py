@@ -43,6 +43,7 @@ LABELS = {**DIM_LABELS, **VISION_LABELS, "linear_num_key_heads": "k_heads", "lin
 TEXT_SYMBOLS = ("vocab_size", "hidden_size", "intermediate_size", "num_attention_heads", "num_key_value_heads",
                 "head_dim", "linear_num_key_heads", "linear_num_value_heads", "linear_key_head_dim",
                 "linear_value_head_dim", "linear_conv_kernel_dim")
+DTYPE_SIZES = {"float32": 4, "bfloat16": 2, "float16": 2}
 DENSE_WIDTH = 12_288
 """Qwen3_5TextConfig's default intermediate_size."""
 MOE_SYMBOLS = ("moe_intermediate_size", "shared_expert_intermediate_size", "num_experts", "num_experts_per_tok")
@@ -282,7 +283,9 @@ class Qwen3_5(Family):
         eps = t.rms_norm_eps
         if kind == LINEAR:
             o = DeltaNetOptions(t.linear_num_key_heads, t.linear_num_value_heads, t.linear_key_head_dim,
-                                t.linear_value_head_dim, t.linear_conv_kernel_dim, eps)
+                                t.linear_value_head_dim, t.linear_conv_kernel_dim, eps,
+                                state_dtype=t.mamba_ssm_dtype, state_bytes=DTYPE_SIZES.get(t.mamba_ssm_dtype, 4),
+                                conv_dtype=t.dtype, conv_bytes=DTYPE_SIZES.get(t.dtype, 2))
             mixer = gated_deltanet(ctx, prefix=p + "linear_attn.", ranges=ranges, x=x_attn, o=o, citations=(
                 self.ref.cite("The gated RMSNorm normalises each value head's output, multiplies by its weight and "
                               "then by SiLU of the gate z.", "RMSNormGated"),
