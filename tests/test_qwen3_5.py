@@ -10,6 +10,8 @@ from dataclasses import replace
 
 import pytest
 import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from conftest import ROOT
 
 from explorer.account import account
@@ -206,3 +208,62 @@ def test_wrong_pattern_letter_fails(tiny_moe, monkeypatch):
     assert not reconcile(bad, reference_index(tiny).index, reference=True).balanced
     with pytest.raises(ExecutionError):
         check_equations(bad, bad)
+
+
+# ---------------------------------------------------------------------------------------------- memory figures
+
+def test_memory_counts_kv_only_in_attention_layers_and_a_fixed_state_in_deltanet_layers():
+    from explorer.figures import derive
+
+    spec = spec_of("qwen3.5-27b")
+    figures = derive(spec, account(spec), None)
+    assert [c.layers for c in figures.attention] == [16]  # the 48 DeltaNet layers keep no KV cache
+    assert figures.get("kv_cache_per_token").value == 16 * 2 * 4 * 256
+    assert figures.get("recurrent_state_per_layer").value == 48 * 128 * 128
+    assert figures.get("conv_state_per_layer").value == (2 * 16 * 128 + 48 * 128) * 3
+    fixed = 48 * (48 * 128 * 128 * 4 + (2 * 16 * 128 + 48 * 128) * 3 * 2)  # float32 state, bf16 conv state
+    assert figures.get("recurrent_state_bytes").value == fixed
+    for tokens in (4_096, 131_072, 262_144):
+        assert figures.get(f"sequence_memory_{tokens}").value == fixed + 16 * 2 * 4 * 256 * 2 * tokens
+
+
+# ------------------------------------------------------------------------------------------- --add-model alone
+
+@st.composite
+def qwen3_5_configs(draw):
+    """Small configs of either family inside the reference's accepted space: other patterns, head counts, state
+    sizes, kernels, rotary shares and vision towers."""
+    moe = draw(st.booleans())
+    layers = draw(st.integers(1, 5))
+    k_heads = draw(st.sampled_from([1, 2]))
+    text = {"vocab_size": 61, "hidden_size": 32, "num_hidden_layers": layers, "num_attention_heads": 4,
+            "num_key_value_heads": draw(st.sampled_from([1, 2, 4])), "head_dim": draw(st.sampled_from([8, 16])),
+            "linear_num_key_heads": k_heads, "linear_num_value_heads": k_heads * draw(st.integers(1, 3)),
+            "linear_key_head_dim": draw(st.sampled_from([4, 8])), "linear_value_head_dim": draw(st.sampled_from([4, 6])),
+            "linear_conv_kernel_dim": draw(st.integers(2, 5)), "dtype": "bfloat16",
+            "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0,
+                                "partial_rotary_factor": draw(st.sampled_from([0.25, 0.5, 1.0]))}}
+    if draw(st.booleans()):
+        text["layer_types"] = [draw(st.sampled_from(["linear_attention", "full_attention"])) for _ in range(layers)]
+    else:
+        text["full_attention_interval"] = draw(st.integers(1, 4))
+    if moe:
+        text.update(num_experts=draw(st.integers(2, 6)), num_experts_per_tok=2, moe_intermediate_size=16,
+                    shared_expert_intermediate_size=draw(st.sampled_from([8, 24])))
+    else:
+        text["intermediate_size"] = 48
+    vision = {"depth": draw(st.integers(1, 2)), "hidden_size": 16, "num_heads": 2, "intermediate_size": 24,
+              "patch_size": 2, "temporal_patch_size": draw(st.sampled_from([1, 2])), "spatial_merge_size": 2,
+              "num_position_embeddings": draw(st.sampled_from([16, 64])), "out_hidden_size": 32}
+    return {"model_type": "qwen3_5_moe" if moe else "qwen3_5", "text_config": text, "vision_config": vision}
+
+
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(qwen3_5_configs())
+def test_generated_configs_build_and_agree_with_transformers(config):
+    family = FAMILIES[config["model_type"]]
+    spec = family.build_spec("generated", config, "generated")
+    model = build_reference_model(spec)
+    assert account(spec).total == sum(p.numel() for p in model.parameters())
+    rec = reconcile(spec, reference_index(spec).index, reference=True)
+    assert rec.balanced, rec.differences(5)
