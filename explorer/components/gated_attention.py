@@ -99,16 +99,16 @@ def gated_attention(ctx: Ctx, *, prefix: str, ranges: tuple[IndexRange, ...], x:
     by = {c.key: c for c in children}
     g = GAIN_SUBSCRIPT[gain]
     qh, kh_ = q(r"\hat Q"), k(r"\hat K")
-    rot = f"_{{:{ro.dim}}}"
+    rot = rf"_{{t,\,:{ro.dim}}}"
     steps = (
         by["q_proj"].steps[0], by["k_proj"].steps[0], by["v_proj"].steps[0],
         Step(rf"[{q('Q_h')};G_h]={q('q')}_{{h,\,1:{hd}}},\ {q('q')}_{{h,\,{hd}+1:{2 * hd}}},\quad {k('K')},{v('V')}="
              rf"\operatorname{{reshape}}({k('k')}),\operatorname{{reshape}}({v('v')})", ctx.tokens(heads, d_head), "heads"),
         Step(rf"{qh}=\operatorname{{RMSNorm}}{g}({q('Q')})", ctx.tokens(heads, d_head), "q_norm"),
         Step(rf"{kh_}=\operatorname{{RMSNorm}}{g}({k('K')})", ctx.tokens(kv_heads, d_head), "k_norm"),
-        Step(rf"{q('Q^{R}_t')}=[\operatorname{{RoPE}}({qh}_t{rot},{ctx_colour('R_t')});\ {qh}_{{t,\,{ro.dim}:}}]",
+        Step(rf"{q('Q^{R}_t')}=[\operatorname{{RoPE}}({qh}{rot},{ctx_colour('R_t')});\ {qh}_{{t,\,{ro.dim}:}}]",
              ctx.tokens(heads, d_head), "q-rotate"),
-        Step(rf"{k('K^{R}_t')}=[\operatorname{{RoPE}}({kh_}_t{rot},{ctx_colour('R_t')});\ {kh_}_{{t,\,{ro.dim}:}}]",
+        Step(rf"{k('K^{R}_t')}=[\operatorname{{RoPE}}({kh_}{rot},{ctx_colour('R_t')});\ {kh_}_{{t,\,{ro.dim}:}}]",
              ctx.tokens(kv_heads, d_head), "k-rotate"),
         *by["scores"].steps[1:],
         Step(rf"{gated_O}={ctx_colour('O')}\odot\sigma(G)", ctx.tokens(Dim("heads·d_head", n * hd)),
