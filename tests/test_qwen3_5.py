@@ -267,3 +267,13 @@ def test_generated_configs_build_and_agree_with_transformers(config):
     assert account(spec).total == sum(p.numel() for p in model.parameters())
     rec = reconcile(spec, reference_index(spec).index, reference=True)
     assert rec.balanced, rec.differences(5)
+
+
+def test_whole_model_picture_names_each_layer_kind():
+    from explorer.model_picture import describe
+
+    picture = describe(spec_of("qwen3.5-27b"), "Qwen3.5-27B")
+    linear, full = picture.kinds
+    assert (linear.css, len(linear.layers), len(full.layers)) == ("linear", 48, 16)
+    assert "Gated DeltaNet (fixed state)" in linear.label and "gated attention (KV cache)" in full.label
+    assert "Gated DeltaNet or attention" in picture.caption
