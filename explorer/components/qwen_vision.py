@@ -115,7 +115,7 @@ def vision_attention(ctx: Ctx, o: VisionOptions, *, prefix: str, ranges: tuple[I
 
 
 def vision_mlp(ctx: Ctx, o: VisionOptions, *, prefix: str, ranges: tuple[IndexRange, ...], x: Port,
-               y: Port) -> Component:
+               y: Port, cite: Citation) -> Component:
     D, F_ = ctx.sym("vit_hidden_size"), ctx.sym("vit_intermediate_size")
     ff, d = ctx.dim("vit_intermediate_size"), ctx.size("vit_hidden_size")
     g = Port("g", _patches(ctx, o, "vit_intermediate_size"), "g")
@@ -132,11 +132,12 @@ def vision_mlp(ctx: Ctx, o: VisionOptions, *, prefix: str, ranges: tuple[IndexRa
         description=f"Expand to {ff.size:,} features, apply GELU (tanh approximation), project back to {d:,}.",
         inputs=(x,), outputs=(y,), equations=(Step(rf"{y.latex}=\operatorname{{GELU}}_{{\tanh}}({x.latex}W_1+b_1)"
                                                    r"W_2+b_2", y.shape, "mlp"),),
-        steps=steps, children=(fc1, fc2), program="plain_mlp", options=MLPOptions("gelu_tanh", False),
+        steps=steps, children=(fc1, fc2), program="plain_mlp", options=MLPOptions("gelu_tanh", False), citations=(cite,),
     )
 
 
-def vision_block(ctx: Ctx, o: VisionOptions, *, prefix: str, depth: int, cite: Citation) -> Component:
+def vision_block(ctx: Ctx, o: VisionOptions, *, prefix: str, depth: int, cite: Citation,
+                 mlp_cite: Citation) -> Component:
     ranges = (IndexRange("layer", tuple(range(depth))),)
     p = prefix + "blocks.{layer}."
     shape = _patches(ctx, o)
@@ -149,7 +150,8 @@ def vision_block(ctx: Ctx, o: VisionOptions, *, prefix: str, depth: int, cite: C
 
     n1, n2 = ln("norm1", "Attention LayerNorm", x, xa), ln("norm2", "MLP LayerNorm", xm, xf)
     attn = vision_attention(ctx, o, prefix=p + "attn.", ranges=ranges, x=xa, cite=cite)
-    mlp = vision_mlp(ctx, o, prefix=p + "mlp.", ranges=ranges, x=xf, y=Port(r"\Delta_{\mathrm{ffn}}", shape, "delta"))
+    mlp = vision_mlp(ctx, o, prefix=p + "mlp.", ranges=ranges, x=xf, y=Port(r"\Delta_{\mathrm{ffn}}", shape, "delta"),
+                     cite=mlp_cite)
     res_a = Step(r"z'_n=z_n+\Delta_{\mathrm{attn}}", shape, "residual-attn")
     res_f = Step(r"z_{n+1}=z'_n+\Delta_{\mathrm{ffn}}", shape, "residual-ffn")
     return Component(
@@ -213,7 +215,8 @@ def qwen_vision_tower(ctx: Ctx, o: VisionOptions, *, prefix: str, depth: int, re
                     "after a LayerNorm.", "VisionBlock")
     table = ctx.tensor(prefix + "pos_embed.weight", (), (ctx.sym("vit_positions"), D))
     pos = Step(rf"z^{{+}}_i=z_{{0,i}}+E_{{\mathrm{{pos}}}}[{o.side}r_i+c_i]", z0.shape, "positions")
-    blocks = vision_block(ctx, o, prefix=prefix, depth=depth, cite=cite)
+    blocks = vision_block(ctx, o, prefix=prefix, depth=depth, cite=cite, mlp_cite=ref.cite(
+        "The vision MLP is linear_fc2(act(linear_fc1(x))), with biases and the tanh-approximated GELU.", "VisionMLP"))
     merge = merger(ctx, o, prefix=prefix + "merger.", cite=ref.cite(
         "The merger applies a LayerNorm per patch, views spatial_merge_size² patches as one vector and maps it "
         "through fc1, GELU and fc2 to out_hidden_size.", "VisionPatchMerger"))
