@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from .account import Ledger
 from .spec.types import Component, ModelSpec, path_key, walk
 
-ROLES = ("Token embedding", "Position embedding", "Attention", "Feed-forward (dense)", "Mixture of experts",
+ROLES = ("Token embedding", "Position embedding", "Attention", "Linear attention (Gated DeltaNet)", "Feed-forward (dense)", "Mixture of experts",
          "Norms", "LM head", "Multi-token prediction", "Vision tower and projector", "Other")
 _BY_PROGRAM = {"attention": "Attention", "mla": "Attention", "fused_attention": "Attention",
                "gated_mlp": "Feed-forward (dense)",
@@ -20,7 +20,8 @@ _BY_PROGRAM = {"attention": "Attention", "mla": "Attention", "fused_attention": 
                "mtp": "Multi-token prediction",
                "norm": "Norms", "head": "LM head", "embedding": "Token embedding", "positions": "Position embedding",
                "vision": "Vision tower and projector", "vision_tower": "Vision tower and projector",
-               "projector": "Vision tower and projector"}
+               "projector": "Vision tower and projector", "gated_attention": "Attention",
+               "gated_deltanet": "Linear attention (Gated DeltaNet)", "qwen_vision_tower": "Vision tower and projector"}
 
 
 @dataclass(frozen=True, slots=True)

@@ -146,11 +146,11 @@ MEMORY_CONTEXTS = (("4K", 4_096), ("128K", CONTEXT))
 def _recurrent_state_figures(spec: ModelSpec, ledger: Ledger, costs: list[AttentionCost]) -> list[Figure]:
     """Gated DeltaNet layers keep a fixed state (conv and recurrent) whatever the context; attention layers' KV
     cache grows with it. Per layer kind, exactly, and the sequence's total at 4K, 128K and the maximum context."""
-    layers = [(path, c, ledger.accounts[path].instances) for path, c in _paths(spec) if c.program == "gated_deltanet"]
+    layers = [(c, ledger.accounts[path].instances) for path, c in _paths(spec) if c.program == "gated_deltanet"]
     if not layers:
         return []
     out, fixed, parts = [], 0, []
-    for path, comp, n in layers:
+    for comp, n in layers:
         o = comp.options
         assert isinstance(o, DeltaNetOptions)
         per_layer = o.state_elements * o.state_bytes + o.conv_elements * o.conv_bytes

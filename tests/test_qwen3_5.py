@@ -10,9 +10,9 @@ from dataclasses import replace
 
 import pytest
 import torch
+from conftest import ROOT
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from conftest import ROOT
 
 from explorer.account import account
 from explorer.components import PROGRAMS, Run

@@ -33,7 +33,8 @@ else:  # imported on first use: a build whose torch stages are cached never need
     from ..torch_on_first_use import F, torch
 
 from ..spec.types import Citation, Component, Dim, IndexRange, Port, Shape, Step
-from .base import B, Ctx, Run, T, ctx_colour, fmt_eps, k, options, program, q, reference_call, run_child, v
+from .base import PROGRAMS, B, Ctx, Run, ctx_colour, fmt_eps, k, options, program, q, reference_call, run_child, v
+from .blocks import run_block
 from .linear import linear
 
 CHUNK = 64
@@ -231,7 +232,7 @@ def gated_deltanet(ctx: Ctx, *, prefix: str, ranges: tuple[IndexRange, ...], x: 
              f"{o.conv_dim:,} channels in all"),
         proj("in_proj_z", "Output-gate projection", Hv * Dv, Dim("v_heads·d_v", o.value_dim), "z",
              f"the output gate, {o.value_dim:,} features"),
-        proj("in_proj_b", "Write-strength projection", Hv, vh, "b", f"one write-strength logit per value head"),
+        proj("in_proj_b", "Write-strength projection", Hv, vh, "b", "one write-strength logit per value head"),
         proj("in_proj_a", "Decay projection", Hv, vh, "a", "one decay input per value head"),
         gated_rmsnorm_component(ctx, o, weight=prefix + "norm.weight", ranges=ranges, citations=citations[:1]),
         linear(ctx, "out_proj", "Output projection", weight=prefix + "out_proj.weight", ranges=ranges, d_in=Hv * Dv,
@@ -296,7 +297,7 @@ def gated_deltanet(ctx: Ctx, *, prefix: str, ranges: tuple[IndexRange, ...], x: 
 # ----------------------------------------------------------------------------------------------- program
 
 def mixer_inputs(comp: Component, run: Run, x: torch.Tensor):
-    """The projections, split into heads, with the gates: (c, q, k, v, z, g, beta) before the convolution's use."""
+    """The four projections and the two gates: c (q, k, v before the convolution), z, log α and β."""
     c = run_child(comp, "in_proj_qkv", run, x)
     z = run_child(comp, "in_proj_z", run, x)
     b = run_child(comp, "in_proj_b", run, x)
@@ -397,6 +398,17 @@ def call_gated_rmsnorm(comp: Component, ref, model, inputs, run: Run, ours: torc
     o_, z = inputs
     B_, T_, H, D = o_.shape
     return ours, ref(o_.reshape(-1, D), z.reshape(-1, D)).reshape(B_, T_, H, D), "with the gate z"
+
+
+PROGRAMS["recurrent_block"] = run_block
+"""A decoder block whose token mixer is a Gated DeltaNet runs as any block; only its reference call differs."""
+
+
+@reference_call("recurrent_block")
+def call_recurrent_block(comp: Component, ref, model, inputs, run: Run, ours: torch.Tensor):
+    """The reference layer takes neither rotary angles nor a mask here: the recurrence is causal by construction
+    (a padding mask, which this check does not use, would zero padded positions' inputs)."""
+    return ours, ref(inputs[0], position_embeddings=None), "no mask, no rotary: the recurrence is causal"
 
 
 __all__ = ["DeltaNetOptions", "gated_deltanet", "chunked_delta_rule", "recurrent_delta_rule"]

@@ -170,7 +170,7 @@ def merger(ctx: Ctx, o: VisionOptions, *, prefix: str, cite: Citation) -> Compon
     M, m2 = ctx.sym("vit_merged_size"), o.merge ** 2
     tokens = Dim("image tokens", o.patches // m2)
     merged = Shape((tokens, ctx.dim("vit_merged_size")))
-    x = Port(rf"z_{{\mathrm{{out}}}}", _patches(ctx, o), "z")
+    x = Port(r"z_{\mathrm{out}}", _patches(ctx, o), "z")
     norm = layernorm(ctx, "norm", "Merger LayerNorm", weight=prefix + "norm.weight", ranges=(),
                      size="vit_hidden_size", x=x, y=Port(r"\hat z", x.shape, "z_hat"), code="self.norm(x)",
                      eps=LN_EPS, citations=(cite,))

@@ -16,8 +16,8 @@ from typing import Any, ClassVar
 
 from ..components import Ctx, Reference
 from ..components.attention import ScoresOptions
-from ..components.base import PROGRAMS, REFERENCE_CALLS, Port, layer_label, layers
-from ..components.blocks import block_ports, decoder_block, model_root, run_block, stack
+from ..components.base import Port, layer_label, layers
+from ..components.blocks import block_ports, decoder_block, model_root, stack
 from ..components.embedding import embedding, head
 from ..components.gated_attention import gated_attention
 from ..components.gated_deltanet import DeltaNetOptions, gated_deltanet
@@ -159,19 +159,6 @@ def layer_pattern(t: Qwen3_5TextHyperparameters) -> LayerPattern:
 
 def rope_of(t: Qwen3_5TextHyperparameters) -> RopeParameters:
     return t.rope_parameters or RopeParameters()
-
-
-def _linear_block(comp, run, x, *rest):
-    return run_block(comp, run, x, *rest)
-
-
-def _call_linear_block(comp, ref, model, inputs, run, ours):
-    """A DeltaNet block needs neither rotary angles nor a mask (it is causal by construction)."""
-    return ours, ref(inputs[0], position_embeddings=None), "no mask, no rotary: the recurrence is causal"
-
-
-PROGRAMS["linear_block"] = _linear_block
-REFERENCE_CALLS["linear_block"] = _call_linear_block
 
 
 class Qwen3_5(Family):
@@ -329,7 +316,7 @@ class Qwen3_5(Family):
                                      "DecoderLayer"),),
             description=f"{'A Gated DeltaNet' if kind == LINEAR else 'Gated full attention'} and "
                         f"{self.ffn_words(t)}, each added to the residual stream; {layer_label(indices)}.")
-        return replace(block, program="linear_block") if kind == LINEAR else block
+        return replace(block, program="recurrent_block") if kind == LINEAR else block
 
     def ffn(self, ctx: Ctx, t: Qwen3_5TextHyperparameters, p: str, ranges, x: Port, y: Port) -> Component:
         return gated_mlp(ctx, "mlp", "SwiGLU MLP", "SwiGLU", prefix=p + "mlp.", ranges=ranges,
@@ -392,7 +379,7 @@ class Qwen3_5Moe(Qwen3_5):
 
     def ffn(self, ctx: Ctx, t: Qwen3_5TextHyperparameters, p: str, ranges, x: Port, y: Port) -> Component:
         m = p + "mlp."
-        E, k = t.num_experts, t.num_experts_per_tok
+        E, k = int(t.num_experts or 0), int(t.num_experts_per_tok or 0)  # check() has required both
         gate = router(ctx, weight=m + "gate.weight", ranges=ranges, x=x, o=RouterOptions(E, k, "softmax", True),
                       code="Qwen3_5MoeTopKRouter(config)", experts_sym="num_experts", citations=(
                           self.ref.cite("The router takes a softmax over all experts, keeps the top k and divides "
