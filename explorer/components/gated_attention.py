@@ -49,7 +49,7 @@ def output_gate(O: torch.Tensor, G: torch.Tensor) -> torch.Tensor:
 
 def gated_attention(ctx: Ctx, *, prefix: str, ranges: tuple[IndexRange, ...], x: Port, rope_options: RopeOptions,
                     scores_options: ScoresOptions, eps: float, gain: Gain, citations: tuple[Citation, ...],
-                    rope_reference: str) -> Component:
+                    rope_reference: str, notes: tuple[str, ...] = ()) -> Component:
     """Grouped-query attention with QK-norm, partial rotary and a sigmoid output gate from the query projection."""
     so, ro = scores_options, rope_options
     n, kvh, hd = so.heads, so.kv_heads, ctx.size("head_dim")
@@ -126,7 +126,8 @@ def gated_attention(ctx: Ctx, *, prefix: str, ranges: tuple[IndexRange, ...], x:
         equations=(steps[-2], steps[-1]), steps=steps, children=tuple(children), citations=citations,
         program="gated_attention", options=GatedAttentionOptions(n, kvh, hd, options(by["q_norm"], NormOptions)),
         extras=(("rotary features per head", f"{ro.dim} of {hd}"),),
-        notes=("The query projection's output is laid out per head: the head's query features, then its gates.",),
+        notes=("The query projection's output is laid out per head: the head's query features, then its gates.",
+               *notes),
     )
 
 

@@ -291,6 +291,10 @@ class Qwen3_5(Family):
             so = ScoresOptions(t.num_attention_heads, t.num_key_value_heads, t.head_dim ** -0.5)
             mixer = gated_attention(ctx, prefix=p + "self_attn.", ranges=ranges, x=x_attn, rope_options=ro,
                                     scores_options=so, eps=eps, gain="1+w", rope_reference=self.prefix + "rotary_emb",
+                                    notes=(f"The rotary module is multimodal (mrope_section {list(rp.mrope_section)}: "
+                                           "pairs given to an image token's temporal, height and width positions). "
+                                           "A text token has the same position in all three, so its angles are the "
+                                           "plain ones shown here.",),
                                     citations=(self.ref.cite(
                                         "The attention splits q_proj's output per head into query and gate, "
                                         "normalises q and k per head, rotates the first rotary features, attends "
