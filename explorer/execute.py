@@ -201,10 +201,16 @@ def tiny_label(tiny: ModelSpec) -> str:
     window = getattr(c, "sliding_window", None)
     if window:
         parts.append(f"sliding window {window} (T = {FREE_SIZES['T']})")
+    if "linear_num_value_heads" in v:  # Gated DeltaNet layers (Qwen3.5)
+        parts.append(f"DeltaNet {v['linear_num_key_heads']} key and {v['linear_num_value_heads']} value heads, d_k "
+                     f"{v['linear_key_head_dim']}, d_v {v['linear_value_head_dim']}")
     parts.append(f"{sum(b.repeat for b in tiny.root.child('blocks').children)} blocks")
     if "vision_hidden_size" in v:  # a vision tower beside the text model (Gemma 3)
         tower = next(c for c in tiny.root.children if c.program == "vision_tower")
         parts.append(f"vision tower d {v['vision_hidden_size']} with {tower.child('encoder').repeat} blocks")
+    if "vit_hidden_size" in v:  # Qwen3.5's vision tower
+        tower = next(c for c in tiny.root.children if c.program == "qwen_vision_tower")
+        parts.append(f"vision tower d {v['vit_hidden_size']} with {tower.child('blocks').repeat} blocks")
     return "tiny config: " + ", ".join(parts) + ", float32 random weights"
 
 

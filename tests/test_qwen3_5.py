@@ -277,3 +277,14 @@ def test_whole_model_picture_names_each_layer_kind():
     assert (linear.css, len(linear.layers), len(full.layers)) == ("linear", 48, 16)
     assert "Gated DeltaNet (fixed state)" in linear.label and "gated attention (KV cache)" in full.label
     assert "Gated DeltaNet or attention" in picture.caption
+
+
+def test_compare_pages_give_gated_deltanet_its_own_role():
+    from explorer.compare import role_totals
+
+    spec = spec_of("qwen3.5-27b")
+    ledger = account(spec)
+    roles = role_totals(spec, ledger).values
+    deltanet = ledger.accounts["blocks.linear.attn"]
+    assert roles["Linear attention (Gated DeltaNet)"] == deltanet.total
+    assert roles["Vision tower and projector"] == 460_730_096 and sum(roles.values()) == ledger.total

@@ -397,8 +397,10 @@ class Qwen3_5Moe(Qwen3_5):
                                      citations=(self.ref.cite("The shared expert's output is multiplied by "
                                                               "sigmoid(shared_expert_gate(x)) and added to the "
                                                               "routed sum.", "SparseMoeBlock"),))
-        return moe(ctx, x=x, y_latex=y.latex, router_c=gate, expert=experts, shared=shared,
-                   code="Qwen3_5MoeSparseMoeBlock(config)", citations=shared.citations)
+        block = moe(ctx, x=x, y_latex=y.latex, router_c=gate, expert=experts, shared=shared,
+                    code="Qwen3_5MoeSparseMoeBlock(config)", citations=shared.citations)
+        return replace(block, description=f"Route each token to {k} of {E} experts and add a shared expert scaled by "
+                                          "a sigmoid gate of the token.")
 
     def ffn_words(self, t: Qwen3_5TextHyperparameters) -> str:
         return f"a mixture of {t.num_experts} experts (top {t.num_experts_per_tok}) with a gated shared expert"
