@@ -114,7 +114,9 @@ def tensor_label(t: TensorSpec) -> str:
     """Row label for one stored tensor family, from its last name segment and rank."""
     leaf = t.template.rsplit(".", 1)[-1]
     if leaf == "weight":
-        return "Weight matrix" if t.shape is not None and len(t.shape) == 2 else "Gain vector"
+        rank = len(t.shape) if t.shape is not None else 0
+        # a convolution's kernel (Qwen3.5's depthwise conv1d, a patch embedding's Conv2d/Conv3d) is neither
+        return "Weight matrix" if rank == 2 else ("Convolution kernel" if rank > 2 else "Gain vector")
     return leaf.replace("_", " ").capitalize()
 
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from .account import Ledger
 from .spec.types import Component, ModelSpec, path_key, walk
 
-ROLES = ("Token embedding", "Position embedding", "Attention", "Feed-forward (dense)", "Mixture of experts",
+ROLES = ("Token embedding", "Position embedding", "Attention", "Linear attention (Gated DeltaNet)", "Feed-forward (dense)", "Mixture of experts",
          "Norms", "LM head", "Multi-token prediction", "Vision tower and projector", "Other")
 _BY_PROGRAM = {"attention": "Attention", "mla": "Attention", "fused_attention": "Attention",
                "shaped_attention": "Attention",
@@ -25,7 +25,8 @@ _BY_PROGRAM = {"attention": "Attention", "mla": "Attention", "fused_attention": 
                "sigmoid_moe": "Mixture of experts", "scaled_router": "Mixture of experts",
                "halves_experts": "Mixture of experts", "softcapped_head": "LM head",
                "gemma4_vision_tower": "Vision tower and projector",
-               "gemma4_vision_embedder": "Vision tower and projector"}
+               "gemma4_vision_embedder": "Vision tower and projector", "gated_attention": "Attention",
+               "gated_deltanet": "Linear attention (Gated DeltaNet)", "qwen_vision_tower": "Vision tower and projector"}
 """moe_beside_mlp (Gemma 4) is left unclassified: its dense MLP, norms, router and experts take their own roles."""
 
 

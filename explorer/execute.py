@@ -216,10 +216,16 @@ def tiny_label(tiny: ModelSpec) -> str:
         chunk = getattr(c, "chunk_size", FREE_SIZES["T"])
         parts.append(f"Mamba-2 {v['mamba_num_heads']} heads × {v['mamba_head_dim']} × state {v['ssm_state_size']}, "
                      f"chunks of {chunk} (T = {FREE_SIZES['T']}: {-(-FREE_SIZES['T'] // chunk)} chunks)")
+    if "linear_num_value_heads" in v:  # Gated DeltaNet layers (Qwen3.5)
+        parts.append(f"DeltaNet {v['linear_num_key_heads']} key and {v['linear_num_value_heads']} value heads, d_k "
+                     f"{v['linear_key_head_dim']}, d_v {v['linear_value_head_dim']}")
     parts.append(f"{sum(b.repeat for b in tiny.root.child('blocks').children)} blocks")
     if "vision_hidden_size" in v:  # a vision tower beside the text model (Gemma 3)
         tower = next(c for c in tiny.root.children if c.key == "vision_tower" or c.program in ("vision_tower", "moonvit_tower"))
         parts.append(f"vision tower d {v['vision_hidden_size']} with {tower.child('encoder').repeat} blocks")
+    if "vit_hidden_size" in v:  # Qwen3.5's vision tower
+        tower = next(c for c in tiny.root.children if c.program == "qwen_vision_tower")
+        parts.append(f"vision tower d {v['vit_hidden_size']} with {tower.child('blocks').repeat} blocks")
     return "tiny config: " + ", ".join(parts) + ", float32 random weights"
 
 

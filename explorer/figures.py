@@ -23,6 +23,7 @@ from .components.attention import ScoresOptions
 from .components.compressed_attention import CompressorOptions, V4AttentionOptions
 from .components.compressed_attention import IndexerOptions as V4IndexerOptions
 from .components.dsa import IndexerOptions
+from .components.gated_deltanet import DeltaNetOptions
 from .components.layer_attention import LayerAttentionOptions
 from .components.mla import MLAOptions
 from .components.shaped_attention import ShapedAttentionOptions
@@ -35,7 +36,7 @@ FLOP_CONTEXT = 4_096
 """The context length at which attention FLOPs are stated."""
 CACHE_DTYPES = (("BF16", 2), ("FP8", 1))
 VISION_PROGRAMS = ("vision_tower", "projector", "gemma4_vision_tower", "gemma4_vision_embedder", "moonvit_tower",
-                   "kimi_projector")
+                   "kimi_projector", "qwen_vision_tower")
 """Image encoders and their projectors (Gemma 3's SigLIP, Gemma 4's, Kimi K2.5's MoonViT): they run once per
 image, not for a text token."""
 ROUTED = {"moe": "expert", "fused_moe": "experts", "sigmoid_moe": "experts", "moe_beside_mlp": "experts",
@@ -178,7 +179,52 @@ def derive(spec: ModelSpec, ledger: Ledger, stored: Reconciliation | None) -> De
                  f"total × {size:g} byte{'s' if size > 1 else ''}", f"Every parameter at {name}, with no scales.")
           for name, size in WEIGHT_DTYPES),
     ]
+    figures += _recurrent_state_figures(spec, ledger, costs)
     return DerivedFigures(tuple(figures), tuple(costs))
+
+
+MEMORY_CONTEXTS = (("4K", 4_096), ("128K", CONTEXT))
+"""Context lengths at which a hybrid model's whole sequence memory is stated (and its maximum context)."""
+
+
+def _recurrent_state_figures(spec: ModelSpec, ledger: Ledger, costs: list[AttentionCost]) -> list[Figure]:
+    """Gated DeltaNet layers keep a fixed state (conv and recurrent) whatever the context; attention layers' KV
+    cache grows with it. Per layer kind, exactly, and the sequence's total at 4K, 128K and the maximum context."""
+    layers = [(c, ledger.accounts[path].instances) for path, c in _paths(spec) if c.program == "gated_deltanet"]
+    if not layers:
+        return []
+    out, fixed, parts = [], 0, []
+    for comp, n in layers:
+        o = comp.options
+        assert isinstance(o, DeltaNetOptions)
+        per_layer = o.state_elements * o.state_bytes + o.conv_elements * o.conv_bytes
+        fixed += n * per_layer
+        parts.append(f"{n} × {per_layer:,}")
+        out += [
+            Figure("recurrent_state_per_layer", f"Recurrent state per Gated DeltaNet layer ({n} layers)",
+                   o.state_elements, "linear_num_value_heads × linear_key_head_dim × linear_value_head_dim",
+                   f"Numbers in one layer's delta-rule state ({o.v_heads} × {o.d_k} × {o.d_v}), held in "
+                   f"{o.state_dtype} ({o.state_bytes} bytes each): {o.state_elements * o.state_bytes:,} bytes. It "
+                   "does not grow with the context."),
+            Figure("conv_state_per_layer", f"Conv state per Gated DeltaNet layer ({n} layers)", o.conv_elements,
+                   "(2 × linear_num_key_heads × linear_key_head_dim + linear_num_value_heads × linear_value_head_dim)"
+                   " × (linear_conv_kernel_dim − 1)",
+                   f"The last {o.conv_kernel - 1} inputs of each of the {o.conv_dim:,} convolution channels, in "
+                   f"{o.conv_dtype} ({o.conv_bytes} bytes each): {o.conv_elements * o.conv_bytes:,} bytes. It does "
+                   "not grow with the context."),
+        ]
+    out.append(Figure("recurrent_state_bytes", "Fixed state of all Gated DeltaNet layers (bytes per sequence)", fixed,
+                      " + ".join(parts) + " (recurrent state bytes + conv state bytes, per layer)",
+                      "Bytes every sequence holds in its linear-attention layers, the same at any context length."))
+    kv_per_token = sum(c.layers * c.cache_per_token for c in costs) * 2
+    maximum = int(getattr(getattr(spec.config, "text_config", spec.config), "max_position_embeddings", CONTEXT))
+    for name, n_tokens in (*MEMORY_CONTEXTS, (f"{maximum:,} (maximum)", maximum)):
+        out.append(Figure(f"sequence_memory_{n_tokens}", f"Cache of one sequence at {name} tokens (BF16 KV)",
+                          fixed + kv_per_token * n_tokens,
+                          f"{fixed:,} fixed + {kv_per_token:,} × {n_tokens:,} (KV bytes per token × tokens)",
+                          "The Gated DeltaNet layers' fixed state plus the full-attention layers' KV cache, which "
+                          "alone grows with the context."))
+    return out
 
 
 def _paths(spec: ModelSpec) -> list[tuple[str, Component]]:
@@ -213,7 +259,7 @@ def _attention_costs(spec: ModelSpec, ledger: Ledger) -> list[AttentionCost]:
             out += _v4_streams(spec, ledger, path, comp)
             continue
         if comp.program not in ("mla", "dsa", "attention", "fused_attention", "shaped_attention",
-                                "nope_attention") or path.startswith("mtp"):
+                                "nope_attention", "gated_attention") or path.startswith("mtp"):
             continue
         scores = next(c for c in comp.children if c.program == "scores")
         so = scores.options

@@ -21,7 +21,7 @@ WIDTH = 360
 class BlockKind:
     title: str
     css: str
-    """"moe", "dense", "sliding" or "global" (colours in style.css)."""
+    """"moe", "dense", "sliding", "global" or "linear" (a Gated DeltaNet layer) (colours in style.css)."""
     layers: tuple[int, ...]
     label: str
     """e.g. "MoE · 8 of 384 experts" or "sliding window 1,024"."""
@@ -64,10 +64,15 @@ def describe(spec: ModelSpec, name: str) -> ModelPicture:
             css, label = "sliding", f"{label}, sliding window {window:,}"
         if chunk:
             css, label = "sliding", f"{label}, chunks of {chunk:,}"
+        if _first(block, "gated_deltanet") is not None:  # a linear-attention layer: a fixed state, no KV cache
+            css, label = "linear", f"Gated DeltaNet (fixed state), {label}"
+        elif _first(block, "gated_attention") is not None:
+            label = f"gated attention (KV cache), {label}"
         kinds.append(BlockKind(block.title, css, block_layers(block), label))
     layers = sum(len(k.layers) for k in kinds)
     counts = ", ".join(f"{len(k.layers)} {k.label}" for k in kinds)
-    caption = f"{layers} blocks ({counts}), each adding attention and a feed-forward network to the residual stream."
+    mixer = ("a token mixer (Gated DeltaNet or attention)" if any(k.css == "linear" for k in kinds) else "attention")
+    caption = f"{layers} blocks ({counts}), each adding {mixer} and a feed-forward network to the residual stream."
     if experts:
         caption += (f" In every MoE block a token runs {active} of {experts} routed experts "
                     f"({100 * active / experts:.1f}%){' plus the shared expert' if shared else ''}; which ones "

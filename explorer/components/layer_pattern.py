@@ -3,7 +3,7 @@ the family then groups into one block kind each.
 
 Hybrid models spell their depth two ways: a pattern string with one letter per layer (Nemotron-H's
 hybrid_override_pattern, "M" Mamba-2, "*" attention, "E" mixture of experts, "-" MLP) or a list of layer-type names
-(layer_types, as Qwen3.5 and transformers' NemotronHConfig.layers_block_type hold it). Both are read here into the
+(layer_types, as Qwen3.5 publishes it, or derives it from full_attention_interval, and as transformers' NemotronHConfig.layers_block_type hold it). Both are read here into the
 same `LayerPattern`, so a family never indexes a pattern string itself, and a per-layer property is never read
 from layer 0 only.
 
@@ -31,7 +31,7 @@ class LayerPattern:
 
     kinds: tuple[str, ...]
     """One kind per layer ("mamba", "attention", ...)."""
-    spelled: str
+    spelled: str = ""
     """The pattern as the config spells it (shown on the pages)."""
 
     def __len__(self) -> int:
@@ -47,6 +47,10 @@ class LayerPattern:
 
     def count(self, kind: str) -> int:
         return len(self.indices(kind))
+
+    def letters(self, letter: Mapping[str, str]) -> str:
+        """The pattern as one letter per layer ("LLLF" for three linear layers then a full one)."""
+        return "".join(letter[k] for k in self.kinds)
 
 
 def read_pattern(pattern: str | Sequence[str], names: Mapping[str, str]) -> LayerPattern:
@@ -79,3 +83,13 @@ def runs(indices: tuple[int, ...]) -> str:
         else:
             spans.append([i, i])
     return ", ".join(f"{a + 1}" if a == b else f"{a + 1}–{b + 1}" for a, b in spans)
+
+
+def from_layer_types(layer_types: tuple[str, ...] | None, layers: int, interval: int,
+                     periodic: str, every: str) -> LayerPattern:
+    """layer_types as published, or (absent) every `interval`-th layer of kind `every` and the others `periodic`,
+    as the reference derives it."""
+    if layer_types is not None:
+        return LayerPattern(tuple(layer_types), ", ".join(layer_types))
+    kinds = tuple(every if (i + 1) % interval == 0 else periodic for i in range(layers))
+    return LayerPattern(kinds, f"every {interval}th layer {every}, the others {periodic} (full_attention_interval)")

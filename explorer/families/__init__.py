@@ -12,8 +12,8 @@ from ..spec.storage import DTYPE_BYTES, Dense, GGUFQuant, Storage
 from ..spec.types import Component, ModelSpec
 from .base import Family
 from .deepseek_v3 import FAMILY as DEEPSEEK_V3
-from .deepseek_v32 import FAMILY as DEEPSEEK_V32
 from .deepseek_v4 import FAMILY as DEEPSEEK_V4
+from .deepseek_v32 import FAMILY as DEEPSEEK_V32
 from .gemma3 import FAMILY as GEMMA3
 from .gemma3 import TEXT_FAMILY as GEMMA3_TEXT
 from .gemma4 import FAMILY as GEMMA4
@@ -28,11 +28,14 @@ from .minimax_m2 import FAMILY as MINIMAX_M2
 from .mixtral import FAMILY as MIXTRAL
 from .nemotron_h import FAMILY as NEMOTRON_H
 from .qwen3 import FAMILY as QWEN3
+from .qwen3_5 import FAMILY as QWEN3_5
+from .qwen3_5 import MOE_FAMILY as QWEN3_5_MOE
 from .qwen3_moe import FAMILY as QWEN3_MOE
 
 FAMILIES: dict[str, Family] = {f.name: f for f in (DEEPSEEK_V3, LLAMA, QWEN3, GPT2, GEMMA3_TEXT, GEMMA3, MIXTRAL,
                                                     QWEN3_MOE, GPT_OSS, DEEPSEEK_V32, GLM_MOE_DSA, KIMI_K25,
-                                                    MINIMAX_M2, MIMO_V2_FLASH, LLAMA4, GEMMA4, DEEPSEEK_V4, NEMOTRON_H)}
+                                                    MINIMAX_M2, MIMO_V2_FLASH, LLAMA4, GEMMA4, DEEPSEEK_V4, NEMOTRON_H,
+                                                    QWEN3_5, QWEN3_5_MOE)}
 """Family name (content's model.family) -> family."""
 
 
