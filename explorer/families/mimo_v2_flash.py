@@ -17,7 +17,7 @@ models/mimo_v2_flash/modeling_mimo_v2_flash.py (the reference binding).
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, ClassVar
 
 from ..components import Ctx, Reference
@@ -236,6 +236,9 @@ class MiMoV2Flash(Family):
         root = model_root(ctx, children, code="MiMoV2FlashForCausalLM(config)", layers=L, citations=model_cite,
                           description=f"Token embedding, {L} transformer blocks of {len(blocks)} kinds, a final "
                                       "RMSNorm and an untied LM head.")
+        root = replace(root, notes=("The checkpoint's multi-token-prediction layers (model.mtp.*) are not described: "
+                                    "transformers skips them when it loads the model and no tensor listing of the "
+                                    "checkpoint is recorded here.",))
         return keep_named_modules_dense(root, c.quantization_config, dtype, reference_module, "mimo_v2_flash config")
 
     def block(self, ctx: Ctx, c: Any, kind: tuple[str, str], indices: tuple[int, ...]) -> Component:
@@ -284,12 +287,18 @@ class MiMoV2Flash(Family):
                                 "eager_attention_forward", prefixed=False),
                  REFERENCE.cite("The rotary module keeps one set of frequencies per layer type, over head_dim × "
                                 "partial_rotary_factor features.", "RotaryEmbedding.compute_default_rope_parameters"))
-        return shaped_attention(
+        attn = shaped_attention(
             ctx, prefix=prefix, ranges=ranges, x=x, shape=AttentionShape(H, 2 * Hkv if sliding else Hkv, D, Dv),
             rope_options=RopeOptions("default", ROPE_DEFAULTS[layer_type], rotary_width(c), "half",
                                      head_dim=c.head_dim, layer_type=layer_type),
             scores_options=so, value_scale=scale, citations=cites,
             title="Sliding-window attention with sinks" if sliding else "Global grouped-query attention")
+        if not sliding or c.sliding_window_size is None:
+            return attn
+        return replace(attn, notes=attn.notes + (
+            f"config.json gives sliding_window_size {c.sliding_window_size}: transformers lets each query see that "
+            f"many previous positions and itself, a window of {window(c)} (MiMoV2FlashConfig sets sliding_window to "
+            "sliding_window_size + 1).",))
 
     def moe(self, ctx: Ctx, c: Any, prefix: str, ranges, x: Port, y_latex: str) -> Component:
         p = prefix + "mlp."

@@ -154,6 +154,10 @@ class MiniMaxM2(Family):
         root = model_root(ctx, children, code="MiniMaxM2ForCausalLM(config)", layers=L, citations=model_cite,
                           description=f"Token embedding, {L} transformer blocks, a final RMSNorm and an untied LM "
                                       "head.")
+        if c.use_mtp and c.num_mtp_modules:
+            root = replace(root, notes=(f"The config declares {c.num_mtp_modules} multi-token-prediction modules "
+                                        "(use_mtp); they are not described: transformers does not build them and no "
+                                        "tensor listing of the checkpoint is recorded here.",))
         return keep_named_modules_dense(root, c.quantization_config, dtype, reference_module, "minimax_m2 config")
 
     def block(self, ctx: Ctx, c: Any, indices: tuple[int, ...]) -> Component:
