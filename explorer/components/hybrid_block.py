@@ -17,7 +17,7 @@ if TYPE_CHECKING:
 from ..spec.types import Citation, Component, Port, Step
 from .base import Ctx, Run, program, reference_call, run_child
 
-TAKES_MASK = ("nope_attention", "attention")
+TAKES_MASK = ("nope_attention",)
 """Mixer programs that take the causal mask beside x."""
 
 
