@@ -473,6 +473,13 @@ class StateCost:
     conv: int
     """Elements of the convolution window (conv_dim × conv_kernel)."""
     conv_bytes: int
+    channels: int
+    """heads × head_dim: the width of x and y."""
+
+    @property
+    def scan_multiply_adds(self) -> int:
+        """Per token: conv window, decay (S ⊙ ā), write (outer product, added), read (S C), Δ·x and D·x."""
+        return self.conv + 3 * self.state + 2 * self.channels
 
     @property
     def per_layer_bytes(self) -> int:
@@ -490,7 +497,7 @@ def _state_costs(spec: ModelSpec, ledger: Ledger) -> list[StateCost]:
         assert isinstance(o, Mamba2Options)
         out.append(StateCost(comp.title, ledger.accounts[path].instances, o.heads * o.head_dim * o.state_size,
                              STATE_DTYPE_BYTES[o.state_dtype], o.conv_dim * o.conv_kernel,
-                             STATE_DTYPE_BYTES.get(o.conv_dtype, 2)))
+                             STATE_DTYPE_BYTES.get(o.conv_dtype, 2), o.inner))
     return out
 
 
@@ -521,6 +528,13 @@ def recurrent_state_figures(spec: ModelSpec, ledger: Ledger, costs: list[Attenti
                           for c in states),
                "Bytes of every Mamba-2 layer's SSM state and convolution window for one sequence."),
     ]
+    scan = sum(c.layers * c.scan_multiply_adds for c in states)
+    figures.append(Figure(
+        "scan_flops_per_token", "Mamba-2 recurrence FLOPs per token (beside the projections)", 2 * scan,
+        "2 × " + " + ".join(f"{c.layers} × ({c.conv:,} + 3 × {c.state:,} + 2 × {c.channels:,})" for c in states),
+        "Two FLOPs per multiply-add of the one-token recurrence: the convolution over its window, the state's decay, "
+        "its write Δ·x Bᵀ and its read S C, and Δ·x and the D skip; not included in the forward FLOPs below, which "
+        "count projections and attention. The chunked form a prompt runs does more work per token inside a chunk."))
     figures += [Figure(f"context_memory_bytes_{n}", f"State and KV cache at {n:,} tokens (one sequence)",
                        fixed + per_token * n, f"{fixed:,} + ({grows}) × {n:,} × {kv_bytes}",
                        f"The fixed Mamba-2 state plus the attention layers' {CACHE_DTYPES[0][0]} KV cache, which grows "

@@ -283,6 +283,7 @@ def test_memory_of_a_context_by_layer_kind():
     for n in (4_096, 131_072, 262_144):
         assert got[f"context_memory_bytes_{n}"] == fixed + per_token * n
     assert got["context_memory_bytes_262144"] == 1_659_977_728
+    assert got["scan_flops_per_token"] == 2 * 23 * (conv + 3 * state + 2 * 64 * 64)
     assert got["active_parameters"] == 31_577_937_344 - 23 * (128 - 6) * 2 * 1856 * 2688
 
 

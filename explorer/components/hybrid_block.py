@@ -17,7 +17,7 @@ if TYPE_CHECKING:
 from ..spec.types import Citation, Component, Port, Step
 from .base import Ctx, Run, program, reference_call, run_child
 
-TAKES_MASK = ("nope_attention", "attention")
+TAKES_MASK = ("nope_attention",)
 """Mixer programs that take the causal mask beside x."""
 
 
@@ -36,7 +36,8 @@ def mixer_block(ctx: Ctx, key: str, title: str, *, layer_indices: tuple[int, ...
     n = len(layer_indices)
     noun = f"{kind} layer" + ("s" if n != 1 else "")
     return Component(
-        key=key, title=title, kind="learned", code="NemotronHBlock(config, layer_idx)", description=description,
+        key=key, title=title, kind="learned", code=f"{ctx.reference.prefix}Block(config, layer_idx)",
+        description=description,
         repeat=n, repeat_label=noun, crumb=f"{n} {noun}", inputs=(x, *mixer.inputs[1:]),
         outputs=(Port("x_{n+1}", x.shape, "x_next"),), equations=(residual,), steps=steps, children=(norm, mixer),
         citations=citations, program="mixer_block",

@@ -71,11 +71,15 @@ class Mamba2Options:
 
 # ------------------------------------------------------------------------------------------------ spec
 
+SIZE_KEYS = ("mamba_num_heads", "mamba_head_dim", "n_groups", "ssm_state_size", "conv_kernel")
+"""Config keys of H, P, G, N and K as Nemotron-H names them (another family passes its own to `mamba2`)."""
+
+
 def mamba2(ctx: Ctx, *, prefix: str, ranges: tuple[IndexRange, ...], x: Port, y: Port, o: Mamba2Options,
-           code: str, citations: tuple[Citation, ...]) -> Component:
-    """The mixer with its tensors under `prefix` (in_proj, conv1d, dt_bias, A_log, D, norm, out_proj)."""
-    H, P, G, N, K = (ctx.sym(n) for n in ("mamba_num_heads", "mamba_head_dim", "n_groups", "ssm_state_size",
-                                         "conv_kernel"))
+           code: str, citations: tuple[Citation, ...], size_keys: tuple[str, ...] = SIZE_KEYS) -> Component:
+    """The mixer with its tensors under `prefix` (in_proj, conv1d, dt_bias, A_log, D, norm, out_proj); `size_keys`
+    name the config keys of heads, head width, B/C groups, state size and kernel taps, for the formulas."""
+    H, P, G, N, K = (ctx.sym(n) for n in size_keys)
     inner_sym, conv_sym = H * P, H * P + 2 * G * N
     heads, head_dim, state = Dim("ssm_heads", o.heads), Dim("d_ssm_head", o.head_dim), Dim("d_state", o.state_size)
     inner, conv_dim = Dim("ssm_heads·d_ssm_head", o.inner), Dim("conv_dim", o.conv_dim)

@@ -4,7 +4,8 @@ squared-ReLU experts under a sigmoid router with a correction bias (E), or squar
 pre-norm residual branch; only the attention layers keep a cache that grows with the context.
 
 References: "Nemotron-H: A Family of Accurate and Efficient Hybrid Mamba-Transformer Models" (arXiv:2504.03624);
-NVIDIA's Nemotron 3 Nano technical report ("NVIDIA Nemotron 3 Nano: ... Hybrid Mamba-Transformer MoE", 2025);
+"Nemotron 3 Nano: Open, Efficient Mixture-of-Experts Hybrid Mamba-Transformer Model for Agentic Reasoning"
+(arXiv:2512.20848);
 Mamba-2 (arXiv:2405.21060); transformers' models/nemotron_h/ (the reference binding).
 """
 
