@@ -287,7 +287,6 @@ def gated_deltanet(ctx: Ctx, *, prefix: str, ranges: tuple[IndexRange, ...], x: 
                code="self.out_proj(core_attn_out)"),
     )
     state = Shape((B, vh, dk, dv))
-    K_ = o.conv_kernel
     qn, kn = q(r"\hat q"), k(r"\hat k")
     S = ctx_colour("S")
     repeat = (rf"{qn}_h,{kn}_h\ \text{{of key head}}\ \lceil h/{o.groups}\rceil" if o.groups > 1 else "")

@@ -301,7 +301,6 @@ def run_merger(comp: Component, run: Run, z: torch.Tensor) -> list[torch.Tensor]
 
 @program("qwen_vision_tower")
 def run_vision_tower(comp: Component, run: Run, pixels: torch.Tensor) -> list[torch.Tensor]:
-    o = options(comp, VisionOptions)
     z = run_child(comp, "patch_embed", run, pixels)
     z = run_child(comp, "pos_embed", run, z)
     block = comp.child("blocks")
