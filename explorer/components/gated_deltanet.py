@@ -326,7 +326,7 @@ def gated_deltanet(ctx: Ctx, *, prefix: str, ranges: tuple[IndexRange, ...], x: 
                 ("conv state per layer", f"{o.conv_dim:,} channels × {o.conv_kernel - 1} positions"),
                 ("chunk (prefill)", f"{o.chunk} positions")),
         notes=("The recurrent form (one token, from the conv and recurrent states) and the chunked form (a sequence, "
-               f"{o.chunk} positions at a time) compute the same outputs; the executed check runs both."),
+               f"{o.chunk} positions at a time) compute the same outputs; the executed check runs both.",),
     )
 
 
