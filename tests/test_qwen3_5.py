@@ -288,3 +288,18 @@ def test_compare_pages_give_gated_deltanet_its_own_role():
     deltanet = ledger.accounts["blocks.linear.attn"]
     assert roles["Linear attention (Gated DeltaNet)"] == deltanet.total
     assert roles["Vision tower and projector"] == 460_730_096 and sum(roles.values()) == ledger.total
+
+
+def test_vision_tower_checks_and_fails_with_patches_in_row_order(tiny_moe, monkeypatch):
+    """The reference lays patches out in merge order (each 2 × 2 neighbourhood consecutive): reading the position
+    table and the rotary angles in plain row order gives other tokens."""
+    from explorer.components import qwen_vision
+
+    assert within_tolerance(component_error(tiny_moe, "visual"))
+
+    def row_order(o, device=None):
+        r, c = torch.meshgrid(torch.arange(o.side), torch.arange(o.side), indexing="ij")
+        return torch.stack([r.reshape(-1), c.reshape(-1)], dim=-1)
+
+    monkeypatch.setattr(qwen_vision, "patch_positions", row_order)
+    assert not within_tolerance(component_error(tiny_moe, "visual"))

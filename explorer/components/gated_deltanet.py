@@ -211,6 +211,46 @@ def gated_rmsnorm_component(ctx: Ctx, o: DeltaNetOptions, *, weight: str, ranges
     )
 
 
+def conv_component(ctx: Ctx, o: DeltaNetOptions, *, weight: str, ranges: tuple[IndexRange, ...], shape: tuple,
+                   citations: tuple[Citation, ...]) -> Component:
+    """The short causal depthwise convolution over q, k and v, with SiLU; its last K−1 inputs are the conv state."""
+    channels = Dim("conv_channels", o.conv_dim)
+    K_ = o.conv_kernel
+    step = Step(rf"\tilde c_t=\operatorname{{SiLU}}\!\left(\textstyle\sum_{{j=0}}^{{{K_ - 1}}} w_{{j}}\odot "
+                rf"c_{{t-{K_ - 1}+j}}\right),\quad c_{{<1}}=\text{{conv state}}", ctx.tokens(channels), "conv")
+    return Component(
+        key="conv1d", title="Causal convolution", kind="learned", code="nn.Conv1d(conv_dim, conv_dim, kernel_size, "
+        "groups=conv_dim, padding=kernel_size - 1, bias=False)",
+        description=f"Mix each of the {o.conv_dim:,} q, k, v channels with its own previous {K_ - 1} positions "
+                    f"({K_} taps per channel), then SiLU. Decoding keeps the last {K_ - 1} inputs as the conv state.",
+        inputs=(Port("c", ctx.tokens(channels), "c"),), outputs=(Port(r"\tilde c", ctx.tokens(channels), "c_conv"),),
+        equations=(step,), steps=(step,), tensors=(ctx.tensor(weight, ranges, shape),), citations=citations,
+        program="causal_conv", reference="-",
+        notes=("Depthwise: one kernel of linear_conv_kernel_dim taps per channel, stored [channels, 1, kernel], "
+               "without a bias.",),
+    )
+
+
+def decay_component(ctx: Ctx, o: DeltaNetOptions, *, prefix: str, ranges: tuple[IndexRange, ...],
+                    citations: tuple[Citation, ...]) -> Component:
+    """The decay gate α_t = exp(−exp(A_log)·softplus(a_t + dt_bias)), one per token and value head."""
+    vh = Dim("v_heads", o.v_heads)
+    step = Step(r"\alpha_t=\exp\!\left(-e^{A_{\log}}\operatorname{softplus}(a_t+b_{dt})\right)", ctx.tokens(vh),
+                "decay")
+    Hv = ctx.sym("linear_num_value_heads")
+    return Component(
+        key="decay", title="Decay gate", kind="learned", code="-self.A_log.float().exp() * F.softplus(a + self.dt_bias)",
+        description=f"Turn each token's decay input into a factor in (0, 1] for each of the {o.v_heads} value heads: "
+                    "the share of the state kept before the token writes.",
+        inputs=(Port("a", ctx.tokens(vh), "a"),), outputs=(Port(r"\log\alpha", ctx.tokens(vh), "log_alpha"),),
+        equations=(step,), steps=(step,),
+        tensors=(ctx.tensor(prefix + "A_log", ranges, (Hv,)), ctx.tensor(prefix + "dt_bias", ranges, (Hv,))),
+        citations=citations, program="decay_gate", reference="-",
+        notes=("A_log and dt_bias are one number per value head: the decay rate exp(A_log) and the bias added to the "
+               "decay input before the softplus; both are parameters of the layer module itself.",),
+    )
+
+
 def gated_deltanet(ctx: Ctx, *, prefix: str, ranges: tuple[IndexRange, ...], x: Port, o: DeltaNetOptions,
                    citations: tuple[Citation, ...]) -> Component:
     """The whole Gated DeltaNet layer (the token mixer of a linear-attention block)."""
@@ -234,6 +274,9 @@ def gated_deltanet(ctx: Ctx, *, prefix: str, ranges: tuple[IndexRange, ...], x: 
              f"the output gate, {o.value_dim:,} features"),
         proj("in_proj_b", "Write-strength projection", Hv, vh, "b", "one write-strength logit per value head"),
         proj("in_proj_a", "Decay projection", Hv, vh, "a", "one decay input per value head"),
+        conv_component(ctx, o, weight=prefix + "conv1d.weight", ranges=ranges, shape=(2 * Hk * Dk + Hv * Dv, 1, K),
+                       citations=citations[1:2]),
+        decay_component(ctx, o, prefix=prefix, ranges=ranges, citations=citations[1:2]),
         gated_rmsnorm_component(ctx, o, weight=prefix + "norm.weight", ranges=ranges, citations=citations[:1]),
         linear(ctx, "out_proj", "Output projection", weight=prefix + "out_proj.weight", ranges=ranges, d_in=Hv * Dv,
                d_out="hidden_size", out_dim=ctx.dim("hidden_size"),
@@ -244,20 +287,18 @@ def gated_deltanet(ctx: Ctx, *, prefix: str, ranges: tuple[IndexRange, ...], x: 
                code="self.out_proj(core_attn_out)"),
     )
     state = Shape((B, vh, dk, dv))
-    K_ = o.conv_kernel
     qn, kn = q(r"\hat q"), k(r"\hat k")
     S = ctx_colour("S")
     repeat = (rf"{qn}_h,{kn}_h\ \text{{of key head}}\ \lceil h/{o.groups}\rceil" if o.groups > 1 else "")
     steps = [
         children[0].steps[0], children[1].steps[0], children[2].steps[0], children[3].steps[0],
-        Step(rf"\tilde c_t=\operatorname{{SiLU}}\!\left(\textstyle\sum_{{j=0}}^{{{K_ - 1}}} w_{{j}}\odot c_{{t-{K_ - 1}+j}}"
-             rf"\right),\quad c_{{<1}}=\text{{conv state}}", ctx.tokens(conv_dim), "conv"),
+        children[4].steps[0],
         Step(rf"[{q('q')};{k('k')};{v('v')}]=\tilde c\ \text{{split into}}\ {o.key_dim}+{o.key_dim}+{o.value_dim}"
              rf"\text{{, viewed as heads}}", ctx.tokens(vh, dv), "split"),
         Step(rf"{qn}=\frac{{{q('q')}}}{{\sqrt{{{o.d_k}}}\,\lVert {q('q')}\rVert}},\quad {kn}=\frac{{{k('k')}}}"
              rf"{{\lVert {k('k')}\rVert}}", ctx.tokens(kh, dk), "l2norm"),
         Step(r"\beta_t=\sigma(b_t)", ctx.tokens(vh), "beta"),
-        Step(r"\alpha_t=\exp\!\left(-e^{A_{\log}}\operatorname{softplus}(a_t+b_{dt})\right)", ctx.tokens(vh), "decay"),
+        children[5].steps[0],
     ]
     if o.groups > 1:
         steps.append(Step(repeat, ctx.tokens(vh, dk), "repeat"))
@@ -270,9 +311,8 @@ def gated_deltanet(ctx: Ctx, *, prefix: str, ranges: tuple[IndexRange, ...], x: 
              rf"{kn}{kn}^{{\top}}),-1))\,U=\operatorname{{diag}}(\beta)({v('V')}-\operatorname{{diag}}(\gamma){kn}{S}_0),"
              rf"\ {ctx_colour('O')}=\operatorname{{diag}}(\gamma){qn}{S}_0+\operatorname{{tril}}(\Gamma\odot{qn}{kn}"
              rf"^{{\top}})U", ctx.tokens(vh, dv), "chunked"),
-        children[4].steps[0], children[5].steps[0],
+        children[6].steps[0], children[7].steps[0],
     ]
-    conv = ctx.tensor(prefix + "conv1d.weight", ranges, (2 * Hk * Dk + Hv * Dv, 1, K))
     return Component(
         key="attn", title="Gated DeltaNet", kind="learned", code=f"{ctx.reference.prefix}GatedDeltaNet(config, layer_idx)",
         description=f"Linear attention over a state of {o.d_k}×{o.d_v} per value head ({o.v_heads} value heads, "
@@ -281,17 +321,12 @@ def gated_deltanet(ctx: Ctx, *, prefix: str, ranges: tuple[IndexRange, ...], x: 
                     "does not grow with the context.",
         inputs=(x,), outputs=(Port(r"\Delta_{\mathrm{attn}}", x.shape, "delta_attn"),),
         equations=tuple(s for s in steps if s.name in ("state", "readout")), steps=tuple(steps), children=children,
-        tensors=(conv, ctx.tensor(prefix + "A_log", ranges, (Hv,)), ctx.tensor(prefix + "dt_bias", ranges, (Hv,))),
         citations=citations, program="gated_deltanet", options=o,
         extras=(("state per layer", f"{o.v_heads} × {o.d_k} × {o.d_v} = {o.v_heads * o.d_k * o.d_v:,} numbers"),
                 ("conv state per layer", f"{o.conv_dim:,} channels × {o.conv_kernel - 1} positions"),
                 ("chunk (prefill)", f"{o.chunk} positions")),
-        notes=("The convolution is depthwise: one kernel of linear_conv_kernel_dim taps per channel, stored "
-               "[channels, 1, kernel], without a bias.",
-               "A_log and dt_bias are one number per value head: the decay rate exp(A_log) and the bias added to "
-               "the decay input before the softplus.",
-               "The recurrent form (one token, from the conv and recurrent states) and the chunked form (a sequence, "
-               f"{o.chunk} positions at a time) compute the same outputs; the executed check runs both."),
+        notes=("The recurrent form (one token, from the conv and recurrent states) and the chunked form (a sequence, "
+               f"{o.chunk} positions at a time) compute the same outputs; the executed check runs both.",),
     )
 
 
@@ -304,8 +339,7 @@ def mixer_inputs(comp: Component, run: Run, x: torch.Tensor):
     b = run_child(comp, "in_proj_b", run, x)
     a = run_child(comp, "in_proj_a", run, x)
     beta = run.rec("beta", write_strength(b))                                         # [B, T, H_v]
-    g = log_decay(a, run.w("A_log"), run.w("dt_bias"))                                # [B, T, H_v]
-    run.rec("decay", decay_factor(g))
+    g = run_child(comp, "decay", run, a)                                              # log α: [B, T, H_v]
     return c, z, g, beta
 
 
@@ -331,9 +365,9 @@ def prepare_qk(o: DeltaNetOptions, q_: torch.Tensor, k_: torch.Tensor, run: Run 
     return qn, kn
 
 
-def chunked_form(o: DeltaNetOptions, run: Run, c: torch.Tensor, g: torch.Tensor, beta: torch.Tensor):
+def chunked_form(comp: Component, o: DeltaNetOptions, run: Run, c: torch.Tensor, g: torch.Tensor, beta: torch.Tensor):
     """The prefill path: convolve the whole sequence, then the chunked delta rule from a zero state."""
-    mixed = run.rec("conv", causal_conv(c, run.w("conv1d.weight")[:, 0]))
+    mixed = run_child(comp, "conv1d", run, c)
     q_, k_, v_ = split_heads(o, mixed)
     run.rec("split", v_)
     qn, kn = prepare_qk(o, q_, k_, run)
@@ -370,12 +404,24 @@ def run_gated_deltanet(comp: Component, run: Run, x: torch.Tensor, *_rest: torch
     form's is kept as "_recurrent" for the check. Extra inputs (a block's rotary angles and mask) are not used."""
     o = options(comp, DeltaNetOptions)
     c, z, g, beta = mixer_inputs(comp, run, x)
-    out, _ = chunked_form(o, run, c, g, beta)
+    out, _ = chunked_form(comp, o, run, c, g, beta)
     rec_out, S, _ = recurrent_form(o, run, c, g, beta)
     run.rec("state", S)
     run.rec("readout", rec_out)
     run.rec("_recurrent", gated_output(comp, run.child(prefix="_recurrent-"), o, rec_out, z))
     return [gated_output(comp, run, o, out, z)]
+
+
+@program("causal_conv")
+def run_causal_conv(comp: Component, run: Run, c: torch.Tensor) -> list[torch.Tensor]:
+    return [run.rec("conv", causal_conv(c, run.w("weight")[:, 0]))]
+
+
+@program("decay_gate")
+def run_decay_gate(comp: Component, run: Run, a: torch.Tensor) -> list[torch.Tensor]:
+    g = log_decay(a, run.w("A_log"), run.w("dt_bias"))
+    run.rec("decay", decay_factor(g))
+    return [g]
 
 
 @program("gated_rmsnorm")

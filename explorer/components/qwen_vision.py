@@ -213,8 +213,19 @@ def qwen_vision_tower(ctx: Ctx, o: VisionOptions, *, prefix: str, depth: int, re
     embed = _conv3d_shape(ctx, embed, prefix)
     cite = ref.cite("Each vision block adds attention (fused biased qkv, 2-D rotary, no mask) and a GELU MLP, each "
                     "after a LayerNorm.", "VisionBlock")
-    table = ctx.tensor(prefix + "pos_embed.weight", (), (ctx.sym("vit_positions"), D))
     pos = Step(rf"z^{{+}}_i=z_{{0,i}}+E_{{\mathrm{{pos}}}}[{o.side}r_i+c_i]", z0.shape, "positions")
+    positions = Component(
+        key="pos_embed", title="Learned positions", kind="learned", code="nn.Embedding(num_position_embeddings, "
+        "hidden_size)", description=f"Add to each patch the table row of its grid position (row r, column c of "
+                                    f"{o.side}×{o.side}).",
+        inputs=(z0,), outputs=(Port("z^{+}", z0.shape, "z_pos"),), equations=(pos,), steps=(pos,),
+        tensors=(ctx.tensor(prefix + "pos_embed.weight", (), (ctx.sym("vit_positions"), D)),),
+        citations=(ref.cite("The learned position table is resampled bilinearly to the image's patch grid and "
+                            "added to the patch embeddings.", "VisionModel.forward"),),
+        program="qwen_positions", options=o, reference="-",
+        notes=(f"The table holds {ctx.size('vit_positions'):,} rows, a {o.side}×{o.side} grid; other image sizes read "
+               "it by bilinear interpolation. At the native grid shown here each patch takes its own row.",),
+    )
     blocks = vision_block(ctx, o, prefix=prefix, depth=depth, cite=cite, mlp_cite=ref.cite(
         "The vision MLP is linear_fc2(act(linear_fc1(x))), with biases and the tanh-approximated GELU.", "VisionMLP"))
     merge = merger(ctx, o, prefix=prefix + "merger.", cite=ref.cite(
@@ -227,11 +238,10 @@ def qwen_vision_tower(ctx: Ctx, o: VisionOptions, *, prefix: str, depth: int, re
         description=f"Encode an image ({o.side}×{o.side} patches here) with {depth} bidirectional blocks and merge each "
                     f"{o.merge}×{o.merge} neighbourhood into one token of the text width.",
         inputs=(pixels,), outputs=merge.outputs, equations=(steps[2], steps[-1]), steps=steps,
-        tensors=(table,), children=(embed, blocks, merge), program="qwen_vision_tower", options=o,
+        children=(embed, positions, blocks, merge), program="qwen_vision_tower", options=o,
         citations=(ref.cite("The vision model embeds patches, adds learned positions resampled (bilinear) to the "
                             "image's grid, runs the blocks with 2-D rotary angles and merges.", "VisionModel"),),
-        notes=(f"The position table holds {ctx.size('vit_positions'):,} rows, a {o.side}×{o.side} grid; other image "
-               "sizes read it by bilinear interpolation. At the native grid shown here each patch takes its own row.",),
+        notes=("Patches arrive in merge order: each 2 × 2 neighbourhood that the merger joins is consecutive.",),
     )
 
 
@@ -252,6 +262,13 @@ def _conv3d_shape(ctx: Ctx, embed: Component, prefix: str) -> Component:
 def run_patch_embed(comp: Component, run: Run, pixels: torch.Tensor) -> list[torch.Tensor]:
     w = run.w("weight")                                                              # [D, C, frames, p, p]
     return [run.rec(comp.steps[0].name, F.linear(pixels, w.reshape(w.shape[0], -1), run.w("bias")))]
+
+
+@program("qwen_positions")
+def run_positions(comp: Component, run: Run, z: torch.Tensor) -> list[torch.Tensor]:
+    o = options(comp, VisionOptions)
+    rows = patch_positions(o, z.device)
+    return [run.rec("positions", z + run.w("weight")[rows[:, 0] * o.side + rows[:, 1]])]
 
 
 @program("qwen_vision_attention")
@@ -284,10 +301,8 @@ def run_merger(comp: Component, run: Run, z: torch.Tensor) -> list[torch.Tensor]
 
 @program("qwen_vision_tower")
 def run_vision_tower(comp: Component, run: Run, pixels: torch.Tensor) -> list[torch.Tensor]:
-    o = options(comp, VisionOptions)
     z = run_child(comp, "patch_embed", run, pixels)
-    rows = patch_positions(o, pixels.device)
-    z = run.rec("positions", z + run.w("pos_embed.weight")[rows[:, 0] * o.side + rows[:, 1]])
+    z = run_child(comp, "pos_embed", run, z)
     block = comp.child("blocks")
     for layer in range(block.repeat):
         (z,) = run_vision_block(block, run.child(relative_module(comp, block).format(layer=layer), "_"), z)
