@@ -196,28 +196,29 @@ EXAMPLES: dict[str, Callable[[Component, Run], Any]] = {}
 """Program name -> what a checked run of it shows as a worked example (a router's routing of one token)."""
 
 
+def _registered(registry: dict[str, Any], name: str, fn: Any) -> Any:
+    """Add fn under name; a second part that takes a name already taken is a bug that would silently replace the
+    first part's program everywhere it is used (two parts once both named theirs "gated_rmsnorm")."""
+    if name in registry and registry[name] is not fn:
+        raise RuntimeError(f"program name {name!r} is registered twice ({registry[name].__module__} and "
+                           f"{fn.__module__}); give one part another name")
+    registry[name] = fn
+    return fn
+
+
 def program(name: str) -> Callable[[Program], Program]:
     """Register the torch program that computes components whose `program` is `name`."""
-    def register(fn: Program) -> Program:
-        PROGRAMS[name] = fn
-        return fn
-    return register
+    return lambda fn: _registered(PROGRAMS, name, fn)
 
 
 def reference_call(name: str) -> Callable[[ReferenceCall], ReferenceCall]:
     """Register how to call the reference module of components whose `program` is `name`."""
-    def register(fn: ReferenceCall) -> ReferenceCall:
-        REFERENCE_CALLS[name] = fn
-        return fn
-    return register
+    return lambda fn: _registered(REFERENCE_CALLS, name, fn)
 
 
 def worked_example(name: str) -> Callable[[Callable[[Component, Run], Any]], Callable[[Component, Run], Any]]:
     """Register what the executed check of components whose `program` is `name` keeps as a worked example."""
-    def register(fn: Callable[[Component, Run], Any]) -> Callable[[Component, Run], Any]:
-        EXAMPLES[name] = fn
-        return fn
-    return register
+    return lambda fn: _registered(EXAMPLES, name, fn)
 
 
 def tensor_prefix(comp: Component) -> str:

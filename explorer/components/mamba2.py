@@ -146,7 +146,7 @@ def causal_conv(ctx: Ctx, *, prefix: str, ranges: tuple[IndexRange, ...], x: Por
                     "(the current token included), then apply SiLU.",
         inputs=(x,), outputs=(y,), equations=(step,), steps=(step,), tensors=tensors, citations=citations,
         notes=(f"Decoding keeps the last {o.conv_kernel} columns of ξ per channel as the convolution state.",),
-        program="causal_conv", options=o,
+        program="mamba_causal_conv", options=o,
     )
 
 
@@ -200,7 +200,7 @@ def gated_rmsnorm(ctx: Ctx, *, prefix: str, ranges: tuple[IndexRange, ...], y: P
                     "root mean square and by a learned gain.",
         inputs=(y, z), outputs=(out,), equations=(step,), steps=(step,),
         tensors=(ctx.tensor(prefix + "weight", ranges, (size,)),), citations=citations,
-        program="gated_rmsnorm", options=o,
+        program="mamba_gated_rmsnorm", options=o,
     )
 
 
@@ -311,7 +311,7 @@ def gate_and_norm(o: Mamba2Options, y: torch.Tensor, z: torch.Tensor, w: torch.T
     return w * grouped.reshape(g.shape).to(y.dtype)
 
 
-@program("causal_conv")
+@program("mamba_causal_conv")
 def run_causal_conv(comp: Component, run: Run, xi: torch.Tensor) -> list[torch.Tensor]:
     o = options(comp, Mamba2Options)
     return [run.rec("conv", conv_full(xi, run.w("weight"), run.w("bias") if o.conv_bias else None))]
@@ -335,7 +335,7 @@ def run_ssd(comp: Component, run: Run, xi: torch.Tensor, dt_raw: torch.Tensor) -
     return [y.reshape(b, T, o.inner).to(xi.dtype)]
 
 
-@program("gated_rmsnorm")
+@program("mamba_gated_rmsnorm")
 def run_gated_rmsnorm(comp: Component, run: Run, y: torch.Tensor, z: torch.Tensor) -> list[torch.Tensor]:
     return [run.rec("gate-norm", gate_and_norm(options(comp, Mamba2Options), y, z, run.w("weight")))]
 
@@ -376,7 +376,7 @@ def mamba2_recurrent(o: Mamba2Options, weights: dict[str, torch.Tensor], x: torc
     return torch.stack(outs, dim=1), conv_state, S
 
 
-@reference_call("causal_conv")
+@reference_call("mamba_causal_conv")
 def call_conv(comp: Component, ref, model, inputs, run: Run, ours: torch.Tensor):
     """The reference's conv1d is a plain nn.Conv1d padded by K − 1 on both sides: keep the first T outputs."""
     (xi,) = inputs
@@ -384,7 +384,7 @@ def call_conv(comp: Component, ref, model, inputs, run: Run, ours: torch.Tensor)
     return ours, theirs, "nn.Conv1d output truncated to the first T positions, then SiLU"
 
 
-@reference_call("gated_rmsnorm")
+@reference_call("mamba_gated_rmsnorm")
 def call_gated_norm(comp: Component, ref, model, inputs, run: Run, ours: torch.Tensor):
     y, z = inputs
     return ours, ref(y, gate=z), "called with the gate z"
