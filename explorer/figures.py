@@ -18,10 +18,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .account import Ledger
+from .components import keys_as_values
 from .components.attention import ScoresOptions
 from .components.layer_attention import LayerAttentionOptions
 from .components.mla import MLAOptions
-from .components import keys_as_values
 from .reconcile import Reconciliation
 from .spec.types import Component, ModelSpec, path_key, walk
 

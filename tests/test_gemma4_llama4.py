@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from explorer.account import account
-from explorer.components import keys_as_values, layer_attention, sigmoid_moe
+from explorer.components import keys_as_values, sigmoid_moe
 from explorer.components.base import PROGRAMS
 from explorer.components.blocks import block_layers
 from explorer.content import load_model_content
