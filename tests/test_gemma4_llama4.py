@@ -301,3 +301,10 @@ def test_any_gemma4_config_totals_equal_transformers(raw):
     spec = FAMILIES["gemma4"].build_spec("drawn", raw, "drawn config")
     assert account(spec).total == reference_parameters(spec)
     assert reconcile(spec, reference_index(spec).index, reference=True).balanced
+
+
+def test_gemma3_style_one_plus_w_gain_fails(gemma, monkeypatch):
+    """Deliberately wrong: Gemma 3's (1 + w) RMSNorm gain; Gemma 4's norms multiply by w itself."""
+    original = gemma4_module.rmsnorm
+    monkeypatch.setattr(gemma4_module, "rmsnorm", lambda *a, **k: original(*a, **{**k, "gain": "1+w"}))
+    fails(gemma, "blocks.local.attn_norm: max |Δ|")
