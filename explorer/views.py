@@ -12,7 +12,7 @@ from pygments.formatters import HtmlFormatter
 from pygments.lexers import JsonLexer, PythonLexer
 
 from .account import AccountRow, ComponentAccount, TensorAccount
-from .compare import RoleTotals, compare_roles, config_differences, role_totals
+from .compare import RoleTotals, compare_roles, config_differences, role_label, role_totals
 from .content import render_markdown
 from .diagrams import FlowNode, budget_svg, flow_svg
 from .execution import RealWeightCheck
@@ -955,8 +955,8 @@ def compare_path(a: str, b: str) -> str:
 
 def compare_page(a: ModelBuild, b: ModelBuild, totals: dict[str, RoleTotals]) -> ComparePage:
     left, right = sorted((a, b), key=lambda mb: mb.slug)
-    rows = tuple(CompareRowView(r.role, fmt(r.left), fmt(r.right), _signed(r.delta))
-                 for r in compare_roles(totals[left.slug], totals[right.slug]))
+    rows = tuple(CompareRowView(role_label(r.role, totals[left.slug], totals[right.slug]), fmt(r.left), fmt(r.right),
+                                _signed(r.delta)) for r in compare_roles(totals[left.slug], totals[right.slug]))
     total = CompareRowView("Total", fmt(left.ledger.total), fmt(right.ledger.total),
                            _signed(right.ledger.total - left.ledger.total))
     keys = [f.key for f in left.figures.figures if f.key in {g.key for g in right.figures.figures}]
