@@ -120,7 +120,7 @@ def test_executed_checks_pass(gemma, llama):
     for spec, tiny in (gemma, llama):
         checks = check_equations(spec, tiny)
         assert all(c.status in ("checked", "part") for c in checks.values()), spec.slug
-    assert checks["blocks.nope.attn"].status == "checked"
+    assert checks["blocks.nope.attn"].status == checks["blocks.chunked.attn.rope"].status == "checked"
 
 
 def fails(spec_tiny, where: str, absent: str = "") -> None:
