@@ -67,6 +67,9 @@ def tiny_reference_model(tiny: ModelSpec):
         for name, buffer in model.named_buffers():
             if name.endswith("e_score_correction_bias"):  # non-zero, so "the bias steers selection only" is exercised
                 buffer.copy_(torch.randn(buffer.shape, generator=generator) * 0.05)
+            elif name.endswith(("layer_scalar", "std_bias", "std_scale")):  # stored buffers a program must apply
+                buffer.copy_(torch.randn(buffer.shape, generator=generator) * 0.1
+                             + (0.0 if name.endswith("std_bias") else 1.0))
     return model
 
 

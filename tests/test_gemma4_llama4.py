@@ -325,3 +325,24 @@ def test_compare_rows_name_the_mechanisms():
         assert any(label.startswith(role + ":") and named in label for label in labels), labels
     left, right = totals("llama-3.1-70b"), totals(LLAMA4)
     assert role_label("Mixture of experts", left, right) == "Mixture of experts: — → Mixture of experts"
+
+
+def test_layer_scalar_left_out_fails(gemma, monkeypatch):
+    """Deliberately wrong: the stored per-layer scalar (a buffer, randomised in the tiny reference) not applied."""
+    from explorer.components import layer_blocks
+
+    original = layer_blocks.run_layer_block
+
+    def unscaled(comp, run, x, angles, M):
+        o = comp.options
+        return original(dataclasses.replace(comp, options=dataclasses.replace(o, layer_scalar=False)), run, x, angles, M)
+
+    monkeypatch.setitem(PROGRAMS, "layer_block", unscaled)
+    fails(gemma, "blocks.local: max |Δ|")
+
+
+def test_vision_standardisation_left_out_fails(gemma, monkeypatch):
+    original = gemma4_module.Gemma4VisionOptions
+    monkeypatch.setattr(gemma4_module, "Gemma4VisionOptions",
+                        lambda *a, **k: dataclasses.replace(original(*a, **k), standardize=False))
+    fails(gemma, "vision_tower: max |Δ|")
