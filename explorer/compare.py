@@ -7,7 +7,7 @@ classified ancestor-or-self, so a model's role totals add up to its ledger total
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from .account import Ledger
 from .spec.types import Component, ModelSpec, path_key, walk
@@ -37,6 +37,9 @@ class RoleTotals:
     slug: str
     values: dict[str, int]
     total: int
+    mechanisms: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    """Role -> the titles of its outermost components, in model order ("Chunked attention", "NoPE attention"),
+    so a compare row can name what differs, not only how many parameters."""
 
 
 def role_of(ancestors: tuple[Component, ...], comp: Component) -> str:
@@ -50,11 +53,19 @@ def role_of(ancestors: tuple[Component, ...], comp: Component) -> str:
 
 def role_totals(spec: ModelSpec, ledger: Ledger) -> RoleTotals:
     values = dict.fromkeys(ROLES, 0)
+    mechanisms: dict[str, dict[str, None]] = {}
     for ancestors, comp in walk(spec.root):
         own = sum(ta.elements or 0 for ta in ledger.accounts[path_key(ancestors, comp)].tensors if ta.spec.is_parameter)
         if own:
             values[role_of(ancestors, comp)] += own
-    return RoleTotals(spec.slug, values, ledger.total)
+        role = _BY_PROGRAM.get(comp.program)
+        if role in NAMED_ROLES and not any(_BY_PROGRAM.get(a.program) for a in ancestors):
+            mechanisms.setdefault(role, {})[comp.title] = None
+    return RoleTotals(spec.slug, values, ledger.total, {r: tuple(t) for r, t in mechanisms.items()})
+
+
+NAMED_ROLES = ("Attention", "Feed-forward (dense)", "Mixture of experts", "LM head")
+"""Roles whose rows name their mechanisms where the two models differ."""
 
 
 @dataclass(frozen=True, slots=True)

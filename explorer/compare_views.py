@@ -13,7 +13,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from .compare import ROLES, RoleTotals, config_differences, role_totals
+from .compare import NAMED_ROLES, ROLES, RoleTotals, config_differences, role_totals
 from .model_build import ModelBuild
 from .views import Link, PageBase, fmt
 
@@ -88,6 +88,7 @@ def compare_data(mb: ModelBuild, totals: RoleTotals) -> dict[str, Any]:
     return {
         "slug": mb.slug, "name": mb.content.meta.name, "href": f"../models/{mb.slug}/index.html",
         "roles": [[role, totals.values[role]] for role in ROLES], "total": mb.ledger.total,
+        "mechanisms": {role: list(totals.mechanisms.get(role, ())) for role in NAMED_ROLES},
         "figures": [[f.key, f.label, f.value] for f in mb.figures.figures],
         "config": [[key, left] for key, left, _, _ in config_differences(mb.content.config, {})],
     }
@@ -107,12 +108,20 @@ def compare_data_file(mb: ModelBuild) -> dict[str, str]:
 
 def compare_rows(left: dict[str, Any], right: dict[str, Any]) -> tuple[list[tuple[str, int, int]], list[tuple[str, int, int]]]:
     """(role rows, figure rows) of two models' data: each (label, left, right); static/compare.js does the same.
-    Role rows are the roles either model has; their deltas add up to the totals' difference."""
+    Role rows are the roles either model has, named with each side's mechanisms where they differ ("Attention:
+    Grouped-query attention → Chunked attention"); their deltas add up to the totals' difference."""
     lr, rr = dict(left["roles"]), dict(right["roles"])
-    roles = [(role, lr[role], rr[role]) for role in ROLES if lr[role] or rr[role]]
+    roles = [(_role_label(role, left, right), lr[role], rr[role]) for role in ROLES if lr[role] or rr[role]]
     rf = {key: value for key, _, value in right["figures"]}
     figures = [(label, value, rf[key]) for key, label, value in left["figures"] if key in rf]
     return roles, figures
+
+
+def _role_label(role: str, left: dict[str, Any], right: dict[str, Any]) -> str:
+    a, b = left["mechanisms"].get(role, []), right["mechanisms"].get(role, [])
+    if a == b or role not in NAMED_ROLES:
+        return role
+    return f"{role}: {', '.join(a) or '—'} → {', '.join(b) or '—'}"
 
 
 # ----------------------------------------------------------------------------------------------- pages

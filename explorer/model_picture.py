@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from html import escape
+from typing import Any
 
 from .components.blocks import block_layers
 from .components.moe import RouterOptions
@@ -54,7 +55,8 @@ def describe(spec: ModelSpec, name: str) -> ModelPicture:
         if window is None:  # DeepSeek-V4's attention holds its window itself
             window = getattr(getattr(_first(block, "v4_attention"), "options", None), "window", None)
         if router is not None and (isinstance(router.options, RouterOptions) or hasattr(router.options, "experts")):
-            experts, active = router.options.experts, router.options.k
+            o: Any = router.options  # RouterOptions or a library router's own options (experts, k)
+            experts, active = o.experts, o.k
             shared = shared or _first(block, "gated_mlp", "shared") is not None
             hashed = " (hash-routed)" if router.program == "hash_router" else ""
             css, label = "moe", f"MoE: {active} of {experts} experts{hashed}"

@@ -71,6 +71,9 @@ def tiny_reference_model(tiny: ModelSpec):
                 experts = model.config.num_local_experts
                 table = torch.rand(buffer.shape[0], experts, generator=generator).argsort(-1)[:, :buffer.shape[1]]
                 buffer.copy_(table)
+            elif name.endswith(("layer_scalar", "std_bias", "std_scale")):  # stored buffers a program must apply
+                buffer.copy_(torch.randn(buffer.shape, generator=generator) * 0.1
+                             + (0.0 if name.endswith("std_bias") else 1.0))
     return model
 
 

@@ -50,6 +50,13 @@
       el("td", { "class": "num", "data-label": "Δ" }, [signed(right - left)])]);
   }
 
+  // A role named with each side's mechanisms where they differ, as explorer/compare_views.py names it.
+  function label(role, L, R) {
+    var a = L.mechanisms[role], b = R.mechanisms[role];
+    if (!a || !b || a.join("\u0000") === b.join("\u0000")) return role;
+    return role + ": " + (a.join(", ") || "—") + " → " + (b.join(", ") || "—");
+  }
+
   function configTable(L, R) {
     var l = new Map(L.config), r = new Map(R.config);
     var keys = Array.from(new Set(Array.from(l.keys()).concat(Array.from(r.keys())))).sort();
@@ -73,7 +80,7 @@
     if (!L || !R) return;
     var head = ["Role", L.name, R.name, "Δ"];
     var lr = new Map(L.roles), rr = new Map(R.roles);
-    var roles = L.roles.map(function (x) { return [x[0], lr.get(x[0]), rr.get(x[0])]; })
+    var roles = L.roles.map(function (x) { return [label(x[0], L, R), lr.get(x[0]), rr.get(x[0])]; })
       .filter(function (x) { return x[1] !== "0" || x[2] !== "0"; });
     var rf = new Map(R.figures.map(function (f) { return [f[0], f[2]]; }));
     var figures = L.figures.filter(function (f) { return rf.has(f[0]); })

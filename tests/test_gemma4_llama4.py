@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from explorer.account import account
-from explorer.components import keys_as_values, layer_attention, sigmoid_moe
+from explorer.components import keys_as_values, sigmoid_moe
 from explorer.components.base import PROGRAMS
 from explorer.components.blocks import block_layers
 from explorer.content import load_model_content
@@ -120,7 +120,7 @@ def test_executed_checks_pass(gemma, llama):
     for spec, tiny in (gemma, llama):
         checks = check_equations(spec, tiny)
         assert all(c.status in ("checked", "part") for c in checks.values()), spec.slug
-    assert checks["blocks.nope.attn"].status == "checked"
+    assert checks["blocks.nope.attn"].status == checks["blocks.chunked.attn.rope"].status == "checked"
 
 
 def fails(spec_tiny, where: str, absent: str = "") -> None:
@@ -301,3 +301,48 @@ def test_any_gemma4_config_totals_equal_transformers(raw):
     spec = FAMILIES["gemma4"].build_spec("drawn", raw, "drawn config")
     assert account(spec).total == reference_parameters(spec)
     assert reconcile(spec, reference_index(spec).index, reference=True).balanced
+
+
+def test_gemma3_style_one_plus_w_gain_fails(gemma, monkeypatch):
+    """Deliberately wrong: Gemma 3's (1 + w) RMSNorm gain; Gemma 4's norms multiply by w itself."""
+    original = gemma4_module.rmsnorm
+    monkeypatch.setattr(gemma4_module, "rmsnorm", lambda *a, **k: original(*a, **{**k, "gain": "1+w"}))
+    fails(gemma, "blocks.local.attn_norm: max |Δ|")
+
+
+def test_compare_rows_name_the_mechanisms():
+    from explorer.compare import compare_roles, role_label, role_totals
+
+    def totals(slug):
+        spec = spec_of(slug)
+        return role_totals(spec, account(spec))
+
+    pairs = {("gemma-3-27b", GEMMA4): ("Attention", "Attention with keys as values"),
+             ("llama-3.1-70b", LLAMA4): ("Attention", "Chunked attention, NoPE attention")}
+    for (a, b), (role, named) in pairs.items():
+        left, right = totals(a), totals(b)
+        labels = [role_label(r.role, left, right) for r in compare_roles(left, right)]
+        assert any(label.startswith(role + ":") and named in label for label in labels), labels
+    left, right = totals("llama-3.1-70b"), totals(LLAMA4)
+    assert role_label("Mixture of experts", left, right) == "Mixture of experts: — → Mixture of experts"
+
+
+def test_layer_scalar_left_out_fails(gemma, monkeypatch):
+    """Deliberately wrong: the stored per-layer scalar (a buffer, randomised in the tiny reference) not applied."""
+    from explorer.components import layer_blocks
+
+    original = layer_blocks.run_layer_block
+
+    def unscaled(comp, run, x, angles, M):
+        o = comp.options
+        return original(dataclasses.replace(comp, options=dataclasses.replace(o, layer_scalar=False)), run, x, angles, M)
+
+    monkeypatch.setitem(PROGRAMS, "layer_block", unscaled)
+    fails(gemma, "blocks.local: max |Δ|")
+
+
+def test_vision_standardisation_left_out_fails(gemma, monkeypatch):
+    original = gemma4_module.Gemma4VisionOptions
+    monkeypatch.setattr(gemma4_module, "Gemma4VisionOptions",
+                        lambda *a, **k: dataclasses.replace(original(*a, **k), standardize=False))
+    fails(gemma, "vision_tower: max |Δ|")

@@ -38,8 +38,3 @@ def chunk_mask(M: torch.Tensor, chunk: int | None) -> torch.Tensor:
     other_chunk = (t[:, None] // chunk) != (t[None, :] // chunk)
     return M.masked_fill(other_chunk, float("-inf"))
 
-
-def cached_positions(context: int, chunk: int) -> int:
-    """Keys a chunked layer holds at a context length: at most one chunk (the reference's cache for chunked layers
-    keeps the last attention_chunk_size positions)."""
-    return min(context, chunk)

@@ -25,7 +25,7 @@ else:  # imported on first use: a build whose torch stages are cached never need
     from ..torch_on_first_use import F, torch
 
 from ..spec.storage import Dense
-from ..spec.types import Citation, Component, Dim, IndexRange, Port, Shape, Step, TensorSpec
+from ..spec.types import Citation, Component, IndexRange, Port, Shape, Step, TensorSpec
 from .base import B, Ctx, Run, fmt_eps, options, program, reference_call, relative_module
 from .l2_qk_norm import unit_rms
 from .mlp import activation

@@ -125,7 +125,7 @@ def layer_attention(ctx: Ctx, *, prefix: str, ranges: tuple[IndexRange, ...], x:
     if rope_options is not None and o.rope:
         children.append(replace(rope(ctx, rope_options, code=f"{ctx.reference.prefix}RotaryEmbedding(config)"),
                                 reference=rope_reference))
-    children.append(_scores(ctx, o, heads, kv_heads, citations[:1]))
+    children.append(_scores(ctx, o, heads, kv_heads, citations[:1], _final_names(o, rope_options is not None)))
     o_in = Port(ctx_colour("O"), ctx.tokens(Dim("heads·d_head", n * hd)), "O")
     children.append(linear(ctx, "o_proj", "Output projection", weight=prefix + "o_proj.weight", ranges=ranges,
                            d_in=H * D, d_out="hidden_size", out_dim=ctx.dim("hidden_size"), x=o_in,
@@ -182,21 +182,37 @@ def _describe(o: LayerAttentionOptions) -> str:
     return "; ".join(parts) + "."
 
 
-def _scores(ctx: Ctx, o: LayerAttentionOptions, heads: Dim, kv: Dim, citations: tuple[Citation, ...]) -> Component:
+def _final_names(o: LayerAttentionOptions, rotates: bool) -> tuple[str, str, str]:
+    """The symbols of q, k and v as the scores read them, after every norm, rotation and scale the layer applies
+    (so the scores' steps consume what the steps before them produced)."""
+    Q, K = ("Q", "K") if o.qk_norm != "rms" else (r"\hat Q", r"\hat K")
+    if o.rope and rotates:
+        Q, K = "Q^{R}", "K^{R}"
+    if o.qk_norm == "l2":
+        Q, K = r"\bar Q", r"\bar K"
+    if o.temperature is not None:
+        Q = r"Q^{\tau}"
+    return Q, K, (r"\hat V" if o.value_norm else "V")
+
+
+def _scores(ctx: Ctx, o: LayerAttentionOptions, heads: Dim, kv: Dim, citations: tuple[Citation, ...],
+            names: tuple[str, str, str]) -> Component:
     hd = o.shape.head_dim
+    Qn, Kn, Vn = names
     shape = Shape((B, heads, QUERIES, KEYS))
     scale = (rf"\tau=1/\sqrt{{{hd}}}={o.scale:.6f}" if abs(o.scale - hd ** -0.5) < 1e-12 else
              rf"\tau={o.scale:g}\quad\text{{(no }}1/\sqrt{{d}}\text{{: the normed q and k fix the scale)}}")
     steps = [Step(scale, None, "scale")]
     if o.shape.groups > 1:
         g = o.shape.groups
-        steps.append(Step(rf"{k('K_h')}={k('K')}_{{\lceil h/{g}\rceil}},\quad {v('V_h')}={v('V')}_{{\lceil h/{g}\rceil}}",
+        steps.append(Step(rf"{k('K_h')}={k(Kn)}_{{\lceil h/{g}\rceil}},\quad {v('V_h')}={v(Vn)}_{{\lceil h/{g}\rceil}}",
                           ctx.tokens(heads, Dim("d_head", hd)), "repeat"))
     mask_step = _mask_step(o)
     if mask_step is not None:
         steps.append(mask_step)
-    steps += [Step(rf"A_h=\operatorname{{softmax}}\!\left(\tau\,{q('Q_h')}{k('K_h')}^{{\top}}+M\right)", shape, "softmax"),
-              Step(rf"{ctx_colour('O_h')}=A_h{v('V_h')}", ctx.tokens(heads, Dim("d_v", hd)), "context")]
+    K_h, V_h = (k("K_h"), v("V_h")) if o.shape.groups > 1 else (k(Kn + "_h"), v(Vn + "_h"))
+    steps += [Step(rf"A_h=\operatorname{{softmax}}\!\left(\tau\,{q(Qn + '_h')}{K_h}^{{\top}}+M\right)", shape, "softmax"),
+              Step(rf"{ctx_colour('O_h')}=A_h{V_h}", ctx.tokens(heads, Dim("d_v", hd)), "context")]
     dq = Dim("d_head", hd)
     return Component(
         key="scores", title="Scaled dot-product scores", kind="computed",

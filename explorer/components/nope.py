@@ -9,7 +9,6 @@ Attention" (arXiv:2501.19399) for the position-dependent temperature; transforme
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -40,11 +39,3 @@ def temperature_scales(positions: torch.Tensor, o: Temperature) -> torch.Tensor:
     """The factor of each position, [T]."""
     return torch.log1p(torch.floor((positions.float() + 1.0) / o.floor_scale)) * o.attn_scale + 1.0
 
-
-def first_scaled_position(o: Temperature) -> int:
-    """The first 0-based position whose factor exceeds 1 (positions before it are left as they are)."""
-    return o.floor_scale - 1
-
-
-def factor_at(position: int, o: Temperature) -> float:
-    return 1.0 + o.attn_scale * math.log1p((position + 1) // o.floor_scale)

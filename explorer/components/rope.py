@@ -284,7 +284,9 @@ def call_rope(comp: Component, ref, model, inputs, run: Run, ours: torch.Tensor)
     """The reference's rotary module returns cos and sin over both halves, already scaled by its factor."""
     o = options(comp, RopeOptions)
     (positions,) = inputs
-    cos, sin = reference_rotary(ref, o, torch.zeros(1, positions.shape[0], 1), positions[None])
+    out = reference_rotary(ref, o, torch.zeros(1, positions.shape[0], 1), positions[None])
+    # Llama 4's rotary module returns the complex factors e^{i t ω_j} (times its scaling) instead of cos and sin
+    cos, sin = (out.real, out.imag) if isinstance(out, torch.Tensor) and out.is_complex() else out
     factor = attention_factor(o)
     theirs = torch.cat([cos[0, :, :o.pairs], sin[0, :, :o.pairs]], dim=-1)
     return (torch.cat([ours.cos() * factor, ours.sin() * factor], dim=-1), theirs,

@@ -383,7 +383,7 @@ class Gemma4(Family):
 
     def moe_beside(self, ctx: Ctx, t: Gemma4TextHyperparameters, p: str, ranges, x_ffn: Port, x_mid: Port,
                    y: Port, mlp: Component, norm) -> Component:
-        E, k = t.num_experts, t.top_k_experts
+        E, k = int(t.num_experts or 0), int(t.top_k_experts or 0)  # check() makes both present
         moe_in = Port(r"x_{\mathrm{moe}}", x_mid.shape, "x_moe")
         routed = Port(r"y^{\mathrm{routed}}", x_mid.shape, "routed")
         router_c = scaled_router(ctx, prefix=p + "router.", ranges=ranges, x=x_mid,
@@ -439,7 +439,7 @@ class Gemma4(Family):
         t = c.text_config
         types = layer_types(t)
         kvh, _ = global_kv_heads(t)
-        out = (("transformer blocks", f"{t.num_hidden_layers:,} ({types.count(SLIDING)} sliding, "
+        out: tuple[tuple[str, str], ...] = (("transformer blocks", f"{t.num_hidden_layers:,} ({types.count(SLIDING)} sliding, "
                                       f"{types.count(GLOBAL)} global)"),
                ("attention heads", f"{t.num_attention_heads} query; {t.num_key_value_heads} key/value of "
                                    f"{t.head_dim} (sliding), {kvh} of {t.global_head_dim} (global)"))

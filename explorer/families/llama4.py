@@ -222,7 +222,7 @@ class Llama4(Family):
             else None)
         ro = rope_options(t.rope_theta, t.head_dim, t.rope_scaling, "interleaved", t.max_position_embeddings)
         attn = layer_attention(ctx, prefix=p + "self_attn.", ranges=ranges, x=x_attn, o=o, rope_options=ro,
-                               code="Llama4TextAttention(config, layer_idx)", rope_reference="-", citations=(
+                               code="Llama4TextAttention(config, layer_idx)", citations=(
                                    REFERENCE.cite("Attention rotates q and k on RoPE layers (complex products of "
                                                   "adjacent pairs), then applies the weightless L2 norm; on NoPE layers "
                                                   "it skips both and scales the queries by the temperature.",
