@@ -310,21 +310,16 @@ def test_gemma3_style_one_plus_w_gain_fails(gemma, monkeypatch):
     fails(gemma, "blocks.local.attn_norm: max |Δ|")
 
 
-def test_compare_rows_name_the_mechanisms():
-    from explorer.compare import compare_roles, role_label, role_totals
-
-    def totals(slug):
-        spec = spec_of(slug)
-        return role_totals(spec, account(spec))
+def test_compare_rows_name_the_mechanisms(builds):
+    from explorer.compare_views import compare_page
 
     pairs = {("gemma-3-27b", GEMMA4): ("Attention", "Attention with keys as values"),
              ("llama-3.1-70b", LLAMA4): ("Attention", "Chunked attention, NoPE attention")}
     for (a, b), (role, named) in pairs.items():
-        left, right = totals(a), totals(b)
-        labels = [role_label(r.role, left, right) for r in compare_roles(left, right)]
+        labels = [r.label for r in compare_page(builds[a], builds[b]).rows]
         assert any(label.startswith(role + ":") and named in label for label in labels), labels
-    left, right = totals("llama-3.1-70b"), totals(LLAMA4)
-    assert role_label("Mixture of experts", left, right) == "Mixture of experts: — → Mixture of experts"
+    labels = [r.label for r in compare_page(builds["llama-3.1-70b"], builds[LLAMA4]).rows]
+    assert "Mixture of experts: — → Mixture of experts" in labels
 
 
 def test_layer_scalar_left_out_fails(gemma, monkeypatch):
