@@ -204,3 +204,13 @@ def test_add_model_alone_builds_other_configs_with_transformers_totals(tmp_path_
     assert account(spec).total - mtp == sum(p.numel() for p in model.parameters())
     rec = reconcile(spec, reference_index(spec).index, reference=True, skip_owners=("mtp",))
     assert rec.balanced, rec.differences(5)
+
+
+def test_a_token_id_key_takes_an_integer_or_a_list():
+    """GLM-5 publishes eos_token_id as a list; a union type takes the first member the value fits."""
+    from explorer.families import FAMILIES
+
+    raw = load_model_content(ROOT / "content/models/glm-5").config
+    family = FAMILIES["glm_moe_dsa"]
+    assert family.validate(raw, "glm-5").eos_token_id == (154820, 154827, 154829)
+    assert family.validate({**raw, "eos_token_id": 7}, "glm-5").eos_token_id == 7
