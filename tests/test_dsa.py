@@ -139,6 +139,8 @@ def test_deepseek_v32_fp8_layout_is_predicted_from_the_config():
     for dense in ("weights_proj.weight", "k_norm.weight", "k_norm.bias"):  # kept out of FP8
         assert stored[p + dense].dtype == "BF16" and p + dense + "_scale_inv" not in stored
     assert stored["model.layers.3.mlp.gate.e_score_correction_bias"].dtype == "F32"
+    storage = spec.root.child("blocks").child("moe").child("attn").child("indexer").child("wq_b").tensors[0].storage
+    assert storage.block == (128, 128) and "each scale a power of two (ue8m0)" in storage.stored_as
     rec = reconcile(spec, predicted_index(spec))
     assert rec.role_total("parameter")[1] == account(spec).total
     assert rec.role_total("buffer")[1] == 14_848 + 256  # the MTP layer's router has one too
