@@ -127,8 +127,8 @@ def reconcile(spec: ModelSpec, index: CheckpointIndex, reference: bool = False,
     """Match the spec's expected tensors against a checkpoint index, group against group.
 
     reference=True matches against a reference implementation instead: only parameters and the buffers the config
-    sizes are compared (it stores no quantization scales or unloaded buffers), shapes but not dtypes, and components under
-    skip_owners (which it does not build) are left out. `expected`: the spec's expected_groups where the caller
+    sizes are compared (it stores no quantization scales or unloaded buffers), shapes but not dtypes, and
+    components under skip_owners (which it does not build) are left out. `expected`: the spec's expected_groups where the caller
     has them already (computed with the same `reference`).
     """
     if expected is None:
