@@ -230,3 +230,26 @@ def test_layers_that_reuse_a_selection_are_refused_by_name(change):
     with pytest.raises(ContentError) as info:
         FAMILIES["glm_moe_dsa"].validate(raw, "glm-5")
     assert "key 'indexer_types': every layer must run its own indexer" in str(info.value)
+
+
+def test_the_softmax_reads_the_mask_the_indexer_narrowed():
+    """Each step consumes what an earlier one produced: the indexer's selection, then M + M^sel, then the softmax."""
+    attn = spec_of("deepseek-v3.2").root.child("blocks").child("moe").child("attn")
+    names = [s.name for s in attn.steps]
+    assert names.index("q-norm") < names.index("idx-q") < names.index("idx-select") < names.index("dsa-mask") \
+        < names.index("softmax")
+    softmax = attn.steps[names.index("softmax")]
+    assert r"M^{\mathrm{DSA}}" in softmax.latex and "+M\\right" not in softmax.latex
+
+
+def test_decode_flops_read_index_topk_keys_and_the_indexer_scores_all():
+    from explorer.figures import FLOP_CONTEXT, derive
+
+    spec = spec_of("deepseek-v3.2")
+    figures = derive(spec, account(spec), None)
+    c = spec.config
+    mla = 2 * c.num_attention_heads * (c.qk_nope_head_dim + c.qk_rope_head_dim + c.v_head_dim)  # scores and values
+    indexer = 2 * c.index_n_heads * (c.index_head_dim + 1)  # dot products and the head weighting
+    attention = c.num_hidden_layers * (mla * min(c.index_topk, FLOP_CONTEXT) + indexer * FLOP_CONTEXT)
+    matmul = figures.get("active_parameters_no_embedding").value
+    assert figures.get("flops_decode").value == 2 * matmul + attention
