@@ -28,7 +28,9 @@ def model_api(mb: ModelBuild) -> dict[str, Any]:
         "figures": [{"key": f.key, "label": f.label, "value": f.value, "formula": f.formula, "definition": f.definition}
                     for f in mb.figures.figures],
         "kv_cache_per_layer": [{"block": c.block, "layers": c.layers, "elements_per_token": c.cache_per_token,
-                                "mha_elements_per_token": c.mha_per_token, "window": c.window}
+                                "mha_elements_per_token": c.mha_per_token, "window": c.window,
+                                # sparse attention: the keys a query reads at most, and what a token's entry holds
+                                **({"attended_keys": c.attended, "makeup": c.note} if c.attended else {})}
                                for c in mb.figures.attention],
         "published_active_claim": {"claim": mb.claim.claim, "source": mb.claim.source,
                                    "reproduced_by": mb.claim.matched.key if mb.claim.matched else None}

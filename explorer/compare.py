@@ -14,7 +14,7 @@ from .spec.types import Component, ModelSpec, path_key, walk
 
 ROLES = ("Token embedding", "Position embedding", "Attention", "Linear attention (Gated DeltaNet)", "Feed-forward (dense)", "Mixture of experts",
          "Norms", "LM head", "Multi-token prediction", "Vision tower and projector", "Other")
-_BY_PROGRAM = {"attention": "Attention", "mla": "Attention", "fused_attention": "Attention",
+_BY_PROGRAM = {"attention": "Attention", "mla": "Attention", "dsa": "Attention", "fused_attention": "Attention",
                "shaped_attention": "Attention",
                "gated_mlp": "Feed-forward (dense)",
                "plain_mlp": "Feed-forward (dense)", "moe": "Mixture of experts", "fused_moe": "Mixture of experts",

@@ -139,6 +139,8 @@ def test_deepseek_v32_fp8_layout_is_predicted_from_the_config():
     for dense in ("weights_proj.weight", "k_norm.weight", "k_norm.bias"):  # kept out of FP8
         assert stored[p + dense].dtype == "BF16" and p + dense + "_scale_inv" not in stored
     assert stored["model.layers.3.mlp.gate.e_score_correction_bias"].dtype == "F32"
+    storage = spec.root.child("blocks").child("moe").child("attn").child("indexer").child("wq_b").tensors[0].storage
+    assert storage.block == (128, 128) and "each scale a power of two (ue8m0)" in storage.stored_as
     rec = reconcile(spec, predicted_index(spec))
     assert rec.role_total("parameter")[1] == account(spec).total
     assert rec.role_total("buffer")[1] == 14_848 + 256  # the MTP layer's router has one too
@@ -204,3 +206,50 @@ def test_add_model_alone_builds_other_configs_with_transformers_totals(tmp_path_
     assert account(spec).total - mtp == sum(p.numel() for p in model.parameters())
     rec = reconcile(spec, reference_index(spec).index, reference=True, skip_owners=("mtp",))
     assert rec.balanced, rec.differences(5)
+
+
+def test_a_token_id_key_takes_an_integer_or_a_list():
+    """GLM-5 publishes eos_token_id as a list; a union type takes the first member the value fits."""
+    from explorer.families import FAMILIES
+
+    raw = load_model_content(ROOT / "content/models/glm-5").config
+    family = FAMILIES["glm_moe_dsa"]
+    assert family.validate(raw, "glm-5").eos_token_id == (154820, 154827, 154829)
+    assert family.validate({**raw, "eos_token_id": 7}, "glm-5").eos_token_id == 7
+
+
+@pytest.mark.parametrize("change", [{"index_topk_freq": 2}, {"index_topk_pattern": "FFS"},
+                                    {"indexer_types": ["full", "shared"]}])
+def test_layers_that_reuse_a_selection_are_refused_by_name(change):
+    """transformers lets a GLM-MoE-DSA layer reuse the previous layer's top-k; until the library draws that, such a
+    config is refused with the key named, not drawn as if every layer ran its indexer."""
+    from explorer.errors import ContentError
+    from explorer.families import FAMILIES
+
+    raw = {**load_model_content(ROOT / "content/models/glm-5").config, "num_hidden_layers": 3, **change}
+    with pytest.raises(ContentError) as info:
+        FAMILIES["glm_moe_dsa"].validate(raw, "glm-5")
+    assert "key 'indexer_types': every layer must run its own indexer" in str(info.value)
+
+
+def test_the_softmax_reads_the_mask_the_indexer_narrowed():
+    """Each step consumes what an earlier one produced: the indexer's selection, then M + M^sel, then the softmax."""
+    attn = spec_of("deepseek-v3.2").root.child("blocks").child("moe").child("attn")
+    names = [s.name for s in attn.steps]
+    assert names.index("q-norm") < names.index("idx-q") < names.index("idx-select") < names.index("dsa-mask") \
+        < names.index("softmax")
+    softmax = attn.steps[names.index("softmax")]
+    assert r"M^{\mathrm{DSA}}" in softmax.latex and "+M\\right" not in softmax.latex
+
+
+def test_decode_flops_read_index_topk_keys_and_the_indexer_scores_all():
+    from explorer.figures import FLOP_CONTEXT, derive
+
+    spec = spec_of("deepseek-v3.2")
+    figures = derive(spec, account(spec), None)
+    c = spec.config
+    mla = 2 * c.num_attention_heads * (c.qk_nope_head_dim + c.qk_rope_head_dim + c.v_head_dim)  # scores and values
+    indexer = 2 * c.index_n_heads * (c.index_head_dim + 1)  # dot products and the head weighting
+    attention = c.num_hidden_layers * (mla * min(c.index_topk, FLOP_CONTEXT) + indexer * FLOP_CONTEXT)
+    matmul = figures.get("active_parameters_no_embedding").value
+    assert figures.get("flops_decode").value == 2 * matmul + attention

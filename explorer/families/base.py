@@ -186,7 +186,8 @@ def fp8_storage(quantization_config: Any) -> Storage | None:
     if quantization_config is None:
         return None
     dtype = {"e4m3": "F8_E4M3", "e5m2": "F8_E5M2"}.get(quantization_config.fmt, "F8_E4M3")
-    return BlockFP8(dtype, tuple(quantization_config.weight_block_size))
+    return BlockFP8(dtype, tuple(quantization_config.weight_block_size),
+                    scale_fmt=getattr(quantization_config, "scale_fmt", None) or "")
 
 
 __all__ = ["Family", "Hyperparameters", "ReferenceBinding", "DIM_LABELS", "LIMITS", "rule_problems", "stored_dtype"]

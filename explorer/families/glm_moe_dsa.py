@@ -50,6 +50,23 @@ class GlmMoeDsaHyperparameters(DeepseekV32Hyperparameters):
     """The newer name of torch_dtype; where published it is the stored dtype."""
     eos_token_id: int | tuple[int, ...] | None = None  # type: ignore[assignment]  # GLM-5 publishes a list
     pad_token_id: int | None = None
+    indexer_types: tuple[str, ...] | None = None
+    """Per layer, "full" (runs its indexer) or "shared" (reuses the previous full layer's selection); None: from
+    index_topk_pattern, else from index_topk_freq and index_skip_topk_offset."""
+    index_topk_pattern: str | None = None
+    index_topk_freq: int = 1
+    index_skip_topk_offset: int = 2
+
+
+def indexer_types(c: GlmMoeDsaHyperparameters) -> tuple[str, ...]:
+    """Which layers run their own indexer, as GlmMoeDsaConfig derives it when indexer_types is not published."""
+    if c.indexer_types is not None:
+        return c.indexer_types
+    if c.index_topk_pattern is not None:
+        return tuple({"F": "full", "S": "shared"}.get(ch, ch) for ch in c.index_topk_pattern)
+    freq = max(c.index_topk_freq, 1)
+    return tuple("full" if max(i - c.index_skip_topk_offset + 1, 0) % freq == 0 else "shared"
+                 for i in range(c.num_hidden_layers))
 
 
 class GlmMoeDsa(DeepseekV32):
@@ -72,6 +89,9 @@ class GlmMoeDsa(DeepseekV32):
             (c.rope_interleave and c.indexer_rope_interleave, "indexer_rope_interleave",
              "must be true: the reference rotates adjacent pairs in both the attention and the indexer"),
             (theta is not None and theta > 0, "rope_parameters.rope_theta", f"must be > 0, got {theta}"),
+            (set(indexer_types(c)) <= {"full"}, "indexer_types",
+             "every layer must run its own indexer: layers that reuse the previous layer's selection (\"shared\", "
+             "from index_topk_freq, index_skip_topk_offset or index_topk_pattern) are not in the library yet"),
         ]) + rope_scaling_problems(c.rope_parameters, "rope_parameters")
 
     def rope_source(self, c: Any) -> tuple[float, RopeScaling | None]:

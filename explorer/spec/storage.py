@@ -88,16 +88,24 @@ class BlockFP8:
     block: tuple[int, ...]
     scale_dtype: str = "F32"
     scale_suffix: str = "_scale_inv"
+    scale_fmt: str = ""
+    """quantization_config.scale_fmt where published: "ue8m0" rounds every scale to a power of two (an unsigned
+    8-bit exponent's worth), still written in scale_dtype."""
 
     @property
     def label(self) -> str:
-        return f"{self.dtype}, one {self.scale_dtype} scale per {' × '.join(map(str, self.block))} block"
+        return (f"{self.dtype}, one {self.scale_dtype} scale per {' × '.join(map(str, self.block))} block"
+                + self._fmt_text)
 
     @property
     def stored_as(self) -> str:
         """"in FP8 (e4m3) with one scale per 128 × 128 block", as the seed pages say it."""
         fmt = self.dtype.removeprefix("F8_").lower()
-        return f"in FP8 ({fmt}) with one scale per {' × '.join(map(str, self.block))} block"
+        return f"in FP8 ({fmt}) with one scale per {' × '.join(map(str, self.block))} block" + self._fmt_text
+
+    @property
+    def _fmt_text(self) -> str:
+        return f", each scale a power of two ({self.scale_fmt})" if self.scale_fmt == "ue8m0" else ""
 
     def scale_shape(self, shape: tuple[int, ...]) -> tuple[int, ...]:
         """[7168, 18432] with 128 × 128 blocks -> [56, 144]."""
