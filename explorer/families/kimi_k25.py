@@ -241,8 +241,9 @@ class KimiK25(DeepseekV3):
                            "image features replace the image placeholder tokens' embeddings.", "Model"),),
                        description=text.description + f" Beside it, a {v.num_hidden_layers}-block MoonViT vision "
                        f"tower and a projector turn an image into one token of the text width per "
-                       f"{grid.merge_h}×{grid.merge_w} patches of {px}×{px} pixels (shown for a "
-                       f"{grid.h * px}×{grid.w * px}-pixel image: {grid.patches:,} patches, {grid.tokens:,} tokens).")
+                       f"{grid.merge_h}×{grid.merge_w} patches of {px}×{px} pixels (shown for an image "
+                       f"{grid.w * px:,} pixels wide and {grid.h * px:,} tall: {grid.patches:,} patches, "
+                       f"{grid.tokens:,} tokens).")
 
     def quantize(self, text: Component, t: KimiK25TextHyperparameters) -> Component:
         """Routed experts (every Linear the ignore list leaves) as pack-quantized integers."""
