@@ -20,7 +20,8 @@ _BY_PROGRAM = {"attention": "Attention", "mla": "Attention", "fused_attention": 
                "mtp": "Multi-token prediction",
                "norm": "Norms", "head": "LM head", "embedding": "Token embedding", "positions": "Position embedding",
                "vision": "Vision tower and projector", "vision_tower": "Vision tower and projector",
-               "projector": "Vision tower and projector"}
+               "projector": "Vision tower and projector", "moonvit_tower": "Vision tower and projector",
+               "kimi_projector": "Vision tower and projector"}
 
 
 @dataclass(frozen=True, slots=True)

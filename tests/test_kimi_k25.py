@@ -245,3 +245,13 @@ def _tiny_raw(tiny):
     raw = _as_dict(tiny.config)
     raw["text_config"] = {**raw["text_config"], "dtype": "bfloat16", "torch_dtype": "bfloat16"}
     return raw
+
+
+def test_compare_with_kimi_k2_names_the_vision_parts_as_the_change(spec):
+    from explorer.compare import compare_roles, role_totals
+
+    kimi_k2 = load_model_spec(load_model_content(ROOT / "content/models/kimi-k2"))
+    rows = {r.role: r.delta for r in compare_roles(role_totals(kimi_k2, account(kimi_k2)),
+                                                   role_totals(spec, account(spec)))}
+    assert rows["Vision tower and projector"] == TOWER + PROJECTOR
+    assert all(delta == 0 for role, delta in rows.items() if role != "Vision tower and projector")
