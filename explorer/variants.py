@@ -80,6 +80,8 @@ class StoredAs:
     """A variant's predicted layout and the numbers its section states."""
 
     variant: PublishedVariant
+    scheme: str
+    """The storage scheme's class name ("NVFP4", "FP8PerTensor", "PackQuantized")."""
     storage_label: str
     rows: tuple[StoredRow, ...]
     tensors: tuple[tuple[str, str, tuple[int, ...], int], ...]
@@ -192,7 +194,8 @@ def stored_as(base: ModelSpec, v: PublishedVariant, module_name=lambda n: n) -> 
     rows = tuple(StoredRow(t.role, t.dtype, t.tensors, t.elements, t.bytes, t.parameters) for t in rec.totals)
     tensors = tuple(sorted({(g.box.pattern, g.dtype, tuple(g.shape or ()), _nbytes(g.dtype, g.shape))
                             for g in expected}))
-    return StoredAs(v, variant_storage(v).label, rows, tensors, sum(r.parameters for r in rows),
+    storage = variant_storage(v)
+    return StoredAs(v, type(storage).__name__, storage.label, rows, tensors, sum(r.parameters for r in rows),
                     sum(r.elements for r in rows), sum(r.bytes for r in rows))
 
 

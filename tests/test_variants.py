@@ -95,3 +95,17 @@ def test_model_page_and_api_show_each_variant(tmp_path, base):
     html = render_page(environment(ROOT / "templates"), component_page(mb, (), mb.spec.root))
     assert "Stored as: <a href=\"https://huggingface.co/nvidia/Qwen3-8B-NVFP4\">Qwen3-8B-NVFP4</a>" in html
     assert f"{account(base).total:,}" in html and "revision not pinned: not published at a known commit" in html
+
+
+def test_nvfp4_rows_are_not_called_mxfp4(tmp_path, base):
+    from types import SimpleNamespace
+
+    from explorer.views import variant_views
+
+    content = _content(tmp_path)
+    add_variant(content, BASE, _modelopt(tmp_path, "NVFP4", ["lm_head"]), "nvidia/Qwen3-8B-NVFP4", "unpinned", "x")
+    (variant,) = load_variants(content / "models" / BASE)
+    (view,) = variant_views(SimpleNamespace(variants=(stored_as(base, variant),)))  # type: ignore[arg-type]
+    labels = {r.dtype: r.role for r in view.rows}
+    assert labels["U8"] == "NVFP4 values: two FP4 (E2M1) per byte"
+    assert labels["F8_E4M3"] == "NVFP4 block scales: one FP8 E4M3 per 16 values"
