@@ -26,7 +26,7 @@ from .content import parse_table
 from .errors import ContentError
 from .quantization import CompressedTensorsConfig, compressed_tensors_problems, excluded, ignored, quantize_linears
 from .reconcile import expected_groups, predicted_index, reconcile
-from .spec.storage import NVFP4, FP8PerTensor, PackQuantized, Storage
+from .spec.storage import NVFP4, FP8PerTensor, PackQuantized
 from .spec.types import Citation, ModelSpec
 
 VARIANTS_DIR = "variants"
@@ -161,7 +161,7 @@ def add_variant(content_dir: Path, base: str, quant_config: Path, repo: str, rev
 
 # ---------------------------------------------------------------------------------------------- predicting
 
-def variant_storage(v: PublishedVariant) -> Storage:
+def variant_storage(v: PublishedVariant) -> NVFP4 | FP8PerTensor | PackQuantized:
     if v.modelopt is not None:
         return NVFP4(v.modelopt.group_size) if v.modelopt.quant_algo == "NVFP4" else FP8PerTensor()
     assert v.compressed_tensors is not None

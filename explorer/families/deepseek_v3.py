@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, ClassVar
 
 from ..components import Ctx, Reference
 from ..components.base import Port, layer_label, layers
@@ -123,8 +123,8 @@ MLP_CITATIONS = (
 
 class DeepseekV3(Family):
     name = "deepseek_v3"
-    model_types = ("deepseek_v3", "kimi_k2")
-    config_class = DeepseekV3Hyperparameters
+    model_types: ClassVar[tuple[str, ...]] = ("deepseek_v3", "kimi_k2")
+    config_class: ClassVar[type] = DeepseekV3Hyperparameters
     reference = ReferenceBinding("DeepseekV3Config", "DeepseekV3ForCausalLM", not_built=("mtp",),
                                  renames=split_fused_experts)
     symbols = ("vocab_size", "hidden_size", "intermediate_size", "moe_intermediate_size", "q_lora_rank",

@@ -168,7 +168,7 @@ class KimiK25(DeepseekV3):
     """Kimi_K25ForConditionalGeneration: the DeepSeek-V3 text model, a MoonViT tower and a projector."""
 
     name = "kimi_k25"
-    model_types = ("kimi_k25",)
+    model_types: ClassVar[tuple[str, ...]] = ("kimi_k25",)
     config_class: ClassVar[type] = KimiK25Hyperparameters
     reference = ReferenceBinding(
         "Kimi_K25Config", "Kimi_K25ForConditionalGeneration", renames=split_fused_experts,
@@ -251,6 +251,7 @@ class KimiK25(DeepseekV3):
         if q is None:
             return text
         w = next(iter(q.config_groups.values())).weights
+        assert w is not None and w.group_size is not None  # compressed_tensors_problems rejected anything else
         storage = PackQuantized(w.num_bits, w.group_size, stored_dtype(t.dtype))
         citation = Citation(f"Weights are stored {storage.stored_as}, except modules matching the ignore list "
                             f"({', '.join(q.ignore)}); scales and shapes are quantization metadata, not parameters.",
