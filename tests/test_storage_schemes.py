@@ -112,3 +112,14 @@ def test_header_elements_are_not_parameters(scheme, elements):
     stored = scheme.expand("m.weight", (2048, 7168))
     assert sum(t.parameters for t in stored) == 2048 * 7168
     assert header_elements(stored) == elements
+
+
+def test_fp8_per_tensor_matches_transformers_fp8_linear():
+    """transformers' own FP8 layer without weight_block_size and with static activations holds exactly the tensors
+    the scheme predicts under its names: an F8_E4M3 weight and two F32 scalars."""
+    from transformers.integrations.finegrained_fp8 import FP8Linear
+
+    with torch.device("meta"):
+        layer = FP8Linear(16, 8, block_size=None, activation_scheme="static")
+    held = {f"m.{n}": (tuple(p.shape), DTYPES[p.dtype]) for n, p in layer.named_parameters()}
+    assert held == predicted(FP8PerTensor(scale_name="weight_scale_inv", input_name="activation_scale"), (8, 16))
