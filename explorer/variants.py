@@ -136,6 +136,8 @@ def add_variant(content_dir: Path, base: str, quant_config: Path, repo: str, rev
     folder = content_dir / "models" / base
     if not (folder / "model.toml").exists():
         raise ContentError([f"--add-variant: no model {base!r} in {content_dir / 'models'}"])
+    if revision == "unpinned" and not revision_note:
+        revision_note = f"{quant_config.name} was recorded without the Hub revision it was read at"
     data = json.loads(quant_config.read_text(encoding="utf-8"))
     name = re.sub(r"[^a-z0-9.]+", "-", repo.split("/")[-1].lower()).strip("-")
     producer = data.get("producer", {})
