@@ -109,3 +109,17 @@ def test_nvfp4_rows_are_not_called_mxfp4(tmp_path, base):
     labels = {r.dtype: r.role for r in view.rows}
     assert labels["U8"] == "NVFP4 values: two FP4 (E2M1) per byte"
     assert labels["F8_E4M3"] == "NVFP4 block scales: one FP8 E4M3 per 16 values"
+
+
+def test_build_py_add_variant_writes_the_file(tmp_path):
+    from conftest import build_main
+
+    project = tmp_path / "project"
+    _content(project / "content")
+    config = _modelopt(tmp_path, "NVFP4", ["lm_head"])
+    result = build_main("--content", str(project), "--add-variant", BASE, "--quant-config", str(config),
+                        "--repo", "nvidia/Qwen3-8B-NVFP4", "--revision", "unpinned")
+    assert result.returncode == 0, result.stderr
+    (variant,) = load_variants(project / "content/models" / BASE)
+    assert variant.meta.revision_note == f"{config.name} was recorded without the Hub revision it was read at"
+    assert variant.meta.producer == "modelopt 0.43.0"
