@@ -255,3 +255,13 @@ def test_compare_with_kimi_k2_names_the_vision_parts_as_the_change(spec):
                                                    role_totals(spec, account(spec)))}
     assert rows["Vision tower and projector"] == TOWER + PROJECTOR
     assert all(delta == 0 for role, delta in rows.items() if role != "Vision tower and projector")
+
+
+def test_active_parameters_per_text_token_leave_the_vision_parts_out(spec):
+    from explorer.figures import derive
+
+    kimi_k2 = load_model_spec(load_model_content(ROOT / "content/models/kimi-k2"))
+    ours, theirs = derive(spec, account(spec), None), derive(kimi_k2, account(kimi_k2), None)
+    assert ours.get("active_parameters").value == theirs.get("active_parameters").value
+    assert "vision tower and projector" in ours.get("active_parameters").formula
+    assert ours.get("kv_cache_per_token").value == 61 * (512 + 64)  # MLA's latent and shared rotary key per layer
