@@ -26,7 +26,8 @@ _BY_PROGRAM = {"attention": "Attention", "mla": "Attention", "dsa": "Attention",
                "halves_experts": "Mixture of experts", "softcapped_head": "LM head",
                "gemma4_vision_tower": "Vision tower and projector",
                "gemma4_vision_embedder": "Vision tower and projector", "gated_attention": "Attention",
-               "gated_deltanet": "Linear attention (Gated DeltaNet)", "qwen_vision_tower": "Vision tower and projector"}
+               "gated_deltanet": "Linear attention (Gated DeltaNet)", "qwen_vision_tower": "Vision tower and projector",
+               "moonvit_tower": "Vision tower and projector", "kimi_projector": "Vision tower and projector"}
 """moe_beside_mlp (Gemma 4) is left unclassified: its dense MLP, norms, router and experts take their own roles."""
 
 

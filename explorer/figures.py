@@ -10,7 +10,8 @@ from the spec and the ledger (never in templates), each with its formula and its
 - Forward FLOPs per token: 2 × the multiply-adds of the projections a token runs, plus the attention scores and
   the weighted sum over the cached context, for decode (one token at context C) and prefill (C tokens).
 - Weight memory: the stored bytes (from the checkpoint ledger where one is recorded, else the storage schemes'
-  prediction), and the parameters at BF16, FP8 and 4-bit.
+  prediction), the parameters at BF16, FP8 and 4-bit, and as stored by MXFP4, NVFP4 and INT4 group-32 formats
+  with their scales.
 """
 
 from __future__ import annotations
@@ -43,6 +44,14 @@ ROUTED = {"moe": "expert", "fused_moe": "experts", "sigmoid_moe": "experts", "mo
           "shared_and_routed_moe": "experts", "relu2_moe": "expert"}
 """MoE programs -> the key of their routed experts (one expert repeated, or all experts in one component)."""
 WEIGHT_DTYPES = (("BF16", 2.0), ("FP8", 1.0), ("4-bit", 0.5))
+QUANT_FORMATS = (
+    ("MXFP4", "mxfp4", 0.5 + 1 / 32, "4-bit E2M1 values and one 1-byte E8M0 scale per 32"),
+    ("NVFP4", "nvfp4", 0.5 + 1 / 16, "4-bit E2M1 values and one FP8 E4M3 scale per 16 (plus two FP32 scalars per "
+                                     "tensor)"),
+    ("INT4, group 32", "int4_g32", 0.5 + 2 / 32, "4-bit integers packed in int32 words and one BF16 scale per 32 (plus "
+                                                 "an int64 shape per tensor), as compressed-tensors stores them"),
+)
+"""Stored formats with their bytes per parameter, scales included (per-tensor scalars left out: a few bytes)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -178,6 +187,9 @@ def derive(spec: ModelSpec, ledger: Ledger, stored: Reconciliation | None) -> De
         *(Figure(f"weight_bytes_{name.lower().replace('-', '')}", f"Weight memory at {name}", int(total * size),
                  f"total × {size:g} byte{'s' if size > 1 else ''}", f"Every parameter at {name}, with no scales.")
           for name, size in WEIGHT_DTYPES),
+        *(Figure(f"weight_bytes_{key}", f"Weight memory as {name}", int(total * size),
+                 f"total × {size:g} bytes", f"Every parameter stored as {what}: {size:g} bytes per parameter.")
+          for name, key, size, what in QUANT_FORMATS),
     ]
     figures += _recurrent_state_figures(spec, ledger, costs)
     return DerivedFigures(tuple(figures), tuple(costs))

@@ -26,7 +26,7 @@ from .content import parse_table
 from .errors import ContentError
 from .quantization import CompressedTensorsConfig, compressed_tensors_problems, excluded, ignored, quantize_linears
 from .reconcile import expected_groups, predicted_index, reconcile
-from .spec.storage import NVFP4, FP8PerTensor, PackQuantized, Storage
+from .spec.storage import NVFP4, FP8PerTensor, PackQuantized
 from .spec.types import Citation, ModelSpec
 
 VARIANTS_DIR = "variants"
@@ -80,6 +80,8 @@ class StoredAs:
     """A variant's predicted layout and the numbers its section states."""
 
     variant: PublishedVariant
+    scheme: str
+    """The storage scheme's class name ("NVFP4", "FP8PerTensor", "PackQuantized")."""
     storage_label: str
     rows: tuple[StoredRow, ...]
     tensors: tuple[tuple[str, str, tuple[int, ...], int], ...]
@@ -134,6 +136,8 @@ def add_variant(content_dir: Path, base: str, quant_config: Path, repo: str, rev
     folder = content_dir / "models" / base
     if not (folder / "model.toml").exists():
         raise ContentError([f"--add-variant: no model {base!r} in {content_dir / 'models'}"])
+    if revision == "unpinned" and not revision_note:
+        revision_note = f"{quant_config.name} was recorded without the Hub revision it was read at"
     data = json.loads(quant_config.read_text(encoding="utf-8"))
     name = re.sub(r"[^a-z0-9.]+", "-", repo.split("/")[-1].lower()).strip("-")
     producer = data.get("producer", {})
@@ -159,7 +163,7 @@ def add_variant(content_dir: Path, base: str, quant_config: Path, repo: str, rev
 
 # ---------------------------------------------------------------------------------------------- predicting
 
-def variant_storage(v: PublishedVariant) -> Storage:
+def variant_storage(v: PublishedVariant) -> NVFP4 | FP8PerTensor | PackQuantized:
     if v.modelopt is not None:
         return NVFP4(v.modelopt.group_size) if v.modelopt.quant_algo == "NVFP4" else FP8PerTensor()
     assert v.compressed_tensors is not None
@@ -192,7 +196,8 @@ def stored_as(base: ModelSpec, v: PublishedVariant, module_name=lambda n: n) -> 
     rows = tuple(StoredRow(t.role, t.dtype, t.tensors, t.elements, t.bytes, t.parameters) for t in rec.totals)
     tensors = tuple(sorted({(g.box.pattern, g.dtype, tuple(g.shape or ()), _nbytes(g.dtype, g.shape))
                             for g in expected}))
-    return StoredAs(v, variant_storage(v).label, rows, tensors, sum(r.parameters for r in rows),
+    storage = variant_storage(v)
+    return StoredAs(v, type(storage).__name__, storage.label, rows, tensors, sum(r.parameters for r in rows),
                     sum(r.elements for r in rows), sum(r.bytes for r in rows))
 
 

@@ -795,12 +795,21 @@ def component_page(mb: ModelBuild, ancestors: tuple[Component, ...], comp: Compo
         variants=variant_views(mb) if is_model else ())
 
 
+VARIANT_STORED_AS = {
+    "NVFP4": {("parameter", "U8"): "NVFP4 values: two FP4 (E2M1) per byte",
+              ("quant_scale", "F32"): "per-tensor scales (weight_scale_2, input_scale)"},
+    "FP8PerTensor": {("quant_scale", "F32"): "per-tensor scales (weight_scale, input_scale)"},
+}
+"""Row labels where a variant's scheme says what a dtype holds (U8 is NVFP4 here, not MXFP4)."""
+
+
 def variant_views(mb: ModelBuild) -> tuple[VariantView, ...]:
     """Each published variant's predicted layout and numbers, formatted (explorer/variants.py computes them)."""
     out = []
     for s in mb.variants:
         m = s.variant.meta
-        rows = tuple(LedgerRowView(STORED_AS.get((r.role, r.dtype), ROLE_NAMES[r.role]), r.dtype, fmt(r.tensors),
+        names = {**STORED_AS, **VARIANT_STORED_AS.get(s.scheme, {})}
+        rows = tuple(LedgerRowView(names.get((r.role, r.dtype), ROLE_NAMES[r.role]), r.dtype, fmt(r.tensors),
                                    fmt(r.parameters) if r.parameters else "—", fmt(r.elements), fmt(r.bytes))
                      for r in s.rows)
         tensors = tuple((name, dtype, "[" + ", ".join(f"{d:,}" for d in shape) + "]", fmt(nbytes))

@@ -189,3 +189,79 @@ def test_add_model_builds_any_small_config_with_transformers_totals(tmp_path, la
     spec = load_model_spec(load_model_content(toml.parent))
     model = build_reference_model(spec)
     assert account(spec).total == sum(x.numel() for x in model.state_dict().values())
+
+
+# ------------------------------------------------------------------------------------- a synthetic INT4 checkpoint
+
+def _write_int4_checkpoint(tiny, folder, mutate=None):
+    """The tiny reference model's weights saved as Kimi K2.5's layout: routed experts packed by int4_pack (the bit
+    layout compressed-tensors writes), everything else BF16."""
+    import torch
+    from safetensors.torch import save_file
+
+    from explorer import int4_pack
+    from explorer.reference import reference_state, tiny_reference_model
+
+    tensors = {}
+    for name, value in reference_state(tiny, tiny_reference_model(tiny), stored_once=True).items():
+        prefix, _, leaf = name.partition(".experts.")
+        if leaf and value.dim() == 3:  # routed experts, stacked: one packed weight per expert
+            for e in range(value.shape[0]):
+                module = f"{prefix}.experts.{e}.{leaf.removesuffix('weight')}"
+                tensors |= {module + k: v for k, v in int4_pack.pack_weight(value[e].to(torch.bfloat16)).items()}
+        else:
+            tensors[name] = value.to(torch.float32 if name.endswith("e_score_correction_bias") else torch.bfloat16)
+    if mutate:
+        mutate(tensors)
+    folder.mkdir()
+    save_file({k: v.contiguous() for k, v in tensors.items()}, str(folder / "model.safetensors"))
+    return folder
+
+
+def test_synthetic_int4_checkpoint_reconciles_and_a_broken_one_names_the_tensor(tiny, tmp_path):
+    import torch
+
+    from explorer.checkpoint import read_local_checkpoint
+
+    tiny_bf16 = FAMILIES["kimi_k25"].build_spec("k", {**_tiny_raw(tiny), "dtype": "bfloat16"}, "test")
+    rec = reconcile(tiny_bf16, read_local_checkpoint(_write_int4_checkpoint(tiny, tmp_path / "good")))
+    assert rec.balanced, rec.differences(5)
+    assert {t.dtype for t in rec.totals if t.role == "quant_scale"} == {"BF16", "I64"}
+    scale = "model.language_model.layers.1.mlp.experts.2.down_proj.weight_scale"
+    packed = "model.language_model.layers.1.mlp.experts.0.up_proj.weight_packed"
+
+    def break_it(tensors):
+        del tensors[scale]
+        tensors[packed] = torch.zeros(tensors[packed].shape[0], tensors[packed].shape[1] + 1, dtype=torch.int32)
+
+    bad = reconcile(tiny_bf16, read_local_checkpoint(_write_int4_checkpoint(tiny, tmp_path / "bad", break_it)))
+    assert not bad.balanced
+    assert scale in str(bad.differences(20)) and packed in str(bad.differences(20))
+
+
+def _tiny_raw(tiny):
+    from explorer.families.kimi_k25 import _as_dict
+
+    raw = _as_dict(tiny.config)
+    raw["text_config"] = {**raw["text_config"], "dtype": "bfloat16", "torch_dtype": "bfloat16"}
+    return raw
+
+
+def test_compare_with_kimi_k2_names_the_vision_parts_as_the_change(spec):
+    from explorer.compare import compare_roles, role_totals
+
+    kimi_k2 = load_model_spec(load_model_content(ROOT / "content/models/kimi-k2"))
+    rows = {r.role: r.delta for r in compare_roles(role_totals(kimi_k2, account(kimi_k2)),
+                                                   role_totals(spec, account(spec)))}
+    assert rows["Vision tower and projector"] == TOWER + PROJECTOR
+    assert all(delta == 0 for role, delta in rows.items() if role != "Vision tower and projector")
+
+
+def test_active_parameters_per_text_token_leave_the_vision_parts_out(spec):
+    from explorer.figures import derive
+
+    kimi_k2 = load_model_spec(load_model_content(ROOT / "content/models/kimi-k2"))
+    ours, theirs = derive(spec, account(spec), None), derive(kimi_k2, account(kimi_k2), None)
+    assert ours.get("active_parameters").value == theirs.get("active_parameters").value
+    assert "vision tower and projector" in ours.get("active_parameters").formula
+    assert ours.get("kv_cache_per_token").value == 61 * (512 + 64)  # MLA's latent and shared rotary key per layer

@@ -112,3 +112,26 @@ def test_header_elements_are_not_parameters(scheme, elements):
     stored = scheme.expand("m.weight", (2048, 7168))
     assert sum(t.parameters for t in stored) == 2048 * 7168
     assert header_elements(stored) == elements
+
+
+def test_fp8_per_tensor_matches_transformers_fp8_linear():
+    """transformers' own FP8 layer without weight_block_size and with static activations holds exactly the tensors
+    the scheme predicts under its names: an F8_E4M3 weight and two F32 scalars."""
+    from transformers.integrations.finegrained_fp8 import FP8Linear
+
+    with torch.device("meta"):
+        layer = FP8Linear(16, 8, block_size=None, activation_scheme="static")
+    held = {f"m.{n}": (tuple(p.shape), DTYPES[p.dtype]) for n, p in layer.named_parameters()}
+    assert held == predicted(FP8PerTensor(scale_name="weight_scale_inv", input_name="activation_scale"), (8, 16))
+
+
+def test_memory_formats_count_their_scales():
+    """The memory figures' bytes per parameter are what each scheme stores for a weight, scales included."""
+    from explorer.figures import QUANT_FORMATS
+    from explorer.spec.storage import MXFP4
+
+    schemes = {"mxfp4": MXFP4(), "nvfp4": NVFP4(), "int4_g32": PackQuantized(4, 32, "BF16")}
+    for _, key, size, _ in QUANT_FORMATS:
+        stored = schemes[key].expand("m.weight", (4096, 4096))
+        per_tensor = sum(t.nbytes for t in stored if t.elements <= 2)  # the scalars and the shape vector
+        assert sum(t.nbytes for t in stored) - per_tensor == 4096 * 4096 * size, key

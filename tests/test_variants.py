@@ -95,3 +95,31 @@ def test_model_page_and_api_show_each_variant(tmp_path, base):
     html = render_page(environment(ROOT / "templates"), component_page(mb, (), mb.spec.root))
     assert "Stored as: <a href=\"https://huggingface.co/nvidia/Qwen3-8B-NVFP4\">Qwen3-8B-NVFP4</a>" in html
     assert f"{account(base).total:,}" in html and "revision not pinned: not published at a known commit" in html
+
+
+def test_nvfp4_rows_are_not_called_mxfp4(tmp_path, base):
+    from types import SimpleNamespace
+
+    from explorer.views import variant_views
+
+    content = _content(tmp_path)
+    add_variant(content, BASE, _modelopt(tmp_path, "NVFP4", ["lm_head"]), "nvidia/Qwen3-8B-NVFP4", "unpinned", "x")
+    (variant,) = load_variants(content / "models" / BASE)
+    (view,) = variant_views(SimpleNamespace(variants=(stored_as(base, variant),)))  # type: ignore[arg-type]
+    labels = {r.dtype: r.role for r in view.rows}
+    assert labels["U8"] == "NVFP4 values: two FP4 (E2M1) per byte"
+    assert labels["F8_E4M3"] == "NVFP4 block scales: one FP8 E4M3 per 16 values"
+
+
+def test_build_py_add_variant_writes_the_file(tmp_path):
+    from conftest import build_main
+
+    project = tmp_path / "project"
+    _content(project / "content")
+    config = _modelopt(tmp_path, "NVFP4", ["lm_head"])
+    result = build_main("--content", str(project), "--add-variant", BASE, "--quant-config", str(config),
+                        "--repo", "nvidia/Qwen3-8B-NVFP4", "--revision", "unpinned")
+    assert result.returncode == 0, result.stderr
+    (variant,) = load_variants(project / "content/models" / BASE)
+    assert variant.meta.revision_note == f"{config.name} was recorded without the Hub revision it was read at"
+    assert variant.meta.producer == "modelopt 0.43.0"

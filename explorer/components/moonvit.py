@@ -221,7 +221,8 @@ def vision_tower(ctx: Ctx, *, prefix: str, layers: int, o: MoonViTOptions, eps: 
                                      "Kimi_K25VisionModel"),))
     grouped = Port("u", Shape((m, k, ctx.dim("vision_hidden_size"))), "u")
     g = o.grid
-    group = Step(rf"u_{{m}}=\bigl(v_{{(2a+i)\,{g.w}+2b+j}}\bigr)_{{i,j<{g.merge_h}}},\quad m=a\,{g.w // g.merge_w}+b",
+    group = Step(rf"u_{{m}}=\bigl(v_{{({g.merge_h}a+i)\,{g.w}+{g.merge_w}b+j}}\bigr)_{{i<{g.merge_h},\,j<{g.merge_w}}},"
+                 rf"\quad m=a\,{g.w // g.merge_w}+b",
                  grouped.shape, "merge")
     steps = (embed.steps[0], embed.steps[1],
              Step(rf"z_{{n+1}}=\operatorname{{Block}}_n(z_n),\quad n=0,\dots,{layers - 1}", shape, "encoder"),

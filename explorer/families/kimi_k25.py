@@ -168,7 +168,7 @@ class KimiK25(DeepseekV3):
     """Kimi_K25ForConditionalGeneration: the DeepSeek-V3 text model, a MoonViT tower and a projector."""
 
     name = "kimi_k25"
-    model_types = ("kimi_k25",)
+    model_types: ClassVar[tuple[str, ...]] = ("kimi_k25",)
     config_class: ClassVar[type] = KimiK25Hyperparameters
     reference = ReferenceBinding(
         "Kimi_K25Config", "Kimi_K25ForConditionalGeneration", renames=split_fused_experts,
@@ -241,8 +241,9 @@ class KimiK25(DeepseekV3):
                            "image features replace the image placeholder tokens' embeddings.", "Model"),),
                        description=text.description + f" Beside it, a {v.num_hidden_layers}-block MoonViT vision "
                        f"tower and a projector turn an image into one token of the text width per "
-                       f"{grid.merge_h}×{grid.merge_w} patches of {px}×{px} pixels (shown for a "
-                       f"{grid.h * px}×{grid.w * px}-pixel image: {grid.patches:,} patches, {grid.tokens:,} tokens).")
+                       f"{grid.merge_h}×{grid.merge_w} patches of {px}×{px} pixels (shown for an image "
+                       f"{grid.w * px:,} pixels wide and {grid.h * px:,} tall: {grid.patches:,} patches, "
+                       f"{grid.tokens:,} tokens)." + _bias_note(t))
 
     def quantize(self, text: Component, t: KimiK25TextHyperparameters) -> Component:
         """Routed experts (every Linear the ignore list leaves) as pack-quantized integers."""
@@ -250,6 +251,7 @@ class KimiK25(DeepseekV3):
         if q is None:
             return text
         w = next(iter(q.config_groups.values())).weights
+        assert w is not None and w.group_size is not None  # compressed_tensors_problems rejected anything else
         storage = PackQuantized(w.num_bits, w.group_size, stored_dtype(t.dtype))
         citation = Citation(f"Weights are stored {storage.stored_as}, except modules matching the ignore list "
                             f"({', '.join(q.ignore)}); scales and shapes are quantization metadata, not parameters.",
@@ -292,6 +294,16 @@ def example_grid(v: KimiK25VisionHyperparameters) -> ImageGrid:
     image, so the table is resampled and the two axes differ), rounded up to whole merge groups."""
     kh, kw = v.merge_kernel_size
     return ImageGrid(-(-(v.pos_emb_height * 3 // 2) // kh) * kh, -(-v.pos_emb_width // kw) * kw, kh, kw)
+
+
+def _bias_note(t: KimiK25TextHyperparameters) -> str:
+    """Which of the two totals the page's count is: the router's correction biases are persistent buffers in
+    transformers (not parameters) that the checkpoint stores beside the weights, and the ledger counts them."""
+    moe_layers = t.num_hidden_layers - t.first_k_dense_replace
+    n = moe_layers * t.n_routed_experts
+    return (f" The count includes the {moe_layers} × {t.n_routed_experts} = {n:,} elements of the routers' "
+            "e_score_correction_bias, which transformers holds as persistent buffers, not parameters: subtract them "
+            "for its parameter count.")
 
 
 def _rope_reference(comp: Component, module: str) -> Component:
