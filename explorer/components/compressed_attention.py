@@ -347,8 +347,8 @@ def v4_attention(ctx: Ctx, *, prefix: str, ranges: tuple[IndexRange, ...], x: Po
                              f"{ctx.size('hidden_size'):,} features.")
     hd = lambda *dims: ctx.tokens(heads, *dims)  # noqa: E731
     theta = "R" if o.kind == "sliding" else r"R^{\mathrm{c}}"
-    n_extra = "" if compressor_c is None else r";\,c_1;\dots;c_{\lfloor T/" + str(options(compressor_c,
-                                                                                           CompressorOptions).ratio) + r"\rfloor}"
+    m = options(compressor_c, CompressorOptions).ratio if compressor_c is not None else 0
+    n_extra = rf";\,c_1;\dots;c_{{\lfloor T/{m}\rfloor}}" if m else ""
     QR, QRh, kvh = q(r"Q^{R}_{t,h}"), q(r"Q^{R}_h"), k(r"\hat c^{KV}_t")
     Ot, Ogrp, Otilde = ctx_colour(r"\tilde O_{t,h}"), ctx_colour(r"O^{\mathrm{grp}}"), ctx_colour(r"\tilde O")
     steps = [
@@ -376,10 +376,8 @@ def v4_attention(ctx: Ctx, *, prefix: str, ranges: tuple[IndexRange, ...], x: Po
         *o_a.steps, *o_b.steps,
     ]
     children = (q_a, q_norm, q_b, kv_p, kv_n) + ((compressor_c,) if compressor_c else ()) + (o_a, o_b)
-    extra = {"sliding": "", "csa": f", plus compressed entries of {options(compressor_c, CompressorOptions).ratio} "
-             "positions each that a lightning indexer selects" if compressor_c else "",
-             "hca": f", plus one compressed entry per {options(compressor_c, CompressorOptions).ratio} positions"
-             if compressor_c else ""}[o.kind]
+    extra = ("" if not m else f", plus one compressed entry per {m} positions" + (
+        " that a lightning indexer selects from" if o.kind == "csa" else ""))
     return Component(
         key="attn", title=KIND_TITLES[o.kind], kind="learned", code="DeepseekV4Attention(config, layer_idx)",
         description=f"{H} query heads attend over one shared {dh}-feature key-value head within a window of "
