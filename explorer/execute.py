@@ -207,6 +207,10 @@ def tiny_label(tiny: ModelSpec) -> str:
     window = getattr(c, "sliding_window", None)
     if window:
         parts.append(f"sliding window {window} (T = {FREE_SIZES['T']})")
+    rates = getattr(c, "compress_rates", None)  # DeepSeek-V4: compressors that close windows within T
+    if rates:
+        parts.append("compress ratios " + " and ".join(str(r) for r in sorted(rates.values()))
+                     + f", indexer top {c.index_topk}, {c.hc_mult} residual streams")
     parts.append(f"{sum(b.repeat for b in tiny.root.child('blocks').children)} blocks")
     if "vision_hidden_size" in v:  # a vision tower beside the text model (Gemma 3)
         tower = next(c for c in tiny.root.children if c.program == "vision_tower")
