@@ -75,7 +75,7 @@ def test_block_kinds_follow_compress_ratios_and_hash_layers(specs):
     assert list(blocks) == ["sliding_hash", "csa_hash", "hca", "csa"]
     assert [blocks[k].repeat for k in blocks] == [2, 1, 20, 20]
     assert "indexer" in [c.key for c in blocks["csa"].child("attn").child("compressor").children]
-    assert not blocks["hca"].child("attn").child("compressor").children  # ratio 128 has no indexer
+    assert [c.key for c in blocks["hca"].child("attn").child("compressor").children] == ["pool"]  # no indexer
     assert blocks["sliding_hash"].child("moe").child("router").program == "hash_router"
     assert [b.key for b in tiny.root.child("blocks").children] == list(blocks)
 
