@@ -210,7 +210,7 @@ def _v4_streams(spec: ModelSpec, ledger: Ledger, path: str, comp: Component) -> 
     o = comp.options
     assert isinstance(o, V4AttentionOptions)
     layers, block = ledger.accounts[path].instances, path.rsplit(".", 1)[0]
-    name, title = block.rsplit(".", 1)[-1], next(c.title for p, c in _paths(spec) if p == block)
+    title = next(c.title for p, c in _paths(spec) if p == block)
     per_key = 2 * o.heads * 2 * o.head_dim  # scores and the weighted sum, every head, over one shared vector
     out = [AttentionCost(f"{block}_window", f"{title}: sliding window", layers, o.head_dim, 2 * o.heads * o.head_dim,
                          o.window, per_key, formula="head_dim (one vector is the key and the value)",

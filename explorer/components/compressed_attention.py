@@ -99,7 +99,7 @@ def compressor_steps(ctx: Ctx, o: CompressorOptions, x: str, width: Dim, sub: st
     s = 2 if o.overlap else 1
     m = o.ratio
     n = entries_dim(m)
-    series = Dim(("2·" if o.overlap else "") + width.label, s * width.size)
+    series = Dim(("2·" if o.overlap else "") + width.label, s * (width.size or 0))
     C, Z = f"C^{{{sub}}}", f"Z^{{{sub}}}"
     pooled = (rf"\tilde c^{{{sub}}}_w=\sum_{{j\in\text{{window }}w}}\operatorname{{softmax}}_j(Z_j+B_j)\odot C_j"
               if not o.overlap else
@@ -365,7 +365,6 @@ def v4_attention(ctx: Ctx, *, prefix: str, ranges: tuple[IndexRange, ...], x: Po
                  description=f"Mix the {o.o_groups} groups' {o.o_lora_rank:,} features each back to "
                              f"{ctx.size('hidden_size'):,} features.")
     hd = lambda *dims: ctx.tokens(heads, *dims)  # noqa: E731
-    theta = "R" if o.kind == "sliding" else r"R^{\mathrm{c}}"
     m = options(compressor_c, CompressorOptions).ratio if compressor_c is not None else 0
     QR, QRh, kvh = q(r"Q^{R}_{t,h}"), q(r"Q^{R}_h"), k(r"\hat c^{KV}_t")
     Ot, Ogrp, Otilde = ctx_colour(r"\tilde O_{t,h}"), ctx_colour(r"O^{\mathrm{grp}}"), ctx_colour(r"\tilde O")

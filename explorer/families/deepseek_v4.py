@@ -17,7 +17,13 @@ from typing import Any
 from ..components import Ctx, Reference
 from ..components.base import Port, layer_label, layers
 from ..components.blocks import block_ports
-from ..components.compressed_attention import CompressorOptions, IndexerOptions, V4AttentionOptions, compressor, v4_attention
+from ..components.compressed_attention import (
+    CompressorOptions,
+    IndexerOptions,
+    V4AttentionOptions,
+    compressor,
+    v4_attention,
+)
 from ..components.embedding import embedding, head
 from ..components.fused_experts import ClampedSwiGLUOptions, clamped_experts
 from ..components.hash_routing import hash_router, shared_and_routed_moe
