@@ -236,6 +236,24 @@ def test_generated_configs_build_and_agree_with_transformers(config):
     check_equations(spec, tiny_spec(spec))
 
 
+def test_layer_types_and_the_default_schedule_agree_with_transformers():
+    """DeepseekV4Config's own keys (layer_types, mlp_layer_types) and, with neither, its default schedule."""
+    family = FAMILIES["deepseek_v4"]
+    named = {**SMALL, "num_hidden_layers": 4, "o_groups": 2, "n_routed_experts": 4, "num_experts_per_tok": 2,
+             "layer_types": ["sliding_attention", "heavily_compressed_attention", "compressed_sparse_attention",
+                             "sliding_attention"], "mlp_layer_types": ["moe", "hash_moe", "moe", "hash_moe"]}
+    default = {k: v for k, v in named.items() if k not in ("layer_types", "mlp_layer_types")}
+    for config in (named, default):
+        spec = family.build_spec("v4-named", config, "test")
+        model = build_reference_model(spec)
+        kinds = [(t, m) for t, m in zip(model.config.layer_types, model.config.mlp_layer_types)]
+        ours = [(compressed_attention.KIND_TYPES[a], "hash_moe" if h else "moe") for a, h in family.kinds(spec.config)]
+        assert ours == kinds
+        assert account(spec).total == sum(p.numel() for p in model.parameters())
+        assert reconcile(spec, reference_index(spec).index, reference=True).balanced
+    check_equations(family.build_spec("v4-named", named, "test"), tiny_spec(family.build_spec("v4-named", named, "t")))
+
+
 def test_add_model_alone_adds_another_config(tmp_path):
     import json
 

@@ -33,6 +33,8 @@ from .norms import NormOptions, apply_norm, rmsnorm
 from .rope import RopeOptions, inverse_frequencies
 
 AttentionKind = Literal["sliding", "csa", "hca"]
+KIND_TYPES = {"sliding": "sliding_attention", "csa": "compressed_sparse_attention", "hca": "heavily_compressed_attention"}
+"""Attention kind -> DeepseekV4Config's layer_types name."""
 KIND_TITLES = {"sliding": "Sliding-window attention", "csa": "Compressed sparse attention",
                "hca": "Heavily compressed attention"}
 FILE = "models/deepseek_v4/modeling_deepseek_v4.py"
