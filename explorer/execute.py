@@ -111,9 +111,13 @@ def port_tensor(port: Port, spec: ModelSpec, comp: Component, device: str,
 # ----------------------------------------------------------------------------------------------- trace
 
 def free_size(symbol: str, free: dict[str, int] = FREE_SIZES) -> int:
-    """The traced size of a free dimension: "T" -> 5; "T/4" (one per closed window of 4 positions) -> 1."""
-    base, _, ratio = symbol.partition("/")
-    return free[base] // int(ratio) if ratio else free[base]
+    """The traced size of a free dimension: "T" -> 5; "T/4" (one per closed window of 4 positions) -> 1;
+    "T+T/4" (positions and compressed entries side by side) -> 6."""
+    total = 0
+    for term in symbol.split("+"):
+        base, _, ratio = term.partition("/")
+        total += free[base] // int(ratio) if ratio else free[base]
+    return total
 
 
 def label(traced: tuple[int, ...], shape: Shape, free: dict[str, int] = FREE_SIZES) -> str | None:

@@ -419,12 +419,15 @@ def sink_scores(ctx: Ctx, *, prefix: str, ranges: tuple[IndexRange, ...], o: V4A
              Port(r"\mathcal V", ctx.tokens(entries_dim(m)), "visible")) if m else ()
     n_extra = rf";\,c_1;\dots;c_{{\lfloor T/{m}\rfloor}}" if m else ""
     QRh = Q.latex
+    keys = Dim("keys", symbol=f"T+T/{m}" if m else "T")
     steps = (
-        Step(rf"{k('K')}={v_('V')}=[{k('k_1')};\dots;{k('k_T')}{n_extra}]", None, "keys"),
+        Step(rf"{k('K')}={v_('V')}=[{k('k_1')};\dots;{k('k_T')}{n_extra}]", Shape((B, keys, ctx.dim("head_dim"))),
+             "keys"),
         Step(rf"M_{{t,s}}=0\ \text{{if }}0\le t-s<{o.window}\text{{ (window)}}"
-             + (r"\text{ or entry visible }(\mathcal V)" if m else "") + r",\ -\infty\text{ else}", None, "mask"),
+             + (r"\text{ or entry visible }(\mathcal V)" if m else "") + r",\ -\infty\text{ else}",
+             Shape((B, T, keys)), "mask"),
         Step(rf"A_h=\operatorname{{softmax}}\big([{QRh}{k('K')}^{{\top}}/\sqrt{{{dh}}}+M;\ \sigma_h]\big)"
-             r"_{\setminus\sigma}", None, "softmax"),
+             r"_{\setminus\sigma}", Shape((B, Dim("heads", o.heads), T, keys)), "softmax"),
         Step(rf"{ctx_colour('O_h')}=A_h{v_('V')}", hd, "context"),
     )
     return Component(
