@@ -140,6 +140,13 @@ def test_wrong_compress_ratio_fails(specs, monkeypatch):
     fails(specs, "blocks.hca.attn.compressor: max |Δ|")
 
 
+def test_entries_rotated_for_a_wrong_compress_ratio_fail(specs, monkeypatch):
+    """Entries rotated at w·2m instead of w·m: the ratio-4 stream's second entry differs."""
+    real = compressed_attention.entry_positions
+    monkeypatch.setattr(compressed_attention, "entry_positions", lambda n, ratio, device: real(n, 2 * ratio, device))
+    fails(specs, "blocks.csa.attn.compressor: max |Δ|")
+
+
 def test_wrong_top_k_fails(specs, monkeypatch):
     real = compressed_attention.select
     monkeypatch.setattr(compressed_attention, "select", lambda run, o, x, c_q: real(run, replace(o, topk=o.topk + 1), x, c_q))

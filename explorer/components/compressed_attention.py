@@ -133,8 +133,12 @@ def compress(run: Run, o: CompressorOptions, x: torch.Tensor) -> torch.Tensor:
         kv, gate = torch.cat([first_kv, kv[..., w:]], dim=2), torch.cat([first_gate, gate[..., w:]], dim=2)
     pooled = run.rec("pool", (kv * gate.softmax(dim=2, dtype=torch.float32).to(kv.dtype)).sum(dim=2))
     normed = apply_norm(run, "normed", pooled, NormOptions("rms", o.eps), "kv_norm.")
-    positions = torch.arange(n, device=x.device) * m
-    return run.rec("entries", rotate_tail(normed, angles(o.rope, positions)))
+    return run.rec("entries", rotate_tail(normed, angles(o.rope, entry_positions(n, m, x.device))))
+
+
+def entry_positions(n: int, ratio: int, device) -> torch.Tensor:
+    """Entry w is rotated at the first position of its window, w·m."""
+    return torch.arange(n, device=device) * ratio
 
 
 def visible(ratio: int, T_: int, n: int, device) -> torch.Tensor:
