@@ -213,8 +213,9 @@ def tiny_label(tiny: ModelSpec) -> str:
         parts.append(f"sliding window {window} (T = {FREE_SIZES['T']})")
     rates = getattr(c, "compress_rates", None)  # DeepSeek-V4: compressors that close windows within T
     if rates:
+        topk, streams = (getattr(c, key) for key in ("index_topk", "hc_mult"))
         parts.append("compress ratios " + " and ".join(str(r) for r in sorted(rates.values()))
-                     + f", indexer top {c.index_topk}, {c.hc_mult} residual streams")
+                     + f", indexer top {topk}, {streams} residual streams")
     parts.append(f"{sum(b.repeat for b in tiny.root.child('blocks').children)} blocks")
     if "vision_hidden_size" in v:  # a vision tower beside the text model (Gemma 3)
         tower = next(c for c in tiny.root.children if c.program == "vision_tower")

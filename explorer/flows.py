@@ -114,7 +114,7 @@ def v4_attention_layout(comp: Component, node: NodeOf) -> Item | None:
     query, kv = _boxes(comp, node, "q_a_proj", "q_a_norm", "q_b_proj"), _boxes(comp, node, "kv_proj", "kv_norm")
     if len(query) != 3 or len(kv) != 2:
         return None
-    columns = (("query stream", _chain(query)), ("shared key-value (window)", _chain(kv)))
+    columns: tuple[tuple[str, Item], ...] = (("query stream", _chain(query)), ("shared key-value (window)", _chain(kv)))
     compressed = _boxes(comp, node, "compressor")
     if compressed:
         columns += (("compressed entries", compressed[0]),)
