@@ -113,9 +113,13 @@ def port_tensor(port: Port, spec: ModelSpec, comp: Component, device: str,
 # ----------------------------------------------------------------------------------------------- trace
 
 def free_size(symbol: str, free: dict[str, int] = FREE_SIZES) -> int:
-    """The traced size of a free dimension: "T" -> 5; "T/4" (one per closed window of 4 positions) -> 1."""
-    base, _, ratio = symbol.partition("/")
-    return free[base] // int(ratio) if ratio else free[base]
+    """The traced size of a free dimension: "T" -> 5; "T/4" (one per closed window of 4 positions) -> 1;
+    "T+T/4" (positions and compressed entries side by side) -> 6."""
+    total = 0
+    for term in symbol.split("+"):
+        base, _, ratio = term.partition("/")
+        total += free[base] // int(ratio) if ratio else free[base]
+    return total
 
 
 def label(traced: tuple[int, ...], shape: Shape, free: dict[str, int] = FREE_SIZES) -> str | None:
@@ -219,6 +223,11 @@ def tiny_label(tiny: ModelSpec) -> str:
     if "linear_num_value_heads" in v:  # Gated DeltaNet layers (Qwen3.5)
         parts.append(f"DeltaNet {v['linear_num_key_heads']} key and {v['linear_num_value_heads']} value heads, d_k "
                      f"{v['linear_key_head_dim']}, d_v {v['linear_value_head_dim']}")
+    rates = getattr(c, "compress_rates", None)  # DeepSeek-V4: compressors that close windows within T
+    if rates:
+        topk, streams = (getattr(c, key) for key in ("index_topk", "hc_mult"))
+        parts.append("compress ratios " + " and ".join(str(r) for r in sorted(rates.values()))
+                     + f", indexer top {topk}, {streams} residual streams")
     parts.append(f"{sum(b.repeat for b in tiny.root.child('blocks').children)} blocks")
     if "vision_hidden_size" in v:  # a vision tower beside the text model (Gemma 3)
         tower = next(c for c in tiny.root.children if c.key == "vision_tower" or c.program in ("vision_tower", "moonvit_tower"))

@@ -98,10 +98,44 @@ def model_layout(comp: Component, node: NodeOf) -> Item | None:
     return Seq((*main[:2], Split((("next token", Seq(tuple(main[2:]))), ("token after next", _chain(side))))))
 
 
+def hc_block_layout(comp: Component, node: NodeOf) -> Item | None:
+    """A block over hyper-connected streams (DeepSeek-V4): each branch reads the collapsed streams and writes back
+    to all of them beside the mixed old streams."""
+    attn, ffn = (_boxes(comp, node, *keys) for keys in (("attn_hc", "attn_norm", "attn"), ("ffn_hc", "ffn_norm", "moe")))
+    if len(attn) != 3 or len(ffn) != 3:
+        return None
+    return Seq((Residual(Seq(tuple(attn)), "X′ = π_post·Δattn + Pᵀ X"),
+                Residual(Seq(tuple(ffn)), "X_next = π_post·Δffn + Pᵀ X′")))
+
+
+def v4_attention_layout(comp: Component, node: NodeOf) -> Item | None:
+    """DeepSeek-V4's attention: a query stream through its latent, the shared key-value vector, and the compressed
+    entries where the layer has a compressor; then attention with sinks and the grouped output."""
+    query, kv = _boxes(comp, node, "q_a_proj", "q_a_norm", "q_b_proj"), _boxes(comp, node, "kv_proj", "kv_norm")
+    if len(query) != 3 or len(kv) != 2:
+        return None
+    columns: tuple[tuple[str, Item], ...] = (("query stream", _chain(query)), ("shared key-value (window)", _chain(kv)))
+    compressed = _boxes(comp, node, "compressor")
+    if compressed:
+        columns += (("compressed entries", compressed[0]),)
+    return Seq((Split(columns), *_boxes(comp, node, "scores", "o_a_proj", "o_b_proj")))
+
+
+def shared_and_routed_moe_layout(comp: Component, node: NodeOf) -> Item | None:
+    """A router (by score or by table), the fused routed experts and the shared expert, summed."""
+    router, routed, shared = (_boxes(comp, node, k) for k in ("router", "experts", "shared"))
+    if not (router and routed and shared):
+        return None
+    return Seq((router[0], Split((("selected routed experts", routed[0]), ("shared expert, every token", shared[0]))),
+                Op("Σ", "Δ = Σ G·E over the selected experts + shared")))
+
+
 LAYOUTS: dict[str, Layout] = {
     "block": block_layout, "mla": mla_layout, "attention": attention_layout, "gated_mlp": swiglu_layout,
     "shaped_attention": attention_layout,
     "moe": moe_layout, "mtp": mtp_layout, "model": model_layout,
+    "hc_block": hc_block_layout, "v4_attention": v4_attention_layout,
+    "shared_and_routed_moe": shared_and_routed_moe_layout,
 }
 
 

@@ -78,9 +78,9 @@ def test_every_problem_is_reported_in_one_run(project_copy):
 
 
 def test_unknown_family(project_copy):
-    path = edit(project_copy, KIMI, r'^family = "deepseek_v3"', 'family = "deepseek_v4"')
+    path = edit(project_copy, KIMI, r'^family = "deepseek_v3"', 'family = "deepseek_v33"')
     (msg,) = problems_for(project_copy)
-    assert msg == f"{path}: key 'model.family': unknown family 'deepseek_v4'; did you mean 'deepseek_v3'?"
+    assert msg == f"{path}: key 'model.family': unknown family 'deepseek_v33'; did you mean 'deepseek_v3'?"
 
 
 def test_line_map_symbol_not_cited_by_the_family(project_copy):

@@ -75,7 +75,7 @@ def test_block_kinds_follow_compress_ratios_and_hash_layers(specs):
     assert list(blocks) == ["sliding_hash", "csa_hash", "hca", "csa"]
     assert [blocks[k].repeat for k in blocks] == [2, 1, 20, 20]
     assert "indexer" in [c.key for c in blocks["csa"].child("attn").child("compressor").children]
-    assert not blocks["hca"].child("attn").child("compressor").children  # ratio 128 has no indexer
+    assert [c.key for c in blocks["hca"].child("attn").child("compressor").children] == ["pool"]  # no indexer
     assert blocks["sliding_hash"].child("moe").child("router").program == "hash_router"
     assert [b.key for b in tiny.root.child("blocks").children] == list(blocks)
 
@@ -138,6 +138,13 @@ def test_wrong_compress_ratio_fails(specs, monkeypatch):
     real = compressed_attention.visible
     monkeypatch.setattr(compressed_attention, "visible", lambda ratio, T_, n, device: real(2 * ratio, T_, n, device))
     fails(specs, "blocks.hca.attn.compressor: max |Δ|")
+
+
+def test_entries_rotated_for_a_wrong_compress_ratio_fail(specs, monkeypatch):
+    """Entries rotated at w·2m instead of w·m: the ratio-4 stream's second entry differs."""
+    real = compressed_attention.entry_positions
+    monkeypatch.setattr(compressed_attention, "entry_positions", lambda n, ratio, device: real(n, 2 * ratio, device))
+    fails(specs, "blocks.csa.attn.compressor: max |Δ|")
 
 
 def test_wrong_top_k_fails(specs, monkeypatch):
@@ -234,6 +241,24 @@ def test_generated_configs_build_and_agree_with_transformers(config):
     rec = reconcile(spec, reference_index(spec).index, reference=True)
     assert rec.balanced, rec.differences(5)
     check_equations(spec, tiny_spec(spec))
+
+
+def test_layer_types_and_the_default_schedule_agree_with_transformers():
+    """DeepseekV4Config's own keys (layer_types, mlp_layer_types) and, with neither, its default schedule."""
+    family = FAMILIES["deepseek_v4"]
+    named = {**SMALL, "num_hidden_layers": 4, "o_groups": 2, "n_routed_experts": 4, "num_experts_per_tok": 2,
+             "layer_types": ["sliding_attention", "heavily_compressed_attention", "compressed_sparse_attention",
+                             "sliding_attention"], "mlp_layer_types": ["moe", "hash_moe", "moe", "hash_moe"]}
+    default = {k: v for k, v in named.items() if k not in ("layer_types", "mlp_layer_types")}
+    for config in (named, default):
+        spec = family.build_spec("v4-named", config, "test")
+        model = build_reference_model(spec)
+        kinds = [(t, m) for t, m in zip(model.config.layer_types, model.config.mlp_layer_types)]
+        ours = [(compressed_attention.KIND_TYPES[a], "hash_moe" if h else "moe") for a, h in family.kinds(spec.config)]
+        assert ours == kinds
+        assert account(spec).total == sum(p.numel() for p in model.parameters())
+        assert reconcile(spec, reference_index(spec).index, reference=True).balanced
+    check_equations(family.build_spec("v4-named", named, "test"), tiny_spec(family.build_spec("v4-named", named, "t")))
 
 
 def test_add_model_alone_adds_another_config(tmp_path):

@@ -33,6 +33,8 @@ from .norms import NormOptions, apply_norm, rmsnorm
 from .rope import RopeOptions, inverse_frequencies
 
 AttentionKind = Literal["sliding", "csa", "hca"]
+KIND_TYPES = {"sliding": "sliding_attention", "csa": "compressed_sparse_attention", "hca": "heavily_compressed_attention"}
+"""Attention kind -> DeepseekV4Config's layer_types name."""
 KIND_TITLES = {"sliding": "Sliding-window attention", "csa": "Compressed sparse attention",
                "hca": "Heavily compressed attention"}
 FILE = "models/deepseek_v4/modeling_deepseek_v4.py"
@@ -99,7 +101,7 @@ def compressor_steps(ctx: Ctx, o: CompressorOptions, x: str, width: Dim, sub: st
     s = 2 if o.overlap else 1
     m = o.ratio
     n = entries_dim(m)
-    series = Dim(("2·" if o.overlap else "") + width.label, s * width.size)
+    series = Dim(("2·" if o.overlap else "") + width.label, s * (width.size or 0))
     C, Z = f"C^{{{sub}}}", f"Z^{{{sub}}}"
     pooled = (rf"\tilde c^{{{sub}}}_w=\sum_{{j\in\text{{window }}w}}\operatorname{{softmax}}_j(Z_j+B_j)\odot C_j"
               if not o.overlap else
@@ -131,8 +133,12 @@ def compress(run: Run, o: CompressorOptions, x: torch.Tensor) -> torch.Tensor:
         kv, gate = torch.cat([first_kv, kv[..., w:]], dim=2), torch.cat([first_gate, gate[..., w:]], dim=2)
     pooled = run.rec("pool", (kv * gate.softmax(dim=2, dtype=torch.float32).to(kv.dtype)).sum(dim=2))
     normed = apply_norm(run, "normed", pooled, NormOptions("rms", o.eps), "kv_norm.")
-    positions = torch.arange(n, device=x.device) * m
-    return run.rec("entries", rotate_tail(normed, angles(o.rope, positions)))
+    return run.rec("entries", rotate_tail(normed, angles(o.rope, entry_positions(n, m, x.device))))
+
+
+def entry_positions(n: int, ratio: int, device) -> torch.Tensor:
+    """Entry w is rotated at the first position of its window, w·m."""
+    return torch.arange(n, device=device) * ratio
 
 
 def visible(ratio: int, T_: int, n: int, device) -> torch.Tensor:
@@ -209,20 +215,39 @@ def call_indexer(comp: Component, ref, model, inputs, run: Run, ours: torch.Tens
     return ours, theirs[..., :-1], f"the same top-{idx.shape[-1]} entries for all {x.shape[0] * x.shape[1]} queries"
 
 
+def pooling(ctx: Ctx, *, prefix: str, ranges: tuple[IndexRange, ...], x: Port, o: CompressorOptions) -> Component:
+    """The compressor's own weights and its pooling: x [B, T, d] -> entries [B, ⌊T/m⌋, head_dim]."""
+    dh = ctx.dim("head_dim")
+    steps = compressor_steps(ctx, o, x.latex, dh, "")
+    return Component(
+        key="pool", title=f"Windowed pooling (ratio {o.ratio})", kind="learned", code="kv_proj, gate_proj, "
+        "position_bias, kv_norm", description=f"Project each position to {'two series of ' if o.overlap else ''}"
+        f"{dh.size} key-value features and as many gate logits, add a learned bias per slot of the window, and "
+        f"pool each window of {o.ratio}{f' (span {2 * o.ratio} with the previous window)' if o.overlap else ''} by a "
+        "softmax over its slots; normalise and rotate each entry.",
+        inputs=(x,), outputs=(Port("c", Shape((B, entries_dim(o.ratio), dh)), "entries"),), equations=steps[1:],
+        steps=steps, tensors=compressor_tensors(ctx, prefix, ranges, "head_dim", o), program="v4_pool", options=o,
+        reference="-")
+
+
+@program("v4_pool")
+def run_pool(comp: Component, run: Run, x: torch.Tensor) -> list[torch.Tensor]:
+    return [compress(run.child(prefix="c-"), options(comp, CompressorOptions), x)]
+
+
 def compressor(ctx: Ctx, *, prefix: str, ranges: tuple[IndexRange, ...], x: Port, cq: Port, o: CompressorOptions,
                index: IndexerOptions | None, citations: tuple[Citation, ...],
                indexer_citations: tuple[Citation, ...] = ()) -> Component:
     """A layer's compressor: one KV entry per m positions (ratio 4 with overlap and an indexer; 128 without)."""
     dh = ctx.dim("head_dim")
-    steps = compressor_steps(ctx, o, x.latex, dh, "")
-    children: tuple[Component, ...] = ()
+    children: tuple[Component, ...] = (pooling(ctx, prefix=prefix, ranges=ranges, x=x, o=o),)
     if index is not None:
-        children = (indexer(ctx, prefix=prefix + "indexer.", ranges=ranges, x=x, cq=cq, o=index,
-                            citations=indexer_citations),)
-        steps += children[0].steps
-    steps += (Step(r"\mathcal V_{t,w}=[\,w<\lfloor(t+1)/" + str(o.ratio) + r"\rfloor\,]"
-                   + (r"\wedge[\,w\in\mathcal S_t\,]" if index is not None else ""),
-                   ctx.tokens(entries_dim(o.ratio)), "c-visible"),)
+        children += (indexer(ctx, prefix=prefix + "indexer.", ranges=ranges, x=x, cq=cq, o=index,
+                             citations=indexer_citations),)
+    steps = tuple(st for c in children for st in c.steps) + (
+        Step(r"\mathcal V_{t,w}=[\,w<\lfloor(t+1)/" + str(o.ratio) + r"\rfloor\,]"
+             + (r"\wedge[\,w\in\mathcal S_t\,]" if index is not None else ""),
+             ctx.tokens(entries_dim(o.ratio)), "c-visible"),)
     what = (f"pools every {o.ratio} positions (two overlapping series, span {2 * o.ratio}) into one "
             f"{dh.size}-feature entry, and a lightning indexer picks {index.topk} of them per query"
             if index is not None else f"pools every {o.ratio} positions into one {dh.size}-feature entry")
@@ -230,9 +255,9 @@ def compressor(ctx: Ctx, *, prefix: str, ranges: tuple[IndexRange, ...], x: Port
         key="compressor", title=f"KV compressor (ratio {o.ratio})", kind="learned",
         code=("DeepseekV4CSACompressor(config)" if index is not None else "DeepseekV4HCACompressor(config)"),
         description=f"A softmax-gated pooling with a learned bias per position in the window {what}.",
-        inputs=(x, cq), outputs=(Port("c", Shape((B, entries_dim(o.ratio), dh)), "entries"),),
-        equations=(steps[1], steps[-1]), steps=steps, tensors=compressor_tensors(ctx, prefix, ranges, "head_dim", o),
-        children=children, citations=citations, program="v4_compressor", options=o,
+        inputs=(x, cq), outputs=children[0].outputs,
+        equations=(steps[1], steps[-1]), steps=steps, children=children, citations=citations,
+        program="v4_compressor", options=o,
     )
 
 
@@ -240,9 +265,9 @@ def compressed_entries(comp: Component, run: Run, x: torch.Tensor, c_q: torch.Te
                        ) -> tuple[torch.Tensor, torch.Tensor]:
     """(entries [B, n, head_dim], visibility [B, T, n] booleans) of a compressor component."""
     o = options(comp, CompressorOptions)
-    entries = compress(run.child(prefix="c-"), o, x)
+    entries = run_child(comp, "pool", run, x)
     ok = visible(o.ratio, x.shape[1], entries.shape[1], x.device).expand(x.shape[0], -1, -1)
-    if comp.children:
+    if len(comp.children) > 1:
         ok = ok & (run_child(comp, "indexer", run, x, c_q) > 0)
     return entries, run.rec("c-visible", ok)
 
@@ -346,9 +371,7 @@ def v4_attention(ctx: Ctx, *, prefix: str, ranges: tuple[IndexRange, ...], x: Po
                  description=f"Mix the {o.o_groups} groups' {o.o_lora_rank:,} features each back to "
                              f"{ctx.size('hidden_size'):,} features.")
     hd = lambda *dims: ctx.tokens(heads, *dims)  # noqa: E731
-    theta = "R" if o.kind == "sliding" else r"R^{\mathrm{c}}"
-    n_extra = "" if compressor_c is None else r";\,c_1;\dots;c_{\lfloor T/" + str(options(compressor_c,
-                                                                                           CompressorOptions).ratio) + r"\rfloor}"
+    m = options(compressor_c, CompressorOptions).ratio if compressor_c is not None else 0
     QR, QRh, kvh = q(r"Q^{R}_{t,h}"), q(r"Q^{R}_h"), k(r"\hat c^{KV}_t")
     Ot, Ogrp, Otilde = ctx_colour(r"\tilde O_{t,h}"), ctx_colour(r"O^{\mathrm{grp}}"), ctx_colour(r"\tilde O")
     steps = [
@@ -361,25 +384,19 @@ def v4_attention(ctx: Ctx, *, prefix: str, ranges: tuple[IndexRange, ...], x: Po
     ]
     if compressor_c is not None:
         steps += [Step(r"\text{" + compressor_c.title + ":}", heading=True, name="compressor"), *compressor_c.steps]
+    sc = sink_scores(ctx, prefix=prefix, ranges=ranges, o=o, m=m, Q=Port(QRh, hd(d_head), "Q"),
+                     K=Port(k("k"), ctx.tokens("head_dim"), "k"))
     steps += [
-        Step(rf"{k('K')}={v_('V')}=[{k('k_1')};\dots;{k('k_T')}{n_extra}]", None, "keys"),
-        Step(rf"M_{{t,s}}=0\ \text{{if }}0\le t-s<{o.window}\text{{ (window)}}"
-             + (r"\text{ or entry visible }(\mathcal V)" if compressor_c is not None else "") + r",\ -\infty\text{ else}",
-             None, "mask"),
-        Step(rf"A_h=\operatorname{{softmax}}\big([{QRh}{k('K')}^{{\top}}/\sqrt{{{dh}}}+M;\ \sigma_h]\big)"
-             r"_{\setminus\sigma}", None, "softmax"),
-        Step(rf"{ctx_colour('O_h')}=A_h{v_('V')}", hd(d_head), "context"),
+        *sc.steps,
         Step(rf"{Ot}=\operatorname{{RoPE}}_{{-t}}({ctx_colour('O_{t,h}')})"
              rf"\ \text{{on the last {dr} features}}", hd(d_head), "o-unrotate"),
         Step(rf"{Ogrp}=\operatorname{{reshape}}({Otilde})",
              o_a.inputs[0].shape, "o-groups"),
         *o_a.steps, *o_b.steps,
     ]
-    children = (q_a, q_norm, q_b, kv_p, kv_n) + ((compressor_c,) if compressor_c else ()) + (o_a, o_b)
-    extra = {"sliding": "", "csa": f", plus compressed entries of {options(compressor_c, CompressorOptions).ratio} "
-             "positions each that a lightning indexer selects" if compressor_c else "",
-             "hca": f", plus one compressed entry per {options(compressor_c, CompressorOptions).ratio} positions"
-             if compressor_c else ""}[o.kind]
+    children = (q_a, q_norm, q_b, kv_p, kv_n) + ((compressor_c,) if compressor_c else ()) + (sc, o_a, o_b)
+    extra = ("" if not m else f", plus one compressed entry per {m} positions" + (
+        " that a lightning indexer selects from" if o.kind == "csa" else ""))
     return Component(
         key="attn", title=KIND_TITLES[o.kind], kind="learned", code="DeepseekV4Attention(config, layer_idx)",
         description=f"{H} query heads attend over one shared {dh}-feature key-value head within a window of "
@@ -389,14 +406,63 @@ def v4_attention(ctx: Ctx, *, prefix: str, ranges: tuple[IndexRange, ...], x: Po
         equations=(Step(
             rf"\Delta_{{\mathrm{{attn}}}}=\operatorname{{{'SWA' if o.kind == 'sliding' else o.kind.upper()}}}"
             r"(x_{\mathrm{attn}})", x.shape, "v4-attn"),),
-        steps=tuple(steps), children=children,
-        tensors=(TensorSpec(prefix + "sinks", (ctx.sym("num_attention_heads"),), ranges, storage=Dense("F32")),),
-        citations=citations, program="v4_attention", options=o,
+        steps=tuple(steps), children=children, citations=citations, program="v4_attention", options=o,
         extras=(("rotary base", f"{o.rope.theta:g}" + (" (YaRN)" if o.rope.kind == "yarn" else "")),
                 ("window", f"{o.window} positions")),
         notes=("Keys and values are the same vector: each value carries the rotation of its position on its last "
                f"{dr} features, which the output undoes by rotating back to the query's position.",),
     )
+
+
+def sink_scores(ctx: Ctx, *, prefix: str, ranges: tuple[IndexRange, ...], o: V4AttentionOptions, m: int, Q: Port,
+                K: Port) -> Component:
+    """Softmax attention of every head over the window's shared vectors and the visible compressed entries, with a
+    learned sink logit per head that takes probability and gives no value; tensor `prefix`sinks [heads]."""
+    hd, dh = ctx.tokens(Dim("heads", o.heads), ctx.dim("head_dim")), o.head_dim
+    extra = (Port("c", Shape((B, entries_dim(m), ctx.dim("head_dim"))), "entries"),
+             Port(r"\mathcal V", ctx.tokens(entries_dim(m)), "visible")) if m else ()
+    n_extra = rf";\,c_1;\dots;c_{{\lfloor T/{m}\rfloor}}" if m else ""
+    QRh = Q.latex
+    keys = Dim("keys", symbol=f"T+T/{m}" if m else "T")
+    steps = (
+        Step(rf"{k('K')}={v_('V')}=[{k('k_1')};\dots;{k('k_T')}{n_extra}]", Shape((B, keys, ctx.dim("head_dim"))),
+             "keys"),
+        Step(rf"M_{{t,s}}=0\ \text{{if }}0\le t-s<{o.window}\text{{ (window)}}"
+             + (r"\text{ or entry visible }(\mathcal V)" if m else "") + r",\ -\infty\text{ else}",
+             Shape((B, T, keys)), "mask"),
+        Step(rf"A_h=\operatorname{{softmax}}\big([{QRh}{k('K')}^{{\top}}/\sqrt{{{dh}}}+M;\ \sigma_h]\big)"
+             r"_{\setminus\sigma}", Shape((B, Dim("heads", o.heads), T, keys)), "softmax"),
+        Step(rf"{ctx_colour('O_h')}=A_h{v_('V')}", hd, "context"),
+    )
+    return Component(
+        key="scores", title="Attention with sinks", kind="learned", code="eager_attention_forward(..., s_aux=sinks)",
+        description=f"Each of {o.heads} heads takes a softmax over its scaled dot products with the {dh}-feature "
+                    "shared vectors (window, then compressed entries) and its own sink logit, drops the sink's share "
+                    "and averages the same vectors as values.",
+        inputs=(Q, K, *extra, Port("M", Shape((T, T)), "mask")), outputs=(Port(ctx_colour("O"), hd, "O"),),
+        equations=steps[2:], steps=steps,
+        tensors=(TensorSpec(prefix + "sinks", (ctx.sym("num_attention_heads"),), ranges, storage=Dense("F32")),),
+        program="v4_scores", options=o, reference="-")
+
+
+@program("v4_scores")
+def run_v4_scores(comp: Component, run: Run, Q: torch.Tensor, K: torch.Tensor, *rest: torch.Tensor
+                  ) -> list[torch.Tensor]:
+    """rest: (entries, visibility, mask) with a compressor, (mask,) without."""
+    o = options(comp, V4AttentionOptions)
+    Bn, Tn = Q.shape[:2]
+    M = rest[-1]
+    mask = window_mask(M, o.window).expand(Bn, Tn, Tn)
+    if len(rest) == 3:
+        entries, ok = rest[0], rest[1] > 0
+        K = torch.cat([K, entries], dim=1)
+        mask = torch.cat([mask, torch.zeros_like(ok, dtype=mask.dtype).masked_fill(~ok, float("-inf"))], dim=-1)
+    run.rec("keys", K), run.rec("mask", mask)
+    logits = torch.einsum("bthd,bsd->bhts", Q, K) * o.head_dim ** -0.5 + mask[:, None]
+    sink = run.w("sinks").reshape(1, -1, 1, 1).expand(Bn, o.heads, Tn, 1).to(logits.dtype)
+    full = torch.cat([logits, sink], dim=-1)
+    A = run.rec("softmax", F.softmax(full - full.max(dim=-1, keepdim=True).values, dim=-1)[..., :-1])
+    return [run.rec("context", torch.einsum("bhts,bsd->bthd", A, K))]
 
 
 def attend_v4(comp: Component, run: Run, x: torch.Tensor, M: torch.Tensor) -> torch.Tensor:
@@ -411,18 +477,11 @@ def attend_v4(comp: Component, run: Run, x: torch.Tensor, M: torch.Tensor) -> to
     Q = run.rec("q-rotate", rotate_tail(Q, R))
     kv = apply_norm(run, "kv_norm", run_child(comp, "kv_proj", run, x), NormOptions("rms", o.eps), "kv_norm.")
     K = run.rec("kv-rotate", rotate_tail(kv, R))                                         # [B, T, d_head]
-    mask = window_mask(M, o.window).expand(Bn, Tn, Tn)
     if "compressor" in [c.key for c in comp.children]:
-        child = comp.child("compressor")
-        entries, ok = compressed_entries(child, run.child("compressor."), x, c_q)
-        K = torch.cat([K, entries], dim=1)
-        mask = torch.cat([mask, torch.zeros_like(ok, dtype=mask.dtype).masked_fill(~ok, float("-inf"))], dim=-1)
-    run.rec("keys", K), run.rec("mask", mask)
-    logits = torch.einsum("bthd,bsd->bhts", Q, K) * o.head_dim ** -0.5 + mask[:, None]
-    sink = run.w("sinks").reshape(1, -1, 1, 1).expand(Bn, o.heads, Tn, 1).to(logits.dtype)
-    full = torch.cat([logits, sink], dim=-1)
-    A = run.rec("softmax", F.softmax(full - full.max(dim=-1, keepdim=True).values, dim=-1)[..., :-1])
-    O = run.rec("context", torch.einsum("bhts,bsd->bthd", A, K))
+        entries, ok = compressed_entries(comp.child("compressor"), run.child("compressor."), x, c_q)
+        O = run_child(comp, "scores", run, Q, K, entries, ok, M)
+    else:
+        O = run_child(comp, "scores", run, Q, K, M)
     O = run.rec("o-unrotate", rotate_tail(O, -R))
     grouped = run.rec("o-groups", O.reshape(Bn, Tn, o.o_groups, -1))
     u = run_child(comp, "o_a_proj", run, grouped)

@@ -48,7 +48,7 @@ def clamped_experts(ctx: Ctx, *, prefix: str, ranges: tuple[IndexRange, ...], x:
     steps = clamped_steps(o, x.latex, per_expert, Shape((B, T, experts, Dim("2·" + inner.label, 2 * ctx.size(width)))),
                           Shape((B, T, experts, hidden)), x.shape)
     dense = ctx.tensor  # biases stay in the model's dtype
-    tensors = (TensorSpec(prefix + "gate_up_proj", (E, 2 * I, d), ranges, storage=storage),)
+    tensors: tuple[TensorSpec, ...] = (TensorSpec(prefix + "gate_up_proj", (E, 2 * I, d), ranges, storage=storage),)
     if o.bias:
         tensors += (dense(prefix + "gate_up_proj_bias", ranges, (E, 2 * I)),)
     tensors += (TensorSpec(prefix + "down_proj", (E, d, I), ranges, storage=storage),)

@@ -101,7 +101,7 @@ def call_hash_router(comp: Component, ref, model, inputs, run: Run, ours: torch.
 def shared_and_routed_moe(*, x: Port, ids: Port, y_latex: str, router_c: Component, experts_c: Component,
                           shared: Component, code: str, citations: tuple[Citation, ...]) -> Component:
     """Route each token to k fused experts (by score or by table) and add the shared expert."""
-    E, kk = experts_c.options.experts, options(router_c, RouterOptions).k  # type: ignore[union-attr]
+    E, kk = options(router_c, RouterOptions).experts, options(router_c, RouterOptions).k
     out = Step(rf"{y_latex}=y^{{\mathrm{{routed}}}}+y^{{\mathrm{{shared}}}}", x.shape, "moe-out")
     how = "looked up by token id" if router_c.program == "hash_router" else "chosen by score"
     return Component(

@@ -85,8 +85,8 @@ def gated_mlp(ctx: Ctx, key: str, title: str, crumb: str, *, prefix: str, ranges
                   description=f"Map {ff_dim.size:,} gated features back to {d:,} features.")
     act_name = "silu" if act == "silu" else "gelu"
     act_latex = ACT_LATEX[act].replace("(g)", f"({gs})").replace("a=g", f"{as_}={gs}").replace("a=", f"{as_}=")
-    steps = (gate.steps[0], up.steps[0], Step(act_latex, g.shape, act_name),
-             Step(rf"{ms}={as_}\odot {us}", h.shape, "product"), down.steps[0])
+    steps: tuple[Step, ...] = (gate.steps[0], up.steps[0], Step(act_latex, g.shape, act_name),
+                               Step(rf"{ms}={as_}\odot {us}", h.shape, "product"), down.steps[0])
     if limit is not None:  # the clamped SwiGLU: the activation reads the clamped gate, the product the clamped up
         lim = f"{limit:g}"
         steps = (gate.steps[0], up.steps[0],

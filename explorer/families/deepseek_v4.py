@@ -17,7 +17,14 @@ from typing import Any
 from ..components import Ctx, Reference
 from ..components.base import Port, layer_label, layers
 from ..components.blocks import block_ports
-from ..components.compressed_attention import CompressorOptions, IndexerOptions, V4AttentionOptions, compressor, v4_attention
+from ..components.compressed_attention import (
+    KIND_TYPES,
+    CompressorOptions,
+    IndexerOptions,
+    V4AttentionOptions,
+    compressor,
+    v4_attention,
+)
 from ..components.embedding import embedding, head
 from ..components.fused_experts import ClampedSwiGLUOptions, clamped_experts
 from ..components.hash_routing import hash_router, shared_and_routed_moe
@@ -45,8 +52,7 @@ FILE = "models/deepseek_v4/modeling_deepseek_v4.py"
 REFERENCE = Reference(FILE, "DeepseekV4")
 KINDS = {0: "sliding", 4: "csa", 128: "hca"}
 """compress_ratios value -> attention kind, as DeepseekV4Config maps them (any other value is rejected there)."""
-LAYER_TYPES = {"sliding": "sliding_attention", "csa": "compressed_sparse_attention",
-               "hca": "heavily_compressed_attention"}
+LAYER_TYPES = KIND_TYPES
 DEFAULT_RATES = {"compressed_sparse_attention": 4, "heavily_compressed_attention": 128}
 LABELS = {**DIM_LABELS, "o_groups": "groups", "o_lora_rank": "d_og", "index_n_heads": "index_heads",
           "index_head_dim": "d_index", "hc_mult": "streams"}
@@ -82,8 +88,13 @@ class DeepseekV4Hyperparameters(PublishedMetadata):
     o_lora_rank: int
     n_routed_experts: int
     num_experts_per_tok: int
-    compress_ratios: tuple[int, ...]
-    """Per layer: 0 sliding window only, 4 compressed sparse attention, 128 heavily compressed attention."""
+    compress_ratios: tuple[int, ...] | None = None
+    """Per layer: 0 sliding window only, 4 compressed sparse attention, 128 heavily compressed attention (the
+    published key; DeepseekV4Config folds it into layer_types)."""
+    layer_types: tuple[str, ...] | None = None
+    """Per layer, the attention type by name (DeepseekV4Config's own key); neither given: its default schedule."""
+    mlp_layer_types: tuple[str, ...] | None = None
+    """Per layer, "hash_moe" or "moe"; absent: the first num_hash_layers are hash_moe."""
     num_key_value_heads: int = 1
     n_shared_experts: int = 1
     num_hash_layers: int = 3
@@ -134,11 +145,17 @@ class DeepseekV4(Family):
     def check(self, c: DeepseekV4Hyperparameters) -> list[str]:
         q = c.quantization_config
         rates = c.compress_rates or {}
+        names = {v: k_ for k_, v in LAYER_TYPES.items()}
+        lists = (("compress_ratios", c.compress_ratios, KINDS), ("layer_types", c.layer_types, names),
+                 ("mlp_layer_types", c.mlp_layer_types, {"hash_moe": True, "moe": False}))
         return rule_problems([
-            (len(c.compress_ratios) >= c.num_hidden_layers, "compress_ratios",
-             f"must list at least num_hidden_layers ({c.num_hidden_layers}) entries, got {len(c.compress_ratios)}"),
-            (all(r in KINDS for r in c.compress_ratios), "compress_ratios",
-             "entries must be 0, 4 or 128 (DeepseekV4Config maps each to an attention type)"),
+            rule for key, given, allowed in lists if given is not None for rule in (
+                (len(given) >= c.num_hidden_layers, key,
+                 f"must list at least num_hidden_layers ({c.num_hidden_layers}) entries, got {len(given)}"),
+                (all(v in allowed for v in given), key, f"entries must be one of {', '.join(map(str, allowed))}"))
+        ] + [
+            (c.layer_types is None or c.compress_ratios is None, "layer_types",
+             "give layer_types or compress_ratios, not both"),
             (all(k_ in DEFAULT_RATES and v >= 1 for k_, v in rates.items()), "compress_rates",
              f"keys must be {', '.join(DEFAULT_RATES)} with positive ratios"),
             (c.num_key_value_heads == 1, "num_key_value_heads", "must be 1: every head reads one shared key-value head"),
@@ -161,8 +178,20 @@ class DeepseekV4(Family):
     # ------------------------------------------------------------------------------------------ layer kinds
 
     def kinds(self, c: DeepseekV4Hyperparameters) -> list[tuple[str, bool]]:
-        """(attention kind, hash-routed) of every layer."""
-        return [(KINDS[c.compress_ratios[i]], i < c.num_hash_layers) for i in range(c.num_hidden_layers)]
+        """(attention kind, hash-routed) of every layer, as DeepseekV4Config resolves them: layer_types, else
+        compress_ratios, else two ratio-128 layers then ratio-128 and ratio-4 alternating; mlp_layer_types, else
+        the first num_hash_layers hash-routed."""
+        n = c.num_hidden_layers
+        if c.layer_types is not None:
+            names = {v: k_ for k_, v in LAYER_TYPES.items()}
+            attn = [names[t] for t in c.layer_types[:n]]
+        elif c.compress_ratios is not None:
+            attn = [KINDS[r] for r in c.compress_ratios[:n]]
+        else:
+            attn = ["hca"] * min(n, 2) + ["csa" if i % 2 else "hca" for i in range(max(n - 2, 0))]
+        hashed = ([t == "hash_moe" for t in c.mlp_layer_types[:n]] if c.mlp_layer_types is not None
+                  else [i < c.num_hash_layers for i in range(n)])
+        return list(zip(attn, hashed))
 
     def rate(self, c: DeepseekV4Hyperparameters, kind: str) -> int:
         return {**DEFAULT_RATES, **(c.compress_rates or {})}.get(LAYER_TYPES[kind], 0)
@@ -196,8 +225,8 @@ class DeepseekV4(Family):
         children = (
             embedding(ctx, "embed", "Token embedding", weight="model.embed_tokens.weight", citations=model_cite),
             hc_stack(blocks, layers=L, citations=blocks[0].citations[:1],
-                     description=f"{L} decoder layers over {c.hc_mult} hyper-connected streams ({counts}; the first "
-                                 f"{c.num_hash_layers} hash-routed)."),
+                     description=f"{L} decoder layers over {c.hc_mult} hyper-connected streams ({counts}; "
+                                 f"{sum(h for _, h in kinds)} hash-routed)."),
             hyper_head(ctx, prefix="model.hc_head.", X=X, o=o, citations=(
                 _cite("The head collapses the streams with sigmoid weights computed from the normalised, flattened "
                       "streams.", "HyperHead"),)),
@@ -329,6 +358,7 @@ class DeepseekV4(Family):
         raw.update(vocab_size=97, hidden_size=64, moe_intermediate_size=32, num_hidden_layers=len(kinds),
                    num_attention_heads=4, head_dim=16, q_lora_rank=24, qk_rope_head_dim=8, o_groups=2, o_lora_rank=12,
                    n_routed_experts=4, num_experts_per_tok=2, compress_ratios=[ratio_of[a] for a, _ in kinds],
+                   layer_types=None, mlp_layer_types=["hash_moe" if h else "moe" for _, h in kinds],
                    num_hash_layers=sum(1 for _, h in kinds if h), index_n_heads=3, index_head_dim=8, index_topk=1,
                    compress_rates={"compressed_sparse_attention": 2, "heavily_compressed_attention": 4}, hc_mult=3,
                    sliding_window=3, swiglu_limit=0.05, max_position_embeddings=1024, rope_scaling=scaling,
@@ -336,11 +366,13 @@ class DeepseekV4(Family):
         return raw
 
     def facts(self, c: DeepseekV4Hyperparameters) -> tuple[tuple[str, str], ...]:
-        kinds = [k[0] for k in self.kinds(c)]
-        return (("transformer blocks", f"{c.num_hidden_layers:,} ({kinds.count('csa')} ratio-4, {kinds.count('hca')} "
-                                       f"ratio-128, {kinds.count('sliding')} window only)"),
-                ("routed experts", f"{c.n_routed_experts} (top {c.num_experts_per_tok}; first {c.num_hash_layers} "
-                                   "layers hash-routed)"),
+        kinds = self.kinds(c)
+        attn = [a for a, _ in kinds]
+        per_kind = ", ".join(f"{attn.count(a)} ratio-{self.rate(c, a)}" for a in ("csa", "hca") if a in attn)
+        return (("transformer blocks", f"{c.num_hidden_layers:,} ({per_kind + ', ' if per_kind else ''}"
+                                       f"{attn.count('sliding')} window only)"),
+                ("routed experts", f"{c.n_routed_experts} (top {c.num_experts_per_tok}; "
+                                   f"{sum(h for _, h in kinds)} layers hash-routed)"),
                 ("attention heads", f"{c.num_attention_heads} query, 1 shared key-value"),
                 ("residual streams", f"{c.hc_mult}"), ("vocabulary", f"{c.vocab_size:,}"))
 
