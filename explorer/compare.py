@@ -12,8 +12,9 @@ from dataclasses import dataclass, field
 from .account import Ledger
 from .spec.types import Component, ModelSpec, path_key, walk
 
-ROLES = ("Token embedding", "Position embedding", "Attention", "Linear attention (Gated DeltaNet)", "Feed-forward (dense)", "Mixture of experts",
-         "Norms", "LM head", "Multi-token prediction", "Vision tower and projector", "Other")
+ROLES = ("Token embedding", "Position embedding", "Attention", "Linear attention (Gated DeltaNet)",
+         "State space (Mamba-2)", "Feed-forward (dense)", "Mixture of experts", "Hyper-connections", "Norms", "LM head",
+         "Multi-token prediction", "Vision tower and projector", "Other")
 _BY_PROGRAM = {"attention": "Attention", "mla": "Attention", "dsa": "Attention", "fused_attention": "Attention",
                "shaped_attention": "Attention",
                "gated_mlp": "Feed-forward (dense)",
@@ -27,7 +28,11 @@ _BY_PROGRAM = {"attention": "Attention", "mla": "Attention", "dsa": "Attention",
                "gemma4_vision_tower": "Vision tower and projector",
                "gemma4_vision_embedder": "Vision tower and projector", "gated_attention": "Attention",
                "gated_deltanet": "Linear attention (Gated DeltaNet)", "qwen_vision_tower": "Vision tower and projector",
-               "moonvit_tower": "Vision tower and projector", "kimi_projector": "Vision tower and projector"}
+               "moonvit_tower": "Vision tower and projector", "kimi_projector": "Vision tower and projector",
+               "mamba2": "State space (Mamba-2)", "nope_attention": "Attention", "relu2_moe": "Mixture of experts",
+               "relu2_mlp": "Feed-forward (dense)", "v4_attention": "Attention",
+               "shared_and_routed_moe": "Mixture of experts", "hyper_connection": "Hyper-connections",
+               "hyper_head": "Hyper-connections"}
 """moe_beside_mlp (Gemma 4) is left unclassified: its dense MLP, norms, router and experts take their own roles."""
 
 

@@ -275,10 +275,10 @@ def test_model_folder_symlinked_out_of_content_is_refused(project_copy, tmp_path
 def test_model_folder_name_must_be_a_slug(project_copy):
     from explorer.content import load_all_models
 
-    (project_copy / "content/models/kimi-k2").rename(project_copy / "content/models/Kimi K2")
+    (project_copy / "content/models/gpt2").rename(project_copy / "content/models/GPT 2")  # no model follows it
     with pytest.raises(ContentError) as info:
         load_all_models(project_copy / "content")
-    assert info.value.problems == (f"{project_copy}/content/models/Kimi K2: not a model name (lowercase letters, "
+    assert info.value.problems == (f"{project_copy}/content/models/GPT 2: not a model name (lowercase letters, "
                                    "digits, '-' and '.'); rename the folder",)
 
 
