@@ -1,0 +1,128 @@
+"""Issue 18: input paths tried as an attacker would, and failures that must end the build rather than hang it.
+
+Each test reproduces one defect the hostile pass found; the fix makes it work or gives one line and exit 1."""
+
+from __future__ import annotations
+
+import os
+import pickle
+import shutil
+import signal
+import subprocess
+import sys
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+
+from explorer.errors import (
+    CheckpointError,
+    ContentError,
+    ExecutionError,
+    ExplorerError,
+    OutputError,
+    ReconciliationError,
+    WorkerError,
+)
+from explorer.parallel import run_in_order
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@contextmanager
+def deadline(seconds: int):
+    """Fail a test that would hang instead of waiting for it: the regressions here were hangs."""
+    def expire(signum, frame):
+        raise TimeoutError(f"still waiting after {seconds} s")
+
+    previous = signal.signal(signal.SIGALRM, expire)
+    signal.alarm(seconds)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+# ----------------------------------------------------------------------- errors crossing a process boundary
+
+ERRORS = [
+    ContentError(["a.toml: key 'x': bad", "b.toml: key 'y': bad"]),
+    CheckpointError("config.json", "not UTF-8 at byte 3"),
+    ExecutionError("m › block › attn", "max |Δ| 1 exceeds the tolerance", ("embed", "norm")),
+    ExecutionError("m › equation checks", "failed"),
+    ReconciliationError("stored tensors and spec disagree"),
+    OutputError("site: another build is writing it"),
+    WorkerError("a worker ended"),
+    ExplorerError("anything"),
+]
+
+
+@pytest.mark.parametrize("error", ERRORS, ids=lambda e: type(e).__name__)
+def test_every_error_type_round_trips_through_pickle(error):
+    """Issue 18: ExecutionError(where, reason) could not be rebuilt from its pickle (TypeError: missing 'reason'),
+    so a worker's failing check left the pool waiting forever."""
+    copy = pickle.loads(pickle.dumps(error))
+    assert type(copy) is type(error) and str(copy) == str(error)
+    assert vars(copy) == vars(error)
+
+
+def _raise(error: Exception) -> None:
+    raise error
+
+
+@pytest.mark.parametrize("error", [e for e in ERRORS if isinstance(e, CheckpointError | ExecutionError)],
+                         ids=lambda e: type(e).__name__)
+def test_a_worker_that_raises_ends_the_pool_with_its_message(error):
+    """Issue 18: a failing equation check (ExecutionError) or an unreadable cached config (CheckpointError) in a
+    worker hung the build; now the caller gets the worker's error."""
+    with deadline(60), pytest.raises(type(error)) as raised:
+        list(run_in_order([lambda: 0, lambda: _raise(error), lambda: 2], 2))
+    assert str(raised.value) == str(error)
+
+
+class _Unpicklable(ExplorerError):
+    def __init__(self, a: str, b: str) -> None:
+        super().__init__(f"{a}/{b}")
+
+
+def test_an_error_that_cannot_cross_arrives_with_its_message():
+    """Issue 18: an error whose pickle cannot be rebuilt still reaches the caller, as one it can print."""
+    with deadline(60), pytest.raises(ExplorerError, match="x/y"):
+        list(run_in_order([lambda: _raise(_Unpicklable("x", "y")), lambda: 1], 2))
+
+
+def test_a_worker_that_dies_ends_the_pool():
+    """Issue 18: a worker killed mid-task (out of memory, SIGKILL) left the pool waiting for its result."""
+    with deadline(60), pytest.raises(WorkerError, match="ended abruptly"):
+        list(run_in_order([lambda: 0, lambda: os.kill(os.getpid(), signal.SIGKILL), lambda: 2], 2))
+    assert list(run_in_order([lambda: 5, lambda: 6], 2)) == [5, 6]  # and the next pool starts clean
+
+
+BREAK_NORM = """
+import sys
+sys.path.insert(0, {root!r})
+import build
+from explorer.components import norms
+
+real = norms.apply_norm
+norms.apply_norm = lambda *a, **k: real(*a, **k) * 1.5  # every norm's program scales its output wrong
+sys.exit(build.main(['--check', '--content', sys.argv[1]]))
+"""
+
+
+def test_a_broken_component_fails_check_with_default_jobs(tmp_path):
+    """Issue 18: with the default jobs, a failing equation check hung `build.py --check` (ended by a timeout at
+    240 s); it must exit 1 naming the component."""
+    for name in ("templates", "static"):
+        shutil.copytree(ROOT / name, tmp_path / name)
+    shutil.copytree(ROOT / "content", tmp_path / "content", ignore=shutil.ignore_patterns("models"))
+    for slug in ("gpt2", "llama-3.1-8b"):  # two models, so the check runs a pool
+        shutil.copytree(ROOT / "content" / "models" / slug, tmp_path / "content" / "models" / slug)
+    script = tmp_path / "broken.py"
+    script.write_text(BREAK_NORM.format(root=str(ROOT)))
+    result = subprocess.run([sys.executable, str(script), str(tmp_path)], cwd=tmp_path, capture_output=True,
+                            text=True, timeout=300)
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "equation checks" in result.stderr and "norm" in result.stderr, result.stderr
+    assert "Traceback" not in result.stderr
