@@ -126,3 +126,65 @@ def test_a_broken_component_fails_check_with_default_jobs(tmp_path):
     assert result.returncode == 1, result.stdout + result.stderr
     assert "equation checks" in result.stderr and "norm" in result.stderr, result.stderr
     assert "Traceback" not in result.stderr
+
+
+# ------------------------------------------------------------------------------------- a hostile Hub
+
+GPT2 = ("openai-community/gpt2", "607a30d783dfa663caf39e06633721c8d4cfcd7e")
+
+
+def small_project(dest: Path, *slugs: str) -> Path:
+    """A project with only the named models (and no cache), for build subprocesses that need no full build."""
+    for name in ("templates", "static"):
+        shutil.copytree(ROOT / name, dest / name)
+    shutil.copytree(ROOT / "content", dest / "content", ignore=shutil.ignore_patterns("models"))
+    for slug in slugs:
+        shutil.copytree(ROOT / "content" / "models" / slug, dest / "content" / "models" / slug)
+    return dest
+
+
+@pytest.fixture
+def hf_home(tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    return tmp_path / "hf"
+
+
+@pytest.mark.parametrize("hostile", ["drip_headers", "redirects"])
+def test_a_hub_that_drips_its_headers_or_redirects_slowly_meets_the_deadline(hf_home, hostile):
+    """Issue 18: a server sending its status line and headers a byte at a time was never cut off (the deadline
+    was checked only between body chunks; --from-hub, --verify-hub and --fetch-sources waited 300 s), and 20
+    slow redirects took 169 s."""
+    from explorer.checkpoint import fetch_hub_file, read_hub_checkpoint
+    from hub_server import FakeHub
+
+    with FakeHub() as hub:
+        hub.files[(*GPT2, "model.safetensors")] = b"{}"
+        hub.files[(*GPT2, "config.json")] = b"{}"
+        if hostile == "drip_headers":
+            hub.drip_headers = 0.05
+        else:
+            hub.redirects, hub.delay = 20, 0.2
+        for read in (read_hub_checkpoint, fetch_hub_file):
+            args = (*GPT2, "config.json") if read is fetch_hub_file else GPT2
+            with deadline(30), pytest.raises(CheckpointError, match="gave up after 0.5 s, the deadline"):
+                read(*args, endpoint=hub.url, deadline=0.5)
+
+
+def test_verify_hub_against_a_dripping_hub_is_one_line_and_exit_1(tmp_path, hf_home):
+    """Issue 18, as a user runs it: `build.py --verify-hub` against a Hub that drips its headers, with the
+    deadline set short through EXPLORER_HUB_DEADLINE_S."""
+    from conftest import hub_env
+    from hub_server import FakeHub
+
+    project = small_project(tmp_path / "project", "gpt2")
+    with FakeHub() as hub:
+        hub.files[(*GPT2, "config.json")] = b"{}"
+        hub.drip_headers = 0.05
+        env = {**hub_env(tmp_path, hub.url), "EXPLORER_HUB_DEADLINE_S": "1"}
+        result = subprocess.run([sys.executable, str(ROOT / "build.py"), "--content", str(project), "--verify-hub"],
+                                env=env, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr
+    assert result.stderr.strip().splitlines() == [
+        f"error: {GPT2[0]}@{GPT2[1]}/config.json: gave up after 1 s, the deadline for reading a checkpoint's "
+        "headers from the Hub"]
