@@ -155,8 +155,9 @@ def test_a_hub_that_drips_its_headers_or_redirects_slowly_meets_the_deadline(hf_
     """Issue 18: a server sending its status line and headers a byte at a time was never cut off (the deadline
     was checked only between body chunks; --from-hub, --verify-hub and --fetch-sources waited 300 s), and 20
     slow redirects took 169 s."""
-    from explorer.checkpoint import fetch_hub_file, read_hub_checkpoint
     from hub_server import FakeHub
+
+    from explorer.checkpoint import fetch_hub_file, read_hub_checkpoint
 
     with FakeHub() as hub:
         hub.files[(*GPT2, "model.safetensors")] = b"{}"
