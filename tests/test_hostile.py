@@ -189,3 +189,57 @@ def test_verify_hub_against_a_dripping_hub_is_one_line_and_exit_1(tmp_path, hf_h
     assert result.stderr.strip().splitlines() == [
         f"error: {GPT2[0]}@{GPT2[1]}/config.json: gave up after 1 s, the deadline for reading a checkpoint's "
         "headers from the Hub"]
+
+
+# ------------------------------------------------------------------------------------- the output folder
+
+def _publish_once(out: Path, text: str) -> None:
+    from explorer.publish import claim_output, publish, stage
+
+    with claim_output(out) as o:
+        tmp = stage(o)
+        (tmp / "index.html").write_text(text)
+        publish(tmp, o)
+
+
+@pytest.mark.parametrize("plant", ["symlink", "hardlink", "fifo"])
+def test_a_link_planted_at_the_lock_file_is_refused_and_its_target_kept(tmp_path, plant):
+    """Issue 18: the `.NAME.lock` file beside --out followed a planted symbolic link and overwrote its target."""
+    from explorer.publish import lock_path
+
+    out, victim = tmp_path / "site", tmp_path / "precious.txt"
+    victim.write_text("someone's data")
+    {"symlink": lambda p: p.symlink_to(victim), "hardlink": lambda p: p.hardlink_to(victim),
+     "fifo": lambda p: os.mkfifo(p)}[plant](lock_path(out))
+    with deadline(10), pytest.raises(OutputError, match=r"\.site\.lock: .*remove it"):
+        _publish_once(out, "x")
+    assert victim.read_text() == "someone's data" and not out.exists()
+
+
+def test_the_site_folder_gets_the_usual_mode(tmp_path):
+    """Issue 18: the published site folder was always mode 0700 (mkdtemp's), unreadable by a web server."""
+    out = tmp_path / "site"
+    _publish_once(out, "x")
+    mask = os.umask(0)
+    os.umask(mask)
+    assert out.stat().st_mode & 0o777 == 0o777 & ~mask
+
+
+@pytest.mark.parametrize("filled", [False, True])
+def test_a_folder_made_at_out_during_the_build_is_not_replaced(tmp_path, filled):
+    """Issue 18: a folder created at --out while the build ran was deleted by the swap."""
+    from explorer.publish import claim_output, publish, stage
+
+    out = tmp_path / "site"
+    with claim_output(out) as o:
+        tmp = stage(o)
+        (tmp / "index.html").write_text("new")
+        out.mkdir()  # someone else, meanwhile
+        if filled:
+            (out / "notes.txt").write_text("mine")
+            with pytest.raises(OutputError, match="not empty and was not written by explorer"):
+                publish(tmp, o)
+            assert (out / "notes.txt").read_text() == "mine"
+        else:  # an empty folder may be replaced, as it could have been at the start
+            publish(tmp, o)
+            assert (out / "index.html").read_text() == "new"
