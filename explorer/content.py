@@ -238,7 +238,7 @@ def load_model_content(folder: Path) -> ModelContent:
     problems += _revision_problems(path, checkpoint) + _storage_problems(path, checkpoint)
     for key in sorted(set(checkpoint.config_nulls if checkpoint else ()) & set(data.get("config", {}))):
         problems.append(f"{path}: key 'checkpoint.config_nulls': '{key}' is listed as null but has a value in [config]")
-    if meta is not None and meta.released and not RELEASED.match(meta.released):
+    if meta is not None and meta.released and not RELEASED.fullmatch(meta.released):
         problems.append(f"{path}: key 'model.released': expected a month as \"YYYY-MM\" (or \"\" if not recorded), "
                         f"got {meta.released!r}")
     if problems:
@@ -315,7 +315,7 @@ def render_markdown(source: str) -> str:
 def model_folder(content_dir: Path, slug: str) -> Path:
     """The folder of one model named on the command line: a checked name, never a path."""
     models = content_dir / "models"
-    if not SLUG.match(slug):
+    if not SLUG.fullmatch(slug):
         raise ContentError([f"model '{slug}': not a model name (lowercase letters, digits, '-' and '.')"])
     if not (models / slug).is_dir():
         existing = sorted(p.name for p in models.iterdir() if p.is_dir()) if models.is_dir() else []
@@ -345,7 +345,7 @@ def load_all_models(content_dir: Path) -> list[ModelContent]:
 
 
 def _check_model_folder(folder: Path, models_dir: Path) -> None:
-    if not SLUG.match(folder.name):
+    if not SLUG.fullmatch(folder.name):
         raise ContentError([f"{folder}: not a model name (lowercase letters, digits, '-' and '.'); rename the folder"])
     if not folder.resolve().is_relative_to(models_dir.resolve()):
         raise ContentError([f"{folder}: resolves to {folder.resolve()}, outside {models_dir}; model folders may "

@@ -24,7 +24,7 @@ from .project import Project
 from .reconcile import expected_groups, predicted_index, reconcile
 from .render import write_site
 from .search import search_script
-from .sources import absent_files, resolve_citations
+from .sources import absent_files, check_recorded_config, resolve_citations
 from .spec.types import ModelSpec, path_key, walk
 from .views import Excerpt, highlight_citations, remember_highlights, site_page_groups
 
@@ -46,6 +46,7 @@ def build_model(content: ModelContent, fetch_sources: bool = False, cache_dir: P
 def prepare_model(content: ModelContent, fetch_sources: bool = False,
                   progress: Progress = stderr_progress) -> PreparedModel:
     """The model's stages that need no torch: spec, ledger, citations, the checkpoint's checks and the figures."""
+    check_recorded_config(content)
     spec = load_model_spec(content)
     check_prose_paths(content, (path_key(a, c) for a, c in walk(spec.root)))
     ledger = account(spec)

@@ -243,3 +243,122 @@ def test_a_folder_made_at_out_during_the_build_is_not_replaced(tmp_path, filled)
         else:  # an empty folder may be replaced, as it could have been at the start
             publish(tmp, o)
             assert (out / "index.html").read_text() == "new"
+
+
+# ------------------------------------------------------------------------------ recorded config values
+
+def test_every_recorded_config_serialises_to_its_sha256():
+    """Issue 18: the check that catches an edited value needs every recorded config to regenerate its bytes."""
+    from explorer.content import load_all_models
+    from explorer.sources import check_recorded_config
+
+    for content in load_all_models(ROOT / "content"):
+        check_recorded_config(content)
+
+
+def test_a_config_value_edited_in_model_toml_fails_naming_the_key(tmp_path):
+    """Issue 18: a config value changed in model.toml passed --check and published wrong totals."""
+    from explorer.content import load_model_content
+    from explorer.sources import check_recorded_config
+
+    folder = shutil.copytree(ROOT / "content/models/llama-3.1-8b", tmp_path / "llama-3.1-8b")
+    toml = folder / "model.toml"
+    toml.write_text(toml.read_text().replace("intermediate_size = 14336", "intermediate_size = 14337"))
+    with pytest.raises(ContentError, match=r"model\.toml: key 'config.*config_sha256") as raised:
+        check_recorded_config(load_model_content(folder))
+    assert len(raised.value.problems) == 1
+
+
+def test_with_the_published_file_at_hand_the_edited_key_is_named(tmp_path, monkeypatch):
+    """Issue 18: where config.json is in the local Hugging Face cache, the message names the edited key."""
+    from explorer import sources
+    from explorer.content import load_model_content
+    from explorer.sources import check_recorded_config, regenerate_config
+
+    folder = shutil.copytree(ROOT / "content/models/llama-3.1-8b", tmp_path / "llama-3.1-8b")
+    published = regenerate_config(load_model_content(folder))
+    toml = folder / "model.toml"
+    toml.write_text(toml.read_text().replace("intermediate_size = 14336", "intermediate_size = 14337"))
+    monkeypatch.setattr(sources, "hub_text", lambda *args, **kwargs: published)
+    with pytest.raises(ContentError) as raised:
+        check_recorded_config(load_model_content(folder))
+    assert raised.value.problems == (f"{toml}: key 'config.intermediate_size': published 14336, recorded 14337",)
+
+
+def test_add_model_records_what_serialises_back_to_the_published_bytes(tmp_path):
+    """Issue 18: --add-model sorted nested tables (Llama 3.1's rope_scaling is not), so the recorded values
+    could not be checked against config_sha256."""
+    import json
+
+    from explorer.add_model import add_model
+    from explorer.content import load_model_content
+    from explorer.sources import regenerate_config
+
+    published = regenerate_config(load_model_content(ROOT / "content/models/llama-3.1-8b"))
+    assert published is not None
+    config = json.loads(published)
+    reordered = {"vocab_size": config.pop("vocab_size"), **config}  # a top level that is not sorted either
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(reordered, indent=2))
+    (tmp_path / "content" / "models").mkdir(parents=True)
+    written = add_model(tmp_path / "content", "l", path, "meta-llama/Llama-3.1-8B", "unpinned", "2024-07")
+    assert regenerate_config(load_model_content(written.parent)) == path.read_text()
+
+
+# --------------------------------------------------------------------------------------- --add-model
+
+def _llama_config(tmp_path: Path, name: str = "config.json", **changes) -> Path:
+    import json
+
+    from explorer.content import load_model_content
+    from explorer.sources import regenerate_config
+
+    config = json.loads(regenerate_config(load_model_content(ROOT / "content/models/llama-3.1-8b")) or "{}")
+    path = tmp_path / name
+    path.write_text(json.dumps({**config, **changes}, indent=2))
+    return path
+
+
+@pytest.mark.parametrize("version", ["4.43\x7f", "4.43\n[model]\nname = 'injected'", "4.43\x00\x1b[31m"])
+def test_control_characters_in_values_are_written_as_valid_toml(tmp_path, version):
+    """Issue 18: control characters in a config value (DEL) wrote TOML that no longer parsed."""
+    from explorer.add_model import add_model
+    from explorer.content import load_model_content
+
+    path = _llama_config(tmp_path, transformers_version=version)
+    written = add_model(tmp_path / "content", "m", path, "meta-llama/Llama-3.1-8B", "unpinned")
+    content = load_model_content(written.parent)
+    assert content.config["transformers_version"] == version and content.meta.name == "Llama-3.1-8B"
+
+
+def test_a_newline_in_the_config_file_name_injects_nothing(tmp_path):
+    """Issue 18: a newline in the config file's name ended model.toml's first comment and injected TOML."""
+    from explorer.add_model import add_model
+    from explorer.content import load_model_content
+
+    path = _llama_config(tmp_path, name='c.json\n[model]\nname = "injected"')
+    written = add_model(tmp_path / "content", "m", path, "meta-llama/Llama-3.1-8B", "unpinned")
+    assert load_model_content(written.parent).meta.name == "Llama-3.1-8B"
+
+
+def test_a_lone_surrogate_is_one_line_and_leaves_no_folder(tmp_path):
+    """Issue 18: a lone surrogate (valid as a JSON escape) failed mid-write, leaving a half-written model folder
+    that blocked every later command."""
+    from explorer.add_model import add_model
+
+    path = _llama_config(tmp_path)
+    path.write_text(path.read_text().replace('"4.43.0.dev0"', '"4.43\\ud800"'))
+    with pytest.raises(ContentError, match="lone surrogate"):
+        add_model(tmp_path / "content", "m", path, "meta-llama/Llama-3.1-8B", "unpinned")
+    assert not (tmp_path / "content/models/m").exists()
+
+
+@pytest.mark.parametrize("slug, repo, revision", [("m\n", "o/n", "unpinned"), ("m", "o/n\n", "unpinned"),
+                                                  ("m", "o/n", "a" * 40 + "\n")])
+def test_names_with_a_trailing_newline_are_refused(tmp_path, slug, repo, revision):
+    """Issue 18: `$` in the name patterns matched before a trailing newline, so such names were accepted."""
+    from explorer.add_model import add_model
+
+    with pytest.raises(ContentError):
+        add_model(tmp_path / "content", slug, _llama_config(tmp_path), repo, revision)
+    assert not (tmp_path / "content/models").exists() or not any((tmp_path / "content/models").iterdir())
