@@ -10,10 +10,13 @@ notices a dead worker or an unreadable result, where multiprocessing.Pool waited
 
 from __future__ import annotations
 
+import ctypes
 import gc
 import multiprocessing
+import os
 import pickle
 import signal
+import sys
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
@@ -22,6 +25,9 @@ from typing import Any
 
 from .errors import ExplorerError, WorkerError
 
+_PR_SET_PDEATHSIG = 1
+_parent = os.getpid()
+"""The process that forks the workers (updated at each pool's start)."""
 _tasks: list[Callable[[], Any]] = []
 """The tasks of the pool being run, as its workers inherit them at the fork."""
 
@@ -31,13 +37,14 @@ def started_in_order(tasks: Sequence[Callable[[], Any]], workers: int,
                      initializer: Callable[[], None] | None = None) -> Iterator[Iterator[Any]]:
     """Start the tasks on `workers` forked workers now; the body runs alongside them and iterates their results,
     in task order. With no workers the tasks run here, as the body iterates."""
-    global _tasks
+    global _tasks, _parent
     if workers <= 0 or not tasks:
         yield (task() for task in tasks)
         return
     if _tasks:
         raise RuntimeError("pools of tasks do not nest")
     _tasks = list(tasks)
+    _parent = os.getpid()
     # The collector in a worker would walk every object inherited at the fork, writing to their pages and so
     # copying them; frozen objects are left alone (and freed with the worker).
     gc.freeze()
@@ -87,16 +94,31 @@ def _close(pool: ProcessPoolExecutor, finished: bool) -> None:
     if finished:
         pool.shutdown(wait=True)
         return
+    processes = list((pool._processes or {}).values())  # no public way to stop running tasks; shutdown forgets them
     pool.shutdown(wait=False, cancel_futures=True)
-    for process in list((pool._processes or {}).values()):  # no public way to stop running tasks
+    for process in processes:
         process.terminate()
+    for process in processes:  # reaped, so none outlives the build holding its output pipes or lock
+        process.join()
 
 
 def _start_worker(initializer: Callable[[], None] | None) -> None:
     # Ctrl-C reaches every process of the terminal's group: the parent alone reports it and stops the workers.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    _die_with_parent()
     if initializer is not None:
         initializer()
+
+
+def _die_with_parent() -> None:
+    """Have Linux kill this worker when the build process dies (SIGKILL included), so that no orphan goes on
+    working, holding the output lock and the terminal's pipes (issue 18)."""
+    if not sys.platform.startswith("linux"):
+        return
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    if os.getppid() != _parent:  # the parent died before the request took effect
+        os._exit(1)
 
 
 def _run(i: int) -> Any:

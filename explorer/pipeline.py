@@ -46,8 +46,8 @@ def build_model(content: ModelContent, fetch_sources: bool = False, cache_dir: P
 def prepare_model(content: ModelContent, fetch_sources: bool = False,
                   progress: Progress = stderr_progress) -> PreparedModel:
     """The model's stages that need no torch: spec, ledger, citations, the checkpoint's checks and the figures."""
-    check_recorded_config(content)
     spec = load_model_spec(content)
+    check_recorded_config(content)  # after the family's checks, whose messages say more about a bad key
     check_prose_paths(content, (path_key(a, c) for a, c in walk(spec.root)))
     ledger = account(spec)
     citations = resolve_citations(spec, content, fetch=fetch_sources)

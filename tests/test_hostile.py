@@ -362,3 +362,16 @@ def test_names_with_a_trailing_newline_are_refused(tmp_path, slug, repo, revisio
     with pytest.raises(ContentError):
         add_model(tmp_path / "content", slug, _llama_config(tmp_path), repo, revision)
     assert not (tmp_path / "content/models").exists() or not any((tmp_path / "content/models").iterdir())
+
+
+def test_check_fails_on_an_edited_config_value(tmp_path):
+    """Issue 18, as a user runs it: `build.py --check` after a value was changed in model.toml exits 1 with one
+    line naming the model file and its config, before any torch stage runs."""
+    project = small_project(tmp_path / "project", "gpt2", "llama-3.1-8b")
+    toml = project / "content/models/llama-3.1-8b/model.toml"
+    toml.write_text(toml.read_text().replace("num_hidden_layers = 32", "num_hidden_layers = 31"))
+    result = subprocess.run([sys.executable, str(ROOT / "build.py"), "--content", str(project), "--check"],
+                            capture_output=True, text=True, timeout=300, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    errors = [line for line in result.stderr.splitlines() if not line.startswith("  ")]
+    assert result.returncode == 1 and len(errors) == 1, result.stderr
+    assert errors[0].startswith(f"error: {toml}: key 'config': the recorded values no longer serialise")
