@@ -10,7 +10,11 @@ import functools
 import hashlib
 import importlib.metadata
 import json
+import os
 import re
+import sys
+import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -90,14 +94,30 @@ def load(cache_dir: Path | None, spec: ModelSpec) -> tuple[ReferenceModel, Execu
 def save(cache_dir: Path | None, spec: ModelSpec, reference: ReferenceModel, execution: Execution) -> None:
     if cache_dir is None:
         return
-    cache_dir.mkdir(parents=True, exist_ok=True)
-    for old in cache_dir.glob(f"{spec.slug}-*.json"):
-        if _KEY.fullmatch(old.name[len(spec.slug):]):  # not another model whose slug extends this one
-            old.unlink(missing_ok=True)
-    path = _entry(cache_dir, spec.slug, execution_key(spec))
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(_encode(reference, execution), sort_keys=True), encoding="utf-8")
-    tmp.replace(path)
+    # not another model whose slug extends this one
+    _write(_entry(cache_dir, spec.slug, execution_key(spec)), json.dumps(_encode(reference, execution), sort_keys=True),
+           f"{spec.slug}-*.json", lambda name: _KEY.fullmatch(name[len(spec.slug):]) is not None)
+
+
+def _write(path: Path, text: str, stale: str, is_stale: Callable[[str], bool]) -> None:
+    """Replace the entries matching `stale` with this one, written through a temporary file of this process's
+    own (concurrent builds write the same entries), or not at all: a read-only or full cache costs the next
+    build the recomputation, not this build's result (issue 18)."""
+    tmp = None
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        for old in path.parent.glob(stale):
+            if is_stale(old.name):
+                old.unlink(missing_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except OSError as e:
+        if tmp is not None:
+            Path(tmp).unlink(missing_ok=True)
+        print(f"  warning: {path.parent}: cannot write the cache ({e.strerror or e}); the next build recomputes",
+              file=sys.stderr)
 
 
 def _encode(reference: ReferenceModel, execution: Execution) -> dict[str, Any]:
@@ -177,9 +197,18 @@ def _number(value: Any) -> float:
 # ------------------------------------------------------------------------------------ real-weight checks
 
 def _real_path(cache_dir: Path, spec: ModelSpec, weights: Path) -> Path:
-    """Keyed by the model's torch-stage key and the weights file's name and size."""
-    key = hashlib.sha256(f"{execution_key(spec)}:{weights.name}:{weights.stat().st_size}".encode()).hexdigest()[:32]
+    """Keyed by the model's torch-stage key and the sha256 of the weights file's bytes: a file of the same name
+    and size with other weights (NaNs) must not keep the old file's pass (issue 18)."""
+    key = hashlib.sha256(f"{execution_key(spec)}:{_file_sha256(weights)}".encode()).hexdigest()[:32]
     return cache_dir / f"{spec.slug}-real-{key}.json"
+
+
+def _file_sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as f:
+        while chunk := f.read(1 << 20):
+            h.update(chunk)
+    return h.hexdigest()
 
 
 def load_real(cache_dir: Path | None, spec: ModelSpec, weights: Path) -> tuple[RealWeightCheck, ...] | None:
@@ -211,11 +240,5 @@ def _real_check(fields: dict[str, Any]) -> RealWeightCheck:
 def save_real(cache_dir: Path | None, spec: ModelSpec, weights: Path, checks: tuple[RealWeightCheck, ...]) -> None:
     if cache_dir is None:
         return
-    cache_dir.mkdir(parents=True, exist_ok=True)
-    for old in cache_dir.glob(f"{spec.slug}-real-*.json"):
-        if _REAL_KEY.fullmatch(old.name[len(spec.slug):]):
-            old.unlink(missing_ok=True)
-    path = _real_path(cache_dir, spec, weights)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps([dataclasses.asdict(c) for c in checks], sort_keys=True), encoding="utf-8")
-    tmp.replace(path)
+    _write(_real_path(cache_dir, spec, weights), json.dumps([dataclasses.asdict(c) for c in checks], sort_keys=True),
+           f"{spec.slug}-real-*.json", lambda name: _REAL_KEY.fullmatch(name[len(spec.slug):]) is not None)

@@ -348,11 +348,19 @@ def merge_shard(tensors: dict[str, TensorInfo], shard: dict[str, TensorInfo], so
         raise CheckpointError(source, f"the checkpoint holds over {MAX_TENSORS:,} tensors, the limit")
 
 
+def read_capped(path: Path, cap: int, what: str) -> bytes:
+    """A file's bytes, refused past `cap`: counted as read, since a device or pipe (/dev/zero, a FIFO) has no
+    size to look at first (issue 18). OSError is the caller's to name."""
+    with path.open("rb") as f:
+        data = f.read(cap + 1)
+    if len(data) > cap:
+        raise CheckpointError(str(path), f"{what} is over the {cap:,}-byte cap")
+    return data
+
+
 def _read_index(path: Path) -> dict[str, str]:
     try:
-        if path.stat().st_size > MAX_HEADER_BYTES:
-            raise CheckpointError(str(path), f"index is over the {MAX_HEADER_BYTES:,}-byte cap")
-        data = path.read_bytes()
+        data = read_capped(path, MAX_HEADER_BYTES, "index")
     except OSError as e:
         raise CheckpointError(str(path), f"cannot read index: {e.strerror or e}") from e
     return _parse_index(data, str(path))
@@ -702,6 +710,7 @@ def write_manifest(index: CheckpointIndex, path: Path) -> None:
             f.write(text)
             f.flush()
             os.fsync(f.fileno())
+        os.chmod(tmp, _file_mode(path))  # mkstemp's 0600 would make the recorded file private (issue 18)
         os.replace(tmp, path)
     except OSError as e:
         Path(tmp).unlink(missing_ok=True)
@@ -784,14 +793,22 @@ _LISTING_KEYS = {"repo_id", "provenance", "tensors"}
 _ENTRY_KEYS = {"name", "shape", "dtype", "shard"}
 
 
+def _file_mode(path: Path) -> int:
+    """The mode of the file being replaced, or a new file's usual mode under the umask."""
+    try:
+        return path.stat().st_mode & 0o777
+    except OSError:
+        mask = os.umask(0)
+        os.umask(mask)
+        return 0o666 & ~mask
+
+
 def read_listing(path: Path) -> CheckpointIndex:
     """Read a grouped JSON listing ({repo_id, provenance, tensors: [{name, shape, dtype, shard}]}), e.g. one
     transcribed from a published report of a checkpoint's headers; every entry is validated as a header's is."""
     source = str(path)
     try:
-        if path.stat().st_size > MAX_HEADER_BYTES:
-            raise CheckpointError(source, f"listing is over the {MAX_HEADER_BYTES:,}-byte cap")
-        data = load_json(path.read_bytes(), source, "listing")
+        data = load_json(read_capped(path, MAX_HEADER_BYTES, "listing"), source, "listing")
     except OSError as e:
         raise CheckpointError(source, f"cannot read: {e.strerror or e}") from e
     if not isinstance(data, dict) or not isinstance(data.get("tensors"), list):

@@ -375,3 +375,136 @@ def test_check_fails_on_an_edited_config_value(tmp_path):
     errors = [line for line in result.stderr.splitlines() if not line.startswith("  ")]
     assert result.returncode == 1 and len(errors) == 1, result.stderr
     assert errors[0].startswith(f"error: {toml}: key 'config': the recorded values no longer serialise")
+
+
+# ------------------------------------------------------------------------------------ command line
+
+def _build_module():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("build_for_hostile_tests", ROOT / "build.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("jobs", ["0", "-2", "many"])
+def test_jobs_below_one_is_refused(jobs, capsys):
+    """Issue 18: `--jobs 0` and negative values passed silently."""
+    with pytest.raises(SystemExit) as raised:
+        _build_module().main(["--jobs", jobs, "--check"])
+    assert raised.value.code == 2 and "expected a whole number of processes, at least 1" in capsys.readouterr().err
+
+
+def test_an_empty_slug_is_refused_not_a_full_build(tmp_path):
+    """Issue 18: `--add-model ''` fell through to a full build."""
+    from conftest import build_main
+
+    result = build_main("--content", str(small_project(tmp_path, "gpt2")), "--add-model", "", "--config", "c.json",
+                        "--repo", "o/n", "--revision", "unpinned")
+    assert result.returncode == 1 and "slug ''" in result.stderr and not (tmp_path / "site").exists()
+
+
+def test_verify_hub_goes_on_past_a_missing_file(tmp_path, hf_home):
+    """Issue 18: `--verify-hub` stopped at the first model whose config.json the Hub did not have (404)."""
+    from conftest import hub_env
+    from hub_server import FakeHub
+
+    from explorer.content import load_model_content
+    from explorer.sources import regenerate_config
+
+    project = small_project(tmp_path / "project", "gpt2", "llama-3.1-8b")
+    llama = load_model_content(project / "content/models/llama-3.1-8b")
+    with FakeHub() as hub:
+        hub.files[(llama.checkpoint.repo_id, llama.checkpoint.revision, "config.json")] = \
+            (regenerate_config(llama) or "").encode()
+        hub.files[(*GPT2, "other.json")] = b"{}"  # the repository exists; its config.json does not
+        result = subprocess.run([sys.executable, str(ROOT / "build.py"), "--content", str(project), "--verify-hub"],
+                                env=hub_env(tmp_path, hub.url), capture_output=True, text=True, timeout=120)
+    assert result.returncode == 1
+    assert f"error: {GPT2[0]}@{GPT2[1]}/config.json: file not found (404)" in result.stderr
+    assert "llama-3.1-8b: config.json at meta-llama/Llama-3.1-8B@d04e592: matches the recorded sha256 and values" \
+        in result.stdout
+
+
+def test_interrupt_is_one_line(monkeypatch):
+    """Issue 18: Ctrl-C printed up to four tracebacks (one per process); now the workers ignore it and the
+    build prints one line and exits 130."""
+    module = _build_module()
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(module, "check", interrupted)
+    assert module.main(["--check"]) == 130
+
+
+# ------------------------------------------------------------------------- files, devices and the cache
+
+def test_dev_zero_as_config_or_listing_is_read_only_up_to_the_cap(tmp_path):
+    """Issue 18: /dev/zero (or a pipe) given as --config or --from-listing was read without limit: the caps
+    looked at the file's size, which a device does not have."""
+    from explorer.add_model import add_model
+    from explorer.checkpoint import read_listing
+
+    with deadline(30), pytest.raises(ContentError, match=r"/dev/zero: config.json is over the 10,000,000-byte cap"):
+        add_model(tmp_path / "content", "m", Path("/dev/zero"), "o/n", "unpinned")
+    with deadline(30), pytest.raises(CheckpointError, match=r"/dev/zero: listing is over the 100,000,000-byte cap"):
+        read_listing(Path("/dev/zero"))
+
+
+def test_add_model_is_linear_in_the_number_of_keys(tmp_path):
+    """Issue 18: duplicate keys were found by counting each key in the whole list: 80,000 keys took 104 s."""
+    from explorer.add_model import read_config_json
+
+    path = tmp_path / "config.json"
+    path.write_text("{" + ", ".join(f'"k{i}": {i}' for i in range(80_000)) + ', "k7": 0}')
+    with deadline(20), pytest.raises(ContentError, match="key 'k7': appears more than once"):
+        read_config_json(path)
+
+
+def test_a_rewritten_manifest_keeps_its_mode(tmp_path):
+    """Issue 18: checkpoint.toml was rewritten with mkstemp's mode 0600, private to its writer."""
+    from explorer.checkpoint import CheckpointIndex, TensorInfo, write_manifest
+
+    index = CheckpointIndex.of({"w": TensorInfo("w", "BF16", (4, 2))}, "test", "org/name", "a" * 40, "a test")
+    path = tmp_path / "checkpoint.toml"
+    path.write_text("")
+    path.chmod(0o644)
+    write_manifest(index, path)
+    assert path.stat().st_mode & 0o777 == 0o644
+
+
+def _kimi_spec():
+    from explorer.content import load_model_content
+    from explorer.families import load_model_spec
+
+    return load_model_spec(load_model_content(ROOT / "content/models/kimi-k2"))
+
+
+def test_a_read_only_cache_warns_and_leaves_no_temporary_file(tmp_path, capsys):
+    """Issue 18: a read-only or full .cache aborted the build with a traceback and left .tmp files."""
+    from explorer import cache
+    from explorer.checkpoint import CheckpointIndex, TensorInfo
+    from explorer.execution import Execution, ShapeTrace
+    from explorer.reference import ReferenceModel
+
+    ref = ReferenceModel("test", CheckpointIndex.of({"w": TensorInfo("w", "F32", (2, 3))}, "test"))
+    blocked = tmp_path / "file"
+    blocked.write_text("")  # a cache folder that cannot be made (as read-only for a user; root writes anyway)
+    cache.save(blocked / "cache", _kimi_spec(), ref, Execution(ShapeTrace("meta", {}, {}), {}))
+    assert "cannot write the cache" in capsys.readouterr().err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["file"]
+
+
+def test_real_weight_checks_are_keyed_by_the_file_s_bytes(tmp_path):
+    """Issue 18: the real-weight cache was keyed by the GGUF file's name and size, so a same-size file with
+    NaN weights kept the old file's pass."""
+    from explorer import cache
+
+    spec, weights = _kimi_spec(), tmp_path / "model.gguf"
+    weights.write_bytes(b"\\x00" * 64)
+    before = cache._real_path(tmp_path, spec, weights)
+    weights.write_bytes(b"\\xff" * 64)
+    assert cache._real_path(tmp_path, spec, weights) != before
