@@ -42,8 +42,9 @@ def read_config_json(path: Path) -> tuple[dict[str, Any], str]:
 
     try:
         config = json.loads(data.decode("utf-8"), object_pairs_hook=no_duplicates)
-    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as e:
-        raise ContentError([f"{path}: not a JSON config ({type(e).__name__}: {e})"]) from None
+    except (ValueError, RecursionError) as e:  # bad UTF-8 or JSON, or an integer of over 4,300 digits
+        reason = "an integer of over 4,300 digits" if "digits" in str(e) else f"{type(e).__name__}: {e}"
+        raise ContentError([f"{path}: not a JSON config ({reason})"]) from None
     if not isinstance(config, dict):
         raise ContentError([f"{path}: expected a JSON object"])
     return config, hashlib.sha256(data).hexdigest()

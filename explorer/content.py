@@ -171,7 +171,12 @@ def _coerce(value: Any, hint: Any, where: str, problems: list[str]) -> Any:
         if value is None and type(None) in args:
             return None
         inner = [a for a in args if a is not type(None)]
-        return _coerce(value, inner[0], where, problems)
+        for alternative in inner[:-1]:  # the first that fits (an integer, or an array of them: eos_token_id)
+            tentative: list[str] = []
+            result = _coerce(value, alternative, where, tentative)
+            if not tentative:
+                return result
+        return _coerce(value, inner[-1], where, problems) if len(inner) == 1 else _one_of(value, inner, where, problems)
     if isinstance(hint, type) and dataclasses.is_dataclass(hint):
         return parse_table(value, hint, where.replace(": key '", ": table '"), problems)
     if origin is tuple:
@@ -193,6 +198,15 @@ def _coerce(value: Any, hint: Any, where: str, problems: list[str]) -> Any:
     if hint is Any or (isinstance(value, hint) and not (hint is int and isinstance(value, bool))):
         return value
     problems.append(f"{where}: expected {_hint_name(hint)}, got {_type_name(value)} {value!r}")
+    return None
+
+
+def _one_of(value: Any, hints: list[Any], where: str, problems: list[str]) -> Any:
+    tentative: list[str] = []
+    result = _coerce(value, hints[-1], where, tentative)
+    if not tentative:
+        return result
+    problems.append(f"{where}: expected {' or '.join(_hint_name(h) for h in hints)}, got {_type_name(value)} {value!r}")
     return None
 
 

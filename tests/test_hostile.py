@@ -508,3 +508,36 @@ def test_real_weight_checks_are_keyed_by_the_file_s_bytes(tmp_path):
     before = cache._real_path(tmp_path, spec, weights)
     weights.write_bytes(b"\\xff" * 64)
     assert cache._real_path(tmp_path, spec, weights) != before
+
+
+# ------------------------------------------------------------------ inputs that gave tracebacks (item 4)
+
+@pytest.mark.parametrize("changes, message", [
+    ({"architectures": None, "model_type": None}, "key 'model_type': unknown model type None"),
+    ({"architectures": 5, "model_type": None}, "key 'model_type': unknown model type None"),
+    ({"model_type": ["llama"]}, "key 'model_type': expected a string, got an array"),
+    ({"eos_token_id": "x"}, "key 'eos_token_id': expected an integer or an array of integers, got a string 'x'"),
+    ({"vocab_size": "BIG"}, "not a JSON config (an integer of over 4,300 digits)"),
+])
+def test_hostile_config_values_are_one_line(tmp_path, changes, message):
+    """Issue 18: architectures null or an integer, and a 5,000-digit integer, gave tracebacks."""
+    from explorer.add_model import add_model
+
+    path = _llama_config(tmp_path, **changes)
+    path.write_text(path.read_text().replace('"BIG"', "9" * 5000))
+    with pytest.raises(ContentError) as raised:
+        add_model(tmp_path / "content", "m", path, "o/n", "unpinned")
+    assert len(raised.value.problems) == 1 and message in raised.value.problems[0], raised.value.problems
+    assert not (tmp_path / "content/models/m").exists()
+
+
+def test_llama_3_1_instruct_s_list_of_end_tokens_is_accepted(tmp_path):
+    """Issue 18: Llama-3.1-Instruct's config.json gives eos_token_id as a list; it was refused."""
+    from explorer.add_model import add_model
+    from explorer.content import load_model_content
+    from explorer.families import load_model_spec
+
+    path = _llama_config(tmp_path, eos_token_id=[128001, 128008, 128009])
+    written = add_model(tmp_path / "content", "m", path, "meta-llama/Llama-3.1-8B-Instruct", "unpinned")
+    spec = load_model_spec(load_model_content(written.parent))
+    assert spec.config.eos_token_id == (128001, 128008, 128009)
