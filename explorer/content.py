@@ -245,11 +245,16 @@ def load_model_content(folder: Path) -> ModelContent:
     checkpoint = parse_table(data.get("checkpoint", {}), CheckpointRef, f"{path}: table 'checkpoint'", problems)
     if "config" not in data:
         problems.append(f"{path}: table 'config': missing (the published config.json values)")
-    for symbol, (first, last) in sorted((checkpoint.source_lines if checkpoint else {}).items()):
-        if not 0 < first <= last:
-            problems.append(f"{path}: key 'checkpoint.source_lines.{symbol}': expected first <= last, "
-                            f"got [{first}, {last}]")
+    elif not isinstance(data["config"], dict):
+        problems.append(f"{path}: table 'config': expected a table, got {_type_name(data['config'])}")
+        data["config"] = {}
+    for table in ("source_lines", "config_lines"):
+        for symbol, (first, last) in sorted((getattr(checkpoint, table) if checkpoint else {}).items()):
+            if not 0 < first <= last:
+                problems.append(f"{path}: key 'checkpoint.{table}.{symbol}': expected first <= last, "
+                                f"got [{first}, {last}]")
     problems += _revision_problems(path, checkpoint) + _storage_problems(path, checkpoint)
+    problems += _text_problems(path, meta, checkpoint)
     for key in sorted(set(checkpoint.config_nulls if checkpoint else ()) & set(data.get("config", {}))):
         problems.append(f"{path}: key 'checkpoint.config_nulls': '{key}' is listed as null but has a value in [config]")
     if meta is not None and meta.released and not RELEASED.fullmatch(meta.released):
@@ -262,6 +267,32 @@ def load_model_content(folder: Path) -> ModelContent:
         config={**data["config"], **{k: None for k in checkpoint.config_nulls}},
         prose=load_prose(folder / "prose", folder),
     )
+
+
+CLAIM = re.compile(r"[0-9]{1,6}(\.[0-9]{1,3})?[BM]")
+"""A published parameter figure as written: "32B", "12.9B", "135M"."""
+MODELING_FILE = re.compile(r"[A-Za-z0-9_\-]+(\.[A-Za-z0-9_\-]+)*(/[A-Za-z0-9_\-]+(\.[A-Za-z0-9_\-]+)*)*\.py")
+"""A file inside the checkpoint's repository: relative, no '..' or '.' segment."""
+MAX_TEXT = 300
+"""Longest name, lab or tagline (each is printed on many pages: a 5 MB name made a 5.9 GB site)."""
+
+
+def _text_problems(path: Path, meta: ModelMeta | None, ref: CheckpointRef | None) -> list[str]:
+    """Values whose form the type alone does not fix, each checked before anything reads them (issue 18)."""
+    problems = []
+    if meta is not None:
+        for key in ("name", "lab", "tagline"):
+            if len(getattr(meta, key)) > MAX_TEXT:
+                problems.append(f"{path}: key 'model.{key}': longer than {MAX_TEXT} characters")
+        if meta.active_claim and not CLAIM.fullmatch(meta.active_claim):
+            problems.append(f"{path}: key 'model.active_claim': expected a figure as published, e.g. \"32B\" or "
+                            f"\"135M\", got {meta.active_claim[:40]!r}")
+        if meta.active_claim and not meta.active_claim_source:
+            problems.append(f"{path}: key 'model.active_claim_source': missing (where active_claim is published)")
+    if ref is not None and ref.modeling_file and not MODELING_FILE.fullmatch(ref.modeling_file):
+        problems.append(f"{path}: key 'checkpoint.modeling_file': expected a .py file's path inside the repository "
+                        f"(no '..', not absolute), got {ref.modeling_file[:80]!r}")
+    return problems
 
 
 def _revision_problems(path: Path, ref: CheckpointRef | None) -> list[str]:

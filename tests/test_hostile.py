@@ -541,3 +541,33 @@ def test_llama_3_1_instruct_s_list_of_end_tokens_is_accepted(tmp_path):
     written = add_model(tmp_path / "content", "m", path, "meta-llama/Llama-3.1-8B-Instruct", "unpinned")
     spec = load_model_spec(load_model_content(written.parent))
     assert spec.config.eos_token_id == (128001, 128008, 128009)
+
+
+@pytest.mark.parametrize("pattern, replacement, message", [
+    (r'^family = .*$', 'family = "llama"\nactive_claim = "lots"\nactive_claim_source = "x"',
+     "key 'model.active_claim': expected a figure as published, e.g. \"32B\" or \"135M\", got 'lots'"),
+    (r'^family = .*$', 'family = "llama"\nactive_claim = "8B"', "key 'model.active_claim_source': missing"),
+    (r'^config_nulls = .*$', 'config_nulls = []\nmodeling_file = "../../etc/passwd"',
+     "key 'checkpoint.modeling_file': expected a .py file's path inside the repository"),
+    (r'^config_nulls = .*$', 'config_nulls = []\nmodeling_file = "/etc/passwd"',
+     "key 'checkpoint.modeling_file': expected a .py file's path inside the repository"),
+    (r'^config_nulls = .*$', 'config_nulls = []\nconfig_lines = { hidden_size = [5, 1] }',
+     "key 'checkpoint.config_lines.hidden_size': expected first <= last, got [5, 1]"),
+    (r'^name = .*$', 'name = "' + "x" * 100_000 + '"', "key 'model.name': longer than 300 characters"),
+    (r'\A', 'config = 3\n', "table 'config': expected a table, got an integer"),
+])
+def test_hostile_model_toml_values_are_one_line_each(tmp_path, pattern, replacement, message):
+    """Issue 18: a bad active_claim and a modeling_file outside the repository gave tracebacks; a reversed line
+    range passed; a 100,000-character name would be printed on every page (5 MB: a 5.9 GB site)."""
+    import re
+
+    from explorer.content import load_model_content
+    from explorer.pipeline import prepare_model
+
+    folder = shutil.copytree(ROOT / "content/models/llama-3.1-8b", tmp_path / "llama-3.1-8b")
+    toml = folder / "model.toml"
+    text = re.sub(pattern, replacement, toml.read_text(), count=1, flags=re.M)
+    toml.write_text(text.replace("[config", "[other") if text.startswith("config = 3") else text)
+    with pytest.raises(ContentError) as raised:
+        prepare_model(load_model_content(folder), progress=lambda _: None)
+    assert any(p.startswith(f"{toml}: ") and message in p for p in raised.value.problems), raised.value.problems
