@@ -571,3 +571,54 @@ def test_hostile_model_toml_values_are_one_line_each(tmp_path, pattern, replacem
     with pytest.raises(ContentError) as raised:
         prepare_model(load_model_content(folder), progress=lambda _: None)
     assert any(p.startswith(f"{toml}: ") and message in p for p in raised.value.problems), raised.value.problems
+
+
+def _gguf_with(head_count: bytes, rope_base: float = 10000.0) -> bytes:
+    """A small llama GGUF file whose metadata is complete but for the head count given (as a key-value)."""
+    import struct
+
+    from test_gguf import ARCH, VALID, VALID_DATA, gguf_bytes, gstr, kv_strings, kv_u32
+
+    def kv_f32(key: str, value: float) -> bytes:
+        return gstr(key) + struct.pack("<If", 6, value)
+
+    kvs = [ARCH, kv_u32("llama.embedding_length", 32), kv_u32("llama.feed_forward_length", 64),
+           kv_u32("llama.block_count", 1), head_count, kv_u32("llama.attention.head_count_kv", 1),
+           kv_f32("llama.attention.layer_norm_rms_epsilon", 1e-5), kv_f32("llama.rope.freq_base", rope_base),
+           kv_u32("llama.context_length", 128), kv_strings("tokenizer.ggml.tokens", ["a", "b", "c", "d"])]
+    return gguf_bytes(kvs, VALID, VALID_DATA)
+
+
+@pytest.mark.parametrize("head_count, rope_base, message", [
+    ("string", 10000.0, "key 'llama.attention.head_count' (for num_attention_heads): expected a positive integer, "
+                        "got 'four'"),
+    ("zero", 10000.0, "key 'llama.attention.head_count' (for num_attention_heads): expected a positive integer, "
+                      "got 0"),
+    ("four", float("nan"), "key 'llama.rope.freq_base' (for rope_theta): expected a positive finite number, got nan"),
+    ("four", float("inf"), "key 'llama.rope.freq_base' (for rope_theta): expected a positive finite number, got inf"),
+])
+def test_gguf_hyper_parameters_of_the_wrong_kind_are_one_line(tmp_path, head_count, rope_base, message):
+    """Issue 18: a GGUF head count that was a string or 0 (hidden_size // heads), or a NaN/Inf rope base, gave a
+    traceback from --record-checkpoint --from-gguf."""
+    from test_gguf import kv_str, kv_u32
+
+    from explorer.gguf import gguf_config
+
+    kv = {"string": kv_str("llama.attention.head_count", "four"), "zero": kv_u32("llama.attention.head_count", 0),
+          "four": kv_u32("llama.attention.head_count", 4)}[head_count]
+    path = tmp_path / "m.gguf"
+    path.write_bytes(_gguf_with(kv, rope_base))
+    with pytest.raises(CheckpointError) as raised:
+        gguf_config(path)
+    assert str(raised.value) == f"{path}: {message}"
+
+
+def test_a_well_formed_gguf_still_gives_its_config(tmp_path):
+    from test_gguf import kv_u32
+
+    from explorer.gguf import gguf_config
+
+    path = tmp_path / "m.gguf"
+    path.write_bytes(_gguf_with(kv_u32("llama.attention.head_count", 4)))
+    config, _ = gguf_config(path)
+    assert (config["num_attention_heads"], config["head_dim"], config["rope_theta"]) == (4, 8, 10000.0)
