@@ -23,6 +23,7 @@ from .content import ModelContent
 from .digest import package_digest
 from .errors import ContentError
 from .execution import (
+    FREE_SIZES,
     TOLERANCE,
     ComponentTrace,
     EquationCheck,
@@ -30,11 +31,12 @@ from .execution import (
     RealWeightCheck,
     RoutingExample,
     ShapeTrace,
+    label,
     within_tolerance,
 )
 from .families import FAMILIES
 from .reference import ReferenceModel
-from .spec.types import ModelSpec
+from .spec.types import ModelSpec, path_key, walk
 from .tensor_names import pattern_box, pattern_size, shared_name
 
 FORMAT = 4
@@ -86,9 +88,30 @@ def load(cache_dir: Path | None, spec: ModelSpec) -> tuple[ReferenceModel, Execu
     if not path.exists():
         return None
     try:
-        return _decode(json.loads(path.read_text(encoding="utf-8")))
-    except (ValueError, KeyError, TypeError, AttributeError, RecursionError):
+        reference, execution = _decode(json.loads(path.read_text(encoding="utf-8")))
+        _check_against(spec, execution)
+    except (ValueError, KeyError, TypeError, AttributeError, RecursionError, OSError):
         return None  # a damaged, tampered or stale entry is recomputed, never published
+    return reference, execution
+
+
+def _check_against(spec: ModelSpec, execution: Execution) -> None:
+    """Raise ValueError unless the entry covers exactly the spec's components, each traced output and step in the
+    spec's shape: an edited entry must not publish shapes the executor would have refused, and a missing
+    component must mean recomputing, not a crash on the page that shows it (issue 18)."""
+    trace = execution.trace
+    paths = {path_key(a, c): c for a, c in walk(spec.root)}
+    if set(trace.components) != set(paths) or set(execution.checks) != set(paths) or trace.free != FREE_SIZES:
+        raise ValueError("the cached components are not the spec's")
+    for path, comp in paths.items():
+        traced = trace.components[path]
+        if len(traced.inputs) != len(comp.inputs) or len(traced.outputs) != len(comp.outputs):
+            raise ValueError(f"{path}: cached ports are not the spec's")
+        if any(label(shape, port.shape) for shape, port in zip(traced.outputs, comp.outputs)):
+            raise ValueError(f"{path}: a cached output shape is not the spec's")
+        steps = {s.name: s.shape for s in comp.steps + comp.equations if not s.heading and s.shape is not None}
+        if set(traced.steps) != set(steps) or any(label(traced.steps[n], shape) for n, shape in steps.items()):
+            raise ValueError(f"{path}: cached step shapes are not the spec's")
 
 
 def save(cache_dir: Path | None, spec: ModelSpec, reference: ReferenceModel, execution: Execution) -> None:

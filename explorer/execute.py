@@ -19,12 +19,20 @@ from .components.base import EXAMPLES, tensor_prefix
 from .components.blocks import angles_for, causal_mask, rope_of
 from .components.moe import RoutingMismatch
 from .errors import ExecutionError
-from .execution import TOLERANCE, ComponentTrace, EquationCheck, Execution, ShapeTrace, within_tolerance
+from .execution import (
+    FREE_SIZES,
+    TOLERANCE,
+    ComponentTrace,
+    EquationCheck,
+    Execution,
+    ShapeTrace,
+    label,
+    within_tolerance,
+)
 from .families import FAMILIES
 from .reference import reference_state, tiny_reference_model
-from .spec.types import Component, ModelSpec, Port, Shape, path_key, walk
+from .spec.types import Component, ModelSpec, Port, path_key, walk
 
-FREE_SIZES = {"B": 2, "T": 5}
 """Sizes that stand in for the free dimensions while tracing (distinct, so a swapped axis is caught)."""
 WHOLE_MODEL_PROGRAMS = {"stack", "model", "mtp"}
 """Programs that address weights by full checkpoint name (they span several layers)."""
@@ -109,17 +117,6 @@ def port_tensor(port: Port, spec: ModelSpec, comp: Component, device: str,
 
 
 # ----------------------------------------------------------------------------------------------- trace
-
-def label(traced: tuple[int, ...], shape: Shape, free: dict[str, int] = FREE_SIZES) -> str | None:
-    """None when a traced shape agrees with the spec's named shape, else what disagrees."""
-    if len(traced) != len(shape.dims):
-        return f"rank {len(traced)} traced, {len(shape.dims)} in the spec"
-    for size, dim in zip(traced, shape.dims):
-        want = free[dim.symbol] if dim.size is None else dim.size
-        if size != want:
-            return f"dimension {dim.display!r} is {size} in the trace"
-    return None
-
 
 def run_component(spec: ModelSpec, ancestors: tuple[Component, ...], comp: Component, weights: dict,
                   inputs: list[torch.Tensor]) -> tuple[Run, list[torch.Tensor]]:

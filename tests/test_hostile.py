@@ -622,3 +622,51 @@ def test_a_well_formed_gguf_still_gives_its_config(tmp_path):
     path.write_bytes(_gguf_with(kv_u32("llama.attention.head_count", 4)))
     config, _ = gguf_config(path)
     assert (config["num_attention_heads"], config["head_dim"], config["rope_theta"]) == (4, 8, 10000.0)
+
+
+# ---------------------------------------------------------------------------- cache entries and the model
+
+@pytest.fixture
+def kimi_entry(tmp_path):
+    from test_cache import consistent_execution
+
+    from explorer import cache
+    from explorer.checkpoint import CheckpointIndex, TensorInfo
+    from explorer.reference import ReferenceModel
+
+    spec = _kimi_spec()
+    ref = ReferenceModel("test", CheckpointIndex.of({"w": TensorInfo("w", "F32", (2, 3))}, "test"))
+    cache.save(tmp_path, spec, ref, consistent_execution(spec))
+    (path,) = tmp_path.glob("*.json")
+    assert cache.load(tmp_path, spec) is not None
+    return spec, path
+
+
+def _first_step(data) -> tuple[str, str]:
+    return next((p, name) for p, c in sorted(data["trace"]["components"].items()) for name in c["steps"])
+
+
+@pytest.mark.parametrize("edit", ["step shape", "output shape", "missing component", "extra check", "free sizes"])
+def test_a_cache_entry_that_disagrees_with_the_model_is_recomputed(tmp_path, kimi_entry, edit):
+    """Issue 18: cache entries were not checked against the model: edited trace shapes were published, and a
+    missing component crashed the page build instead of being recomputed."""
+    import json
+
+    from explorer import cache
+
+    spec, path = kimi_entry
+    data = json.loads(path.read_text())
+    components = data["trace"]["components"]
+    if edit == "step shape":
+        where, name = _first_step(data)
+        components[where]["steps"][name][-1] += 1
+    elif edit == "output shape":
+        components["blocks.moe"]["outputs"][0][-1] = 7
+    elif edit == "missing component":
+        del components["blocks.moe"], data["checks"]["blocks.moe"]
+    elif edit == "extra check":
+        data["checks"]["blocks.nowhere"] = data["checks"][""]
+    else:
+        data["trace"]["free"]["T"] = 6
+    path.write_text(json.dumps(data))
+    assert cache.load(tmp_path, spec) is None
