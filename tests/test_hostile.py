@@ -670,3 +670,18 @@ def test_a_cache_entry_that_disagrees_with_the_model_is_recomputed(tmp_path, kim
         data["trace"]["free"]["T"] = 6
     path.write_text(json.dumps(data))
     assert cache.load(tmp_path, spec) is None
+
+
+def test_a_one_layer_gpt_oss_builds_its_tiny_config():
+    """Issue 18: a 1-layer gpt-oss config was added but did not build: its tiny config kept 2 layers for 1
+    layer type."""
+    import dataclasses
+
+    from explorer.content import load_model_content
+    from explorer.execute import tiny_spec
+    from explorer.families import load_model_spec
+
+    content = load_model_content(ROOT / "content/models/gpt-oss-20b")
+    config = {**content.config, "num_hidden_layers": 1, "layer_types": content.config["layer_types"][:1]}
+    tiny = tiny_spec(load_model_spec(dataclasses.replace(content, config=config)))
+    assert tiny.config.num_hidden_layers == 1
