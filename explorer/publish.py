@@ -152,7 +152,7 @@ def _clear_leftovers(out: Path) -> None:
     """Remove temporary folders of builds that were killed (ours only: empty or marked). Call under the lock."""
     for tmp in sorted(out.parent.glob(f".{out.name}.tmp-*")) + [out.with_name(f".{out.name}.old")]:
         if tmp.is_dir() and not tmp.is_symlink() and ((tmp / MARKER).is_file() or not any(tmp.iterdir())):
-            shutil.rmtree(tmp)
+            shutil.rmtree(tmp, ignore_errors=True)  # what cannot be removed now is retried by the next build
 
 
 def stage(out: Path) -> Path:
@@ -182,13 +182,19 @@ def publish(staged: Path, out: Path) -> None:
         return
     _check_replaceable(out)
     if _exchange(staged, out):
-        shutil.rmtree(staged)  # now holds the previous site
+        _remove_previous(staged)  # now holds the previous site
         return
     # No atomic exchange on this system: two renames, with a moment between them with no site.
     old = out.with_name(f".{out.name}.old")
     os.rename(out, old)
     os.rename(staged, out)
-    shutil.rmtree(old)
+    _remove_previous(old)
+
+
+def _remove_previous(folder: Path) -> None:
+    """Delete the replaced site; the new one is published already, so a failure here (a file someone made
+    read-only inside it) is left for a later build to retry, not reported as a failed build (issue 18)."""
+    shutil.rmtree(folder, ignore_errors=True)
 
 
 def _rename_new(staged: Path, out: Path) -> bool:

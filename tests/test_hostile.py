@@ -685,3 +685,60 @@ def test_a_one_layer_gpt_oss_builds_its_tiny_config():
     config = {**content.config, "num_hidden_layers": 1, "layer_types": content.config["layer_types"][:1]}
     tiny = tiny_spec(load_model_spec(dataclasses.replace(content, config=config)))
     assert tiny.config.num_hidden_layers == 1
+
+
+def test_a_previous_site_that_cannot_be_deleted_does_not_fail_the_build(tmp_path, monkeypatch):
+    """Issue 18: when deleting the replaced site failed, the published build reported an error, and every later
+    build failed on the remnant ("cannot remove a killed build's leftovers")."""
+    from explorer import publish
+
+    out = tmp_path / "site"
+    _publish_once(out, "first")
+    real = shutil.rmtree
+
+    def refuses(path, ignore_errors=False, **kwargs):
+        if not ignore_errors:
+            raise PermissionError(13, "Permission denied", str(path))
+
+    monkeypatch.setattr(publish.shutil, "rmtree", refuses)
+    _publish_once(out, "second")
+    _publish_once(out, "third")
+    assert (out / "index.html").read_text() == "third"
+    monkeypatch.setattr(publish.shutil, "rmtree", real)
+    _publish_once(out, "fourth")  # the remnants are cleared once deleting works again
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["site"]
+
+
+ORPHANS = """
+import os, sys, time
+sys.path.insert(0, sys.argv[1])
+from explorer.parallel import run_in_order
+
+def task():
+    print(os.getpid(), flush=True)
+    time.sleep(60)
+
+results = run_in_order([task, task], 2)
+next(results)
+"""
+
+
+def test_workers_die_with_a_killed_build(tmp_path):
+    """Issue 18: after the build was killed (SIGKILL), its orphaned workers went on, holding the output lock."""
+    import time
+
+    child = subprocess.Popen([sys.executable, "-c", ORPHANS, str(ROOT)], stdout=subprocess.PIPE, text=True)
+    workers = [int(child.stdout.readline()) for _ in range(2)]
+    child.kill()
+    child.wait()
+    with deadline(30):
+        while any(_alive(pid) for pid in workers):
+            time.sleep(0.05)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(") ")[-1][0] != "Z"  # a zombie has exited
+    except FileNotFoundError:
+        return False
