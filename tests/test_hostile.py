@@ -742,3 +742,18 @@ def _alive(pid: int) -> bool:
             return f.read().split(") ")[-1][0] != "Z"  # a zombie has exited
     except FileNotFoundError:
         return False
+
+
+def test_a_non_utf8_config_in_the_hub_cache_fails_check_with_default_jobs(tmp_path):
+    """Issue 18: a non-UTF-8 config.json in the Hugging Face cache raised CheckpointError in a worker, which the
+    parent could not unpickle: `--check` hung. Now it exits 1 with one line naming the file."""
+    project = small_project(tmp_path / "project", "gpt2", "llama-3.1-8b")
+    snapshot = tmp_path / "hf" / "hub" / "models--openai-community--gpt2" / "snapshots" / GPT2[1]
+    snapshot.mkdir(parents=True)
+    (snapshot / "config.json").write_bytes(b'{"n_embd": "\xff"}')
+    env = {**os.environ, "HF_HOME": str(tmp_path / "hf"), "HF_HUB_OFFLINE": "1"}
+    result = subprocess.run([sys.executable, str(ROOT / "build.py"), "--content", str(project), "--check"],
+                            capture_output=True, text=True, timeout=300, env=env)
+    errors = [line for line in result.stderr.splitlines() if not line.startswith("  ")]
+    assert result.returncode == 1 and len(errors) == 1, result.stderr
+    assert errors[0].startswith(f"error: {snapshot / 'config.json'}: ") and "UTF-8" in errors[0], errors
