@@ -60,6 +60,11 @@ def _key(slug: str, family: str, config: Any) -> str:
 
 
 @functools.cache
+def _transformers_version() -> str:
+    return importlib.metadata.version("transformers")
+
+
+@functools.cache
 def _library_versions() -> str:
     return " ".join(importlib.metadata.version(package) for package in ("torch", "transformers"))
 
@@ -112,6 +117,21 @@ def _check_against(spec: ModelSpec, execution: Execution) -> None:
         steps = {s.name: s.shape for s in comp.steps + comp.equations if not s.heading and s.shape is not None}
         if set(traced.steps) != set(steps) or any(label(traced.steps[n], shape) for n, shape in steps.items()):
             raise ValueError(f"{path}: cached step shapes are not the spec's")
+        _check_status(path, comp.reference, execution.checks)
+
+
+def _check_status(path: str, reference: str, checks: dict[str, EquationCheck]) -> None:
+    """A check shown as run must be one the executor can run: a component that names no reference module
+    ("-") is never checked, a check names the installed transformers, and a part's owner is an enclosing
+    component that was checked."""
+    check = checks[path]
+    transformers = f"transformers {_transformers_version()} "
+    if check.status == "checked" and (reference == "-" or not check.reference.startswith(transformers)):
+        raise ValueError(f"{path}: cached as checked, which the executor cannot have done")
+    if check.status == "part":
+        owner = check.part_of
+        if owner is None or not (owner == "" or path.startswith(owner + ".")) or checks.get(owner, check).status != "checked":
+            raise ValueError(f"{path}: cached as part of {owner!r}, which is not a checked enclosing component")
 
 
 def save(cache_dir: Path | None, spec: ModelSpec, reference: ReferenceModel, execution: Execution) -> None:

@@ -43,6 +43,8 @@ def entry(tmp_path, spec):
 def consistent_execution(spec) -> Execution:
     """An execution that agrees with the spec (every component, each shape as the spec names it), as the
     executor would have recorded it; the model's own check passes at 3e-6, the others are unchecked."""
+    import importlib.metadata
+
     from explorer.execution import FREE_SIZES
     from explorer.spec.types import path_key, walk
 
@@ -56,7 +58,8 @@ def consistent_execution(spec) -> Execution:
         components[path] = ComponentTrace(tuple(concrete(p.shape) for p in comp.inputs),
                                           tuple(concrete(p.shape) for p in comp.outputs), steps)
         checks[path] = EquationCheck("unchecked", detail="not checked in this test")
-    checks[""] = EquationCheck("checked", "transformers test", "tiny", 3e-6, TOLERANCE, "detail")
+    version = importlib.metadata.version("transformers")
+    checks[""] = EquationCheck("checked", f"transformers {version} Model", "tiny", 3e-6, TOLERANCE, "detail")
     return Execution(ShapeTrace("meta", dict(FREE_SIZES), components), checks)
 
 

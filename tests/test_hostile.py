@@ -757,3 +757,27 @@ def test_a_non_utf8_config_in_the_hub_cache_fails_check_with_default_jobs(tmp_pa
     errors = [line for line in result.stderr.splitlines() if not line.startswith("  ")]
     assert result.returncode == 1 and len(errors) == 1, result.stderr
     assert errors[0].startswith(f"error: {snapshot / 'config.json'}: ") and "UTF-8" in errors[0], errors
+
+
+@pytest.mark.parametrize("edit", ["checked without a reference", "checked by another library", "part of nothing"])
+def test_a_check_that_never_ran_is_not_shown_as_executed(tmp_path, kimi_entry, edit):
+    """Issue 18: an edited cache entry could show a check that never ran as executed."""
+    import json
+
+    from explorer import cache
+
+    spec, path = kimi_entry
+    data = json.loads(path.read_text())
+    checked = data["checks"][""]
+    if edit == "checked without a reference":  # a component that names no reference module, shown as checked
+        from explorer.spec.types import path_key, walk
+
+        unreferenced = next(path_key(a, c) for a, c in walk(spec.root) if c.reference == "-")
+        data["checks"][unreferenced] = {**checked}
+    elif edit == "checked by another library":
+        checked["reference"] = "numpy 2.0 something"
+    else:
+        some = next(p for p in data["checks"] if p)
+        data["checks"][some] = {**data["checks"][some], "status": "part", "part_of": "blocks.elsewhere"}
+    path.write_text(json.dumps(data))
+    assert cache.load(tmp_path, spec) is None
