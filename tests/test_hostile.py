@@ -715,7 +715,7 @@ sys.path.insert(0, sys.argv[1])
 from explorer.parallel import run_in_order
 
 def task():
-    os.write(1, f"{os.getpid()}\n".encode())  # one write: two workers' lines must not interleave
+    os.write(1, f"{os.getpid()}\\n".encode())  # one write: two workers' lines must not interleave
     time.sleep(60)
 
 results = run_in_order([task, task], 2)
