@@ -761,6 +761,7 @@ def manifest_index(data: dict[str, Any], path: str) -> CheckpointIndex:
             sizes.append(pattern_size(g.name))
         except ValueError as e:
             problems.append(f"{path}: tensor '{g.name}': key 'name': {e}")
+    problems += _stated_config_problems(data, path)
     if problems:
         raise ContentError(problems)
     _check_counts(head.tensor_count, sum(sizes), path)
@@ -770,6 +771,20 @@ def manifest_index(data: dict[str, Any], path: str) -> CheckpointIndex:
     return CheckpointIndex(stored, source=path, repo_id=head.repo_id, revision=head.revision,
                            provenance=head.provenance, config=dict(data.get("config", {})),
                            config_provenance=dict(data.get("config_provenance", {})))
+
+
+def _stated_config_problems(data: dict[str, Any], path: str) -> list[str]:
+    """The manifest's [config] (values a GGUF header states) holds numbers, booleans and strings, each with its
+    source in [config_provenance]: a key without one used to end in a traceback (issue 18)."""
+    config, provenance = data.get("config", {}), data.get("config_provenance", {})
+    for name, table in (("config", config), ("config_provenance", provenance)):
+        if not isinstance(table, dict):
+            return [f"{path}: table '{name}': expected a table"]
+    problems = [f"{path}: key 'config.{k}': expected a number, boolean or string, got {type(v).__name__}"
+                for k, v in sorted(config.items()) if not isinstance(v, int | float | str)]
+    problems += [f"{path}: key 'config_provenance.{k}': missing (the GGUF key or fact that states config.{k})"
+                 for k in sorted(set(config) - {k for k, v in provenance.items() if isinstance(v, str)})]
+    return problems
 
 
 def _stored_groups(groups: list[ManifestGroup]) -> tuple[TensorGroup, ...] | str:

@@ -781,3 +781,21 @@ def test_a_check_that_never_ran_is_not_shown_as_executed(tmp_path, kimi_entry, e
         data["checks"][some] = {**data["checks"][some], "status": "part", "part_of": "blocks.elsewhere"}
     path.write_text(json.dumps(data))
     assert cache.load(tmp_path, spec) is None
+
+
+@pytest.mark.parametrize("edit, message", [
+    (lambda t: t.replace("\n[config_provenance]\n", "\n[config_provenance]\nunused = \"x\"\n").replace(
+        "hidden_size = ", "extra_key = 1\nhidden_size = ", 1),
+     "key 'config_provenance.extra_key': missing (the GGUF key or fact that states config.extra_key)"),
+    (lambda t: t.replace("hidden_size = 576", "hidden_size = [576]", 1),
+     "key 'config.hidden_size': expected a number, boolean or string, got list"),
+])
+def test_a_manifest_config_key_without_provenance_is_one_line(tmp_path, edit, message):
+    """Issue 18: a [config] key of checkpoint.toml without its [config_provenance] gave a traceback."""
+    from explorer.checkpoint import read_manifest
+
+    path = tmp_path / "checkpoint.toml"
+    path.write_text(edit((ROOT / "content/models/smollm2-135m/checkpoint.toml").read_text()))
+    with pytest.raises(ContentError) as raised:
+        read_manifest(path)
+    assert raised.value.problems == (f"{path}: {message}",)
