@@ -46,7 +46,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="recompute the torch stages instead of reading .cache/execute")
     parser.add_argument("--fetch-sources", action="store_true",
                         help="download cited checkpoint files at their pinned revision when the Hub is reachable")
-    parser.add_argument("--jobs", type=int, default=None,
+    parser.add_argument("--jobs", type=_positive, default=None,
                         help="processes computing models in parallel (default: the available cores)")
     args = parser.parse_args(argv)
     # The build allocates a few hundred thousand long-lived objects (tensor listings); collecting young
@@ -59,14 +59,14 @@ def main(argv: list[str] | None = None) -> int:
         if not project.content.is_dir():
             raise ContentError([f"{project.content}: no content folder (--content names the folder that holds "
                                 "content/)"])
-        if args.add_model:
+        if args.add_model is not None:  # an empty slug is refused, not taken for a plain build
             return add(project, args)
         if args.add_variant:
             from explorer.variants import add_variant
 
             print(f"wrote {add_variant(project.content, args.add_variant, args.quant_config, args.repo, args.revision)}")
             return 0
-        if args.record_checkpoint:
+        if args.record_checkpoint is not None:
             return record(project, args)
         if args.check:
             return check(project, args.jobs)
@@ -76,6 +76,20 @@ def main(argv: list[str] | None = None) -> int:
     except ExplorerError as e:
         print(printable(f"error: {e}"), file=sys.stderr)
         return 1
+    except KeyboardInterrupt:  # one line, not a traceback per process (the workers ignore Ctrl-C)
+        print("error: interrupted; nothing was published", file=sys.stderr)
+        return 130
+
+
+def _positive(text: str) -> int:
+    """argparse type for --jobs: a whole number of processes, at least 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected a whole number of processes, at least 1")
+    return value
 
 
 def build(project, out: Path, fetch_sources: bool, use_cache: bool, jobs: int | None = None) -> int:
@@ -117,6 +131,7 @@ def check(project, jobs: int | None = None) -> int:
 
 def verify_hub(project) -> int:
     from explorer.content import load_all_models
+    from explorer.errors import CheckpointError
     from explorer.sources import verify_published_config
 
     failed = False
@@ -125,7 +140,12 @@ def verify_hub(project) -> int:
         if not ref.pinned:
             print(f"{content.slug}: no pinned revision ({ref.revision_note}); nothing to fetch")
             continue
-        problems = verify_published_config(content)
+        try:
+            problems = verify_published_config(content)
+        except CheckpointError as e:  # one model's file missing (404) or unreachable: the others are still checked
+            print(printable(f"error: {e}"), file=sys.stderr)
+            failed = True
+            continue
         print(f"{content.slug}: config.json at {ref.repo_id}@{ref.revision[:7]}: "
               + ("matches the recorded sha256 and values" if not problems else f"{len(problems)} differences"))
         for problem in problems:

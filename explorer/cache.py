@@ -10,7 +10,11 @@ import functools
 import hashlib
 import importlib.metadata
 import json
+import os
 import re
+import sys
+import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +23,7 @@ from .content import ModelContent
 from .digest import package_digest
 from .errors import ContentError
 from .execution import (
+    FREE_SIZES,
     TOLERANCE,
     ComponentTrace,
     EquationCheck,
@@ -26,11 +31,12 @@ from .execution import (
     RealWeightCheck,
     RoutingExample,
     ShapeTrace,
+    label,
     within_tolerance,
 )
 from .families import FAMILIES
 from .reference import ReferenceModel
-from .spec.types import ModelSpec
+from .spec.types import ModelSpec, path_key, walk
 from .tensor_names import pattern_box, pattern_size, shared_name
 
 FORMAT = 4
@@ -51,6 +57,11 @@ def _key(slug: str, family: str, config: Any) -> str:
     h.update(package_digest().encode())
     h.update(_library_versions().encode())
     return h.hexdigest()[:32]
+
+
+@functools.cache
+def _transformers_version() -> str:
+    return importlib.metadata.version("transformers")
 
 
 @functools.cache
@@ -82,22 +93,74 @@ def load(cache_dir: Path | None, spec: ModelSpec) -> tuple[ReferenceModel, Execu
     if not path.exists():
         return None
     try:
-        return _decode(json.loads(path.read_text(encoding="utf-8")))
-    except (ValueError, KeyError, TypeError, AttributeError, RecursionError):
+        reference, execution = _decode(json.loads(path.read_text(encoding="utf-8")))
+        _check_against(spec, execution)
+    except (ValueError, KeyError, TypeError, AttributeError, RecursionError, OSError):
         return None  # a damaged, tampered or stale entry is recomputed, never published
+    return reference, execution
+
+
+def _check_against(spec: ModelSpec, execution: Execution) -> None:
+    """Raise ValueError unless the entry covers exactly the spec's components, each traced output and step in the
+    spec's shape: an edited entry must not publish shapes the executor would have refused, and a missing
+    component must mean recomputing, not a crash on the page that shows it (issue 18)."""
+    trace = execution.trace
+    paths = {path_key(a, c): c for a, c in walk(spec.root)}
+    if set(trace.components) != set(paths) or set(execution.checks) != set(paths) or trace.free != FREE_SIZES:
+        raise ValueError("the cached components are not the spec's")
+    for path, comp in paths.items():
+        traced = trace.components[path]
+        if len(traced.inputs) != len(comp.inputs) or len(traced.outputs) != len(comp.outputs):
+            raise ValueError(f"{path}: cached ports are not the spec's")
+        if any(label(shape, port.shape) for shape, port in zip(traced.outputs, comp.outputs)):
+            raise ValueError(f"{path}: a cached output shape is not the spec's")
+        steps = {s.name: s.shape for s in comp.steps + comp.equations if not s.heading and s.shape is not None}
+        if set(traced.steps) != set(steps) or any(label(traced.steps[n], shape) for n, shape in steps.items()):
+            raise ValueError(f"{path}: cached step shapes are not the spec's")
+        _check_status(path, comp.reference, execution.checks)
+
+
+def _check_status(path: str, reference: str, checks: dict[str, EquationCheck]) -> None:
+    """A check shown as run must be one the executor can run: a component that names no reference module
+    ("-") is never checked, a check names the installed transformers, and a part's owner is an enclosing
+    component that was checked."""
+    check = checks[path]
+    transformers = f"transformers {_transformers_version()} "
+    if check.status == "checked" and (reference == "-" or not check.reference.startswith(transformers)):
+        raise ValueError(f"{path}: cached as checked, which the executor cannot have done")
+    if check.status == "part":
+        owner = check.part_of
+        if owner is None or not (owner == "" or path.startswith(owner + ".")) or checks.get(owner, check).status != "checked":
+            raise ValueError(f"{path}: cached as part of {owner!r}, which is not a checked enclosing component")
 
 
 def save(cache_dir: Path | None, spec: ModelSpec, reference: ReferenceModel, execution: Execution) -> None:
     if cache_dir is None:
         return
-    cache_dir.mkdir(parents=True, exist_ok=True)
-    for old in cache_dir.glob(f"{spec.slug}-*.json"):
-        if _KEY.fullmatch(old.name[len(spec.slug):]):  # not another model whose slug extends this one
-            old.unlink(missing_ok=True)
-    path = _entry(cache_dir, spec.slug, execution_key(spec))
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(_encode(reference, execution), sort_keys=True), encoding="utf-8")
-    tmp.replace(path)
+    # not another model whose slug extends this one
+    _write(_entry(cache_dir, spec.slug, execution_key(spec)), json.dumps(_encode(reference, execution), sort_keys=True),
+           f"{spec.slug}-*.json", lambda name: _KEY.fullmatch(name[len(spec.slug):]) is not None)
+
+
+def _write(path: Path, text: str, stale: str, is_stale: Callable[[str], bool]) -> None:
+    """Replace the entries matching `stale` with this one, written through a temporary file of this process's
+    own (concurrent builds write the same entries), or not at all: a read-only or full cache costs the next
+    build the recomputation, not this build's result (issue 18)."""
+    tmp = None
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        for old in path.parent.glob(stale):
+            if is_stale(old.name):
+                old.unlink(missing_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except OSError as e:
+        if tmp is not None:
+            Path(tmp).unlink(missing_ok=True)
+        print(f"  warning: {path.parent}: cannot write the cache ({e.strerror or e}); the next build recomputes",
+              file=sys.stderr)
 
 
 def _encode(reference: ReferenceModel, execution: Execution) -> dict[str, Any]:
@@ -177,9 +240,18 @@ def _number(value: Any) -> float:
 # ------------------------------------------------------------------------------------ real-weight checks
 
 def _real_path(cache_dir: Path, spec: ModelSpec, weights: Path) -> Path:
-    """Keyed by the model's torch-stage key and the weights file's name and size."""
-    key = hashlib.sha256(f"{execution_key(spec)}:{weights.name}:{weights.stat().st_size}".encode()).hexdigest()[:32]
+    """Keyed by the model's torch-stage key and the sha256 of the weights file's bytes: a file of the same name
+    and size with other weights (NaNs) must not keep the old file's pass (issue 18)."""
+    key = hashlib.sha256(f"{execution_key(spec)}:{_file_sha256(weights)}".encode()).hexdigest()[:32]
     return cache_dir / f"{spec.slug}-real-{key}.json"
+
+
+def _file_sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as f:
+        while chunk := f.read(1 << 20):
+            h.update(chunk)
+    return h.hexdigest()
 
 
 def load_real(cache_dir: Path | None, spec: ModelSpec, weights: Path) -> tuple[RealWeightCheck, ...] | None:
@@ -211,11 +283,5 @@ def _real_check(fields: dict[str, Any]) -> RealWeightCheck:
 def save_real(cache_dir: Path | None, spec: ModelSpec, weights: Path, checks: tuple[RealWeightCheck, ...]) -> None:
     if cache_dir is None:
         return
-    cache_dir.mkdir(parents=True, exist_ok=True)
-    for old in cache_dir.glob(f"{spec.slug}-real-*.json"):
-        if _REAL_KEY.fullmatch(old.name[len(spec.slug):]):
-            old.unlink(missing_ok=True)
-    path = _real_path(cache_dir, spec, weights)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps([dataclasses.asdict(c) for c in checks], sort_keys=True), encoding="utf-8")
-    tmp.replace(path)
+    _write(_real_path(cache_dir, spec, weights), json.dumps([dataclasses.asdict(c) for c in checks], sort_keys=True),
+           f"{spec.slug}-real-*.json", lambda name: _REAL_KEY.fullmatch(name[len(spec.slug):]) is not None)

@@ -13,6 +13,7 @@ import os
 import re
 import struct
 import tempfile
+import threading
 import time
 import tomllib
 from collections.abc import Iterable
@@ -31,7 +32,8 @@ HUB_PREFIX_BYTES = 100_000
 """First request to the Hub: most headers fit, so one range request usually suffices."""
 HUB_DEADLINE_S = 25.0
 """Total time for reading one checkpoint's index and headers from the Hub, however the server paces its bytes
-(Kimi K2's 61 shards take a few seconds): a per-read timeout alone resets on every byte."""
+(Kimi K2's 61 shards take a few seconds): a per-read timeout alone resets on every byte. The environment
+variable EXPLORER_HUB_DEADLINE_S replaces it (tests of a hostile Hub use a second or two)."""
 MAX_HUB_FILE_BYTES = 10_000_000
 """Largest whole file fetched from the Hub (a cited modeling file or config.json is well under 1 MB)."""
 MAX_TENSORS = 5_000_000
@@ -346,11 +348,19 @@ def merge_shard(tensors: dict[str, TensorInfo], shard: dict[str, TensorInfo], so
         raise CheckpointError(source, f"the checkpoint holds over {MAX_TENSORS:,} tensors, the limit")
 
 
+def read_capped(path: Path, cap: int, what: str) -> bytes:
+    """A file's bytes, refused past `cap`: counted as read, since a device or pipe (/dev/zero, a FIFO) has no
+    size to look at first (issue 18). OSError is the caller's to name."""
+    with path.open("rb") as f:
+        data = f.read(cap + 1)
+    if len(data) > cap:
+        raise CheckpointError(str(path), f"{what} is over the {cap:,}-byte cap")
+    return data
+
+
 def _read_index(path: Path) -> dict[str, str]:
     try:
-        if path.stat().st_size > MAX_HEADER_BYTES:
-            raise CheckpointError(str(path), f"index is over the {MAX_HEADER_BYTES:,}-byte cap")
-        data = path.read_bytes()
+        data = read_capped(path, MAX_HEADER_BYTES, "index")
     except OSError as e:
         raise CheckpointError(str(path), f"cannot read index: {e.strerror or e}") from e
     return _parse_index(data, str(path))
@@ -379,8 +389,18 @@ def _check_index_agrees(weight_map: dict[str, str], tensors: dict[str, TensorInf
 
 # ----------------------------------------------------------------------------------------------- Hub
 
+def hub_deadline() -> float:
+    """HUB_DEADLINE_S, or the positive number of seconds EXPLORER_HUB_DEADLINE_S gives."""
+    text = os.environ.get("EXPLORER_HUB_DEADLINE_S", "")
+    try:
+        value = float(text)
+    except ValueError:
+        return HUB_DEADLINE_S
+    return value if 0 < value < 3600 else HUB_DEADLINE_S
+
+
 def read_hub_checkpoint(repo_id: str, revision: str, timeout: float = 10.0, endpoint: str | None = None,
-                        deadline: float = HUB_DEADLINE_S) -> CheckpointIndex:
+                        deadline: float | None = None) -> CheckpointIndex:
     """Read every header of a Hub checkpoint at a pinned revision with range requests (a few MB for 1 TB).
 
     Uses huggingface_hub's URL building, session, auth headers and HF_ENDPOINT (or `endpoint`), and this
@@ -389,7 +409,7 @@ def read_hub_checkpoint(repo_id: str, revision: str, timeout: float = 10.0, endp
     """
     from huggingface_hub.errors import EntryNotFoundError
 
-    budget = _Budget(time.monotonic() + deadline, deadline)
+    budget = _Budget.starting(deadline)
     where = f"{repo_id}@{revision}"
     try:
         try:
@@ -418,18 +438,26 @@ class _Budget:
     """time.monotonic() value."""
     total: float
 
+    @classmethod
+    def starting(cls, deadline: float | None) -> _Budget:
+        total = hub_deadline() if deadline is None else deadline
+        return cls(time.monotonic() + total, total)
+
     def left(self, url: str) -> float:
         remaining = self.until - time.monotonic()
         if remaining <= 0:
-            raise CheckpointError(url, f"gave up after {self.total:g} s, the deadline for reading a checkpoint's "
-                                       "headers from the Hub")
+            raise self.expired(url)
         return remaining
+
+    def expired(self, url: str) -> CheckpointError:
+        return CheckpointError(url, f"gave up after {self.total:g} s, the deadline for reading a checkpoint's "
+                                    "headers from the Hub")
 
 
 def read_hub_header(repo_id: str, revision: str, filename: str, timeout: float = 10.0,
                     endpoint: str | None = None, budget: _Budget | None = None) -> dict[str, TensorInfo]:
     """Fetch and parse one file's header with at most two range requests."""
-    budget = budget or _Budget(time.monotonic() + HUB_DEADLINE_S, HUB_DEADLINE_S)
+    budget = budget or _Budget.starting(None)
     url = _hub_url(repo_id, revision, filename, endpoint)
     try:
         body, total = _hub_get(url, (0, HUB_PREFIX_BYTES - 1), HUB_PREFIX_BYTES, timeout, budget)
@@ -448,9 +476,9 @@ def read_hub_header(repo_id: str, revision: str, filename: str, timeout: float =
 
 
 def fetch_hub_file(repo_id: str, revision: str, filename: str, max_bytes: int = MAX_HUB_FILE_BYTES,
-                   timeout: float = 10.0, endpoint: str | None = None, deadline: float = HUB_DEADLINE_S) -> bytes:
+                   timeout: float = 10.0, endpoint: str | None = None, deadline: float | None = None) -> bytes:
     """Download one whole (small) file at a pinned revision, streamed, capped in bytes and time."""
-    budget = _Budget(time.monotonic() + deadline, deadline)
+    budget = _Budget.starting(deadline)
     where = f"{repo_id}@{revision}/{filename}"
     try:
         data = _hub_get(_hub_url(repo_id, revision, filename, endpoint), None, max_bytes + 1, timeout, budget)[0]
@@ -472,7 +500,33 @@ def _hub_url(repo_id: str, revision: str, filename: str, endpoint: str | None) -
 def _hub_get(url: str, span: tuple[int, int] | None, max_bytes: int, timeout: float,
              budget: _Budget) -> tuple[bytes, int | None]:
     """GET at most max_bytes of `url` (of bytes span[0]..span[1] if given), streamed, within the budget; return
-    the bytes and the file's total size from Content-Range. A server sending more than asked is cut off."""
+    the bytes and the file's total size from Content-Range. A server sending more than asked is cut off.
+
+    The request runs on a thread of its own that is abandoned at the deadline: httpx's timeouts are per read,
+    so a server that drips its status line and headers, or answers with 20 slow redirects, would otherwise
+    hold the request far past the deadline (issue 18). The abandoned thread is a daemon and is dropped when
+    the command exits, which it does on this error."""
+    outcome: list[Any] = []
+
+    def request() -> None:
+        try:
+            outcome.append((True, _hub_get_now(url, span, max_bytes, timeout, budget)))
+        except BaseException as e:  # noqa: BLE001 (handed to the waiting thread, which raises it)
+            outcome.append((False, e))
+
+    thread = threading.Thread(target=request, name=f"Hub request {url}", daemon=True)
+    thread.start()
+    thread.join(budget.left(url))
+    if not outcome:
+        raise budget.expired(url)
+    succeeded, value = outcome[0]
+    if not succeeded:
+        raise value
+    return value  # type: ignore[no-any-return]
+
+
+def _hub_get_now(url: str, span: tuple[int, int] | None, max_bytes: int, timeout: float,
+                 budget: _Budget) -> tuple[bytes, int | None]:
     import httpx2
     from huggingface_hub import get_session
     from huggingface_hub.utils import build_hf_headers, hf_raise_for_status
@@ -656,6 +710,7 @@ def write_manifest(index: CheckpointIndex, path: Path) -> None:
             f.write(text)
             f.flush()
             os.fsync(f.fileno())
+        os.chmod(tmp, _file_mode(path))  # mkstemp's 0600 would make the recorded file private (issue 18)
         os.replace(tmp, path)
     except OSError as e:
         Path(tmp).unlink(missing_ok=True)
@@ -706,6 +761,7 @@ def manifest_index(data: dict[str, Any], path: str) -> CheckpointIndex:
             sizes.append(pattern_size(g.name))
         except ValueError as e:
             problems.append(f"{path}: tensor '{g.name}': key 'name': {e}")
+    problems += _stated_config_problems(data, path)
     if problems:
         raise ContentError(problems)
     _check_counts(head.tensor_count, sum(sizes), path)
@@ -715,6 +771,20 @@ def manifest_index(data: dict[str, Any], path: str) -> CheckpointIndex:
     return CheckpointIndex(stored, source=path, repo_id=head.repo_id, revision=head.revision,
                            provenance=head.provenance, config=dict(data.get("config", {})),
                            config_provenance=dict(data.get("config_provenance", {})))
+
+
+def _stated_config_problems(data: dict[str, Any], path: str) -> list[str]:
+    """The manifest's [config] (values a GGUF header states) holds numbers, booleans and strings, each with its
+    source in [config_provenance]: a key without one used to end in a traceback (issue 18)."""
+    config, provenance = data.get("config", {}), data.get("config_provenance", {})
+    for name, table in (("config", config), ("config_provenance", provenance)):
+        if not isinstance(table, dict):
+            return [f"{path}: table '{name}': expected a table"]
+    problems = [f"{path}: key 'config.{k}': expected a number, boolean or string, got {type(v).__name__}"
+                for k, v in sorted(config.items()) if not isinstance(v, int | float | str)]
+    problems += [f"{path}: key 'config_provenance.{k}': missing (the GGUF key or fact that states config.{k})"
+                 for k in sorted(set(config) - {k for k, v in provenance.items() if isinstance(v, str)})]
+    return problems
 
 
 def _stored_groups(groups: list[ManifestGroup]) -> tuple[TensorGroup, ...] | str:
@@ -738,14 +808,22 @@ _LISTING_KEYS = {"repo_id", "provenance", "tensors"}
 _ENTRY_KEYS = {"name", "shape", "dtype", "shard"}
 
 
+def _file_mode(path: Path) -> int:
+    """The mode of the file being replaced, or a new file's usual mode under the umask."""
+    try:
+        return path.stat().st_mode & 0o777
+    except OSError:
+        mask = os.umask(0)
+        os.umask(mask)
+        return 0o666 & ~mask
+
+
 def read_listing(path: Path) -> CheckpointIndex:
     """Read a grouped JSON listing ({repo_id, provenance, tensors: [{name, shape, dtype, shard}]}), e.g. one
     transcribed from a published report of a checkpoint's headers; every entry is validated as a header's is."""
     source = str(path)
     try:
-        if path.stat().st_size > MAX_HEADER_BYTES:
-            raise CheckpointError(source, f"listing is over the {MAX_HEADER_BYTES:,}-byte cap")
-        data = load_json(path.read_bytes(), source, "listing")
+        data = load_json(read_capped(path, MAX_HEADER_BYTES, "listing"), source, "listing")
     except OSError as e:
         raise CheckpointError(source, f"cannot read: {e.strerror or e}") from e
     if not isinstance(data, dict) or not isinstance(data.get("tensors"), list):

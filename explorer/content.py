@@ -175,12 +175,12 @@ def _coerce(value: Any, hint: Any, where: str, problems: list[str]) -> Any:
         if value is None and type(None) in args:
             return None
         inner = [a for a in args if a is not type(None)]
-        for option in inner if len(inner) > 1 else ():  # int | tuple[int, ...]: the first member it fits
-            trial: list[str] = []
-            coerced = _coerce(value, option, where, trial)
-            if not trial:
-                return coerced
-        return _coerce(value, inner[0], where, problems)
+        for alternative in inner[:-1]:  # the first that fits (an integer, or an array of them: eos_token_id)
+            tentative: list[str] = []
+            result = _coerce(value, alternative, where, tentative)
+            if not tentative:
+                return result
+        return _coerce(value, inner[-1], where, problems) if len(inner) == 1 else _one_of(value, inner, where, problems)
     if isinstance(hint, type) and dataclasses.is_dataclass(hint):
         return parse_table(value, hint, where.replace(": key '", ": table '"), problems)
     if origin is tuple:
@@ -202,6 +202,15 @@ def _coerce(value: Any, hint: Any, where: str, problems: list[str]) -> Any:
     if hint is Any or (isinstance(value, hint) and not (hint is int and isinstance(value, bool))):
         return value
     problems.append(f"{where}: expected {_hint_name(hint)}, got {_type_name(value)} {value!r}")
+    return None
+
+
+def _one_of(value: Any, hints: list[Any], where: str, problems: list[str]) -> Any:
+    tentative: list[str] = []
+    result = _coerce(value, hints[-1], where, tentative)
+    if not tentative:
+        return result
+    problems.append(f"{where}: expected {' or '.join(_hint_name(h) for h in hints)}, got {_type_name(value)} {value!r}")
     return None
 
 
@@ -240,14 +249,19 @@ def load_model_content(folder: Path) -> ModelContent:
     checkpoint = parse_table(data.get("checkpoint", {}), CheckpointRef, f"{path}: table 'checkpoint'", problems)
     if "config" not in data:
         problems.append(f"{path}: table 'config': missing (the published config.json values)")
-    for symbol, (first, last) in sorted((checkpoint.source_lines if checkpoint else {}).items()):
-        if not 0 < first <= last:
-            problems.append(f"{path}: key 'checkpoint.source_lines.{symbol}': expected first <= last, "
-                            f"got [{first}, {last}]")
+    elif not isinstance(data["config"], dict):
+        problems.append(f"{path}: table 'config': expected a table, got {_type_name(data['config'])}")
+        data["config"] = {}
+    for table in ("source_lines", "config_lines"):
+        for symbol, (first, last) in sorted((getattr(checkpoint, table) if checkpoint else {}).items()):
+            if not 0 < first <= last:
+                problems.append(f"{path}: key 'checkpoint.{table}.{symbol}': expected first <= last, "
+                                f"got [{first}, {last}]")
     problems += _revision_problems(path, checkpoint) + _storage_problems(path, checkpoint)
+    problems += _text_problems(path, meta, checkpoint)
     for key in sorted(set(checkpoint.config_nulls if checkpoint else ()) & set(data.get("config", {}))):
         problems.append(f"{path}: key 'checkpoint.config_nulls': '{key}' is listed as null but has a value in [config]")
-    if meta is not None and meta.released and not RELEASED.match(meta.released):
+    if meta is not None and meta.released and not RELEASED.fullmatch(meta.released):
         problems.append(f"{path}: key 'model.released': expected a month as \"YYYY-MM\" (or \"\" if not recorded), "
                         f"got {meta.released!r}")
     if problems:
@@ -257,6 +271,32 @@ def load_model_content(folder: Path) -> ModelContent:
         config={**data["config"], **{k: None for k in checkpoint.config_nulls}},
         prose=load_prose(folder / "prose", folder),
     )
+
+
+CLAIM = re.compile(r"[0-9]{1,6}(\.[0-9]{1,3})?[BM]")
+"""A published parameter figure as written: "32B", "12.9B", "135M"."""
+MODELING_FILE = re.compile(r"[A-Za-z0-9_\-]+(\.[A-Za-z0-9_\-]+)*(/[A-Za-z0-9_\-]+(\.[A-Za-z0-9_\-]+)*)*\.py")
+"""A file inside the checkpoint's repository: relative, no '..' or '.' segment."""
+MAX_TEXT = 300
+"""Longest name, lab or tagline (each is printed on many pages: a 5 MB name made a 5.9 GB site)."""
+
+
+def _text_problems(path: Path, meta: ModelMeta | None, ref: CheckpointRef | None) -> list[str]:
+    """Values whose form the type alone does not fix, each checked before anything reads them (issue 18)."""
+    problems = []
+    if meta is not None:
+        for key in ("name", "lab", "tagline"):
+            if len(getattr(meta, key)) > MAX_TEXT:
+                problems.append(f"{path}: key 'model.{key}': longer than {MAX_TEXT} characters")
+        if meta.active_claim and not CLAIM.fullmatch(meta.active_claim):
+            problems.append(f"{path}: key 'model.active_claim': expected a figure as published, e.g. \"32B\" or "
+                            f"\"135M\", got {meta.active_claim[:40]!r}")
+        if meta.active_claim and not meta.active_claim_source:
+            problems.append(f"{path}: key 'model.active_claim_source': missing (where active_claim is published)")
+    if ref is not None and ref.modeling_file and not MODELING_FILE.fullmatch(ref.modeling_file):
+        problems.append(f"{path}: key 'checkpoint.modeling_file': expected a .py file's path inside the repository "
+                        f"(no '..', not absolute), got {ref.modeling_file[:80]!r}")
+    return problems
 
 
 def _revision_problems(path: Path, ref: CheckpointRef | None) -> list[str]:
@@ -324,7 +364,7 @@ def render_markdown(source: str) -> str:
 def model_folder(content_dir: Path, slug: str) -> Path:
     """The folder of one model named on the command line: a checked name, never a path."""
     models = content_dir / "models"
-    if not SLUG.match(slug):
+    if not SLUG.fullmatch(slug):
         raise ContentError([f"model '{slug}': not a model name (lowercase letters, digits, '-' and '.')"])
     if not (models / slug).is_dir():
         existing = sorted(p.name for p in models.iterdir() if p.is_dir()) if models.is_dir() else []
@@ -369,7 +409,7 @@ def _lineage_problems(models: list[ModelContent]) -> list[str]:
 
 
 def _check_model_folder(folder: Path, models_dir: Path) -> None:
-    if not SLUG.match(folder.name):
+    if not SLUG.fullmatch(folder.name):
         raise ContentError([f"{folder}: not a model name (lowercase letters, digits, '-' and '.'); rename the folder"])
     if not folder.resolve().is_relative_to(models_dir.resolve()):
         raise ContentError([f"{folder}: resolves to {folder.resolve()}, outside {models_dir}; model folders may "

@@ -8,7 +8,12 @@ from collections.abc import Iterable
 
 
 class ExplorerError(Exception):
-    """An expected failure: build.py prints it without a traceback and exits 1."""
+    """An expected failure: build.py prints it without a traceback and exits 1.
+
+    Each subclass with its own constructor defines __reduce__ from the arguments it was built with: a build
+    worker's error is pickled to reach the parent, and Exception's default rebuilds it from `args` (the one
+    formatted message), which such a constructor cannot take, so the parent could not unpickle it and the pool
+    would wait forever (issue 18)."""
 
 
 class ContentError(ExplorerError):
@@ -18,6 +23,9 @@ class ContentError(ExplorerError):
         self.problems = tuple(problems)
         super().__init__("\n".join(self.problems))
 
+    def __reduce__(self) -> tuple[type, tuple[tuple[str, ...]]]:
+        return type(self), (self.problems,)
+
 
 class CheckpointError(ExplorerError):
     """A checkpoint header, index or Hub request could not be read; names the file or URL."""
@@ -26,6 +34,9 @@ class CheckpointError(ExplorerError):
         self.source = source
         self.reason = reason
         super().__init__(f"{source}: {reason}")
+
+    def __reduce__(self) -> tuple[type, tuple[str, str]]:
+        return type(self), (self.source, self.reason)
 
 
 class ReconciliationError(ExplorerError):
@@ -37,14 +48,22 @@ class ExecutionError(ExplorerError):
 
     def __init__(self, where: str, reason: str, executed: tuple[str, ...] = ()) -> None:
         self.where = where
-        self.executed = executed
+        self.reason = reason
+        self.executed = tuple(executed)
         after = f" (after: {', '.join(executed[-5:])})" if executed else ""
         super().__init__(f"{where}: {reason}{after}")
+
+    def __reduce__(self) -> tuple[type, tuple[str, str, tuple[str, ...]]]:
+        return type(self), (self.where, self.reason, self.executed)
 
 
 class OutputError(ExplorerError):
     """The output folder cannot be used: it holds someone's data, another build is writing it, or it cannot be
     written; names the folder and what to do instead."""
+
+
+class WorkerError(ExplorerError):
+    """A build worker process ended without returning its task's result or error (killed, out of memory)."""
 
 
 def did_you_mean(word: str, choices: Iterable[str]) -> str:

@@ -19,12 +19,21 @@ from .components.base import EXAMPLES, tensor_prefix
 from .components.blocks import angles_for, causal_mask, rope_of
 from .components.moe import RoutingMismatch
 from .errors import ExecutionError
-from .execution import TOLERANCE, ComponentTrace, EquationCheck, Execution, ShapeTrace, within_tolerance
+from .execution import (
+    FREE_SIZES,
+    TOLERANCE,
+    ComponentTrace,
+    EquationCheck,
+    Execution,
+    ShapeTrace,
+    free_size,
+    label,
+    within_tolerance,
+)
 from .families import FAMILIES
 from .reference import reference_state, tiny_reference_model
-from .spec.types import Component, ModelSpec, Port, Shape, path_key, walk
+from .spec.types import Component, ModelSpec, Port, path_key, walk
 
-FREE_SIZES = {"B": 2, "T": 5}
 """Sizes that stand in for the free dimensions while tracing (distinct, so a swapped axis is caught)."""
 WHOLE_MODEL_PROGRAMS = {"stack", "model", "mtp", "hc_stack", "hc_model"}
 """Programs that address weights by full checkpoint name (they span several layers)."""
@@ -111,27 +120,6 @@ def port_tensor(port: Port, spec: ModelSpec, comp: Component, device: str,
 
 
 # ----------------------------------------------------------------------------------------------- trace
-
-def free_size(symbol: str, free: dict[str, int] = FREE_SIZES) -> int:
-    """The traced size of a free dimension: "T" -> 5; "T/4" (one per closed window of 4 positions) -> 1;
-    "T+T/4" (positions and compressed entries side by side) -> 6."""
-    total = 0
-    for term in symbol.split("+"):
-        base, _, ratio = term.partition("/")
-        total += free[base] // int(ratio) if ratio else free[base]
-    return total
-
-
-def label(traced: tuple[int, ...], shape: Shape, free: dict[str, int] = FREE_SIZES) -> str | None:
-    """None when a traced shape agrees with the spec's named shape, else what disagrees."""
-    if len(traced) != len(shape.dims):
-        return f"rank {len(traced)} traced, {len(shape.dims)} in the spec"
-    for size, dim in zip(traced, shape.dims):
-        want = free_size(dim.symbol, free) if dim.size is None else dim.size
-        if size != want:
-            return f"dimension {dim.display!r} is {size} in the trace"
-    return None
-
 
 def run_component(spec: ModelSpec, ancestors: tuple[Component, ...], comp: Component, weights: dict,
                   inputs: list[torch.Tensor]) -> tuple[Run, list[torch.Tensor]]:

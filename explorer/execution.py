@@ -5,6 +5,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from .spec.types import Shape
+
 TOLERANCE = 1e-4
 """Largest |Δ| accepted between our float32 programs and the reference's at the tiny config."""
 
@@ -84,3 +86,28 @@ class RealWeightCheck:
     max_abs_error: float
     tolerance: float
     detail: str
+
+
+FREE_SIZES = {"B": 2, "T": 5}
+"""The sizes of the free dimensions (batch, positions) wherever a shape is traced."""
+
+
+def free_size(symbol: str, free: dict[str, int] = FREE_SIZES) -> int:
+    """The traced size of a free dimension: "T" -> 5; "T/4" (one per closed window of 4 positions) -> 1;
+    "T+T/4" (positions and compressed entries side by side) -> 6."""
+    total = 0
+    for term in symbol.split("+"):
+        base, _, ratio = term.partition("/")
+        total += free[base] // int(ratio) if ratio else free[base]
+    return total
+
+
+def label(traced: tuple[int, ...], shape: Shape, free: dict[str, int] = FREE_SIZES) -> str | None:
+    """None when a traced shape agrees with the spec's named shape, else what disagrees."""
+    if len(traced) != len(shape.dims):
+        return f"rank {len(traced)} traced, {len(shape.dims)} in the spec"
+    for size, dim in zip(traced, shape.dims):
+        want = free_size(dim.symbol, free) if dim.size is None else dim.size
+        if size != want:
+            return f"dimension {dim.display!r} is {size} in the trace"
+    return None

@@ -376,7 +376,25 @@ def _metadata_values(header: GGUFHeader, arch: str) -> tuple[Config, dict[str, s
             raise CheckpointError(header.source, f"metadata has no '{gguf_key}' (for {key})")
         if value is not None:
             config[key], provenance[key] = _config_value(value, gguf_key, header.source), gguf_key
+            _check_kind(key, config[key], gguf_key, header.source)
     return config, provenance
+
+
+_FLOAT_KEYS = {"rms_norm_eps", "rope_theta"}
+_TOKEN_IDS = set(_TOKEN_KEYS)
+
+
+def _check_kind(key: str, value: Any, gguf_key: str, source: str) -> None:
+    """Sizes are positive integers, token ids non-negative ones, eps and rope base positive finite numbers:
+    a string or 0 head count used to end in a traceback (issue 18)."""
+    if key in _FLOAT_KEYS:
+        ok = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value) and value > 0
+        expected = "a positive finite number"
+    else:
+        ok = isinstance(value, int) and not isinstance(value, bool) and value >= (0 if key in _TOKEN_IDS else 1)
+        expected = "a non-negative integer" if key in _TOKEN_IDS else "a positive integer"
+    if not ok:
+        raise CheckpointError(source, f"key '{gguf_key}' (for {key}): expected {expected}, got {value!r:.60}")
 
 
 def config_differences(config: Config, provenance: dict[str, str], published: Mapping[str, Any]) -> list[str]:

@@ -26,7 +26,7 @@ from .reconcile import expected_groups, predicted_index, reconcile
 from .render import write_site
 from .search import search_script
 from .site import site_page_groups
-from .sources import absent_files, resolve_citations
+from .sources import absent_files, check_recorded_config, resolve_citations
 from .spec.types import ModelSpec, path_key, walk
 from .variants import load_variants, stored_as
 from .views import Excerpt, highlight_citations, remember_highlights
@@ -50,6 +50,7 @@ def prepare_model(content: ModelContent, fetch_sources: bool = False,
                   progress: Progress = stderr_progress) -> PreparedModel:
     """The model's stages that need no torch: spec, ledger, citations, the checkpoint's checks and the figures."""
     spec = load_model_spec(content)
+    check_recorded_config(content)  # after the family's checks, whose messages say more about a bad key
     check_prose_paths(content, (path_key(a, c) for a, c in walk(spec.root)))
     ledger = account(spec)
     citations = resolve_citations(spec, content, fetch=fetch_sources)

@@ -16,6 +16,7 @@ import errno
 import fcntl
 import os
 import shutil
+import stat
 import sys
 import tempfile
 from collections.abc import Iterator
@@ -28,6 +29,7 @@ from .errors import OutputError
 MARKER = ".explorer-site"
 """File in every site explorer writes: only a folder holding it (or an empty one) is ever replaced."""
 MARKER_TEXT = "Written by explorer's build.py, which replaces this whole folder on every build.\n"
+_RENAME_NOREPLACE = 1
 _RENAME_EXCHANGE = 2
 _AT_FDCWD = -100
 
@@ -103,10 +105,7 @@ def _lock(out: Path) -> int:
     """Take the lock file beside `out` without waiting; it is removed on release, so re-check it is still ours."""
     path = lock_path(out)
     while True:
-        try:
-            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-        except OSError as e:
-            raise OutputError(f"{out}: cannot create the lock file {path}: {e.strerror or e}") from e
+        fd = _open_lock_file(out, path)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -125,6 +124,23 @@ def _lock(out: Path) -> int:
         os.close(fd)
 
 
+def _open_lock_file(out: Path, path: Path) -> int:
+    """Open the lock file without following a symbolic link or blocking on a FIFO, and refuse anything but a
+    plain file of its own: the lock is truncated and written, so a link planted at its name would have the
+    build overwrite the link's target (issue 18)."""
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o644)
+    except OSError as e:
+        reason = "it is a symbolic link; remove it" if e.errno == errno.ELOOP else e.strerror or str(e)
+        raise OutputError(f"{out}: cannot use the lock file {path}: {reason}") from e
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode) or info.st_nlink != 1:
+        os.close(fd)
+        raise OutputError(f"{out}: cannot use the lock file {path}: it is not a plain file of its own (a link, "
+                          "FIFO or device); remove it")
+    return fd
+
+
 def _unlock(out: Path, fd: int) -> None:
     try:
         lock_path(out).unlink(missing_ok=True)  # while still held, so no one locks a file about to vanish
@@ -136,46 +152,82 @@ def _clear_leftovers(out: Path) -> None:
     """Remove temporary folders of builds that were killed (ours only: empty or marked). Call under the lock."""
     for tmp in sorted(out.parent.glob(f".{out.name}.tmp-*")) + [out.with_name(f".{out.name}.old")]:
         if tmp.is_dir() and not tmp.is_symlink() and ((tmp / MARKER).is_file() or not any(tmp.iterdir())):
-            shutil.rmtree(tmp)
+            shutil.rmtree(tmp, ignore_errors=True)  # what cannot be removed now is retried by the next build
 
 
 def stage(out: Path) -> Path:
     """Create the marked temporary sibling a build renders into."""
     try:
         tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
+        # mkdtemp makes the folder 0700; the published site gets a new folder's usual mode (issue 18).
+        tmp.chmod(0o777 & ~_umask())
         (tmp / MARKER).write_text(MARKER_TEXT, encoding="utf-8")
     except OSError as e:
         raise OutputError(f"{out}: cannot create a folder beside it: {e.strerror or e}") from e
     return tmp
 
 
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
 def publish(staged: Path, out: Path) -> None:
-    """Put `staged` in place of `out` in one step, then delete the previous site."""
-    if not out.exists():
-        os.rename(staged, out)
+    """Put `staged` in place of `out` in one step, then delete the previous site.
+
+    What lies at `out` is checked again first: a folder someone made or filled there during the build is
+    refused, not replaced (issue 18)."""
+    if not out.exists() and _rename_new(staged, out):
         return
+    _check_replaceable(out)
     if _exchange(staged, out):
-        shutil.rmtree(staged)  # now holds the previous site
+        _remove_previous(staged)  # now holds the previous site
         return
     # No atomic exchange on this system: two renames, with a moment between them with no site.
     old = out.with_name(f".{out.name}.old")
     os.rename(out, old)
     os.rename(staged, out)
-    shutil.rmtree(old)
+    _remove_previous(old)
+
+
+def _remove_previous(folder: Path) -> None:
+    """Delete the replaced site; the new one is published already, so a failure here (a file someone made
+    read-only inside it) is left for a later build to retry, not reported as a failed build (issue 18)."""
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+def _rename_new(staged: Path, out: Path) -> bool:
+    """Rename `staged` to `out` unless something appeared there since it was checked; False if it has (or,
+    without renameat2, if it exists now)."""
+    done = _renameat2(staged, out, _RENAME_NOREPLACE)
+    if done is not None:
+        return done
+    if out.exists():
+        return False
+    os.rename(staged, out)
+    return True
+
+
+def _renameat2(a: Path, b: Path, flags: int) -> bool | None:
+    """renameat2(a, b, flags): True if done, False if `b` exists (EEXIST), None where the system cannot."""
+    if not sys.platform.startswith("linux"):
+        return None
+    libc = ctypes.CDLL(None, use_errno=True)
+    renameat2 = getattr(libc, "renameat2", None)
+    if renameat2 is None:
+        return None
+    renameat2.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
+    if renameat2(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), flags) == 0:
+        return True
+    err = ctypes.get_errno()
+    if err == errno.EEXIST:
+        return False
+    if err in (errno.EINVAL, errno.ENOSYS, errno.ENOTSUP):
+        return None
+    raise OSError(err, os.strerror(err), str(b))
 
 
 def _exchange(a: Path, b: Path) -> bool:
     """Swap two paths atomically (Linux renameat2); False where the system or filesystem cannot."""
-    if not sys.platform.startswith("linux"):
-        return False
-    libc = ctypes.CDLL(None, use_errno=True)
-    renameat2 = getattr(libc, "renameat2", None)
-    if renameat2 is None:
-        return False
-    renameat2.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
-    if renameat2(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE) == 0:
-        return True
-    err = ctypes.get_errno()
-    if err in (errno.EINVAL, errno.ENOSYS, errno.ENOTSUP):
-        return False
-    raise OSError(err, os.strerror(err), str(b))
+    return bool(_renameat2(a, b, _RENAME_EXCHANGE))

@@ -18,7 +18,7 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from huggingface_hub import try_to_load_from_cache
 
@@ -256,18 +256,43 @@ def trim_blank_end(text: str, first: int, last: int) -> tuple[int, int]:
 
 
 def regenerate_config(content: ModelContent) -> str | None:
-    """config.json rebuilt from the recorded values, as transformers writes it (two-space indent, a final
-    newline), in the published key order where one is recorded, else sorted; only a text whose sha256 is the
-    recorded one is returned."""
+    """config.json rebuilt from the recorded values, as transformers writes it (two-space indent), in the published
+    key order where one is recorded, else sorted, with nested tables in their recorded order or sorted, with or
+    without a final newline; only a text whose sha256 is the recorded one is returned."""
     ref = content.checkpoint
     orders = [dict(sorted(content.config.items()))]
     if sorted(ref.config_order) == sorted(content.config):
         orders.insert(0, {k: content.config[k] for k in ref.config_order})
     for values in orders:
-        text = json.dumps(values, indent=2, ensure_ascii=False) + "\n"
-        if hashlib.sha256(text.encode()).hexdigest() == ref.config_sha256:
-            return text
+        for sort_nested in (False, True):
+            text = json.dumps(values if not sort_nested else _sorted_nested(values), indent=2, ensure_ascii=False)
+            for ending in ("\n", ""):
+                if hashlib.sha256((text + ending).encode()).hexdigest() == ref.config_sha256:
+                    return text + ending
     return None
+
+
+def _sorted_nested(values: dict[str, Any]) -> dict[str, Any]:
+    return {k: dict(sorted(v.items())) if isinstance(v, dict) else v for k, v in values.items()}
+
+
+def check_recorded_config(content: ModelContent) -> None:
+    """Raise ContentError unless the [config] values serialise back to the config.json whose sha256 is recorded:
+    a value edited in model.toml after recording would otherwise be built and published (issue 18)."""
+    ref = content.checkpoint
+    if not ref.config_sha256 or regenerate_config(content) is not None:
+        return
+    where = f"{content.folder / 'model.toml'}: key 'config"
+    published = hub_text(ref.repo_id, ref.revision, "config.json", fetch=False) if ref.pinned else None
+    if published is not None:  # the file itself is at hand (the local Hugging Face cache): name the keys
+        values = load_json(published.encode(), "config.json", "config.json")
+        if isinstance(values, dict) and (keys := _value_differences(values, content.config)):
+            raise ContentError([f"{where}.{key}': {difference}" for key, difference in keys])
+    raise ContentError([f"{where}': the recorded values no longer serialise "
+                        f"to the config.json whose sha256 is checkpoint.config_sha256 "
+                        f"({content.checkpoint.config_sha256[:12]}…), so a value was changed after it was recorded "
+                        "(or a key added or removed); restore the published value, or record the config again with "
+                        "build.py --add-model"])
 
 
 def _lines(text: str, first: int, last: int) -> tuple[str, ...]:
@@ -308,10 +333,12 @@ def published_config_matches(data: bytes, content: ModelContent, source: str = "
     published = load_json(data, source, "config.json")
     if not isinstance(published, dict):
         return problems + [f"not a JSON object but {type(published).__name__}"]
-    for key in sorted(set(published) | set(content.config)):
-        if published.get(key) != content.config.get(key):
-            problems.append(f"key '{key}': published {published.get(key)!r}, recorded {content.config.get(key)!r}")
-    return problems
+    return problems + [f"key '{key}': {difference}" for key, difference in _value_differences(published, content.config)]
+
+
+def _value_differences(published: dict[str, Any], recorded: dict[str, Any]) -> list[tuple[str, str]]:
+    return [(key, f"published {published.get(key)!r}, recorded {recorded.get(key)!r}")
+            for key in sorted(set(published) | set(recorded)) if published.get(key) != recorded.get(key)]
 
 
 def verify_published_config(content: ModelContent) -> list[str]:

@@ -5,6 +5,7 @@ hostile server: an endless body, or one byte every few seconds."""
 from __future__ import annotations
 
 import hashlib
+import itertools
 import re
 import threading
 import time
@@ -18,6 +19,9 @@ class FakeHub:
 
     `endless`: GET answers with the file's bytes followed by spaces that never end, whatever range was asked.
     `drip`: GET answers one byte every `drip` seconds, forever.
+    `drip_headers`: GET and HEAD answer with a status line and headers that never end, one byte every
+    `drip_headers` seconds (issue 18).
+    `redirects`: GET answers that many redirects to itself before the file, each after `delay` seconds.
     """
 
     def __init__(self) -> None:
@@ -27,6 +31,9 @@ class FakeHub:
         self.delay = 0.0
         self.endless = False
         self.drip = 0.0
+        self.drip_headers = 0.0
+        self.redirects = 0
+        self._stopped = threading.Event()
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
         self._server.handle_error = lambda request, address: None  # a client that gave up (timeout test)
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
@@ -40,6 +47,7 @@ class FakeHub:
         return self
 
     def __exit__(self, *exc: object) -> None:
+        self._stopped.set()  # ends the endless answers of a client that was abandoned rather than hung up
         self._server.shutdown()
         self._server.server_close()
 
@@ -67,7 +75,16 @@ class FakeHub:
                 hub.requests.append((self.command, self.path))
                 if hub.delay:
                     time.sleep(hub.delay)
-                status, headers, data = hub._lookup(self.path)
+                if hub.drip_headers:
+                    return self._drip_headers()
+                path, _, query = self.path.partition("?")
+                hop = int(query.removeprefix("hop=") or 0)
+                if hop < hub.redirects:
+                    self.send_response(302)
+                    self.send_header("Location", f"{path}?hop={hop + 1}")
+                    self.send_header("Content-Length", "0")
+                    return self.end_headers()
+                status, headers, data = hub._lookup(path)
                 if data is not None and not head and (hub.endless or hub.drip):
                     return self._hostile(data)
                 body = b""
@@ -87,12 +104,20 @@ class FakeHub:
                 self.send_header("Content-Length", str(10**15))
                 self.end_headers()
                 chunk = data if hub.endless else data[:1]
-                while True:  # until the client hangs up (BrokenPipeError, silenced by handle_error)
+                while not hub._stopped.is_set():  # or the client hangs up (BrokenPipeError, silenced)
                     self.wfile.write(chunk)
                     hub.bytes_sent += len(chunk)
                     chunk = b" " * 65536 if hub.endless else b" "
                     if hub.drip:
                         time.sleep(hub.drip)
+
+            def _drip_headers(self) -> None:
+                for byte in itertools.chain(b"HTTP/1.1 200 OK\r\nX-Padding: ", itertools.repeat(ord("a"))):
+                    if hub._stopped.is_set():
+                        return
+                    self.wfile.write(bytes([byte]))
+                    self.wfile.flush()
+                    time.sleep(hub.drip_headers)
 
             def do_HEAD(self) -> None:
                 self._answer(head=True)

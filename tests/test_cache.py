@@ -35,11 +35,32 @@ def spec():
 def entry(tmp_path, spec):
     """A small valid cache entry for the real spec's key, and its path."""
     ref = ReferenceModel("transformers test", CheckpointIndex.of({"w": TensorInfo("w", "F32", (2, 3))}, "test"))
-    trace = ShapeTrace("meta", {"B": 2, "T": 5}, {"": ComponentTrace(((2, 5, 8),), ((2, 5, 8),), {"x": (2, 5)})})
-    checks = {"": EquationCheck("checked", "transformers test", "tiny", 3e-6, TOLERANCE, "detail")}
-    cache.save(tmp_path, spec, ref, Execution(trace, checks))
+    cache.save(tmp_path, spec, ref, consistent_execution(spec))
     (path,) = tmp_path.glob("*.json")
     return path
+
+
+def consistent_execution(spec) -> Execution:
+    """An execution that agrees with the spec (every component, each shape as the spec names it), as the
+    executor would have recorded it; the model's own check passes at 3e-6, the others are unchecked."""
+    import importlib.metadata
+
+    from explorer.execution import FREE_SIZES
+    from explorer.spec.types import path_key, walk
+
+    def concrete(shape) -> tuple[int, ...]:
+        return tuple(FREE_SIZES[d.symbol] if d.size is None else d.size for d in shape.dims)
+
+    components, checks = {}, {}
+    for ancestors, comp in walk(spec.root):
+        path = path_key(ancestors, comp)
+        steps = {s.name: concrete(s.shape) for s in comp.steps + comp.equations if not s.heading and s.shape}
+        components[path] = ComponentTrace(tuple(concrete(p.shape) for p in comp.inputs),
+                                          tuple(concrete(p.shape) for p in comp.outputs), steps)
+        checks[path] = EquationCheck("unchecked", detail="not checked in this test")
+    version = importlib.metadata.version("transformers")
+    checks[""] = EquationCheck("checked", f"transformers {version} Model", "tiny", 3e-6, TOLERANCE, "detail")
+    return Execution(ShapeTrace("meta", dict(FREE_SIZES), components), checks)
 
 
 def tamper(path, change) -> None:

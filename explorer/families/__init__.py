@@ -43,10 +43,11 @@ def family_for(config: dict, where: str) -> Family:
     """The family that reads a config.json, from its model_type (or architectures)."""
     model_type = config.get("model_type", "")
     for family in FAMILIES.values():
-        if model_type in family.model_types:
+        if isinstance(model_type, str) and model_type in family.model_types:
             return family
+    architectures = config.get("architectures")  # null or a lone string in some configs: no traceback
     for family in FAMILIES.values():
-        if any(a == family.reference.model_class for a in config.get("architectures", ())):
+        if isinstance(architectures, list) and family.reference.model_class in architectures:
             return family
     known = sorted(t for f in FAMILIES.values() for t in f.model_types)
     raise ContentError([f"{where}: key 'model_type': unknown model type {model_type!r}{did_you_mean(str(model_type), known)}"

@@ -158,8 +158,8 @@ class GptOss(SparseMoE):
         scaling = raw["rope_scaling"]
         if scaling is not None:
             scaling["original_max_position_embeddings"] = 64
-        kinds = self.layer_types(c)
-        raw.update(sliding_window=3, layer_types=list(dict.fromkeys(kinds)), rope_scaling=scaling,
+        kinds = list(dict.fromkeys(self.layer_types(c)))  # one layer of each kind (one, for a 1-layer model)
+        raw.update(sliding_window=3, layer_types=kinds, num_hidden_layers=len(kinds), rope_scaling=scaling,
                    max_position_embeddings=2048, pad_token_id=None, experts_per_token=2)
         return raw
 
