@@ -19,6 +19,7 @@ from .checkpoint import MAX_HUB_FILE_BYTES, read_capped
 from .content import MODEL_FILE, SLUG, UNPINNED
 from .errors import CheckpointError, ContentError
 from .families import family_for
+from .sources import config_values_digest
 
 REVISION = re.compile(r"^[0-9a-f]{40}$")
 REPO = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]*/[A-Za-z0-9][A-Za-z0-9_.\-]*$")
@@ -73,7 +74,7 @@ def add_model(content_dir: Path, slug: str, config_path: Path, repo: str, revisi
     published = {k: v for k, v in config.items() if v is not None}
     family.build_spec(slug, {**published, **{k: None for k in nulls}}, str(config_path))  # raises on a bad config
     text = model_toml(slug, family.name, published, nulls, sha256, repo, revision, released, config_path.name,
-                      order=list(config))
+                      order=list(config), values_sha256=config_values_digest(config))
     data = text.encode("utf-8")  # before the folder exists: a failure here must leave nothing behind
     try:
         folder.mkdir(parents=True)
@@ -90,7 +91,8 @@ def add_model(content_dir: Path, slug: str, config_path: Path, repo: str, revisi
 
 
 def model_toml(slug: str, family: str, config: dict[str, Any], nulls: list[str], sha256: str, repo: str,
-               revision: str, released: str, source: str, order: list[str] | None = None) -> str:
+               revision: str, released: str, source: str, order: list[str] | None = None,
+               values_sha256: str = "") -> str:
     """The model.toml text. Nested tables keep the published key order, and the top-level order is recorded
     where it is not sorted, so that the values serialise back to the published bytes (the build checks them
     against config_sha256)."""
@@ -106,6 +108,7 @@ def model_toml(slug: str, family: str, config: dict[str, Any], nulls: list[str],
         lines.append(f"revision_note = {toml_value(note)}")
     lines += [
              f"config_sha256 = {toml_value(sha256)}",
+             f"config_values_sha256 = {toml_value(values_sha256)}",
              f"config_provenance = {toml_value(f'{source} as given to --add-model; sha256 of its bytes recorded')}",
              f"config_nulls = {toml_value(nulls)}"]
     if order != sorted(order):

@@ -71,6 +71,10 @@ class CheckpointRef:
     """Line map of modeling_file at revision: qualified symbol -> (first, last) line, inclusive."""
     config_lines: dict[str, tuple[int, int]] = dataclasses.field(default_factory=dict)
     """Line ranges of top-level keys in the published config.json."""
+    config_values_sha256: str = ""
+    """sha256 of the published config's values, whatever its layout (explorer.sources.config_values_digest): every
+    build checks the recorded [config] against it, so an edited value fails even where the published bytes (whose
+    sha256 is config_sha256) cannot be regenerated from the values (another indent, key order or float spelling)."""
     config_order: tuple[str, ...] = ()
     """The published config.json's top-level keys in its own order, where that is not sorted, so the recorded
     values serialise back to its exact bytes. Only a hint: the regenerated text is used only when its sha256 is

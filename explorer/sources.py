@@ -276,10 +276,27 @@ def _sorted_nested(values: dict[str, Any]) -> dict[str, Any]:
     return {k: dict(sorted(v.items())) if isinstance(v, dict) else v for k, v in values.items()}
 
 
+def config_values_digest(config: dict[str, Any]) -> str:
+    """sha256 of a config's values as canonical JSON (sorted keys, no spaces): the same for any layout of the same
+    values. Nulls inside nested tables are left out: TOML has no null, and content records only top-level ones
+    (checkpoint.config_nulls)."""
+    def without_nested_nulls(value: Any) -> Any:
+        if isinstance(value, dict):
+            return {k: without_nested_nulls(v) for k, v in value.items() if v is not None}
+        return [without_nested_nulls(v) for v in value] if isinstance(value, list | tuple) else value
+
+    values = {k: without_nested_nulls(v) if isinstance(v, dict) else v for k, v in config.items()}
+    text = json.dumps(values, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=list)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
 def check_recorded_config(content: ModelContent) -> None:
-    """Raise ContentError unless the [config] values serialise back to the config.json whose sha256 is recorded:
-    a value edited in model.toml after recording would otherwise be built and published (issue 18)."""
+    """Raise ContentError unless the [config] values are the published ones: they serialise back to the config.json
+    whose sha256 is recorded, or their digest is the recorded config_values_sha256. A value edited in model.toml
+    after recording would otherwise be built and published (issue 18)."""
     ref = content.checkpoint
+    if ref.config_values_sha256 and config_values_digest(content.config) == ref.config_values_sha256:
+        return
     if not ref.config_sha256 or regenerate_config(content) is not None:
         return
     where = f"{content.folder / 'model.toml'}: key 'config"

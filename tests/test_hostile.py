@@ -269,6 +269,28 @@ def test_a_config_value_edited_in_model_toml_fails_naming_the_key(tmp_path):
     assert len(raised.value.problems) == 1
 
 
+def test_a_value_edited_where_the_published_bytes_do_not_regenerate_fails_by_its_values_digest(tmp_path):
+    """Issue 18: Qwen3.5's published config.json is laid out in a way the recorded values do not serialise back to
+    (so its byte sha256 cannot be checked); the digest of its values catches an edit all the same, and without the
+    digest the unedited values would not pass either."""
+    import re
+
+    from explorer.content import load_model_content
+    from explorer.sources import check_recorded_config, regenerate_config
+
+    folder = shutil.copytree(ROOT / "content/models/qwen3.5-27b", tmp_path / "qwen3.5-27b")
+    toml = folder / "model.toml"
+    original = toml.read_text()
+    assert regenerate_config(load_model_content(folder)) is None
+    check_recorded_config(load_model_content(folder))
+    toml.write_text(original.replace("linear_num_value_heads = 48", "linear_num_value_heads = 47", 1))
+    with pytest.raises(ContentError, match=r"model\.toml: key 'config'"):
+        check_recorded_config(load_model_content(folder))
+    toml.write_text(re.sub(r"^config_values_sha256 = .*\n", "", original, flags=re.M))
+    with pytest.raises(ContentError, match=r"model\.toml: key 'config'"):
+        check_recorded_config(load_model_content(folder))
+
+
 def test_with_the_published_file_at_hand_the_edited_key_is_named(tmp_path, monkeypatch):
     """Issue 18: where config.json is in the local Hugging Face cache, the message names the edited key."""
     from explorer import sources
