@@ -20,6 +20,8 @@ from ..spec.types import Citation, Component, Dim, IndexRange, Layout, Port, Sha
 from .attention import KEYS, QUERIES, ScoresOptions, attend, call_with_rotary, scores
 from .base import Ctx, Run, ctx_colour, k, options, program, q, reference_call, run_child, v
 from .linear import linear
+from .attention import plain_memory
+from .serving import layer_memory
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,3 +93,6 @@ def run_fused_attention(comp: Component, run: Run, x: torch.Tensor, *rest: torch
 
 
 reference_call("fused_attention")(call_with_rotary)
+
+
+layer_memory("fused_attention")(plain_memory)  # K and V of each key/value head, as plain attention caches them

@@ -25,6 +25,8 @@ from ..spec.types import Citation, Component, Dim, IndexRange, Port, Step
 from .attention import ScoresOptions, attend, call_with_rotary, scores
 from .base import REFERENCE_CALLS, Ctx, Run, ctx_colour, k, options, program, q, run_child, v
 from .linear import linear
+from .attention import plain_memory
+from .serving import layer_memory
 from .norms import GAIN_SUBSCRIPT, Gain, NormOptions, apply_norm, rmsnorm
 from .rope import RopeOptions, rope, rotate
 
@@ -155,3 +157,6 @@ REFERENCE_CALLS["gated_attention"] = call_with_rotary
 """The reference layer takes the rotary cos/sin and the mask as the plain attention's does."""
 
 __all__ = ["gated_attention", "GatedAttentionOptions", "rotate_partial", "output_gate"]
+
+
+layer_memory("gated_attention")(plain_memory)  # K and V of each key/value head, as plain attention caches them
