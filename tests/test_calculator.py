@@ -193,8 +193,8 @@ def test_calculator_shows_the_builds_numbers(browser, calculator_pages, slug):
 
 @pytest.fixture(scope="module")
 def browser():
-    from test_browser import CHROMIUM
     from playwright.sync_api import sync_playwright
+    from test_browser import CHROMIUM
 
     if not Path(CHROMIUM).exists():
         pytest.skip("Debian's chromium is required: run scripts/setup.sh")

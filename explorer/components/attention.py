@@ -7,8 +7,8 @@ QK-norm; transformers' modeling_llama.py (eager_attention_forward, repeat_kv) fo
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
 from collections.abc import Mapping
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 import sympy

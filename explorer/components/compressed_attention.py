@@ -12,8 +12,8 @@ DeepseekV4HCACompressor, DeepseekV4Indexer, DeepseekV4GroupedLinear) for the ref
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 import sympy

@@ -14,8 +14,8 @@ half-split rotary) and models/glm_moe_dsa/modeling_glm_moe_dsa.py (the same inde
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
 from collections.abc import Mapping
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:

@@ -17,10 +17,9 @@ else:  # imported on first use: a build whose torch stages are cached never need
     from ..torch_on_first_use import torch
 
 from ..spec.types import Citation, Component, Dim, IndexRange, Layout, Port, Shape, Step
-from .attention import KEYS, QUERIES, ScoresOptions, attend, call_with_rotary, scores
+from .attention import KEYS, QUERIES, ScoresOptions, attend, call_with_rotary, plain_memory, scores
 from .base import Ctx, Run, ctx_colour, k, options, program, q, reference_call, run_child, v
 from .linear import linear
-from .attention import plain_memory
 from .serving import layer_memory
 
 

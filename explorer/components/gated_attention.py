@@ -22,13 +22,12 @@ else:  # imported on first use: a build whose torch stages are cached never need
     from ..torch_on_first_use import torch
 
 from ..spec.types import Citation, Component, Dim, IndexRange, Port, Step
-from .attention import ScoresOptions, attend, call_with_rotary, scores
+from .attention import ScoresOptions, attend, call_with_rotary, plain_memory, scores
 from .base import REFERENCE_CALLS, Ctx, Run, ctx_colour, k, options, program, q, run_child, v
 from .linear import linear
-from .attention import plain_memory
-from .serving import layer_memory
 from .norms import GAIN_SUBSCRIPT, Gain, NormOptions, apply_norm, rmsnorm
 from .rope import RopeOptions, rope, rotate
+from .serving import layer_memory
 
 
 @dataclass(frozen=True, slots=True)

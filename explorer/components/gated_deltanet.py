@@ -23,8 +23,8 @@ torch_recurrent_gated_delta_rule) for how the reference computes it.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:

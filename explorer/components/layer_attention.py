@@ -14,8 +14,8 @@ against); the mechanism modules chunked.py, nope.py, l2_qk_norm.py and keys_as_v
 from __future__ import annotations
 
 import inspect
-from dataclasses import dataclass, replace
 from collections.abc import Mapping
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Literal
 
 if TYPE_CHECKING:

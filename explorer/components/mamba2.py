@@ -18,8 +18,8 @@ NemotronHRMSNormGated).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import sympy

@@ -8,8 +8,8 @@ models/deepseek_v3/modeling_deepseek_v3.py for the reference module.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:

@@ -14,10 +14,9 @@ if TYPE_CHECKING:
     import torch
 
 from ..spec.types import Citation, Component, Dim, IndexRange, Port, Step
-from .attention import ScoresOptions, attend, scores
+from .attention import ScoresOptions, attend, plain_memory, scores
 from .base import Ctx, Run, ctx_colour, k, options, program, q, reference_call, run_child, v
 from .linear import linear
-from .attention import plain_memory
 from .serving import layer_memory
 
 

@@ -13,8 +13,8 @@ the sliding layers) for how the reference computes it.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
 from collections.abc import Mapping
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Literal
 
 import sympy
