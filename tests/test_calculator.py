@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import gzip
 import re
-import shutil
 from dataclasses import replace
 from functools import cache
 from pathlib import Path
@@ -145,50 +144,69 @@ def test_script_and_data_within_30_kb_gzip(slug):
 
 # ------------------------------------------------------------------------------------------ the browser
 
-@pytest.fixture(scope="module")
-def calculator_pages(tmp_path_factory) -> Path:
-    """Each case's model page section, rendered by the site's own template, beside the site's static/calc.js."""
-    out = tmp_path_factory.mktemp("calc")
-    (out / "static").mkdir()
-    shutil.copy(ROOT / "static" / "calc.js", out / "static" / "calc.js")
+def _render_pages(out: Path, script: str, slugs) -> Path:
+    """Each model's calculator section, rendered by the site's own template, beside `script` as static/calc.js."""
+    (out / "static").mkdir(parents=True)
+    (out / "static" / "calc.js").write_text(script, encoding="utf-8")
     env = environment(ROOT / "templates")
     template = env.from_string('<!doctype html><html lang="en"><head><meta charset="utf-8"><title>t</title></head>'
                                '<body><main>{% include "_calculator.html" %}</main></body></html>')
-    for slug in BROWSER_CASES:
+    (out / "models").mkdir()
+    for slug in slugs:
         f = prepared(slug).figures
         page = SimpleNamespace(root="../", calculator=calculator_view(f.serving, f.get("max_context").formula))
-        (out / "models").mkdir(exist_ok=True)
         (out / "models" / f"{slug}.html").write_text(template.render(page=page), encoding="utf-8")
     return out
 
 
-@pytest.mark.parametrize("slug", BROWSER_CASES)
-def test_calculator_shows_the_builds_numbers(browser, calculator_pages, slug):
+@pytest.fixture(scope="module")
+def calculator_pages(tmp_path_factory) -> Path:
+    return _render_pages(tmp_path_factory.mktemp("calc"), (ROOT / "static" / "calc.js").read_text("utf-8"),
+                         BROWSER_CASES)
+
+
+def _shown_and_wanted(browser, site: Path, slug: str, case) -> tuple[list, list, object]:
+    """What the page shows after a reader enters `case`, and what evaluate() says for it."""
     from test_browser import open_page
 
-    s = prepared(slug).figures.serving
-    context, page = open_page(browser, calculator_pages, f"models/{slug}.html", 1280)
+    c, batch, kv, weights, gpu = case
+    context, page = open_page(browser, site, f"models/{slug}.html", 1280)
     try:
-        assert page.locator("table.calc-static tbody tr").count() >= 1  # the table without JavaScript
-        for c, batch, kv, weights, gpu in BROWSER_CASES[slug]:
-            page.fill("form.calc input[name=context]", str(c))
-            page.fill("form.calc input[name=batch]", str(batch))
-            page.select_option("form.calc select[name=kv]", kv)
-            page.select_option("form.calc select[name=weights]", weights)
-            page.fill("form.calc input[name=gpu]", str(gpu) if gpu else "")
-            shown = page.evaluate("""() => Array.from(document.querySelectorAll('table.calc-out tbody tr'))
-                .map(r => [r.dataset.key, ...Array.from(r.children).map(td => td.textContent)])""")
-            want = evaluate(s, c, batch, kv, weights, gpu or None)
-            assert [row[0] for row in shown] == [line.key for line in want.lines]
-            for row, line in zip(shown, want.lines):
-                assert row[1:3] == [line.label, f"{line.value:,}"], row
-                assert row[3] == ("" if line.key in ("decode", "prefill") else gib(line.value)), row
-                assert row[4] == line.equation, row
-            assert page.text_content("#calc-fits") == want.fits_text
+        page.fill("form.calc input[name=context]", str(c))
+        page.fill("form.calc input[name=batch]", str(batch))
+        page.select_option("form.calc select[name=kv]", kv)
+        page.select_option("form.calc select[name=weights]", weights)
+        page.fill("form.calc input[name=gpu]", str(gpu) if gpu else "")
+        shown = page.evaluate("""() => Array.from(document.querySelectorAll('table.calc-out tbody tr'))
+            .map(r => [r.dataset.key, ...Array.from(r.children).map(td => td.textContent)])""")
+        fits = page.text_content("#calc-fits")
         assert page.errors == []
-        assert [u for u in page.requests if not u.startswith(calculator_pages.as_uri())] == []
+        assert [u for u in page.requests if not u.startswith(site.as_uri())] == []
+        assert page.locator("table.calc-static tbody tr").count() >= 1  # the table without JavaScript
     finally:
         context.close()
+    want = evaluate(prepared(slug).figures.serving, c, batch, kv, weights, gpu or None)
+    expected = [[line.key, line.label, f"{line.value:,}",
+                 "" if line.key in ("decode", "prefill") else gib(line.value), line.equation] for line in want.lines]
+    return shown + [fits], expected + [want.fits_text], want
+
+
+@pytest.mark.parametrize("slug", BROWSER_CASES)
+def test_calculator_shows_the_builds_numbers(browser, calculator_pages, slug):
+    """Every row (label, exact value, GiB, equation) and the tokens that fit, as evaluate() gives them."""
+    for case in BROWSER_CASES[slug]:
+        shown, expected, _ = _shown_and_wanted(browser, calculator_pages, slug, case)
+        assert shown == expected
+
+
+def test_a_wrong_script_formula_is_caught(browser, tmp_path):
+    """Mutation: a compressed stream whose prefill count drops one position per query differs from evaluate()."""
+    script = (ROOT / "static" / "calc.js").read_text("utf-8")
+    wrong = script.replace("cap * (c - cap * r + 1n)", "cap * (c - cap * r)")
+    assert wrong != script
+    site = _render_pages(tmp_path / "site", wrong, ["deepseek-v4-flash"])
+    shown, expected, _ = _shown_and_wanted(browser, site, "deepseek-v4-flash", BROWSER_CASES["deepseek-v4-flash"][0])
+    assert shown != expected
 
 
 @pytest.fixture(scope="module")
