@@ -231,3 +231,26 @@ def test_closed_forms_match_the_sums(ratio, cap):
         assert serving.triangle_capped(context, cap) == sum(min(t, cap or t) for t in range(1, context + 1))
     chunked = serving.LayerKind(10, "x", chunk=64)
     assert chunked.keys_read_prefill(200) == sum((t - 1) % 64 + 1 for t in range(1, 201))
+
+
+@pytest.mark.parametrize("slug", ["llama-3.1-8b", "qwen3-8b", "gemma-3-270m"])
+def test_cache_agrees_with_the_reference_cache(slug):
+    """The keys and values transformers' DynamicCache holds after a prefill on the meta device, against the
+    calculator's elements (FP8: one byte each). Full-attention layers agree exactly at any length; a sliding layer
+    stores window − 1 positions between steps (the next token's own key joins them while it attends), and the
+    calculator counts the window it attends over, so beyond the window it is one position per sliding layer more."""
+    import torch
+
+    from explorer.reference import build_reference_model
+
+    p = prepared(slug)
+    model = build_reference_model(p.spec)
+    s = p.figures.serving
+    for length in (300, 1_000):
+        with torch.no_grad():
+            out = model(input_ids=torch.zeros(1, length, dtype=torch.long, device="meta"), use_cache=True)
+        theirs = sum(layer.keys.numel() + layer.values.numel() for layer in out.past_key_values.layers)
+        beyond = sum(k.layers * k.per_token for k in s.kinds if k.window and length >= k.window)
+        assert evaluate(s, length, kv_dtype="FP8").get("cache").value == theirs + beyond
+    if slug == "gemma-3-270m":
+        assert beyond == 15 * 1 * 2 * 256  # 15 sliding layers, one key/value head of 256, K and V
