@@ -6,6 +6,7 @@ import dataclasses
 import json
 from typing import Any
 
+from .components.serving import LayerKind
 from .model_build import ModelBuild
 from .reconcile import Reconciliation
 from .spec.types import Component, path_key, walk
@@ -30,8 +31,10 @@ def model_api(mb: ModelBuild) -> dict[str, Any]:
         "kv_cache_per_layer": [{"block": c.block, "layers": c.layers, "elements_per_token": c.cache_per_token,
                                 "mha_elements_per_token": c.mha_per_token, "window": c.window,
                                 # sparse attention: the keys a query reads at most, and what a token's entry holds
-                                **({"attended_keys": c.attended, "makeup": c.note} if c.attended else {})}
+                                **({"attended_keys": c.topk, "makeup": c.note} if c.topk else {})}
                                for c in mb.figures.attention],
+        "max_context": mb.figures.serving.max_context,
+        "layer_kinds": [_layer_kind(k) for k in mb.figures.serving.kinds],
         "published_active_claim": {"claim": mb.claim.claim, "source": mb.claim.source,
                                    "reproduced_by": mb.claim.matched.key if mb.claim.matched else None}
         if mb.claim is not None else None,
@@ -102,3 +105,14 @@ def _variant(s) -> dict[str, Any]:
             "totals": [{"role": r.role, "dtype": r.dtype, "tensors": r.tensors, "elements": r.elements,
                         "bytes": r.bytes, "parameters": r.parameters} for r in s.rows],
             "tensors": [{"name": n, "dtype": d, "shape": list(shape), "bytes_each": b} for n, d, shape, b in s.tensors]}
+
+
+def _layer_kind(k: LayerKind) -> dict[str, Any]:
+    """One layer kind's serving memory and attention cost (explorer/components/serving.py), as the calculator
+    evaluates it."""
+    return {"block": k.block, "title": k.title, "layers": k.layers, "elements_per_token": k.per_token,
+            "formula": k.formula, "window": k.window, "chunk": k.chunk, "ratio": k.ratio,
+            "entry_elements": k.entry_elements if k.per_token or k.entry else 0, "topk": k.topk,
+            "flops_per_key": k.flops_per_key, "index_flops_per_key": k.index_flops_per_key,
+            "fixed_state": [{"name": p.name, "elements": p.elements, "dtype": p.dtype, "bytes_per_element": p.bytes,
+                             "formula": p.formula} for p in k.state]}

@@ -12,6 +12,7 @@ from pygments.formatters import HtmlFormatter
 from pygments.lexers import JsonLexer, PythonLexer
 
 from .account import AccountRow, ComponentAccount, TensorAccount
+from .calculator import CalculatorView, calculator_view
 from .content import render_markdown
 from .diagrams import FlowNode, budget_svg, flow_svg
 from .execution import RealWeightCheck
@@ -214,6 +215,8 @@ class ComponentPage(PageBase):
     """Model page only: the keys the published config omits, with the default values used."""
     variants: tuple[VariantView, ...] = ()
     """Model page only: each published quantized variant's "Stored as" section."""
+    calculator: CalculatorView | None = None
+    """Model page only: the serving calculator (explorer/calculator.py)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -792,7 +795,8 @@ def component_page(mb: ModelBuild, ancestors: tuple[Component, ...], comp: Compo
         tiny_config=tiny_config(mb) if is_model else "",
         routing=routing_view(mb, path),
         defaults=defaults_view(mb) if is_model else (),
-        variants=variant_views(mb) if is_model else ())
+        variants=variant_views(mb) if is_model else (),
+        calculator=calculator_view(mb.figures.serving, mb.figures.get("max_context").formula) if is_model else None)
 
 
 VARIANT_STORED_AS = {

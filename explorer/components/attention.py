@@ -7,8 +7,9 @@ QK-norm; transformers' modeling_llama.py (eager_attention_forward, repeat_kv) fo
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import sympy
 
@@ -23,6 +24,7 @@ from .base import B, Ctx, Run, ctx_colour, fmt_num, k, options, program, q, refe
 from .linear import linear
 from .norms import GAIN_SUBSCRIPT, Gain, NormOptions, apply_norm, rmsnorm
 from .rope import RopeOptions, reference_rotary, rope, rotate
+from .serving import LayerKind, kv_heads_formula, layer_memory, scores_child
 
 QUERIES, KEYS = Dim("queries", symbol="T"), Dim("keys", symbol="T")
 
@@ -282,3 +284,15 @@ def _walk(comp: Component):
     yield comp
     for c in comp.children:
         yield from _walk(c)
+
+
+# ---------------------------------------------------------------------------------------------- serving memory
+
+@layer_memory("attention")
+def plain_memory(comp: Component, values: Mapping[str, Any]) -> tuple[LayerKind, ...]:
+    """K and V of every key/value head at head_dim, the last `window` positions where the layer slides; a query
+    spends 2 × 2 × heads × head_dim FLOPs per key (scores, then the weighted values)."""
+    so = scores_child(comp)
+    d = int(values["head_dim"])
+    return (LayerKind(2 * so.kv_heads * d, kv_heads_formula(values), flops_per_key=2 * so.heads * 2 * d,
+                      mha_per_token=2 * so.heads * d, window=so.window),)

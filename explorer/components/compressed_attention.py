@@ -12,8 +12,9 @@ DeepseekV4HCACompressor, DeepseekV4Indexer, DeepseekV4GroupedLinear) for the ref
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import sympy
 
@@ -31,6 +32,7 @@ from .base import v as v_
 from .linear import linear
 from .norms import NormOptions, apply_norm, rmsnorm
 from .rope import RopeOptions, inverse_frequencies
+from .serving import LayerKind, layer_memory
 
 AttentionKind = Literal["sliding", "csa", "hca"]
 KIND_TYPES = {"sliding": "sliding_attention", "csa": "compressed_sparse_attention", "hca": "heavily_compressed_attention"}
@@ -516,3 +518,38 @@ def call_v4_attention(comp: Component, ref, model, inputs, run: Run, ours: torch
 
 __all__ = ["CompressorOptions", "IndexerOptions", "V4AttentionOptions", "compressor", "v4_attention", "B", "T",
            "fmt_eps"]
+
+
+# ---------------------------------------------------------------------------------------------- serving memory
+
+@layer_memory("v4_attention")
+def v4_memory(comp: Component, values: Mapping[str, Any]) -> tuple[LayerKind, ...]:
+    """One shared key-value vector per position in the window; with a compressor, one entry of head_dim per `ratio`
+    positions, kept for the whole context; with the indexer, its own keys of index_head_dim per entry. Per token of
+    context a stream costs entry / ratio elements (exact for Flash's widths; floored otherwise)."""
+    o = comp.options
+    assert isinstance(o, V4AttentionOptions)
+    per_key = 2 * o.heads * 2 * o.head_dim  # scores and the weighted sum, every head, over one shared vector
+    out = [LayerKind(o.head_dim, "head_dim (one vector is the key and the value)", flops_per_key=per_key,
+                     mha_per_token=2 * o.heads * o.head_dim, window=o.window, stream="window", by_kind=True,
+                     stream_title="sliding window",
+                     note=f"The window branch: one {o.head_dim}-element vector per position, the last {o.window:,} "
+                          "positions kept.")]
+    compressor = next((c for c in comp.children if c.key == "compressor"), None)
+    if compressor is None:
+        return tuple(out)
+    co = compressor.options
+    assert isinstance(co, CompressorOptions)
+    m = co.ratio
+    index = next((c.options for c in compressor.children if isinstance(c.options, IndexerOptions)), None)
+    out.append(LayerKind(o.head_dim // m, f"head_dim / {m}", flops_per_key=per_key, ratio=m, entry=o.head_dim,
+                         topk=index.topk if index else None, stream="compressed", by_kind=True, stream_title="compressed stream",
+                         note=f"One {o.head_dim}-element entry per {m} positions, kept for the whole context"
+                              + (f"; a query reads at most {index.topk:,} of them (the indexer's top-k)." if index
+                                 else "; a query reads all of them.")))
+    if index is not None:
+        out.append(LayerKind(index.head_dim // m, f"index_head_dim / {m}", flops_per_key=2 * index.heads * index.head_dim,
+                             ratio=m, entry=index.head_dim, stream="indexer", by_kind=True, stream_title="indexer keys",
+                             note=f"The lightning indexer's own {index.head_dim}-element key per {m} positions, "
+                                  "scored for every query."))
+    return tuple(out)

@@ -14,8 +14,9 @@ half-split rotary) and models/glm_moe_dsa/modeling_glm_moe_dsa.py (the same inde
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     import torch
@@ -31,6 +32,7 @@ from .mla import MLAOptions, mla, run_mla
 from .moe import RoutingMismatch
 from .norms import NormOptions, apply_norm, layernorm
 from .rope import RopeOptions, reference_rotary, rotate
+from .serving import LayerKind, layer_memory
 
 
 @dataclass(frozen=True, slots=True)
@@ -244,3 +246,20 @@ def call_indexer(comp: Component, ref, model, inputs, run: Run, ours: torch.Tens
         raise RoutingMismatch(f"step 'idx-select' selects different keys from transformers' {type(ref).__name__}")
     kept = min(o.topk, T_)
     return mine, theirs, f"same {kept} of {T_} keys selected for every query (earlier ones where fewer exist)"
+
+
+# ---------------------------------------------------------------------------------------------- serving memory
+
+@layer_memory("dsa")
+def dsa_memory(comp: Component, values: Mapping[str, Any]) -> tuple[LayerKind, ...]:
+    """DeepSeek Sparse Attention caches MLA's latent and rotary key and the indexer's own key for every token; the
+    indexer scores every cached key, MLA attends to at most index_topk of them."""
+    o, io = comp.options, comp.child("indexer").options
+    assert isinstance(o, MLAOptions) and isinstance(io, IndexerOptions)
+    mla_cache = o.kv_lora_rank + o.rope
+    full = o.heads * (o.nope + o.rope + o.v)
+    return (LayerKind(
+        mla_cache + io.head_dim, "kv_lora_rank + qk_rope_head_dim + index_head_dim", flops_per_key=2 * full,
+        mha_per_token=full, topk=io.topk, index_flops_per_key=2 * io.heads * (io.head_dim + 1),
+        note=f"the MLA latent and rotary key, {mla_cache}, and the indexer's key, {io.head_dim}; attention reads at "
+             f"most {io.topk:,} cached tokens per query, the indexer scores all of them"),)

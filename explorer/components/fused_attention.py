@@ -17,9 +17,10 @@ else:  # imported on first use: a build whose torch stages are cached never need
     from ..torch_on_first_use import torch
 
 from ..spec.types import Citation, Component, Dim, IndexRange, Layout, Port, Shape, Step
-from .attention import KEYS, QUERIES, ScoresOptions, attend, call_with_rotary, scores
+from .attention import KEYS, QUERIES, ScoresOptions, attend, call_with_rotary, plain_memory, scores
 from .base import Ctx, Run, ctx_colour, k, options, program, q, reference_call, run_child, v
 from .linear import linear
+from .serving import layer_memory
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,3 +92,6 @@ def run_fused_attention(comp: Component, run: Run, x: torch.Tensor, *rest: torch
 
 
 reference_call("fused_attention")(call_with_rotary)
+
+
+layer_memory("fused_attention")(plain_memory)  # K and V of each key/value head, as plain attention caches them

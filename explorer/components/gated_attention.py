@@ -22,11 +22,12 @@ else:  # imported on first use: a build whose torch stages are cached never need
     from ..torch_on_first_use import torch
 
 from ..spec.types import Citation, Component, Dim, IndexRange, Port, Step
-from .attention import ScoresOptions, attend, call_with_rotary, scores
+from .attention import ScoresOptions, attend, call_with_rotary, plain_memory, scores
 from .base import REFERENCE_CALLS, Ctx, Run, ctx_colour, k, options, program, q, run_child, v
 from .linear import linear
 from .norms import GAIN_SUBSCRIPT, Gain, NormOptions, apply_norm, rmsnorm
 from .rope import RopeOptions, rope, rotate
+from .serving import layer_memory
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,3 +156,6 @@ REFERENCE_CALLS["gated_attention"] = call_with_rotary
 """The reference layer takes the rotary cos/sin and the mask as the plain attention's does."""
 
 __all__ = ["gated_attention", "GatedAttentionOptions", "rotate_partial", "output_gate"]
+
+
+layer_memory("gated_attention")(plain_memory)  # K and V of each key/value head, as plain attention caches them

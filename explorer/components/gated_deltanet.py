@@ -23,8 +23,9 @@ torch_recurrent_gated_delta_rule) for how the reference computes it.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     import torch
@@ -36,6 +37,7 @@ from ..spec.types import Citation, Component, Dim, IndexRange, Port, Shape, Step
 from .base import PROGRAMS, B, Ctx, Run, ctx_colour, fmt_eps, k, options, program, q, reference_call, run_child, v
 from .blocks import run_block
 from .linear import linear
+from .serving import LayerKind, StatePart, layer_memory
 
 CHUNK = 64
 """Positions per chunk of the chunked form (the reference's chunk_size)."""
@@ -459,3 +461,19 @@ def call_recurrent_block(comp: Component, ref, model, inputs, run: Run, ours: to
 
 
 __all__ = ["DeltaNetOptions", "gated_deltanet", "chunked_delta_rule", "recurrent_delta_rule"]
+
+
+# ---------------------------------------------------------------------------------------------- serving memory
+
+@layer_memory("gated_deltanet")
+def deltanet_memory(comp: Component, values: Mapping[str, Any]) -> tuple[LayerKind, ...]:
+    """A fixed state per sequence, whatever the context: the delta-rule matrix of every value head and the last
+    kernel − 1 inputs of every convolution channel. Nothing grows per token."""
+    o = comp.options
+    assert isinstance(o, DeltaNetOptions)
+    state = StatePart("recurrent state", o.state_elements, o.state_dtype, o.state_bytes,
+                      "linear_num_value_heads × linear_key_head_dim × linear_value_head_dim")
+    conv = StatePart("conv state", o.conv_elements, o.conv_dtype, o.conv_bytes,
+                     "(2 × linear_num_key_heads × linear_key_head_dim + linear_num_value_heads × "
+                     "linear_value_head_dim) × (linear_conv_kernel_dim − 1)")
+    return (LayerKind(0, f"{state.formula} + {conv.formula}", state=(state, conv)),)

@@ -14,8 +14,9 @@ against); the mechanism modules chunked.py, nope.py, l2_qk_norm.py and keys_as_v
 from __future__ import annotations
 
 import inspect
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 if TYPE_CHECKING:
     import torch
@@ -30,6 +31,7 @@ from .base import B, Ctx, Run, ctx_colour, k, options, program, q, reference_cal
 from .linear import linear
 from .norms import GAIN_SUBSCRIPT, Gain, NormOptions, apply_norm, rmsnorm
 from .rope import RopeOptions, reference_rotary, rope, rotate
+from .serving import LayerKind, layer_memory
 
 QUERIES, KEYS = Dim("queries", symbol="T"), Dim("keys", symbol="T")
 QKNorm = Literal["none", "rms", "l2"]
@@ -366,3 +368,19 @@ def call_layer_block(comp: Component, ref, model, inputs, run: Run, ours: torch.
     """The reference decoder layer with the rotary output and the mask its model would pass it."""
     x, _, M = inputs
     return ours, _call(ref, ref.self_attn, model, x, M), "rotary angles and mask from the reference model"
+
+
+# ---------------------------------------------------------------------------------------------- serving memory
+
+@layer_memory("layer_attention")
+def layer_memory_entry(comp: Component, values: Mapping[str, Any]) -> tuple[LayerKind, ...]:
+    """K and V of each key/value head at its own width, or K alone where the keys double as values (the values
+    follow from the cached keys' projection: one tensor, not two); capped by the layer's window or chunk."""
+    o = comp.options
+    assert isinstance(o, LayerAttentionOptions)
+    s = o.shape
+    tensors = keys_as_values.cache_tensors(o.keys_as_values)
+    return (LayerKind(tensors * s.kv_heads * s.head_dim,
+                      f"{'2 × ' if tensors == 2 else ''}{s.kv_heads_key} × {s.head_dim_key}",
+                      flops_per_key=2 * s.heads * 2 * s.head_dim, mha_per_token=2 * s.heads * s.head_dim,
+                      window=o.window, chunk=o.chunk, by_kind=True),)

@@ -18,8 +18,9 @@ NemotronHRMSNormGated).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import sympy
 
@@ -32,6 +33,7 @@ else:  # imported on first use: a build whose torch stages are cached never need
 from ..spec.types import Citation, Component, Dim, IndexRange, Port, Shape, Step, TensorSpec
 from .base import B, Ctx, Run, fmt_eps, fmt_num, options, program, reference_call, run_child
 from .linear import linear
+from .serving import LayerKind, StatePart, layer_memory
 
 
 @dataclass(frozen=True, slots=True)
@@ -388,3 +390,21 @@ def call_conv(comp: Component, ref, model, inputs, run: Run, ours: torch.Tensor)
 def call_gated_norm(comp: Component, ref, model, inputs, run: Run, ours: torch.Tensor):
     y, z = inputs
     return ours, ref(y, gate=z), "called with the gate z"
+
+
+# ---------------------------------------------------------------------------------------------- serving memory
+
+STATE_DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
+
+
+@layer_memory("mamba2")
+def mamba2_memory(comp: Component, values: Mapping[str, Any]) -> tuple[LayerKind, ...]:
+    """A fixed state per sequence, whatever the context: the SSM state S (mamba_ssm_cache_dtype) and the last
+    conv_kernel columns of x, B and C the causal convolution reads (the activations' dtype)."""
+    o = comp.options
+    assert isinstance(o, Mamba2Options)
+    state = StatePart("SSM state", o.heads * o.head_dim * o.state_size, o.state_dtype, STATE_DTYPE_BYTES[o.state_dtype],
+                      "mamba_num_heads × mamba_head_dim × ssm_state_size")
+    conv = StatePart("conv state", o.conv_dim * o.conv_kernel, o.conv_dtype, STATE_DTYPE_BYTES.get(o.conv_dtype, 2),
+                     "(mamba_num_heads × mamba_head_dim + 2 × n_groups × ssm_state_size) × conv_kernel")
+    return (LayerKind(0, f"{state.formula} + {conv.formula}", state=(state, conv)),)

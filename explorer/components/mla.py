@@ -8,8 +8,9 @@ models/deepseek_v3/modeling_deepseek_v3.py for the reference module.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     import torch
@@ -22,6 +23,7 @@ from .base import Ctx, Run, ctx_colour, k, options, program, q, run_child, v
 from .linear import linear
 from .norms import NormOptions, apply_norm, rmsnorm
 from .rope import RopeOptions, rope, rotate, yarn_mscale
+from .serving import LayerKind, layer_memory
 
 
 @dataclass(frozen=True, slots=True)
@@ -207,3 +209,20 @@ def run_mla(comp: Component, run: Run, x: torch.Tensor, angles: torch.Tensor, M:
     O = attend(run, options(comp.child("scores"), ScoresOptions), Q, K, V, M)
     delta = run_child(comp, "o_proj", run, O.reshape(B_, T_, H * dv))
     return [run.rec("mla", delta)]
+
+
+# ---------------------------------------------------------------------------------------------- serving memory
+
+def mla_cache(o: MLAOptions) -> int:
+    """The compressed latent and the rotary key shared by every head: all MLA caches per token."""
+    return o.kv_lora_rank + o.rope
+
+
+@layer_memory("mla")
+def mla_memory(comp: Component, values: Mapping[str, Any]) -> tuple[LayerKind, ...]:
+    """The latent and the shared rotary key per token; a query reads every cached token as full heads (the
+    up-projections applied, as the reference does), so per key it spends 2 × heads × (nope + rope + v)."""
+    o = comp.options
+    assert isinstance(o, MLAOptions)
+    full = o.heads * (o.nope + o.rope + o.v)
+    return (LayerKind(mla_cache(o), "kv_lora_rank + qk_rope_head_dim", flops_per_key=2 * full, mha_per_token=full),)

@@ -14,9 +14,10 @@ if TYPE_CHECKING:
     import torch
 
 from ..spec.types import Citation, Component, Dim, IndexRange, Port, Step
-from .attention import ScoresOptions, attend, scores
+from .attention import ScoresOptions, attend, plain_memory, scores
 from .base import Ctx, Run, ctx_colour, k, options, program, q, reference_call, run_child, v
 from .linear import linear
+from .serving import layer_memory
 
 
 def nope_attention(ctx: Ctx, *, prefix: str, ranges: tuple[IndexRange, ...], x: Port, y: Port, so: ScoresOptions,
@@ -82,3 +83,6 @@ def call_nope_attention(comp: Component, ref, model, inputs, run: Run, ours: tor
     x, M = inputs
     out = ref(hidden_states=x, attention_mask=M[None, None])
     return ours, out[0], "causal mask only; no rotary embedding passed"
+
+
+layer_memory("nope_attention")(plain_memory)  # K and V of each key/value head, as plain attention caches them

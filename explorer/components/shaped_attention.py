@@ -13,8 +13,9 @@ the sliding layers) for how the reference computes it.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import sympy
 
@@ -27,6 +28,7 @@ from .base import Ctx, Run, ctx_colour, fmt_num, k, options, program, q, referen
 from .linear import linear
 from .norms import NormOptions, apply_norm, rmsnorm
 from .rope import RopeOptions, rope, rotate
+from .serving import LayerKind, layer_memory, scores_child
 
 QKNorm = Literal["none", "per_head", "across_heads"]
 
@@ -218,3 +220,14 @@ def run_shaped_attention(comp: Component, run: Run, x: torch.Tensor, angles: tor
 
 reference_call("shaped_attention")(call_with_rotary)  # the reference layer takes cos/sin and its model's mask
 
+
+# ---------------------------------------------------------------------------------------------- serving memory
+
+@layer_memory("shaped_attention")
+def shaped_memory(comp: Component, values: Mapping[str, Any]) -> tuple[LayerKind, ...]:
+    """K and V of each key/value head at this layer kind's own widths, with its own window."""
+    a = comp.options
+    assert isinstance(a, ShapedAttentionOptions)
+    full = a.heads * (a.qk_head_dim + a.v_head_dim)
+    return (LayerKind(a.cache_per_token, a.cache_formula, flops_per_key=2 * full, mha_per_token=full,
+                      window=scores_child(comp).window, by_kind=True),)

@@ -1,0 +1,256 @@
+"""Serving memory and compute (issue 23): every layer kind through one registry, its formula in config keys, the
+figures never beyond the maximum context, the tied LM head's FLOPs, and the page's calculator, whose script must
+show exactly what explorer/calculator.py's `evaluate` computes."""
+
+from __future__ import annotations
+
+import gzip
+import re
+from dataclasses import replace
+from functools import cache
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+from conftest import ROOT
+
+from explorer.calculator import calculator_view, evaluate, gib, page_data
+from explorer.components import serving
+from explorer.content import load_model_content
+from explorer.pipeline import prepare_model
+from explorer.render import environment
+
+BROWSER_CASES = {  # one model per layer kind, each with inputs that are not multiples of the engine's block
+    "kimi-k2": [(40_001, 3, "FP8", "BF16", 2_000)],  # MLA
+    "llama-3.1-8b": [(5_000, 7, "BF16", "as stored", 24), (131_072, 1, "FP4", "4-bit", 80)],  # GQA
+    "gpt-oss-20b": [(100_003, 2, "FP8", "as stored", 80)],  # sliding window beside full attention
+    "gemma-4-26b-a4b": [(77_777, 4, "BF16", "FP8", 48)],  # keys as values, per-layer shapes
+    "llama-4-scout-17b-16e": [(123_457, 2, "FP4", "BF16", 300)],  # chunked + NoPE global layers
+    "qwen3.5-27b": [(65_537, 8, "BF16", "as stored", 80)],  # Gated DeltaNet state
+    "nemotron-3-nano-30b-a3b": [(262_144, 16, "FP8", "FP8", 141)],  # Mamba-2 state
+    "deepseek-v3.2": [(163_840, 1, "BF16", "as stored", 1_500), (2_049, 2, "FP8", "4-bit", 0)],  # DSA
+    "deepseek-v4-flash": [(1_000_003, 2, "FP8", "as stored", 400)],  # compressed streams
+    "gpt2": [(999_999, 1, "BF16", "as stored", 1)],  # clamped to its 1,024
+}
+
+
+@cache
+def prepared(slug: str):
+    return prepare_model(load_model_content(ROOT / "content" / "models" / slug), progress=lambda m: None)
+
+
+def all_slugs() -> list[str]:
+    return sorted(p.name for p in (ROOT / "content" / "models").iterdir() if (p / "model.toml").exists())
+
+
+def _evaluate_formula(formula: str, values: dict) -> int:
+    """A formula in config keys, evaluated on the config (× − / as written on the page)."""
+    expr = formula.split(" (")[0] if "(one vector" in formula else formula
+    expr = expr.replace("×", "*").replace("−", "-").replace("/", "//")
+    return eval(expr, {"__builtins__": {}}, {k: v for k, v in values.items() if isinstance(v, int)})  # noqa: S307
+
+
+# -------------------------------------------------------------------------------------------- the data
+
+@pytest.mark.parametrize("slug", all_slugs())
+def test_each_layer_kind_formula_evaluates_to_its_elements(slug):
+    """The formula a page states for each layer kind, evaluated on the recorded config, is the number it states."""
+    p = prepared(slug)
+    kinds = p.figures.serving.kinds
+    assert kinds, "every model has at least one layer kind"
+    for k in kinds:
+        assert k.layers > 0
+        parts = [(k.formula, k.per_token)] if not k.state else [(s.formula, s.elements) for s in k.state]
+        for formula, elements in parts:
+            assert _evaluate_formula(formula, p.spec.values) == elements, (k.title, formula)
+
+
+def test_wrong_per_layer_formula_fails(monkeypatch):
+    """Mutation: an MLA entry that forgets the shared rotary key no longer matches its formula."""
+    real = serving.LAYER_MEMORY["mla"]
+    monkeypatch.setitem(serving.LAYER_MEMORY, "mla", lambda comp, values: tuple(
+        replace(k, per_token=k.per_token - values["qk_rope_head_dim"]) for k in real(comp, values)))
+    prepared.cache_clear()
+    try:
+        with pytest.raises(AssertionError):
+            test_each_layer_kind_formula_evaluates_to_its_elements("kimi-k2")
+    finally:
+        prepared.cache_clear()
+
+
+def test_kimi_k2_per_token_bytes():
+    f = prepared("kimi-k2").figures
+    assert f.get("kv_cache_per_token").value == 61 * (512 + 64) == 35_136
+    assert f.get("kv_cache_bytes_per_token_bf16").value == 70_272
+    assert f.get("kv_cache_bytes_per_token_fp8").value == 35_136
+    assert evaluate(f.serving, 1).get("per-token").value == 70_272
+
+
+@pytest.mark.parametrize("slug", all_slugs())
+def test_no_figure_beyond_the_maximum_context(slug):
+    f = prepared(slug).figures
+    maximum = f.serving.max_context
+    assert f.get("max_context").value == maximum
+    for fig in f.figures:
+        stated = [int(n.replace(",", "")) for n in re.findall(r"(\d[\d,]*) (?:tokens|context)", fig.label)]
+        assert all(n <= maximum for n in stated), fig.label
+    view = calculator_view(f.serving, "max_position_embeddings")
+    contexts = [int(r[0].split(" ")[0].replace(",", "")) for r in view.table_rows]
+    assert max(contexts) == maximum and all(c <= maximum for c in contexts)
+
+
+def test_gpt2_stops_at_1024():
+    f = prepared("gpt2").figures
+    assert f.serving.max_context == 1_024
+    assert f.get("kv_cache_bytes_bf16").value == 12 * 2 * 12 * 64 * 1_024 * 2
+    assert [r[0] for r in calculator_view(f.serving, "n_positions").table_rows] == ["1,024 (maximum)"]
+    assert evaluate(f.serving, 131_072).get("total").value == evaluate(f.serving, 1_024).get("total").value
+
+
+def test_tied_lm_head_counted_in_flops():
+    """Gemma 3 270M ties its head to the embedding: stored once, but every token still multiplies it."""
+    p = prepared("gemma-3-270m")
+    f, values = p.figures, p.spec.values
+    head = values["vocab_size"] * values["hidden_size"]
+    assert head == 262_144 * 640 and f.serving.tied_head == head
+    assert f.serving.matmul == f.get("active_parameters_no_embedding").value + head
+    attention = f.get("flops_decode").value - 2 * f.serving.matmul
+    assert 0 < attention < head  # the head's matmul is the larger share at this size
+    untied = prepared("llama-3.1-8b").figures.serving
+    assert untied.tied_head == 0
+
+
+def test_engine_view_rounds_each_layer_to_blocks():
+    s = prepared("llama-3.1-8b").figures.serving
+    e = evaluate(s, 4_097)
+    assert e.get("cache").value == 32 * 2 * 8 * 128 * 4_097 * 2
+    assert e.get("engine").value == 32 * 2 * 8 * 128 * 4_112 * 2  # 4,097 rounded up to 257 blocks of 16
+
+
+def test_tokens_that_fit_is_the_longest_context():
+    s = prepared("llama-3.1-8b").figures.serving
+    e = evaluate(s, 1, batch=1, gpu_gib=24)
+    weights = dict(s.weights)["as stored"]
+    per_token = 32 * 2 * 8 * 128 * 2
+    assert e.fits == min(s.max_context, (24 * 2 ** 30 - weights) // per_token)
+
+
+@pytest.mark.parametrize("slug", all_slugs())
+def test_script_and_data_within_30_kb_gzip(slug):
+    data = page_data(prepared(slug).figures.serving)
+    script = (ROOT / "static" / "calc.js").read_bytes()
+    assert len(gzip.compress(script)) + len(gzip.compress(data.encode())) <= 30_000
+
+
+# ------------------------------------------------------------------------------------------ the browser
+
+def _render_pages(out: Path, script: str, slugs) -> Path:
+    """Each model's calculator section, rendered by the site's own template, beside `script` as static/calc.js."""
+    (out / "static").mkdir(parents=True)
+    (out / "static" / "calc.js").write_text(script, encoding="utf-8")
+    env = environment(ROOT / "templates")
+    template = env.from_string('<!doctype html><html lang="en"><head><meta charset="utf-8"><title>t</title></head>'
+                               '<body><main>{% include "_calculator.html" %}</main></body></html>')
+    (out / "models").mkdir()
+    for slug in slugs:
+        f = prepared(slug).figures
+        page = SimpleNamespace(root="../", calculator=calculator_view(f.serving, f.get("max_context").formula))
+        (out / "models" / f"{slug}.html").write_text(template.render(page=page), encoding="utf-8")
+    return out
+
+
+@pytest.fixture(scope="module")
+def calculator_pages(tmp_path_factory) -> Path:
+    return _render_pages(tmp_path_factory.mktemp("calc"), (ROOT / "static" / "calc.js").read_text("utf-8"),
+                         BROWSER_CASES)
+
+
+def _shown_and_wanted(browser, site: Path, slug: str, case) -> tuple[list, list, object]:
+    """What the page shows after a reader enters `case`, and what evaluate() says for it."""
+    from test_browser import open_page
+
+    c, batch, kv, weights, gpu = case
+    context, page = open_page(browser, site, f"models/{slug}.html", 1280)
+    try:
+        page.fill("form.calc input[name=context]", str(c))
+        page.fill("form.calc input[name=batch]", str(batch))
+        page.select_option("form.calc select[name=kv]", kv)
+        page.select_option("form.calc select[name=weights]", weights)
+        page.fill("form.calc input[name=gpu]", str(gpu) if gpu else "")
+        shown = page.evaluate("""() => Array.from(document.querySelectorAll('table.calc-out tbody tr'))
+            .map(r => [r.dataset.key, ...Array.from(r.children).map(td => td.textContent)])""")
+        fits = page.text_content("#calc-fits")
+        assert page.errors == []
+        assert [u for u in page.requests if not u.startswith(site.as_uri())] == []
+        assert page.locator("table.calc-static tbody tr").count() >= 1  # the table without JavaScript
+    finally:
+        context.close()
+    want = evaluate(prepared(slug).figures.serving, c, batch, kv, weights, gpu or None)
+    expected = [[line.key, line.label, f"{line.value:,}",
+                 "" if line.key in ("decode", "prefill") else gib(line.value), line.equation] for line in want.lines]
+    return shown + [fits], expected + [want.fits_text], want
+
+
+@pytest.mark.parametrize("slug", BROWSER_CASES)
+def test_calculator_shows_the_builds_numbers(browser, calculator_pages, slug):
+    """Every row (label, exact value, GiB, equation) and the tokens that fit, as evaluate() gives them."""
+    for case in BROWSER_CASES[slug]:
+        shown, expected, _ = _shown_and_wanted(browser, calculator_pages, slug, case)
+        assert shown == expected
+
+
+def test_a_wrong_script_formula_is_caught(browser, tmp_path):
+    """Mutation: a compressed stream whose prefill count drops one position per query differs from evaluate()."""
+    script = (ROOT / "static" / "calc.js").read_text("utf-8")
+    wrong = script.replace("cap * (c - cap * r + 1n)", "cap * (c - cap * r)")
+    assert wrong != script
+    site = _render_pages(tmp_path / "site", wrong, ["deepseek-v4-flash"])
+    shown, expected, _ = _shown_and_wanted(browser, site, "deepseek-v4-flash", BROWSER_CASES["deepseek-v4-flash"][0])
+    assert shown != expected
+
+
+@pytest.fixture(scope="module")
+def browser():
+    from playwright.sync_api import sync_playwright
+    from test_browser import CHROMIUM
+
+    if not Path(CHROMIUM).exists():
+        pytest.skip("Debian's chromium is required: run scripts/setup.sh")
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"])
+        yield b
+        b.close()
+
+
+@pytest.mark.parametrize("ratio,cap", [(1, None), (4, None), (4, 512), (128, 3), (7, 1)])
+def test_closed_forms_match_the_sums(ratio, cap):
+    """The prefill's key counts in closed form equal the sums over positions they stand for."""
+    for context in (1, 2, 5, 127, 128, 129, 2_049, 5_000):
+        want = sum(min(t // ratio, cap if cap is not None else t) for t in range(1, context + 1))
+        assert serving.pooled_capped(context, ratio, cap) == want
+        assert serving.triangle_capped(context, cap) == sum(min(t, cap or t) for t in range(1, context + 1))
+    chunked = serving.LayerKind(10, "x", chunk=64)
+    assert chunked.keys_read_prefill(200) == sum((t - 1) % 64 + 1 for t in range(1, 201))
+
+
+@pytest.mark.parametrize("slug", ["llama-3.1-8b", "qwen3-8b", "gemma-3-270m"])
+def test_cache_agrees_with_the_reference_cache(slug):
+    """The keys and values transformers' DynamicCache holds after a prefill on the meta device, against the
+    calculator's elements (FP8: one byte each). Full-attention layers agree exactly at any length; a sliding layer
+    stores window − 1 positions between steps (the next token's own key joins them while it attends), and the
+    calculator counts the window it attends over, so beyond the window it is one position per sliding layer more."""
+    import torch
+
+    from explorer.reference import build_reference_model
+
+    p = prepared(slug)
+    model = build_reference_model(p.spec)
+    s = p.figures.serving
+    for length in (300, 1_000):
+        with torch.no_grad():
+            out = model(input_ids=torch.zeros(1, length, dtype=torch.long, device="meta"), use_cache=True)
+        theirs = sum(layer.keys.numel() + layer.values.numel() for layer in out.past_key_values.layers)
+        beyond = sum(k.layers * k.per_token for k in s.kinds if k.window and length >= k.window)
+        assert evaluate(s, length, kv_dtype="FP8").get("cache").value == theirs + beyond
+    if slug == "gemma-3-270m":
+        assert beyond == 15 * 1 * 2 * 256  # 15 sliding layers, one key/value head of 256, K and V
