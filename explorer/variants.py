@@ -24,9 +24,10 @@ from typing import Any
 
 from .content import parse_table
 from .errors import ContentError
-from .quantization import CompressedTensorsConfig, compressed_tensors_problems, excluded, ignored, quantize_linears
+from .quantization import (CompressedTensorsConfig, compressed_tensors_problems, dequantized, excluded, ignored,
+                           quantize_linears)
 from .reconcile import expected_groups, predicted_index, reconcile
-from .spec.storage import NVFP4, FP8PerTensor, PackQuantized
+from .spec.storage import NVFP4, Dense, FP8PerTensor, PackQuantized
 from .spec.types import Citation, ModelSpec
 
 VARIANTS_DIR = "variants"
@@ -175,17 +176,21 @@ def variant_storage(v: PublishedVariant) -> NVFP4 | FP8PerTensor | PackQuantized
 def variant_spec(base: ModelSpec, v: PublishedVariant, module_name=lambda n: n) -> ModelSpec:
     """The base model's spec with the variant's storage on every projection its config does not exclude."""
     storage = variant_storage(v)
+    root, fused = base.root, None
     if v.modelopt is not None:
         globs = v.modelopt.exclude_modules
         skip = lambda name: excluded(name, globs)  # noqa: E731
         source = f"hf_quant_config.json of {v.meta.repo_id}"
+        # ModelOpt exports from the weights in the variant's dtype: what it leaves out is stored in that dtype,
+        # whatever scheme the base checkpoint used (DeepSeek's FP8 blocks), and fused experts are split per expert
+        root, fused = dequantized(root, Dense(v.meta.weight_dtype)), base.values
     else:
         patterns = v.compressed_tensors.ignore  # type: ignore[union-attr]
         skip = lambda name: ignored(name, patterns)  # noqa: E731
         source = f"quantization_config of {v.meta.repo_id}"
     citation = Citation(f"{v.meta.name} stores these weights {storage.stored_as} ({source}).", "config",
                         "quantization_config")
-    return replace(base, root=quantize_linears(base.root, storage, skip, citation, module_name))
+    return replace(base, root=quantize_linears(root, storage, skip, citation, module_name, fused))
 
 
 def stored_as(base: ModelSpec, v: PublishedVariant, module_name=lambda n: n) -> StoredAs:
