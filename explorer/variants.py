@@ -27,7 +27,7 @@ from .errors import ContentError
 from .quantization import (CompressedTensorsConfig, compressed_tensors_problems, dequantized, excluded, ignored,
                            quantize_linears)
 from .reconcile import expected_groups, predicted_index, reconcile
-from .spec.storage import NVFP4, Dense, FP8PerTensor, PackQuantized
+from .spec.storage import MXFP4, NVFP4, BlockFP8, Dense, FP8PerTensor, PackQuantized, Storage, bytes_per_parameter
 from .spec.types import Citation, ModelSpec
 
 VARIANTS_DIR = "variants"
@@ -213,3 +213,22 @@ def _nbytes(dtype: str, shape: Any) -> int:
     for s in shape or ():
         n *= s
     return n
+
+
+# ------------------------------------------------------------------------------------- for the memory calculator
+
+WEIGHT_FORMATS: dict[str, Storage] = {
+    "BF16": Dense("BF16"),
+    "FP8, one scale per 128 × 128 block": BlockFP8("F8_E4M3", (128, 128)),
+    "FP8, one scale per tensor": FP8PerTensor(),
+    "MXFP4": MXFP4(),
+    "NVFP4": NVFP4(16),
+    "INT4, group 32 (compressed-tensors)": PackQuantized(4, 32, "BF16"),
+}
+"""The weight formats published checkpoints use, each as the storage scheme the explorer predicts layouts with."""
+
+
+def weight_format_bytes(shape: tuple[int, ...] = (4096, 4096)) -> dict[str, float]:
+    """Format label -> bytes per logical parameter as stored, scales included, for a weight of `shape` (per-tensor
+    scalars and shape vectors make a small weight cost a little more per parameter than a large one)."""
+    return {label: bytes_per_parameter(scheme, shape) for label, scheme in WEIGHT_FORMATS.items()}

@@ -287,3 +287,21 @@ def test_record_checkpoint_from_folder_reads_the_nvfp4_file(gemma_tiny, tmp_path
     w = index.tensors["model.language_model.layers.0.experts.0.gate_proj.weight"]
     s = index.tensors["model.language_model.layers.0.experts.0.gate_proj.weight_scale"]
     assert (w.dtype, s.dtype, s.shape[1] * 8) == ("U8", "F8_E4M3", w.shape[1])
+
+
+# ------------------------------------------------------------------------------------- for the memory calculator
+
+def test_weight_format_bytes_count_scales_and_scalars():
+    """Bytes per parameter as stored: values, one scale per group or block, and the per-tensor scalars, worked
+    out here by hand for a 4096 × 4096 weight."""
+    from explorer.variants import weight_format_bytes
+
+    n = 4096 * 4096
+    expected = {"BF16": 2.0, "FP8, one scale per 128 × 128 block": 1 + 4 / 128 ** 2,
+                "FP8, one scale per tensor": 1 + 8 / n, "MXFP4": 0.5 + 1 / 32,
+                "NVFP4": 0.5 + 1 / 16 + 8 / n, "INT4, group 32 (compressed-tensors)": 0.5 + 2 / 32 + 16 / n}
+    got = weight_format_bytes()
+    assert got.keys() == expected.keys()
+    assert all(got[k] == pytest.approx(v, rel=1e-12) for k, v in expected.items())
+    small = weight_format_bytes((16, 32))  # the scalars weigh more on a small weight
+    assert small["NVFP4"] == pytest.approx(0.5 + 1 / 16 + 8 / (16 * 32), rel=1e-12)
