@@ -28,7 +28,7 @@ from .quantization import (CompressedTensorsConfig, compressed_tensors_problems,
                            quantize_linears)
 from .reconcile import expected_groups, predicted_index, reconcile
 from .spec.storage import MXFP4, NVFP4, BlockFP8, Dense, FP8PerTensor, PackQuantized, Storage, bytes_per_parameter
-from .spec.types import Citation, ModelSpec
+from .spec.types import Citation, ModelSpec, TensorSpec, walk
 
 VARIANTS_DIR = "variants"
 
@@ -90,6 +90,8 @@ class StoredAs:
     parameters: int
     header_elements: int
     bytes: int
+    notes: tuple[str, ...] = ()
+    """What the layout differs from the base checkpoint in, and what it leaves out, in words."""
 
     @property
     def naive_count_reason(self) -> str:
@@ -203,7 +205,34 @@ def stored_as(base: ModelSpec, v: PublishedVariant, module_name=lambda n: n) -> 
                             for g in expected}))
     storage = variant_storage(v)
     return StoredAs(v, type(storage).__name__, storage.label, rows, tensors, sum(r.parameters for r in rows),
-                    sum(r.elements for r in rows), sum(r.bytes for r in rows))
+                    sum(r.elements for r in rows), sum(r.bytes for r in rows), _notes(base, spec, v, module_name))
+
+
+def _notes(base: ModelSpec, spec: ModelSpec, v: PublishedVariant, module_name) -> tuple[str, ...]:
+    """The sentences a reader needs beside the numbers: tensors renamed or re-stored relative to the base
+    checkpoint, names the published files spell otherwise, and what the prediction leaves out."""
+    def tensors(s: ModelSpec) -> dict[str, TensorSpec]:
+        return {t.template: t for _, c in walk(s.root) for t in c.tensors}
+
+    before, after = tensors(base), tensors(spec)
+    notes = []
+    split = sorted({t.rsplit(".experts.", 1)[1] for t in after.keys() - before.keys() if ".experts.{expert}." in t})
+    if split:
+        notes.append("The base checkpoint's fused experts (one tensor for all experts) are exported one projection "
+                     f"per expert ({', '.join('experts.{e}.' + n.removeprefix('{expert}.') for n in split)}), "
+                     "each quantized like a Linear, as ModelOpt exports fused experts.")
+    if any(not isinstance(t.storage, Dense) for t in before.values()) and v.modelopt is not None:
+        notes.append(f"The base checkpoint's own quantization is not in it: the export starts from "
+                     f"{v.meta.weight_dtype} weights, so what the exclude list leaves is stored in {v.meta.weight_dtype}.")
+    renamed = next(((t.first_name, module_name(t.first_name)) for t in after.values()
+                    if module_name(t.first_name) != t.first_name), None)
+    if renamed:
+        notes.append(f"Names are shown as transformers names the modules; the exclude list and the published files "
+                     f"use the original names ({renamed[0]} is {renamed[1]} there).")
+    if v.modelopt is not None and v.modelopt.kv_cache_quant_algo:
+        notes.append(f"The config also quantizes the KV cache to {v.modelopt.kv_cache_quant_algo}: the export adds a "
+                     "few F32 key and value scales per attention layer, which this layout does not list.")
+    return tuple(notes)
 
 
 def _nbytes(dtype: str, shape: Any) -> int:

@@ -83,6 +83,7 @@ def test_gemma4_fused_experts_are_stored_per_expert_and_nothing_else_is_quantize
     total, header, nbytes = _numbers(spec, s, quantized, layers * experts * 3)
     assert s.parameters == total and s.header_elements == header and s.bytes == nbytes
     assert f"{header:,}" in s.naive_count_reason and f"{total:,}" in s.naive_count_reason
+    assert any("fused experts" in n and "experts.{e}.gate_proj.weight" in n for n in s.notes)
 
 
 def test_nemotron_excludes_in_proj_at_some_mamba_layers_only():
@@ -98,6 +99,7 @@ def test_nemotron_excludes_in_proj_at_some_mamba_layers_only():
     mamba = [r for p in in_proj for r in p.split(".")[2].split(",")]
     assert len(mamba) >= 20  # every Mamba layer, in one family or the other
     assert s.parameters == account(spec).total
+    assert any("model.embeddings.weight is backbone.embeddings.weight" in n for n in s.notes)
 
 
 def test_deepseek_v32_keeps_no_fp8_blocks_and_leaves_excluded_attention_and_mtp_in_bf16():
@@ -120,6 +122,7 @@ def test_deepseek_v32_keeps_no_fp8_blocks_and_leaves_excluded_attention_and_mtp_
     quantized_params = moe_layers * per_layer * 3 * moe * hidden + dense * 3 * inter * hidden + layers * o_proj
     total, header, nbytes = _numbers(spec, s, quantized_params, moe_layers * per_layer * 3 + dense * 3 + layers)
     assert s.parameters == total and s.header_elements == header and s.bytes == nbytes
+    assert any("stored in BF16" in n for n in s.notes)
 
 
 @pytest.mark.parametrize("slug", sorted(RECORDED))
@@ -136,8 +139,9 @@ def test_api_entry_and_section_of_each_recorded_variant(slug):
     assert entry["header_elements"] < entry["logical_parameters"] and entry["bytes"] == s.bytes
     assert entry["header_count_reason"].startswith("A count of header elements reports")
     assert any(t["dtype"] == "U8" and t["bytes_each"] > 0 for t in entry["tensors"])
+    assert any("KV cache to FP8" in n for n in entry["notes"])  # what the layout leaves out, said
     (view,) = variant_views(SimpleNamespace(variants=(s,)))  # type: ignore[arg-type]
-    assert view.rows
+    assert view.rows and view.notes == s.notes
 
 
 # ------------------------------------------------------------------------------------- synthetic checkpoints
