@@ -132,9 +132,10 @@ def _quantized(t: TensorSpec, storage: Storage, skip: Callable[[str], bool],
 
 
 def _at_layers(t: TensorSpec, layers: tuple[int | None, ...]) -> TensorSpec:
-    """The tensor family at some of its layers only."""
-    return dataclasses.replace(t, ranges=tuple(IndexRange("layer", layers) if r.var == "layer" else r
-                                               for r in t.ranges))
+    """The tensor family at some of its layers only (a family without layers is never split: None stands for
+    its one instance)."""
+    kept = tuple(layer for layer in layers if layer is not None)
+    return dataclasses.replace(t, ranges=tuple(IndexRange("layer", kept) if r.var == "layer" else r for r in t.ranges))
 
 
 FUSED_EXPERTS = {"gate_up_proj": ("gate_proj", "up_proj"), "up_proj": ("up_proj",), "down_proj": ("down_proj",)}

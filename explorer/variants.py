@@ -8,9 +8,15 @@ config.json "quantization_config" of compressed-tensors). Pointing the explorer 
 
 What a variant's section states, all computed here from the base model's spec and the variant's config:
 - the predicted tensor layout: every stored tensor (name pattern, dtype, shape, bytes) with the exclude or ignore
-  list applied to the base model's projections;
+  list applied, layer by layer, to the base model's projections and, for ModelOpt, to its fused experts (exported
+  one projection per expert); a ModelOpt export starts from the weights in the variant's dtype, so whatever the
+  base checkpoint quantized itself (DeepSeek's FP8 blocks) is not carried over;
 - the bytes on disk, and the logical parameters it stores, which equal the base model's (tested);
-- what a count of header elements would report, and why it differs.
+- what a count of header elements would report, and why it differs;
+- notes on what differs from the base checkpoint and what the layout leaves out (the KV-cache scales).
+
+tests/test_nvfp4_variants.py reconciles synthetic NVFP4 and FP8 files, written as ModelOpt lays them out, with
+the prediction. `weight_format_bytes` gives the memory calculator each format's stored bytes per parameter.
 """
 
 from __future__ import annotations
@@ -24,8 +30,14 @@ from typing import Any
 
 from .content import parse_table
 from .errors import ContentError
-from .quantization import (CompressedTensorsConfig, compressed_tensors_problems, dequantized, excluded, ignored,
-                           quantize_linears)
+from .quantization import (
+    CompressedTensorsConfig,
+    compressed_tensors_problems,
+    dequantized,
+    excluded,
+    ignored,
+    quantize_linears,
+)
 from .reconcile import expected_groups, predicted_index, reconcile
 from .spec.storage import MXFP4, NVFP4, BlockFP8, Dense, FP8PerTensor, PackQuantized, Storage, bytes_per_parameter
 from .spec.types import Citation, ModelSpec, TensorSpec, walk
