@@ -153,10 +153,11 @@ def _variant_file(tmp_path, algo: str, exclude: list[str]) -> PublishedVariant:
     return load_variant(path)
 
 
-def _write(tiny, folder, exclude: list[str], quantize, mutate=None, dense=None):
+def _write(tiny, folder, exclude: list[str], quantize, mutate=None, dense=None, module_name=lambda n: n):
     """The tiny reference model saved as ModelOpt exports it: each nn.Linear not excluded, and each fused experts
     tensor split into one projection per expert, stored by `quantize` (weight -> its stored tensors, by suffix),
-    with a static input scale; everything else in `dense` (the model's torch dtype; None: as held, float32)."""
+    with a static input scale; everything else in `dense(name)` (None: as held, float32). Globs are matched
+    against `module_name(module)`, the name the quantizer saw."""
     import torch
     from safetensors.torch import save_file
 
@@ -164,7 +165,7 @@ def _write(tiny, folder, exclude: list[str], quantize, mutate=None, dense=None):
 
     model = tiny_reference_model(tiny)
     linears = {n for n, m in model.named_modules() if isinstance(m, torch.nn.Linear)}
-    skip = lambda module: any(fnmatch.fnmatchcase(module, g) for g in exclude)  # noqa: E731
+    skip = lambda module: any(fnmatch.fnmatchcase(module_name(module), g) for g in exclude)  # noqa: E731
     tensors = {}
 
     def store(module: str, weight):
@@ -173,15 +174,17 @@ def _write(tiny, folder, exclude: list[str], quantize, mutate=None, dense=None):
 
     for name, value in reference_state(tiny, model, stored_once=True).items():
         owner, _, leaf = name.rpartition(".experts.")
-        parts = {"gate_up_proj": ("gate_proj", "up_proj"), "down_proj": ("down_proj",)}.get(leaf)
-        if parts and value.dim() == 3 and not skip(f"{owner}.experts"):
+        parts = {"gate_up_proj": ("gate_proj", "up_proj"), "up_proj": ("up_proj",),
+                 "down_proj": ("down_proj",)}.get(leaf.removesuffix(".weight"))  # stacked: experts.up_proj.weight
+        if parts and value.dim() == 3 and not skip(f"{owner}.experts.0.{parts[0]}"):
             for e in range(value.shape[0]):
                 for p, w in zip(parts, value[e].chunk(len(parts), dim=0)):
                     store(f"{owner}.experts.{e}.{p}", w)
         elif name.endswith(".weight") and name.removesuffix(".weight") in linears and not skip(name[:-7]):
             store(name.removesuffix(".weight"), value)
         else:
-            tensors[name] = value if dense is None else value.to(dense)
+            dtype = dense(name) if callable(dense) else dense
+            tensors[name] = value if dtype is None else value.to(dtype)
     if mutate:
         mutate(tensors)
     folder.mkdir()
@@ -309,3 +312,29 @@ def test_weight_format_bytes_count_scales_and_scalars():
     assert all(got[k] == pytest.approx(v, rel=1e-12) for k, v in expected.items())
     small = weight_format_bytes((16, 32))  # the scalars weigh more on a small weight
     assert small["NVFP4"] == pytest.approx(0.5 + 1 / 16 + 8 / (16 * 32), rel=1e-12)
+
+
+def test_synthetic_nemotron_nvfp4_checkpoint_with_exclusions_at_some_layers(tmp_path):
+    """Nemotron-H as ModelOpt exported it: globs over the published backbone.* names, in_proj and out_proj
+    excluded at one Mamba layer and not at the other, attention excluded, per-expert up and down projections."""
+    import torch
+
+    from explorer.checkpoint import read_local_checkpoint
+    from explorer.execute import tiny_spec
+
+    tiny = tiny_spec(load_model_spec(load_model_content(ROOT / "content/models/nemotron-3-nano-30b-a3b")))
+    exclude = ["lm_head", "backbone.layers.3.mixer.in_proj", "backbone.layers.3.mixer.out_proj",
+               *(f"backbone.layers.2.mixer.{x}_proj" for x in "qkvo"), "backbone.layers.*.mixer.conv1d"]
+    published = lambda n: "backbone." + n.removeprefix("model.") if n.startswith("model.") else n  # noqa: E731
+    dense = lambda n: torch.float32 if n.endswith("e_score_correction_bias") else torch.bfloat16  # noqa: E731
+    variant = _variant_file(tmp_path, "NVFP4", exclude)
+    spec = variant_spec(tiny, variant, FAMILIES["nemotron_h"].variant_module_name)
+    index = read_local_checkpoint(_write(tiny, tmp_path / "good", exclude, _nvfp4, dense=dense, module_name=published))
+    assert index.tensors["model.layers.0.mixer.in_proj.weight"].dtype == "U8"
+    assert index.tensors["model.layers.3.mixer.in_proj.weight"].dtype == "BF16"
+    rec = reconcile(spec, index)
+    assert rec.balanced, rec.differences(5)
+    assert sum(t.parameters for t in rec.totals) == account(tiny).total
+
+    monkey = variant_spec(tiny, variant)  # globs matched against model.* names: nothing is excluded
+    assert not reconcile(monkey, index).balanced
