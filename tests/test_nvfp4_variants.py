@@ -338,3 +338,25 @@ def test_synthetic_nemotron_nvfp4_checkpoint_with_exclusions_at_some_layers(tmp_
 
     monkey = variant_spec(tiny, variant)  # globs matched against model.* names: nothing is excluded
     assert not reconcile(monkey, index).balanced
+
+
+@pytest.mark.parametrize("slug", ["gemma-4-26b-a4b", "nemotron-3-nano-30b-a3b"])
+def test_recorded_exclude_lists_on_the_tiny_model_reconcile(slug, tmp_path):
+    """The recorded variant's own exclude list, applied to the tiny model of the same family (its globs name
+    layers 0-29 or 0-51, so they reach the tiny model's few layers too): every module the writer quantizes, found
+    on the torch model, is one the prediction quantizes, and no other."""
+    import torch
+
+    from explorer.checkpoint import read_local_checkpoint
+    from explorer.execute import tiny_spec
+
+    spec, variant = _base(slug)
+    tiny = tiny_spec(spec)
+    family = FAMILIES[spec.family]
+    dense = None if slug.startswith("gemma") else (
+        lambda n: torch.float32 if n.endswith("e_score_correction_bias") else torch.bfloat16)
+    folder = _write(tiny, tmp_path / "f", list(variant.modelopt.exclude_modules), _nvfp4, dense=dense,
+                    module_name=family.variant_module_name)
+    rec = reconcile(variant_spec(tiny, variant, family.variant_module_name), read_local_checkpoint(folder))
+    assert rec.balanced, rec.differences(5)
+    assert any(t.dtype == "U8" for t in rec.totals)
