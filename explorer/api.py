@@ -101,7 +101,7 @@ def _variant(s) -> dict[str, Any]:
     m = s.variant.meta
     return {"name": m.name, "repo_id": m.repo_id, "revision": m.revision, "revision_note": m.revision_note,
             "storage": s.storage_label, "logical_parameters": s.parameters, "header_elements": s.header_elements,
-            "header_count_reason": s.naive_count_reason, "bytes": s.bytes,
+            "header_count_reason": s.naive_count_reason, "bytes": s.bytes, "notes": list(s.notes),
             "totals": [{"role": r.role, "dtype": r.dtype, "tensors": r.tensors, "elements": r.elements,
                         "bytes": r.bytes, "parameters": r.parameters} for r in s.rows],
             "tensors": [{"name": n, "dtype": d, "shape": list(shape), "bytes_each": b} for n, d, shape, b in s.tensors]}

@@ -8,9 +8,15 @@ config.json "quantization_config" of compressed-tensors). Pointing the explorer 
 
 What a variant's section states, all computed here from the base model's spec and the variant's config:
 - the predicted tensor layout: every stored tensor (name pattern, dtype, shape, bytes) with the exclude or ignore
-  list applied to the base model's projections;
+  list applied, layer by layer, to the base model's projections and, for ModelOpt, to its fused experts (exported
+  one projection per expert); a ModelOpt export starts from the weights in the variant's dtype, so whatever the
+  base checkpoint quantized itself (DeepSeek's FP8 blocks) is not carried over;
 - the bytes on disk, and the logical parameters it stores, which equal the base model's (tested);
-- what a count of header elements would report, and why it differs.
+- what a count of header elements would report, and why it differs;
+- notes on what differs from the base checkpoint and what the layout leaves out (the KV-cache scales).
+
+tests/test_nvfp4_variants.py reconciles synthetic NVFP4 and FP8 files, written as ModelOpt lays them out, with
+the prediction. `weight_format_bytes` gives the memory calculator each format's stored bytes per parameter.
 """
 
 from __future__ import annotations
@@ -24,10 +30,17 @@ from typing import Any
 
 from .content import parse_table
 from .errors import ContentError
-from .quantization import CompressedTensorsConfig, compressed_tensors_problems, excluded, ignored, quantize_linears
+from .quantization import (
+    CompressedTensorsConfig,
+    compressed_tensors_problems,
+    dequantized,
+    excluded,
+    ignored,
+    quantize_linears,
+)
 from .reconcile import expected_groups, predicted_index, reconcile
-from .spec.storage import NVFP4, FP8PerTensor, PackQuantized
-from .spec.types import Citation, ModelSpec
+from .spec.storage import MXFP4, NVFP4, BlockFP8, Dense, FP8PerTensor, PackQuantized, Storage, bytes_per_parameter
+from .spec.types import Citation, ModelSpec, TensorSpec, walk
 
 VARIANTS_DIR = "variants"
 
@@ -89,6 +102,8 @@ class StoredAs:
     parameters: int
     header_elements: int
     bytes: int
+    notes: tuple[str, ...] = ()
+    """What the layout differs from the base checkpoint in, and what it leaves out, in words."""
 
     @property
     def naive_count_reason(self) -> str:
@@ -175,17 +190,21 @@ def variant_storage(v: PublishedVariant) -> NVFP4 | FP8PerTensor | PackQuantized
 def variant_spec(base: ModelSpec, v: PublishedVariant, module_name=lambda n: n) -> ModelSpec:
     """The base model's spec with the variant's storage on every projection its config does not exclude."""
     storage = variant_storage(v)
+    root, fused = base.root, None
     if v.modelopt is not None:
         globs = v.modelopt.exclude_modules
         skip = lambda name: excluded(name, globs)  # noqa: E731
         source = f"hf_quant_config.json of {v.meta.repo_id}"
+        # ModelOpt exports from the weights in the variant's dtype: what it leaves out is stored in that dtype,
+        # whatever scheme the base checkpoint used (DeepSeek's FP8 blocks), and fused experts are split per expert
+        root, fused = dequantized(root, Dense(v.meta.weight_dtype)), base.values
     else:
         patterns = v.compressed_tensors.ignore  # type: ignore[union-attr]
         skip = lambda name: ignored(name, patterns)  # noqa: E731
         source = f"quantization_config of {v.meta.repo_id}"
     citation = Citation(f"{v.meta.name} stores these weights {storage.stored_as} ({source}).", "config",
                         "quantization_config")
-    return replace(base, root=quantize_linears(base.root, storage, skip, citation, module_name))
+    return replace(base, root=quantize_linears(root, storage, skip, citation, module_name, fused))
 
 
 def stored_as(base: ModelSpec, v: PublishedVariant, module_name=lambda n: n) -> StoredAs:
@@ -198,7 +217,34 @@ def stored_as(base: ModelSpec, v: PublishedVariant, module_name=lambda n: n) -> 
                             for g in expected}))
     storage = variant_storage(v)
     return StoredAs(v, type(storage).__name__, storage.label, rows, tensors, sum(r.parameters for r in rows),
-                    sum(r.elements for r in rows), sum(r.bytes for r in rows))
+                    sum(r.elements for r in rows), sum(r.bytes for r in rows), _notes(base, spec, v, module_name))
+
+
+def _notes(base: ModelSpec, spec: ModelSpec, v: PublishedVariant, module_name) -> tuple[str, ...]:
+    """The sentences a reader needs beside the numbers: tensors renamed or re-stored relative to the base
+    checkpoint, names the published files spell otherwise, and what the prediction leaves out."""
+    def tensors(s: ModelSpec) -> dict[str, TensorSpec]:
+        return {t.template: t for _, c in walk(s.root) for t in c.tensors}
+
+    before, after = tensors(base), tensors(spec)
+    notes = []
+    split = sorted({t.rsplit(".experts.", 1)[1] for t in after.keys() - before.keys() if ".experts.{expert}." in t})
+    if split:
+        notes.append("The base checkpoint's fused experts (one tensor for all experts) are exported one projection "
+                     f"per expert ({', '.join('experts.{e}.' + n.removeprefix('{expert}.') for n in split)}), "
+                     "each quantized like a Linear, as ModelOpt exports fused experts.")
+    if any(not isinstance(t.storage, Dense) for t in before.values()) and v.modelopt is not None:
+        notes.append(f"The base checkpoint's own quantization is not in it: the export starts from "
+                     f"{v.meta.weight_dtype} weights, so what the exclude list leaves is stored in {v.meta.weight_dtype}.")
+    renamed = next(((t.first_name, module_name(t.first_name)) for t in after.values()
+                    if module_name(t.first_name) != t.first_name), None)
+    if renamed:
+        notes.append(f"Names are shown as transformers names the modules; the exclude list and the published files "
+                     f"use the original names ({renamed[0]} is {renamed[1]} there).")
+    if v.modelopt is not None and v.modelopt.kv_cache_quant_algo:
+        notes.append(f"The config also quantizes the KV cache to {v.modelopt.kv_cache_quant_algo}: the export adds a "
+                     "few F32 key and value scales per attention layer, which this layout does not list.")
+    return tuple(notes)
 
 
 def _nbytes(dtype: str, shape: Any) -> int:
@@ -208,3 +254,22 @@ def _nbytes(dtype: str, shape: Any) -> int:
     for s in shape or ():
         n *= s
     return n
+
+
+# ------------------------------------------------------------------------------------- for the memory calculator
+
+WEIGHT_FORMATS: dict[str, Storage] = {
+    "BF16": Dense("BF16"),
+    "FP8, one scale per 128 × 128 block": BlockFP8("F8_E4M3", (128, 128)),
+    "FP8, one scale per tensor": FP8PerTensor(),
+    "MXFP4": MXFP4(),
+    "NVFP4": NVFP4(16),
+    "INT4, group 32 (compressed-tensors)": PackQuantized(4, 32, "BF16"),
+}
+"""The weight formats published checkpoints use, each as the storage scheme the explorer predicts layouts with."""
+
+
+def weight_format_bytes(shape: tuple[int, ...] = (4096, 4096)) -> dict[str, float]:
+    """Format label -> bytes per logical parameter as stored, scales included, for a weight of `shape` (per-tensor
+    scalars and shape vectors make a small weight cost a little more per parameter than a large one)."""
+    return {label: bytes_per_parameter(scheme, shape) for label, scheme in WEIGHT_FORMATS.items()}

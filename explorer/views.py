@@ -316,6 +316,7 @@ class VariantView:
     header_elements: str
     bytes: str
     reason: str
+    notes: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -820,7 +821,8 @@ def variant_views(mb: ModelBuild) -> tuple[VariantView, ...]:
                         for name, dtype, shape, nbytes in s.tensors)
         revision = m.revision if m.revision != "unpinned" else f"revision not pinned: {m.revision_note}"
         out.append(VariantView(m.name, f"https://huggingface.co/{m.repo_id}", revision, s.storage_label, rows, tensors,
-                               f"Every stored tensor ({len(tensors)} name patterns)", fmt(s.parameters), fmt(s.header_elements), fmt(s.bytes), s.naive_count_reason))
+                               f"Every stored tensor ({len(tensors)} name patterns)", fmt(s.parameters), fmt(s.header_elements), fmt(s.bytes), s.naive_count_reason,
+                               s.notes))
     return tuple(out)
 
 

@@ -300,6 +300,11 @@ class NemotronH(Family):
 
     # ------------------------------------------------------------------------------------------ tiny, facts
 
+    def variant_module_name(self, name: str) -> str:
+        """Quantizers saw the published module names: "model.layers.4.mixer.in_proj" is "backbone.layers.4...."
+        (ModelOpt's exclude_modules for Nemotron 3 Nano name backbone.* modules)."""
+        return "backbone." + name.removeprefix("model.") if name.startswith("model.") else name
+
     def tiny_config(self, c: NemotronHHyperparameters) -> dict[str, Any]:
         """Small sizes, same structure: every layer kind of the pattern once, in order of first appearance, then its
         first kind again; chunks of 2 positions so the scan crosses several chunk boundaries; KV groups and

@@ -286,3 +286,9 @@ def header_elements(tensors: tuple[StoredTensor, ...] | list[StoredTensor]) -> i
 
 
 Storage = Dense | BlockFP8 | MXFP4 | GGUFQuant | GGUFMix | PackQuantized | NVFP4 | FP8PerTensor
+
+
+def bytes_per_parameter(scheme: Storage, shape: tuple[int, ...] = (4096, 4096)) -> float:
+    """Bytes a weight of `shape` takes stored as `scheme`, per logical parameter: its values with every scale,
+    per-tensor scalar and shape vector the scheme stores beside them (what a memory figure should multiply)."""
+    return sum(t.nbytes for t in scheme.expand("w.weight", shape)) / math.prod(shape)
