@@ -287,7 +287,8 @@ def config_values_digest(config: dict[str, Any]) -> str:
 
     values = {k: without_nested_nulls(v) if isinstance(v, dict) else v for k, v in config.items()}
     text = json.dumps(values, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=list)
-    return hashlib.sha256(text.encode()).hexdigest()
+    # surrogatepass: a lone surrogate is refused where the text is written (one line), not here with a traceback
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
 
 
 def check_recorded_config(content: ModelContent) -> None:

@@ -245,7 +245,7 @@ def test_search_puts_the_defining_page_first(browser, built_site):
             assert hrefs and hrefs[0] == f"../../models/kimi-k2/{first}", (query, hrefs[:3])
             if query == "KV cache":
                 assert not any("use_cache" in h for h in hrefs)
-        page.fill("#search-input", "cache")  # a whole word only: use_cache is not "cache"
+        page.fill("#search-input", "tie")  # a whole word only: tie_word_embeddings is not "tie"
         assert page.locator(".search-results .none").count() == 1
     finally:
         context.close()

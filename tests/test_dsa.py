@@ -197,9 +197,7 @@ def test_add_model_alone_builds_other_configs_with_transformers_totals(tmp_path_
     folder = tmp_path_factory.mktemp("dsa")
     path = folder / "config.json"
     path.write_text(json.dumps(config))
-    toml = add_model(folder / "content", "generated", path, "org/generated", "unpinned")
-    toml.write_text(toml.read_text().replace('revision = "unpinned"',
-                                             'revision = "unpinned"\nrevision_note = "a generated test config"'))
+    toml = add_model(folder / "content", "generated", path, "org/generated", "unpinned")  # writes a revision_note
     spec = load_model_spec(load_model_content(toml.parent))
     model = build_reference_model(spec)
     mtp = account(spec).accounts["mtp"].per_instance if config["num_nextn_predict_layers"] else 0

@@ -283,9 +283,7 @@ def adds_and_agrees(tmp_path, config: dict) -> None:
     if folder.exists():  # hypothesis reuses tmp_path across examples
         import shutil
         shutil.rmtree(folder)
-    toml = add_model(tmp_path / "content", "added", path, "org/added", "unpinned")
-    text = toml.read_text().replace('revision = "unpinned"', 'revision = "unpinned"\nrevision_note = "test"')
-    toml.write_text(text)
+    toml = add_model(tmp_path / "content", "added", path, "org/added", "unpinned")  # writes a revision_note
     spec = load_model_spec(load_model_content(toml.parent))
     model = build_reference_model(spec)
     assert account(spec).total == sum(p.numel() for p in model.parameters())

@@ -444,6 +444,8 @@ def sink_scores(ctx: Ctx, *, prefix: str, ranges: tuple[IndexRange, ...], o: V4A
         inputs=(Q, K, *extra, Port("M", Shape((T, T)), "mask")), outputs=(Port(ctx_colour("O"), hd, "O"),),
         equations=steps[2:], steps=steps,
         tensors=(TensorSpec(prefix + "sinks", (ctx.sym("num_attention_heads"),), ranges, storage=Dense("F32")),),
+        citations=(ctx.reference.cite("The sinks join the softmax as one more logit per head, and their column is "
+                                      "dropped after it.", "eager_attention_forward", prefixed=False),),
         program="v4_scores", options=o, reference="-")
 
 
