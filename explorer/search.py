@@ -20,7 +20,7 @@ import sympy
 from .compare_views import compare_path, static_pairs
 from .model_build import ModelBuild
 from .spec.types import Component, path_key, walk
-from .views import page_href
+from .views import crumb_texts, page_href
 
 SYNONYMS: dict[str, tuple[str, ...]] = {
     "kv cache": ("latent attention", "attention"),
@@ -162,7 +162,7 @@ def search_entries(builds: list[ModelBuild]) -> list[dict[str, Any]]:
             weights[""][key] = max(weights[""].get(key, 0), 1)
         for anc, comp, path in pages:
             title = comp.title if path else name
-            crumbs = " › ".join(a.crumb or a.title for a in anc[1:])
+            crumbs = " › ".join(crumb_texts(anc[1:]))
             names, aliases = concepts(comp, title)
             if not path:  # the overview carries the derived figures (active parameters, FLOPs, memory)
                 aliases = sorted(set(aliases) | FIGURE_ALIASES)
