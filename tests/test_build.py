@@ -187,8 +187,7 @@ def test_resources_never_leave_the_site(built_site):
 
 
 def test_sitemap_and_api(built_site):
-    sitemap = (built_site / "sitemap.xml").read_text()
-    assert "<loc>models/kimi-k2/blocks.moe.html</loc>" in sitemap
+    assert not (built_site / "sitemap.xml").exists()  # built without --site-url: no address, no sitemap
     data = json.loads((built_site / "api/kimi-k2.json").read_text())
     comps = {c["path"]: c for c in data["components"]}
     block = comps["blocks.moe"]
