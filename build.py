@@ -46,6 +46,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="recompute the torch stages instead of reading .cache/execute")
     parser.add_argument("--fetch-sources", action="store_true",
                         help="download cited checkpoint files at their pinned revision when the Hub is reachable")
+    parser.add_argument("--site-url", default="",
+                        help="the address the site will be served from (https://…/); writes sitemap.xml with "
+                             "absolute URLs, which a sitemap needs (without it no sitemap is written)")
     parser.add_argument("--jobs", type=_positive, default=None,
                         help="processes computing models in parallel (default: the available cores)")
     args = parser.parse_args(argv)
@@ -72,7 +75,7 @@ def main(argv: list[str] | None = None) -> int:
             return check(project, args.jobs)
         if args.verify_hub:
             return verify_hub(project)
-        return build(project, args.out, args.fetch_sources, not args.no_cache, args.jobs)
+        return build(project, args.out, args.fetch_sources, not args.no_cache, args.jobs, args.site_url)
     except ExplorerError as e:
         print(printable(f"error: {e}"), file=sys.stderr)
         return 1
@@ -92,20 +95,23 @@ def _positive(text: str) -> int:
     return value
 
 
-def build(project, out: Path, fetch_sources: bool, use_cache: bool, jobs: int | None = None) -> int:
+def build(project, out: Path, fetch_sources: bool, use_cache: bool, jobs: int | None = None, site_url: str = "") -> int:
     from explorer.digest import input_digest, up_to_date, write_marker
     from explorer.publish import claim_output
 
     start = time.perf_counter()
     with claim_output(out, project.protected) as out:  # refused before minutes of computing, not after
         inputs = input_digest(project)  # before reading anything: an input edited during the build is seen next time
+        if site_url:  # the sitemap's addresses are an input too
+            inputs += f" {site_url}"
         # --no-cache and --fetch-sources ask for work (recompute, download) that the inputs cannot show is done.
         if use_cache and not fetch_sources and up_to_date(out, inputs):
             print(f"{out} is up to date: no input changed since it was built ({time.perf_counter() - start:.2f}s)")
             return 0
         from explorer.pipeline import build_site
 
-        builds = build_site(project, out, fetch_sources=fetch_sources, use_cache=use_cache, jobs=jobs)
+        builds = build_site(project, out, fetch_sources=fetch_sources, use_cache=use_cache, jobs=jobs,
+                            site_url=site_url)
         write_marker(out, inputs)
     totals = ", ".join(f"{mb.slug} {mb.ledger.total:,} parameters" for mb in builds)
     print(f"built {out} in {time.perf_counter() - start:.1f}s: {totals}")

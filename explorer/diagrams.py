@@ -251,5 +251,8 @@ ARROW_DEFS = ('<defs><marker id="arrow" viewBox="0 0 10 10" refX="9" refY="5" ma
 
 
 def _svg(width: float, height: float, body: str, label: str) -> str:
+    # An image's children are presentational, so links inside one would be unreachable: a diagram with links is a
+    # labelled group instead (axe: nested-interactive).
+    role = "group" if "<a " in body else "img"
     return (f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {width:.0f} {height:.0f}" width="{width:.0f}" '
-            f'height="{height:.0f}" role="img" aria-label="{escape(label)}" class="diagram">{body}</svg>')
+            f'height="{height:.0f}" role="{role}" aria-label="{escape(label)}" class="diagram">{body}</svg>')

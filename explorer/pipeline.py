@@ -238,8 +238,10 @@ def check_failures(builds: list[ModelBuild], limit: int | None = 20) -> list[str
 
 
 def build_site(project: Project, out_dir: Path, progress: Progress = stderr_progress,
-               fetch_sources: bool = False, use_cache: bool = True, jobs: int | None = None) -> list[ModelBuild]:
-    """Compute everything, refuse to publish unbalanced numbers, then write the site atomically.
+               fetch_sources: bool = False, use_cache: bool = True, jobs: int | None = None,
+               site_url: str = "") -> list[ModelBuild]:
+    """Compute everything, refuse to publish unbalanced numbers, then write the site atomically (with a sitemap
+    when `site_url` says where it will be served).
 
     The caller holds the output folder (publish.claim_output), checked before the minutes of computing."""
     how_to_read = read_content_text(project.content / "how-to-read.md", project.content)
@@ -252,7 +254,7 @@ def build_site(project: Project, out_dir: Path, progress: Progress = stderr_prog
     files = [*(partial(api_file, mb) for mb in builds), *(partial(compare_data_file, mb) for mb in builds),
              partial(search_file, builds)]
     progress(f"writing the pages of {len(builds)} models to {out_dir}")
-    write_site(pages, files, out_dir, project.templates, project.static, progress, default_jobs(jobs))
+    write_site(pages, files, out_dir, project.templates, project.static, progress, default_jobs(jobs), site_url)
     return builds
 
 

@@ -155,11 +155,18 @@ def _clear_leftovers(out: Path) -> None:
             shutil.rmtree(tmp, ignore_errors=True)  # what cannot be removed now is retried by the next build
 
 
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
 def stage(out: Path) -> Path:
     """Create the marked temporary sibling a build renders into."""
     try:
         tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
-        # mkdtemp makes the folder 0700; the published site gets a new folder's usual mode (issue 18).
+        # mkdtemp makes the folder private (0700), and it becomes the site: give it the mode any new folder gets,
+        # so a web server running as another user can read it
         tmp.chmod(0o777 & ~_umask())
         (tmp / MARKER).write_text(MARKER_TEXT, encoding="utf-8")
     except OSError as e:

@@ -7,6 +7,7 @@ import shutil
 from collections.abc import Callable, Sequence
 from functools import partial
 from pathlib import Path
+from urllib.parse import quote
 from xml.etree import ElementTree
 
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
@@ -36,9 +37,9 @@ FileGroup = Callable[[], dict[str, str]]
 
 
 def write_site(pages: Sequence[PageGroup], files: Sequence[FileGroup], out_dir: Path, template_dir: Path, static_dir: Path,
-               progress: Callable[[str], None] = lambda _: None, jobs: int = 1) -> None:
+               progress: Callable[[str], None] = lambda _: None, jobs: int = 1, site_url: str = "") -> None:
     """Make and write every group of pages and files (`jobs` groups at a time) into a temporary sibling of
-    out_dir, then swap it in whole.
+    out_dir, then swap it in whole; sitemap.xml only when `site_url` gives the address its URLs start with.
 
     out_dir must have passed publish.check_output, and the caller holds its lock (publish.claim_output).
     """
@@ -55,7 +56,8 @@ def write_site(pages: Sequence[PageGroup], files: Sequence[FileGroup], out_dir: 
             if written:
                 progress(f"rendered {len(paths)} pages")
         shutil.copytree(static_dir, tmp / "static")
-        _write(tmp / "sitemap.xml", sitemap(paths))
+        if site_url:
+            _write(tmp / "sitemap.xml", sitemap(paths, site_url))
         publish(tmp, out_dir)
     except OSError as e:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -85,11 +87,12 @@ def _write(path: Path, text: str) -> None:
     path.write_text(text, encoding="utf-8")
 
 
-def sitemap(paths: list[str]) -> str:
-    """The sitemap, written with an XML library so any page path is escaped; relative URLs, since the site may
-    be served under any path."""
+def sitemap(paths: list[str], site_url: str) -> str:
+    """The sitemap, written with an XML library so any page path is escaped. The protocol wants absolute URLs,
+    and the site may be served under any path, so the address comes from whoever publishes it."""
+    base = site_url.rstrip("/") + "/"
     urlset = ElementTree.Element("urlset", xmlns="http://www.sitemaps.org/schemas/sitemap/0.9")
     for path in paths:
-        ElementTree.SubElement(ElementTree.SubElement(urlset, "url"), "loc").text = path
+        ElementTree.SubElement(ElementTree.SubElement(urlset, "url"), "loc").text = base + quote(path)
     ElementTree.indent(urlset)
     return ElementTree.tostring(urlset, encoding="unicode", xml_declaration=True) + "\n"

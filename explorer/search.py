@@ -20,7 +20,7 @@ import sympy
 from .compare_views import compare_path, static_pairs
 from .model_build import ModelBuild
 from .spec.types import Component, path_key, walk
-from .views import page_href
+from .views import crumb_texts, page_href
 
 SYNONYMS: dict[str, tuple[str, ...]] = {
     "kv cache": ("latent attention", "attention"),
@@ -162,13 +162,26 @@ def search_entries(builds: list[ModelBuild]) -> list[dict[str, Any]]:
             weights[""][key] = max(weights[""].get(key, 0), 1)
         for anc, comp, path in pages:
             title = comp.title if path else name
-            crumbs = " › ".join(a.crumb or a.title for a in anc[1:])
+            crumbs = " › ".join(crumb_texts(anc[1:]))
             names, aliases = concepts(comp, title)
             if not path:  # the overview carries the derived figures (active parameters, FLOPs, memory)
                 aliases = sorted(set(aliases) | FIGURE_ALIASES)
             entries.append({"t": title, "m": name, "p": crumbs, "u": f"models/{mb.slug}/{page_href(path)}",
                             "n": names, "a": aliases, "w": dict(sorted(weights[path].items()))})
+        entries.append(kv_cache_entry(mb))
     return entries + compare_entries(builds)
+
+
+KV_CACHE_NAMES = ("kv cache", "key-value cache", "kv-cache", "cache per token")
+"""What a reader calls the per-token cache: the overview's figures give its size for every attention kind."""
+
+
+def kv_cache_entry(mb: ModelBuild) -> dict[str, Any]:
+    """The model's KV cache figure as an entry of its own: a reader asking for "KV cache" wants its size per token
+    and how it is counted (the overview's figures), before any one attention page. Named by alias, one level below
+    a concept's own name, so that within a model its own attention (MLA) comes next, before other models' figures."""
+    return {"t": "KV cache", "m": mb.content.meta.name, "p": "Per token figures",
+            "u": f"models/{mb.slug}/{page_href('')}#figures", "n": [], "a": list(KV_CACHE_NAMES), "w": {}}
 
 
 FIGURE_ALIASES = {"active parameters", "activated parameters", "flops", "weight memory", "per token"}

@@ -338,8 +338,8 @@ def resolve_citations(spec: ModelSpec, content: ModelContent, fetch: bool = Fals
 
 def absent_files(citations: dict[str, tuple[ResolvedCitation, ...]]) -> list[str]:
     """Cited files that are not at hand offline ("modeling_deepseek.py at fd1984e"), for the build log."""
-    return sorted({f"{c.file} at {c.revision[:7]}" for cits in citations.values() for c in cits
-                   if c.origin == "absent"})
+    return sorted({f"{c.file} at {c.revision[:7] if len(c.revision) == 40 else c.revision}"  # not "unpinne"
+                   for cits in citations.values() for c in cits if c.origin == "absent"})
 
 
 def published_config_matches(data: bytes, content: ModelContent, source: str = "config.json") -> list[str]:

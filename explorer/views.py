@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import datetime
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from pygments import highlight
@@ -14,6 +14,7 @@ from pygments.lexers import JsonLexer, PythonLexer
 from .account import AccountRow, ComponentAccount, TensorAccount
 from .calculator import CalculatorView, calculator_view
 from .content import render_markdown
+from .components.rope import RopeOptions
 from .diagrams import FlowNode, budget_svg, flow_svg
 from .execution import RealWeightCheck
 from .families import FAMILIES
@@ -379,6 +380,16 @@ STORED_AS = {("parameter", "U8"): "MXFP4 blocks: packed FP4 values, two per byte
 """Ledger row labels where a dtype says what the bytes hold (U8 stores MXFP4, the only U8 scheme)."""
 
 
+def crumb_texts(chain: Sequence[Component]) -> list[str]:
+    """Breadcrumb words for a chain of components: a dense model's one block kind is counted like the whole stack
+    ("32 transformer blocks"), so a crumb that would repeat the one before it names the component by its title."""
+    texts: list[str] = []
+    for comp in chain:
+        text = comp.crumb or comp.title
+        texts.append(comp.title if texts and text == texts[-1] else text)
+    return texts
+
+
 def page_href(path: str) -> str:
     """File name of a component page inside its model folder."""
     return "index.html" if path == "" else f"{path}.html"
@@ -582,10 +593,11 @@ def owned_tensors(ancestors: tuple[Component, ...], comp: Component) -> list[tup
 
 
 def tensor_rows(mb: ModelBuild, owned: list[tuple[str, Component]]) -> tuple[TensorRowView, ...]:
-    return tuple(_tensor_row(mb, ta, owner, c.title) for owner, c in owned for ta in mb.ledger.accounts[owner].tensors)
+    return tuple(_tensor_row(mb, ta, owner, c) for owner, c in owned for ta in mb.ledger.accounts[owner].tensors)
 
 
-def _tensor_row(mb: ModelBuild, ta: TensorAccount, owner: str, title: str) -> TensorRowView:
+def _tensor_row(mb: ModelBuild, ta: TensorAccount, owner: str, comp: Component) -> TensorRowView:
+    title = comp.title
     t = ta.spec
     stored = _stored(mb, t)
     shape = ta.shape if ta.shape is not None else (stored.shape if stored is not None else None)
@@ -600,6 +612,7 @@ def _tensor_row(mb: ModelBuild, ta: TensorAccount, owner: str, title: str) -> Te
         role = f"tied to {t.tied_to} (stored and counted once, there)"
     if t.optional and stored is None:
         role += ", not stored"
+    role += _unused_rotary_buffer_note(mb, comp, stored.shape if stored is not None else None)
     return TensorRowView(
         pattern=t.pattern, pattern_parts=tuple(t.pattern.split(".")), owner=Link(title, page_href(owner)), role=role,
         count=fmt(t.count),
@@ -607,6 +620,21 @@ def _tensor_row(mb: ModelBuild, ta: TensorAccount, owner: str, title: str) -> Te
                if shape is not None else "not set by the config"),
         dtype=stored.dtype if stored is not None else ("packed (see stored as)" if replaced else t.dtype or "—"),
         elements=fmt(elements) if elements is not None else "—", scale=scale)
+
+
+def _unused_rotary_buffer_note(mb: ModelBuild, comp: Component, stored: tuple[int, ...] | None) -> str:
+    """A checkpoint's per-layer inv_freq whose length is not the layer's frequency count (Kimi K2 stores 56 where
+    qk_rope_head_dim gives 32): say that it goes unused, and where its length matches a default head width."""
+    o = comp.options
+    if not isinstance(o, RopeOptions) or stored is None or stored == (o.pairs,):
+        return ""
+    n, values = stored[0], mb.content.config
+    d, heads = values.get("hidden_size"), values.get("num_attention_heads")
+    why = (f" ({d:,} / {heads} / 2: hidden_size / num_attention_heads / 2, a rotary module sized for the whole "
+           f"head width, not for the {o.dim} rotary features)"
+           if isinstance(d, int) and isinstance(heads, int) and heads and d // heads == 2 * n else "")
+    return (f"; {n} values stored{why}, where this layer computes {o.pairs} frequencies; unused: transformers "
+            "skips per-layer inv_freq when loading and computes the frequencies itself")
 
 
 def _stored(mb: ModelBuild, t: TensorSpec):
@@ -757,8 +785,8 @@ def component_page(mb: ModelBuild, ancestors: tuple[Component, ...], comp: Compo
     tensors = tensor_rows(mb, owned)
     cits = evidence(mb, ancestors, comp)
     excerpts = excerpt_views(mb, cits)
-    crumbs = tuple(Link(a.crumb or a.title, page_href(path_key(ancestors[:i], a)))
-                   for i, a in enumerate(ancestors) if i > 0)
+    crumbs = tuple(Link(text, page_href(path_key(ancestors[:i + 1], a)))
+                   for i, (a, text) in enumerate(zip(ancestors[1:], crumb_texts(ancestors[1:]))))
     is_model = path == ""
     prev, nxt = siblings(ancestors, comp)
     show_steps = len(comp.steps) > len(comp.equations) or comp.steps != comp.equations

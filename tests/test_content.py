@@ -337,8 +337,17 @@ def test_sitemap_is_escaped_xml():
     from explorer.render import sitemap
 
     path = "models/a&b/<c>.html"
-    root = ElementTree.fromstring(sitemap([path]))
-    assert [loc.text for loc in root.iter("{http://www.sitemaps.org/schemas/sitemap/0.9}loc")] == [path]
+    root = ElementTree.fromstring(sitemap([path], "https://example.org/x?a=1&b=2/"))
+    assert [loc.text for loc in root.iter("{http://www.sitemaps.org/schemas/sitemap/0.9}loc")] == [
+        "https://example.org/x?a=1&b=2/models/a%26b/%3Cc%3E.html"]
+
+
+def test_sitemap_urls_are_absolute():
+    """Issue 25: the sitemap protocol wants absolute URLs; the address is the publisher's (--site-url)."""
+    from explorer.render import sitemap
+
+    assert "<loc>https://example.org/explorer/models/kimi-k2/index.html</loc>" in sitemap(
+        ["models/kimi-k2/index.html"], "https://example.org/explorer")
 
 
 def test_terminal_escapes_in_tensor_names_are_printed_escaped(project_copy, tmp_path):

@@ -229,3 +229,15 @@ def test_a_concurrent_build_fails_with_one_line(tmp_path):
     assert (out / "index.html").read_text() == "published"
     publish_once(out, "after")  # the dead holder's lock is free again
     assert not lock_path(out).exists()
+
+
+def test_the_site_folder_is_readable_by_others(tmp_path):
+    """Issue 25: site/ was created 0700 (mkdtemp's mode), so a web server running as another user got 403."""
+    from explorer.publish import stage
+
+    old = os.umask(0o022)
+    try:
+        staged = stage(tmp_path / "site")
+    finally:
+        os.umask(old)
+    assert staged.stat().st_mode & 0o777 == 0o755
