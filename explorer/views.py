@@ -13,8 +13,8 @@ from pygments.lexers import JsonLexer, PythonLexer
 
 from .account import AccountRow, ComponentAccount, TensorAccount
 from .calculator import CalculatorView, calculator_view
-from .content import render_markdown
 from .components.rope import RopeOptions
+from .content import render_markdown
 from .diagrams import FlowNode, budget_svg, flow_svg
 from .execution import RealWeightCheck
 from .families import FAMILIES
