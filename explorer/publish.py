@@ -156,6 +156,7 @@ def _clear_leftovers(out: Path) -> None:
 
 
 def _umask() -> int:
+    """The process's umask (os.umask can only read it by setting it)."""
     mask = os.umask(0)
     os.umask(mask)
     return mask
@@ -172,12 +173,6 @@ def stage(out: Path) -> Path:
     except OSError as e:
         raise OutputError(f"{out}: cannot create a folder beside it: {e.strerror or e}") from e
     return tmp
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
 
 
 def publish(staged: Path, out: Path) -> None:
