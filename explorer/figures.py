@@ -371,6 +371,14 @@ def _mamba_state_figures(kinds: list[LayerKind], costs: list[LayerKind], maximum
                " + ".join(f"{c.layers} × ({c.state[0].elements:,} × {c.state[0].bytes} + {c.state[1].elements:,} × "
                           f"{c.state[1].bytes})" for c in states),
                "Bytes of every Mamba-2 layer's SSM state and convolution window for one sequence."),
+        Figure("scan_flops_per_token", "Mamba-2 recurrence FLOPs per token (beside the projections)",
+               sum(c.layers * c.update_flops for c in states),
+               " + ".join(f"{c.layers} × 2 × ({c.state[1].elements:,} + 3 × {c.state[0].elements:,} + 2 × channels)"
+                          for c in states),
+               "Two FLOPs per multiply-add of the one-token recurrence: the convolution over its window, the "
+               "state's decay, its write Δ·x Bᵀ and its read S C, and Δ·x and the D skip (channels = mamba_num_heads "
+               "× mamba_head_dim); not included in the forward FLOPs, which count projections and attention. The "
+               "chunked form a prompt runs does more work per token inside a chunk."),
     ]
     figures += [Figure(f"context_memory_bytes_{n}", f"State and KV cache at {n:,} tokens (one sequence)",
                        fixed + per_token * n, f"{fixed:,} + ({grows}) × {n:,} × {kv_bytes}",

@@ -229,6 +229,9 @@ def pooling(ctx: Ctx, *, prefix: str, ranges: tuple[IndexRange, ...], x: Port, o
         "softmax over its slots; normalise and rotate each entry.",
         inputs=(x,), outputs=(Port("c", Shape((B, entries_dim(o.ratio), dh)), "entries"),), equations=steps[1:],
         steps=steps, tensors=compressor_tensors(ctx, prefix, ranges, "head_dim", o), program="v4_pool", options=o,
+        citations=(ctx.reference.cite("The compressor projects keys, values and gate logits, adds a position bias per "
+                                      "window slot and pools each window by a softmax over its slots.",
+                                      "CSACompressor" if o.overlap else "HCACompressor"),),
         reference="-")
 
 

@@ -60,6 +60,8 @@ class LayerKind:
     """2 × multiply-adds per query per cached entry of a lightning indexer, which scores every entry."""
     state: tuple[StatePart, ...] = ()
     """The fixed state of a recurrent layer."""
+    update_flops: int = 0
+    """2 × multiply-adds per token of a recurrent layer's one-token state update, beside its projections."""
     note: str = ""
     """What the cache is made of, where it has parts."""
     by_kind: bool = False
