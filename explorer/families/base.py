@@ -122,6 +122,15 @@ class Family:
         """Config symbol -> value for the formulas (override to add derived sizes such as head_dim)."""
         return {n: getattr(config, n) for n in self.symbols}
 
+    def tiny_label_parts(self, tiny: ModelSpec) -> tuple[str, ...]:
+        """How the tiny config exercises this family's own layer mechanisms (a scan's chunks, a compressor's
+        rates), for the executed checks' label after the sizes every family shares (explorer/execute.py)."""
+        return ()
+
+    def tiny_label_towers(self, tiny: ModelSpec) -> tuple[str, ...]:
+        """The tiny config's modules beside the text blocks (a vision tower), for the same label after the blocks."""
+        return ()
+
     def variant_module_name(self, name: str) -> str:
         """The name a quantizer's exclude or ignore list sees for the module `name` (the reference's module name):
         the same unless the checkpoint names it otherwise (explorer/variants.py)."""
@@ -170,6 +179,12 @@ def value_problems(raw: dict[str, Any], path: str = "") -> list[str]:
             if not low <= value <= LIMITS[key]:
                 out.append(f"key '{name}': must be an integer in {low}..{LIMITS[key]:,}, got {value!r}")
     return out
+
+
+def tower_label(tiny: ModelSpec, width_key: str, tower_key: str = "vision_tower", blocks_key: str = "encoder") -> str:
+    """A vision tower's part of the tiny label: its width and how many encoder blocks the tiny config keeps."""
+    tower = tiny.root.child(tower_key)
+    return f"vision tower d {tiny.values[width_key]} with {tower.child(blocks_key).repeat} blocks"
 
 
 def rule_problems(rules: list[tuple[bool, str, str]]) -> list[str]:

@@ -35,7 +35,7 @@ from ..components.moe import RouterOptions, router
 from ..components.norms import rmsnorm
 from ..components.rope import RopeOptions
 from ..spec.storage import MXFP4, BlockFP8, Dense, Storage
-from ..spec.types import Citation, Component, Shape
+from ..spec.types import Citation, Component, ModelSpec, Shape
 from .base import (
     DIM_LABELS,
     Family,
@@ -364,6 +364,14 @@ class DeepseekV4(Family):
                    sliding_window=3, swiglu_limit=0.05, max_position_embeddings=1024, rope_scaling=scaling,
                    quantization_config=None, bos_token_id=0, eos_token_id=1)
         return raw
+
+    def tiny_label_parts(self, tiny: ModelSpec) -> tuple[str, ...]:
+        """The compressors close windows within the checked sequence at these rates."""
+        c = tiny.config
+        if not c.compress_rates:
+            return ()
+        return ("compress ratios " + " and ".join(str(r) for r in sorted(c.compress_rates.values()))
+                + f", indexer top {c.index_topk}, {c.hc_mult} residual streams",)
 
     def facts(self, c: DeepseekV4Hyperparameters) -> tuple[tuple[str, str], ...]:
         kinds = self.kinds(c)
