@@ -490,7 +490,7 @@ def attend_v4(comp: Component, run: Run, x: torch.Tensor, M: torch.Tensor) -> to
     return run_child(comp, "o_b_proj", run, u.flatten(2))
 
 
-@program("v4_attention")
+@program("v4_attention", role="Attention")
 def run_v4_attention(comp: Component, run: Run, x: torch.Tensor, M: torch.Tensor) -> list[torch.Tensor]:
     return [run.rec("v4-attn", attend_v4(comp, run, x, M))]
 

@@ -216,7 +216,7 @@ def run_indexer(comp: Component, run: Run, x: torch.Tensor, c_q: torch.Tensor, a
     return [select(run, o, I)]
 
 
-@program("dsa")
+@program("dsa", role="Attention")
 def run_dsa(comp: Component, run: Run, x: torch.Tensor, angles: torch.Tensor, M: torch.Tensor) -> list[torch.Tensor]:
     o = options(comp, MLAOptions)
     hidden = run.child(prefix="_")  # the query latent again, as the indexer reads it (MLA records its own)

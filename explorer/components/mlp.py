@@ -118,7 +118,7 @@ def gated(run: Run, comp: Component, x: torch.Tensor, act: Activation) -> torch.
     return run_child(comp, down_c.key, run, h)
 
 
-@program("gated_mlp")
+@program("gated_mlp", role="Feed-forward (dense)")
 def run_gated_mlp(comp: Component, run: Run, x: torch.Tensor) -> list[torch.Tensor]:
     return [run.rec("swiglu", gated(run, comp, x, options(comp, MLPOptions).act))]
 
@@ -151,7 +151,7 @@ def plain_mlp(ctx: Ctx, key: str, *, prefix: str, ranges: tuple[IndexRange, ...]
     )
 
 
-@program("plain_mlp")
+@program("plain_mlp", role="Feed-forward (dense)")
 def run_plain_mlp(comp: Component, run: Run, x: torch.Tensor) -> list[torch.Tensor]:
     fc_c, proj_c = comp.children
     g = run_child(comp, fc_c.key, run, x)
