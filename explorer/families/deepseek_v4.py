@@ -317,12 +317,10 @@ class DeepseekV4(Family):
                                    _cite("The hash router scores every expert with the learned gate but takes the "
                                          "experts from tid2eid[input_ids].", "HashRouter"),))
         else:
-            gate = router(ctx, weight=prefix + "gate.weight", ranges=ranges, x=x, o=ro, code="DeepseekV4TopKRouter(config)",
-                          citations=(_cite("The router picks the top k of score + e_score_correction_bias and weights "
-                                           "them by their renormalised scores × routed_scaling_factor.", "TopKRouter"),))
             # the correction bias is a persistent buffer in the reference, not a trained parameter
-            gate = replace(gate, tensors=tuple(replace(t, role="buffer") if t.template.endswith("correction_bias")
-                                               else t for t in gate.tensors))
+            gate = router(ctx, weight=prefix + "gate.weight", ranges=ranges, x=x, o=ro, code="DeepseekV4TopKRouter(config)",
+                          bias_role="buffer", citations=(_cite("The router picks the top k of score + e_score_correction_bias and weights "
+                                           "them by their renormalised scores × routed_scaling_factor.", "TopKRouter"),))
         limit = c.swiglu_limit
         experts = clamped_experts(
             ctx, prefix=prefix + "experts.", ranges=ranges, x=x, gates=gate.outputs[0], k=k,

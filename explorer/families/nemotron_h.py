@@ -267,13 +267,11 @@ class NemotronH(Family):
     def moe(self, ctx: Ctx, c: NemotronHHyperparameters, prefix: str, ranges, x: Port, y: Port) -> Component:
         ro = RouterOptions(c.n_routed_experts, c.num_experts_per_tok, "sigmoid", c.norm_topk_prob,
                            c.routed_scaling_factor, correction_bias=True, n_group=c.n_group, topk_group=c.topk_group)
+        # the correction bias is a persistent buffer (nn.Buffer), not a parameter: stored, but not counted
         gate = router(ctx, weight=prefix + "gate.weight", ranges=ranges, x=x, o=ro, code="NemotronHTopkRouter(config)",
-                      citations=(REFERENCE.cite("The router scores experts with a sigmoid, adds "
+                      bias_role="buffer", citations=(REFERENCE.cite("The router scores experts with a sigmoid, adds "
                                                 "e_score_correction_bias for selection only, takes the top k, "
                                                 "normalises and scales by routed_scaling_factor.", "TopkRouter"),))
-        # the correction bias is a persistent buffer (nn.Buffer), not a parameter: stored, but not counted
-        gate = replace(gate, tensors=tuple(replace(t, role="buffer") if t.template.endswith("e_score_correction_bias")
-                                           else t for t in gate.tensors))
         experts = relu2_experts(ctx, prefix=prefix + "experts.", ranges=ranges, x=x, experts=c.n_routed_experts,
                                 k=c.num_experts_per_tok, width="moe_intermediate_size", experts_sym="n_routed_experts",
                                 code="NemotronHExperts(config)", citations=(
