@@ -11,7 +11,7 @@ models/deepseek_v4/modeling_deepseek_v4.py (the reference binding). The multi-to
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 from ..components import Ctx, Reference
