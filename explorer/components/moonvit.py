@@ -387,18 +387,14 @@ def call_patch_embed(comp: Component, ref, model, inputs, run: Run, ours: torch.
 
 @reference_call("moonvit_attention")
 def call_attention(comp: Component, ref, model, inputs, run: Run, ours: torch.Tensor):
+    """The attention and the whole block take the same arguments: the image's patch bounds and its axial rotary."""
     (x,) = inputs
     g = options(comp, MoonViTOptions).grid
     return ours, ref(x, cu_seqlens=_cu_seqlens(g), position_embeddings=_reference_rotary(model, g, x)), \
         "one image: attention over all its patches"
 
 
-@reference_call("moonvit_block")
-def call_block(comp: Component, ref, model, inputs, run: Run, ours: torch.Tensor):
-    (x,) = inputs
-    g = options(comp, MoonViTOptions).grid
-    return ours, ref(x, cu_seqlens=_cu_seqlens(g), position_embeddings=_reference_rotary(model, g, x)), \
-        "one image: attention over all its patches"
+reference_call("moonvit_block")(call_attention)
 
 
 @reference_call("moonvit_tower")
