@@ -267,7 +267,7 @@ def reference_config(config: Any, skip: tuple[str, ...]) -> dict[str, Any]:
     for f in dataclasses.fields(config):
         if f.name in skip:
             continue
-        value = _reference_value(getattr(config, f.name))
+        value = as_published(getattr(config, f.name))
         inner = tuple(s.partition(".")[2] for s in skip if s.startswith(f.name + "."))
         if inner and isinstance(value, dict):  # a dotted entry ("text_config.quantization_config") skips a nested key
             value = {k: x for k, x in value.items() if k not in inner}
@@ -275,9 +275,10 @@ def reference_config(config: Any, skip: tuple[str, ...]) -> dict[str, Any]:
     return out
 
 
-def _reference_value(value: Any) -> Any:
-    """Nested config tables (Gemma 3's text_config, its rope_scaling) as dicts without their unset keys."""
+def as_published(value: Any) -> Any:
+    """A config value as config.json would hold it: nested tables (Gemma 3's text_config, its rope_scaling) as dicts
+    without their unset keys, tuples as lists; for the reference config class and for families' tiny configs."""
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {f.name: _reference_value(getattr(value, f.name)) for f in dataclasses.fields(value)
+        return {f.name: as_published(getattr(value, f.name)) for f in dataclasses.fields(value)
                 if getattr(value, f.name) is not None}
     return list(value) if isinstance(value, tuple) else value

@@ -42,6 +42,7 @@ from .base import (
     PublishedMetadata,
     ReferenceBinding,
     RopeScaling,
+    as_published,
     rope_options,
     rope_scaling_problems,
     rule_problems,
@@ -349,7 +350,7 @@ class DeepseekV4(Family):
         experts, and a clamp low enough to bite."""
         kinds = list(dict.fromkeys(self.kinds(c)))
         ratio_of = {v: k_ for k_, v in KINDS.items()}
-        raw = {f.name: _plain(getattr(c, f.name)) for f in dataclasses.fields(c)}
+        raw = {f.name: as_published(getattr(c, f.name)) for f in dataclasses.fields(c)}
         scaling = raw["rope_scaling"]
         if scaling is not None:
             scaling["original_max_position_embeddings"] = 64
@@ -382,11 +383,6 @@ class DeepseekV4(Family):
                 ("attention heads", f"{c.num_attention_heads} query, 1 shared key-value"),
                 ("residual streams", f"{c.hc_mult}"), ("vocabulary", f"{c.vocab_size:,}"))
 
-
-def _plain(value: Any) -> Any:
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {k: v for k, v in dataclasses.asdict(value).items() if v is not None}
-    return list(value) if isinstance(value, tuple) else value
 
 
 FAMILY = DeepseekV4()

@@ -31,9 +31,17 @@ from ..components.norms import rmsnorm
 from ..components.rope import RopeOptions
 from ..components.shaped_attention import AttentionShape, shaped_attention
 from ..spec.types import Component
-from .base import DIM_LABELS, Family, PublishedMetadata, ReferenceBinding, rule_problems, stored_dtype
+from .base import (
+    DIM_LABELS,
+    Family,
+    PublishedMetadata,
+    ReferenceBinding,
+    as_published,
+    rule_problems,
+    stored_dtype,
+)
 from .block_fp8 import FP8QuantizationConfig, fp8_block_storage, fp8_problems, keep_named_modules_dense
-from .minimax_m2 import BUFFER_NOTE, as_published
+from .minimax_m2 import BUFFER_NOTE
 from .renames import split_fused_experts
 
 REFERENCE = Reference("models/mimo_v2_flash/modeling_mimo_v2_flash.py", "MiMoV2Flash")

@@ -27,7 +27,15 @@ from ..components.norms import rmsnorm
 from ..components.rope import RopeOptions
 from ..components.shaped_attention import AttentionShape, shaped_attention
 from ..spec.types import Component
-from .base import DIM_LABELS, Family, PublishedMetadata, ReferenceBinding, rule_problems, stored_dtype
+from .base import (
+    DIM_LABELS,
+    Family,
+    PublishedMetadata,
+    ReferenceBinding,
+    as_published,
+    rule_problems,
+    stored_dtype,
+)
 from .block_fp8 import FP8QuantizationConfig, fp8_block_storage, fp8_problems, keep_named_modules_dense
 from .mixtral import to_checkpoint_names
 
@@ -230,12 +238,6 @@ class MiniMaxM2(Family):
                 ("rotary features", f"{rotary_width(c)} of {c.head_dim} per head"),
                 ("vocabulary", f"{c.vocab_size:,}"))
 
-
-def as_published(value: Any) -> Any:
-    """A nested config table as config.json would hold it (keys left unset dropped)."""
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {k: v for k, v in dataclasses.asdict(value).items() if v is not None}
-    return list(value) if isinstance(value, tuple) else value
 
 
 FAMILY = MiniMaxM2()
