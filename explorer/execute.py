@@ -188,6 +188,8 @@ def tiny_spec(spec: ModelSpec) -> ModelSpec:
 
 
 def tiny_label(tiny: ModelSpec) -> str:
+    """What the tiny config holds, for every check's label: the sizes every family shares here, a family's own
+    mechanisms and towers from its Family.tiny_label_parts and tiny_label_towers."""
     v = tiny.values
     parts = [f"d {v['hidden_size']}", f"{v['num_attention_heads']} heads"]
     if "num_key_value_heads" in v and v["num_key_value_heads"] != v["num_attention_heads"]:
@@ -204,25 +206,10 @@ def tiny_label(tiny: ModelSpec) -> str:
     window = getattr(c, "sliding_window", None)
     if window:
         parts.append(f"sliding window {window} (T = {FREE_SIZES['T']})")
-    if "ssm_state_size" in v:  # a Mamba-2 scan: say how many chunks the checked sequence crosses
-        chunk = getattr(c, "chunk_size", FREE_SIZES["T"])
-        parts.append(f"Mamba-2 {v['mamba_num_heads']} heads × {v['mamba_head_dim']} × state {v['ssm_state_size']}, "
-                     f"chunks of {chunk} (T = {FREE_SIZES['T']}: {-(-FREE_SIZES['T'] // chunk)} chunks)")
-    if "linear_num_value_heads" in v:  # Gated DeltaNet layers (Qwen3.5)
-        parts.append(f"DeltaNet {v['linear_num_key_heads']} key and {v['linear_num_value_heads']} value heads, d_k "
-                     f"{v['linear_key_head_dim']}, d_v {v['linear_value_head_dim']}")
-    rates = getattr(c, "compress_rates", None)  # DeepSeek-V4: compressors that close windows within T
-    if rates:
-        topk, streams = (getattr(c, key) for key in ("index_topk", "hc_mult"))
-        parts.append("compress ratios " + " and ".join(str(r) for r in sorted(rates.values()))
-                     + f", indexer top {topk}, {streams} residual streams")
+    family = FAMILIES[tiny.family]
+    parts += family.tiny_label_parts(tiny)
     parts.append(f"{sum(b.repeat for b in tiny.root.child('blocks').children)} blocks")
-    if "vision_hidden_size" in v:  # a vision tower beside the text model (Gemma 3)
-        tower = next(c for c in tiny.root.children if c.key == "vision_tower" or c.program in ("vision_tower", "moonvit_tower"))
-        parts.append(f"vision tower d {v['vision_hidden_size']} with {tower.child('encoder').repeat} blocks")
-    if "vit_hidden_size" in v:  # Qwen3.5's vision tower
-        tower = next(c for c in tiny.root.children if c.program == "qwen_vision_tower")
-        parts.append(f"vision tower d {v['vit_hidden_size']} with {tower.child('blocks').repeat} blocks")
+    parts += family.tiny_label_towers(tiny)
     return "tiny config: " + ", ".join(parts) + ", float32 random weights"
 
 

@@ -19,6 +19,24 @@ def test_role_totals_partition_every_models_parameters(builds):
         assert totals.values["Other"] == 0, mb.slug  # every stored parameter has a named role
 
 
+def test_a_part_declares_its_row_beside_its_program(builds):
+    """A new part names its compare row where its program is registered, so no table elsewhere can forget it."""
+    from dataclasses import replace
+
+    from explorer.compare import ROLES, role_of
+    from explorer.components.base import COMPARISON_ROLES, PROGRAMS, program
+
+    assert set(COMPARISON_ROLES.values()) <= set(ROLES)
+    part = replace(next(iter(builds.values())).spec.root, program="a_new_part")
+    assert role_of((), part) == "Other"
+    try:
+        program("a_new_part", role="Norms")(lambda comp, run, x: [x])
+        assert role_of((), part) == "Norms"
+    finally:
+        PROGRAMS.pop("a_new_part", None)
+        COMPARISON_ROLES.pop("a_new_part", None)
+
+
 def test_rows_sum_to_the_totals_difference_for_every_pair(builds):
     totals = {slug: role_totals(mb.spec, mb.ledger) for slug, mb in builds.items()}
     for a, b in itertools.combinations(sorted(builds), 2):

@@ -153,6 +153,13 @@ def test_wrong_top_k_fails(specs, monkeypatch):
     fails(specs, "attn.compressor.indexer: max |Δ|")
 
 
+def test_indexer_heads_not_weighted_fail(specs, monkeypatch):
+    """The indexer's scores are dsa.py's weighted ReLU over its compressed keys: summing the heads unweighted picks
+    other entries."""
+    monkeypatch.setattr(compressed_attention, "weigh_heads", lambda w, S: S.sum(dim=2))
+    fails(specs, "attn.compressor.indexer: max |Δ|")
+
+
 def test_sigmoid_scores_fail(specs, monkeypatch):
     monkeypatch.setattr(moe, "scores", lambda z, scoring: torch.sigmoid(z))
     fails(specs, "blocks.csa.moe.router: max |Δ|")

@@ -206,8 +206,16 @@ def _registered(registry: dict[str, Any], name: str, fn: Any) -> Any:
     return fn
 
 
-def program(name: str) -> Callable[[Program], Program]:
-    """Register the torch program that computes components whose `program` is `name`."""
+COMPARISON_ROLES: dict[str, str] = {}
+"""Program name -> the row of the compare pages (explorer/compare.py ROLES) that counts the parameters of components
+running it and of everything inside them; a program without one counts in its nearest such ancestor's row."""
+
+
+def program(name: str, role: str | None = None) -> Callable[[Program], Program]:
+    """Register the torch program that computes components whose `program` is `name`, and the compare row (`role`)
+    of a part that is a whole mechanism (an attention, an MLP, a norm), declared here so no part is left out."""
+    if role is not None:
+        COMPARISON_ROLES[name] = role
     return lambda fn: _registered(PROGRAMS, name, fn)
 
 

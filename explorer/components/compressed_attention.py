@@ -29,6 +29,7 @@ from ..spec.types import Citation, Component, Dim, IndexRange, Port, Shape, Step
 from .attention import window_mask
 from .base import B, Ctx, Run, T, ctx_colour, fmt_eps, k, options, program, q, reference_call, run_child
 from .base import v as v_
+from .dsa import relu_scores, weigh_heads
 from .linear import linear
 from .norms import NormOptions, apply_norm, rmsnorm
 from .rope import RopeOptions, inverse_frequencies
@@ -186,15 +187,19 @@ def indexer(ctx: Ctx, *, prefix: str, ranges: tuple[IndexRange, ...], x: Port, c
 
 
 def select(run: Run, o: IndexerOptions, x: torch.Tensor, c_q: torch.Tensor) -> torch.Tensor:
-    """The top-k selection as a [B, T, n] 0/1 mask of valid (closed) entries; run is the indexer's."""
+    """The top-k selection as a [B, T, n] 0/1 mask of valid (closed) entries; run is the indexer's.
+
+    The scores are DeepSeek Sparse Attention's (dsa.relu_scores, weigh_heads: the same weighted ReLU of query-key
+    products); the rest is V4's own: the keys are pooled windows (compress), not a projection of every token, the
+    queries rotate their last features at V4's frequencies, not their first, and only closed entries compete, so
+    the selection is a 0/1 mask over entries rather than dsa's additive mask over tokens."""
     keys = compress(run.child(prefix="i-"), o.compressor, x)                      # [B, n, d_I]
     Bn, Tn, _ = x.shape
     positions = torch.arange(Tn, device=x.device)
     qI = F.linear(c_q, run.w("q_b_proj.weight")).view(Bn, Tn, o.heads, o.head_dim)
     qI = run.rec("iq", rotate_tail(qI, angles(o.compressor.rope, positions)))
     w = run.rec("iw", F.linear(x, run.w("scorer.weights_proj.weight")).float() * o.heads ** -0.5)
-    s = F.relu(torch.einsum("bthd,bnd->bthn", qI.float(), keys.float())) * o.head_dim ** -0.5
-    scores = run.rec("iscores", (s * w[..., None]).sum(dim=2))                    # [B, T, n]
+    scores = run.rec("iscores", weigh_heads(w, relu_scores(qI, keys, o.head_dim ** -0.5)))  # [B, T, n]
     ok = visible(o.compressor.ratio, Tn, keys.shape[1], x.device)
     scores = scores.masked_fill(~ok, float("-inf"))
     picked = scores.topk(min(o.topk, keys.shape[1]), dim=-1).indices
@@ -495,7 +500,7 @@ def attend_v4(comp: Component, run: Run, x: torch.Tensor, M: torch.Tensor) -> to
     return run_child(comp, "o_b_proj", run, u.flatten(2))
 
 
-@program("v4_attention")
+@program("v4_attention", role="Attention")
 def run_v4_attention(comp: Component, run: Run, x: torch.Tensor, M: torch.Tensor) -> list[torch.Tensor]:
     return [run.rec("v4-attn", attend_v4(comp, run, x, M))]
 

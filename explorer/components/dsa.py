@@ -181,12 +181,22 @@ def relu(x: torch.Tensor) -> torch.Tensor:
     return F.relu(x)
 
 
+def relu_scores(Q: torch.Tensor, K: torch.Tensor, scale: float) -> torch.Tensor:
+    """S [B, T, H, S_k]: ReLU(scale · Q_h·K_s) for queries Q [B, T, H, d] and keys K [B, S_k, d] shared by the heads
+    (DeepSeek-V4's indexer scores its compressed keys with it too)."""
+    return relu(torch.matmul(Q.float(), K.float().transpose(-1, -2).unsqueeze(1)) * scale)
+
+
+def weigh_heads(w: torch.Tensor, S: torch.Tensor) -> torch.Tensor:
+    """I [B, T, S_k] = Σ_h w_h S_h for head weights w [B, T, H]."""
+    return torch.matmul(w.float().unsqueeze(-2), S).squeeze(-2)
+
+
 def index_scores(run: Run, o: IndexerOptions, Q: torch.Tensor, K: torch.Tensor, w: torch.Tensor,
                  M: torch.Tensor) -> torch.Tensor:
     """I [B, T, T]: Σ_h w_h ReLU(τ_I Q_h·K) plus the causal mask; Q [B, T, H, d], K [B, T, d], w [B, T, H]."""
-    S = run.rec("idx-relu", relu(torch.matmul(Q.float(), K.float().transpose(-1, -2).unsqueeze(1)) * o.scale))
-    I = torch.matmul(w.float().unsqueeze(-2), S).squeeze(-2)                      # [B, T, T]
-    return run.rec("idx-scores", I + M)
+    S = run.rec("idx-relu", relu_scores(Q, K, o.scale))
+    return run.rec("idx-scores", weigh_heads(w, S) + M)
 
 
 def select(run: Run, o: IndexerOptions, I: torch.Tensor) -> torch.Tensor:
@@ -216,7 +226,7 @@ def run_indexer(comp: Component, run: Run, x: torch.Tensor, c_q: torch.Tensor, a
     return [select(run, o, I)]
 
 
-@program("dsa")
+@program("dsa", role="Attention")
 def run_dsa(comp: Component, run: Run, x: torch.Tensor, angles: torch.Tensor, M: torch.Tensor) -> list[torch.Tensor]:
     o = options(comp, MLAOptions)
     hidden = run.child(prefix="_")  # the query latent again, as the indexer reads it (MLA records its own)

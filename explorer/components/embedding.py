@@ -87,12 +87,12 @@ def lookup(run: Run, ids: torch.Tensor, module: str, opts: EmbeddingOptions) -> 
     return x * torch.tensor(opts.scale, dtype=x.dtype) if opts.scale != 1.0 else x
 
 
-@program("embedding")
+@program("embedding", role="Token embedding")
 def run_embedding(comp: Component, run: Run, ids: torch.Tensor) -> list[torch.Tensor]:
     return [run.rec("lookup", lookup(run, ids, "", options(comp, EmbeddingOptions)))]
 
 
-@program("head")
+@program("head", role="LM head")
 def run_head(comp: Component, run: Run, x: torch.Tensor) -> list[torch.Tensor]:
     return [run.rec("logits", F.linear(x, run.w("weight")))]
 
@@ -114,7 +114,7 @@ def positions(ctx: Ctx, key: str, title: str, *, weight: str, citations: tuple[C
     )
 
 
-@program("positions")
+@program("positions", role="Position embedding")
 def run_positions(comp: Component, run: Run, pos: torch.Tensor) -> list[torch.Tensor]:
     return [run.rec("positions", F.embedding(pos, run.w("weight")))]
 

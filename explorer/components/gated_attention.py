@@ -132,7 +132,7 @@ def gated_attention(ctx: Ctx, *, prefix: str, ranges: tuple[IndexRange, ...], x:
     )
 
 
-@program("gated_attention")
+@program("gated_attention", role="Attention")
 def run_gated_attention(comp: Component, run: Run, x: torch.Tensor, angles: torch.Tensor,
                         M: torch.Tensor) -> list[torch.Tensor]:
     o = options(comp, GatedAttentionOptions)

@@ -400,7 +400,7 @@ def gated_output(comp: Component, run: Run, o: DeltaNetOptions, out: torch.Tenso
     return run_child(comp, "out_proj", run, o_hat.reshape(B_, T_, o.value_dim))
 
 
-@program("gated_deltanet")
+@program("gated_deltanet", role="Linear attention (Gated DeltaNet)")
 def run_gated_deltanet(comp: Component, run: Run, x: torch.Tensor, *_rest: torch.Tensor) -> list[torch.Tensor]:
     """Both forms: the chunked form's output is the layer's (as the reference computes a sequence); the recurrent
     form's is kept as "_recurrent" for the check. Extra inputs (a block's rotary angles and mask) are not used."""

@@ -119,7 +119,7 @@ def gates_of(comp: Component, run: Run, x: torch.Tensor, ids: torch.Tensor) -> t
     return (hash_route(sub, o, x, ids) if router_c.program == "hash_router" else moe_lib.route(sub, o, x))[0]
 
 
-@program("shared_and_routed_moe")
+@program("shared_and_routed_moe", role="Mixture of experts")
 def run_shared_and_routed_moe(comp: Component, run: Run, x: torch.Tensor, ids: torch.Tensor) -> list[torch.Tensor]:
     routed = run_child(comp, "experts", run, x, gates_of(comp, run, x, ids))
     return [run.rec("moe-out", routed + run_child(comp, "shared", run, x, prefix="shared-"))]

@@ -128,7 +128,7 @@ def expand(post: torch.Tensor, comb: torch.Tensor, delta: torch.Tensor, X: torch
     return post.to(X.dtype).unsqueeze(-1) * delta.unsqueeze(-2) + torch.matmul(comb.to(X.dtype).transpose(-1, -2), X)
 
 
-@program("hyper_connection")
+@program("hyper_connection", role="Hyper-connections")
 def run_hyper_connection(comp: Component, run: Run, X: torch.Tensor) -> list[torch.Tensor]:
     pre, post, comb = mixing_weights(run, options(comp, HyperOptions), X)
     return [run.rec("hc-collapse", collapse(pre, X)), post, comb]
@@ -168,7 +168,7 @@ def hyper_head(ctx: Ctx, *, prefix: str, X: Port, o: HyperOptions, citations: tu
     )
 
 
-@program("hyper_head")
+@program("hyper_head", role="Hyper-connections")
 def run_hyper_head(comp: Component, run: Run, X: torch.Tensor) -> list[torch.Tensor]:
     o = options(comp, HyperOptions)
     mixes = flat_norm(run, X, o.norm_eps) @ run.w("hc_fn").float().T

@@ -289,7 +289,7 @@ def run_layer_scores(comp: Component, run: Run, Q, K, V, M) -> list[torch.Tensor
     return [attend(run, options(comp, LayerAttentionOptions), Q, K, V, M)]
 
 
-@program("layer_attention")
+@program("layer_attention", role="Attention")
 def run_layer_attention(comp: Component, run: Run, x: torch.Tensor, angles: torch.Tensor,
                         M: torch.Tensor) -> list[torch.Tensor]:
     o = options(comp, LayerAttentionOptions)

@@ -18,7 +18,7 @@ if TYPE_CHECKING:
 else:  # imported on first use: a build whose torch stages are cached never needs it
     from ..torch_on_first_use import F, torch
 
-from ..spec.types import Citation, Component, Dim, IndexRange, Layout, Port, Step
+from ..spec.types import Citation, Component, Dim, IndexRange, Layout, Port, Shape, Step
 from .base import Ctx, Run, options, program, run_child
 from .linear import linear
 
@@ -118,7 +118,7 @@ def gated(run: Run, comp: Component, x: torch.Tensor, act: Activation) -> torch.
     return run_child(comp, down_c.key, run, h)
 
 
-@program("gated_mlp")
+@program("gated_mlp", role="Feed-forward (dense)")
 def run_gated_mlp(comp: Component, run: Run, x: torch.Tensor) -> list[torch.Tensor]:
     return [run.rec("swiglu", gated(run, comp, x, options(comp, MLPOptions).act))]
 
@@ -151,7 +151,33 @@ def plain_mlp(ctx: Ctx, key: str, *, prefix: str, ranges: tuple[IndexRange, ...]
     )
 
 
-@program("plain_mlp")
+def tower_mlp(ctx: Ctx, *, prefix: str, ranges: tuple[IndexRange, ...], x: Port, y: Port, hidden: Shape,
+              sizes: tuple[str, str], names: tuple[str, str], calls: tuple[str, str], code: str,
+              citations: tuple[Citation, ...]) -> Component:
+    """fc2(GELU_tanh(fc1 x + b1)) + b2, the MLP of the vision towers (SigLIP, MoonViT, Qwen3.5's): `sizes` the config
+    keys of the width and the expanded width, `hidden` the expanded activations' shape, `names` the two linears,
+    `calls` how the reference calls them."""
+    D, F_ = ctx.sym(sizes[0]), ctx.sym(sizes[1])
+    ff, d = ctx.dim(sizes[1]), ctx.size(sizes[0])
+    g = Port("g", hidden, "g")
+    fc1 = linear(ctx, names[0], "Expansion", weight=prefix + names[0] + ".weight", ranges=ranges, d_in=D, d_out=F_,
+                 out_dim=ff, x=x, y=g, equation=rf"g={x.latex}W_1+b_1", code=calls[0], bias=True,
+                 description=f"Expand {d:,} features to {ff.size:,}.")
+    fc2 = linear(ctx, names[1], "Projection back", weight=prefix + names[1] + ".weight", ranges=ranges, d_in=F_,
+                 d_out=D, out_dim=ctx.dim(sizes[0]), x=Port("h", g.shape, "h"), y=y, equation=rf"{y.latex}=hW_2+b_2",
+                 code=calls[1], bias=True, description=f"Project {ff.size:,} features back to {d:,}.")
+    steps = (fc1.steps[0], Step(r"h=\operatorname{GELU}_{\tanh}(g)", g.shape, "gelu"), fc2.steps[0])
+    return Component(
+        key="mlp", title="MLP", kind="learned", code=code,
+        description=f"Expand to {ff.size:,} features, apply GELU (tanh approximation), project back to {d:,}.",
+        inputs=(x,), outputs=(y,),
+        equations=(Step(rf"{y.latex}=\operatorname{{GELU}}_{{\tanh}}({x.latex}W_1+b_1)W_2+b_2", y.shape, "mlp"),),
+        steps=steps, children=(fc1, fc2), citations=citations, program="plain_mlp",
+        options=MLPOptions("gelu_tanh", False),
+    )
+
+
+@program("plain_mlp", role="Feed-forward (dense)")
 def run_plain_mlp(comp: Component, run: Run, x: torch.Tensor) -> list[torch.Tensor]:
     fc_c, proj_c = comp.children
     g = run_child(comp, fc_c.key, run, x)

@@ -275,7 +275,7 @@ def moe(ctx: Ctx, *, x: Port, y_latex: str, router_c: Component, expert: Compone
     )
 
 
-@program("moe")
+@program("moe", role="Mixture of experts")
 def run_moe(comp: Component, run: Run, x: torch.Tensor) -> list[torch.Tensor]:
     o = options(comp, MoEOptions)
     router_c, expert = comp.child("router"), comp.child("expert")

@@ -32,7 +32,7 @@ else:  # imported on first use: a build whose torch stages are cached never need
 from ..spec.types import Citation, Component, Dim, IndexRange, Port, Shape, Step
 from .base import Ctx, Run, options, program, reference_call, relative_module, run_child
 from .linear import linear
-from .mlp import MLPOptions
+from .mlp import tower_mlp
 from .norms import layernorm
 
 KIMI_FILE = "models/kimi_k25/modeling_kimi_k25.py"
@@ -157,26 +157,12 @@ def attention(ctx: Ctx, *, prefix: str, ranges: tuple[IndexRange, ...], x: Port,
 
 def mlp(ctx: Ctx, *, prefix: str, ranges: tuple[IndexRange, ...], x: Port, y: Port, grid: ImageGrid) -> Component:
     """fc2(GELU_tanh(fc1 x + b1)) + b2."""
-    D, F_ = ctx.sym("vision_hidden_size"), ctx.sym("vision_intermediate_size")
-    ff, d = ctx.dim("vision_intermediate_size"), ctx.size("vision_hidden_size")
-    g = Port("g", _hidden(ctx, grid, "vision_intermediate_size"), "g")
-    h = Port("h", g.shape, "h")
-    fc1 = linear(ctx, "fc1", "Expansion", weight=prefix + "fc1.weight", ranges=ranges, d_in=D, d_out=F_, out_dim=ff,
-                 x=x, y=g, equation=rf"g={x.latex}W_1+b_1", code="self.fc1(x)", bias=True,
-                 description=f"Expand {d:,} features to {ff.size:,}.")
-    fc2 = linear(ctx, "fc2", "Projection back", weight=prefix + "fc2.weight", ranges=ranges, d_in=F_, d_out=D,
-                 out_dim=ctx.dim("vision_hidden_size"), x=h, y=y, equation=rf"{y.latex}=hW_2+b_2",
-                 code="self.fc2(x)", bias=True, description=f"Project {ff.size:,} features back to {d:,}.")
-    steps = (fc1.steps[0], Step(r"h=\operatorname{GELU}_{\tanh}(g)", g.shape, "gelu"), fc2.steps[0])
-    return Component(
-        key="mlp", title="MLP", kind="learned", code="Kimi_K25VisionMLP(hidden_size, intermediate_size, hidden_act)",
-        description=f"Expand to {ff.size:,} features, apply GELU (tanh approximation), project back to {d:,}.",
-        inputs=(x,), outputs=(y,),
-        equations=(Step(rf"{y.latex}=\operatorname{{GELU}}_{{\tanh}}({x.latex}W_1+b_1)W_2+b_2", y.shape, "mlp"),),
-        steps=steps, children=(fc1, fc2), citations=(kimi("The MLP is fc2(act(fc1 x)) with hidden_act "
-                                                         "gelu_pytorch_tanh.", "Kimi_K25VisionMLP"),),
-        program="plain_mlp", options=MLPOptions("gelu_tanh", False),
-    )
+    return tower_mlp(ctx, prefix=prefix, ranges=ranges, x=x, y=y, hidden=_hidden(ctx, grid, "vision_intermediate_size"),
+                     sizes=("vision_hidden_size", "vision_intermediate_size"), names=("fc1", "fc2"),
+                     calls=("self.fc1(x)", "self.fc2(x)"),
+                     code="Kimi_K25VisionMLP(hidden_size, intermediate_size, hidden_act)",
+                     citations=(kimi("The MLP is fc2(act(fc1 x)) with hidden_act gelu_pytorch_tanh.",
+                                     "Kimi_K25VisionMLP"),))
 
 
 def block(ctx: Ctx, *, prefix: str, layers: int, o: MoonViTOptions, eps: float) -> Component:
@@ -341,7 +327,7 @@ def merge_groups(v: torch.Tensor, grid: ImageGrid) -> torch.Tensor:
     return blocks.transpose(1, 2).reshape(grid.tokens, grid.merge_h * grid.merge_w, D)
 
 
-@program("moonvit_tower")
+@program("moonvit_tower", role="Vision tower and projector")
 def run_tower(comp: Component, run: Run, pixels: torch.Tensor) -> list[torch.Tensor]:
     o = options(comp, MoonViTOptions)
     z = run_child(comp, "patch_embed", run, pixels)
@@ -353,7 +339,7 @@ def run_tower(comp: Component, run: Run, pixels: torch.Tensor) -> list[torch.Ten
     return [run.rec("merge", merge_groups(v, o.grid))]
 
 
-@program("kimi_projector")
+@program("kimi_projector", role="Vision tower and projector")
 def run_projector(comp: Component, run: Run, u: torch.Tensor) -> list[torch.Tensor]:
     u_hat = run_child(comp, "pre_norm", run, u)
     s = run.rec("concat", u_hat.flatten(1))
@@ -387,18 +373,14 @@ def call_patch_embed(comp: Component, ref, model, inputs, run: Run, ours: torch.
 
 @reference_call("moonvit_attention")
 def call_attention(comp: Component, ref, model, inputs, run: Run, ours: torch.Tensor):
+    """The attention and the whole block take the same arguments: the image's patch bounds and its axial rotary."""
     (x,) = inputs
     g = options(comp, MoonViTOptions).grid
     return ours, ref(x, cu_seqlens=_cu_seqlens(g), position_embeddings=_reference_rotary(model, g, x)), \
         "one image: attention over all its patches"
 
 
-@reference_call("moonvit_block")
-def call_block(comp: Component, ref, model, inputs, run: Run, ours: torch.Tensor):
-    (x,) = inputs
-    g = options(comp, MoonViTOptions).grid
-    return ours, ref(x, cu_seqlens=_cu_seqlens(g), position_embeddings=_reference_rotary(model, g, x)), \
-        "one image: attention over all its patches"
+reference_call("moonvit_block")(call_attention)
 
 
 @reference_call("moonvit_tower")

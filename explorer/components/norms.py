@@ -77,6 +77,6 @@ def apply_norm(run: Run, name: str, x: torch.Tensor, opts: NormOptions, module: 
     return run.rec(name, w * y.to(x.dtype))
 
 
-@program("norm")
+@program("norm", role="Norms")
 def run_norm(comp: Component, run: Run, x: torch.Tensor) -> list[torch.Tensor]:
     return [apply_norm(run, comp.steps[0].name, x, options(comp, NormOptions), "")]

@@ -77,7 +77,7 @@ def route(run: Run, o: ScaledRouterOptions, x: torch.Tensor) -> torch.Tensor:
     return run.rec("gates", kept / kept.sum(-1, keepdim=True) * run.w("per_expert_scale").float())
 
 
-@program("scaled_router")
+@program("scaled_router", role="Mixture of experts")
 def run_scaled_router(comp: Component, run: Run, x: torch.Tensor) -> list[torch.Tensor]:
     return [route(run, options(comp, ScaledRouterOptions), x)]
 
@@ -113,7 +113,7 @@ def halves_experts(ctx: Ctx, *, prefix: str, ranges: tuple[IndexRange, ...], x: 
     )
 
 
-@program("halves_experts")
+@program("halves_experts", role="Mixture of experts")
 def run_halves_experts(comp: Component, run: Run, x: torch.Tensor, G: torch.Tensor) -> list[torch.Tensor]:
     o = options(comp, HalvesExpertsOptions)
     gu = run.rec("gate-up", torch.einsum("btd,eod->bteo", x, run.w("gate_up_proj")))

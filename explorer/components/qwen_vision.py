@@ -26,7 +26,7 @@ else:  # imported on first use: a build whose torch stages are cached never need
 from ..spec.types import Citation, Component, Dim, IndexRange, Port, Shape, Step
 from .base import Ctx, Reference, Run, options, program, reference_call, relative_module, run_child
 from .linear import linear
-from .mlp import MLPOptions
+from .mlp import tower_mlp
 from .norms import layernorm
 
 LABELS = {"vit_hidden_size": "d_vision", "vit_intermediate_size": "d_ff_vision", "vit_patch_values": "patch_values",
@@ -116,24 +116,10 @@ def vision_attention(ctx: Ctx, o: VisionOptions, *, prefix: str, ranges: tuple[I
 
 def vision_mlp(ctx: Ctx, o: VisionOptions, *, prefix: str, ranges: tuple[IndexRange, ...], x: Port,
                y: Port, cite: Citation) -> Component:
-    D, F_ = ctx.sym("vit_hidden_size"), ctx.sym("vit_intermediate_size")
-    ff, d = ctx.dim("vit_intermediate_size"), ctx.size("vit_hidden_size")
-    g = Port("g", _patches(ctx, o, "vit_intermediate_size"), "g")
-    fc1 = linear(ctx, "linear_fc1", "Expansion", weight=prefix + "linear_fc1.weight", ranges=ranges, d_in=D,
-                 d_out=F_, out_dim=ff, x=x, y=g, equation=rf"g={x.latex}W_1+b_1", bias=True,
-                 code="self.linear_fc1(hidden_state)", description=f"Expand {d:,} features to {ff.size:,}.")
-    fc2 = linear(ctx, "linear_fc2", "Projection back", weight=prefix + "linear_fc2.weight", ranges=ranges, d_in=F_,
-                 d_out=D, out_dim=ctx.dim("vit_hidden_size"), x=Port("h", g.shape, "h"), y=y,
-                 equation=rf"{y.latex}=hW_2+b_2", bias=True, code="self.linear_fc2(...)",
-                 description=f"Project {ff.size:,} features back to {d:,}.")
-    steps = (fc1.steps[0], Step(r"h=\operatorname{GELU}_{\tanh}(g)", g.shape, "gelu"), fc2.steps[0])
-    return Component(
-        key="mlp", title="MLP", kind="learned", code="Qwen3_5VisionMLP(config)",
-        description=f"Expand to {ff.size:,} features, apply GELU (tanh approximation), project back to {d:,}.",
-        inputs=(x,), outputs=(y,), equations=(Step(rf"{y.latex}=\operatorname{{GELU}}_{{\tanh}}({x.latex}W_1+b_1)"
-                                                   r"W_2+b_2", y.shape, "mlp"),),
-        steps=steps, children=(fc1, fc2), program="plain_mlp", options=MLPOptions("gelu_tanh", False), citations=(cite,),
-    )
+    return tower_mlp(ctx, prefix=prefix, ranges=ranges, x=x, y=y, hidden=_patches(ctx, o, "vit_intermediate_size"),
+                     sizes=("vit_hidden_size", "vit_intermediate_size"), names=("linear_fc1", "linear_fc2"),
+                     calls=("self.linear_fc1(hidden_state)", "self.linear_fc2(...)"), code="Qwen3_5VisionMLP(config)",
+                     citations=(cite,))
 
 
 def vision_block(ctx: Ctx, o: VisionOptions, *, prefix: str, depth: int, cite: Citation,
@@ -299,7 +285,7 @@ def run_merger(comp: Component, run: Run, z: torch.Tensor) -> list[torch.Tensor]
     return [run_child(comp, "linear_fc2", run, run.rec("gelu", F.gelu(g)))]
 
 
-@program("qwen_vision_tower")
+@program("qwen_vision_tower", role="Vision tower and projector")
 def run_vision_tower(comp: Component, run: Run, pixels: torch.Tensor) -> list[torch.Tensor]:
     z = run_child(comp, "patch_embed", run, pixels)
     z = run_child(comp, "pos_embed", run, z)

@@ -193,7 +193,7 @@ def _steps(ctx: Ctx, children: list[Component], o: ShapedAttentionOptions, heads
     return tuple(steps + list(by_key["scores"].steps[1:]) + list(by_key["o_proj"].steps))
 
 
-@program("shaped_attention")
+@program("shaped_attention", role="Attention")
 def run_shaped_attention(comp: Component, run: Run, x: torch.Tensor, angles: torch.Tensor,
                          M: torch.Tensor) -> list[torch.Tensor]:
     o = options(comp, ShapedAttentionOptions)

@@ -39,7 +39,7 @@ def softcapped(head: Component, cap: float, citation: Citation) -> Component:
                    extras=head.extras + (("soft cap c", c),))
 
 
-@program("softcapped_head")
+@program("softcapped_head", role="LM head")
 def run_softcapped_head(comp: Component, run: Run, x: torch.Tensor) -> list[torch.Tensor]:
     cap = options(comp, SoftcapOptions).cap
     raw = run.rec("logits", F.linear(x, run.w("weight")))

@@ -31,7 +31,7 @@ from .base import (
     run_child,
 )
 from .linear import linear
-from .mlp import MLPOptions
+from .mlp import tower_mlp
 from .norms import layernorm, rmsnorm
 
 SIGLIP_FILE = "models/siglip/modeling_siglip.py"
@@ -121,25 +121,10 @@ def vision_attention(ctx: Ctx, *, prefix: str, ranges: tuple[IndexRange, ...], x
 
 def vision_mlp(ctx: Ctx, *, prefix: str, ranges: tuple[IndexRange, ...], x: Port, y: Port) -> Component:
     """fc2(GELU_tanh(fc1 x + b1)) + b2, as SigLIP's MLP."""
-    D, F_ = ctx.sym("vision_hidden_size"), ctx.sym("vision_intermediate_size")
-    ff, d = ctx.dim("vision_intermediate_size"), ctx.size("vision_hidden_size")
-    g = Port("g", _patch_shape(ctx, "vision_intermediate_size"), "g")
-    h = Port("h", g.shape, "h")
-    fc1 = linear(ctx, "fc1", "Expansion", weight=prefix + "fc1.weight", ranges=ranges, d_in=D, d_out=F_, out_dim=ff,
-                 x=x, y=g, equation=rf"g={x.latex}W_1+b_1", code="self.fc1(hidden_states)", bias=True,
-                 description=f"Expand {d:,} features to {ff.size:,}.")
-    fc2 = linear(ctx, "fc2", "Projection back", weight=prefix + "fc2.weight", ranges=ranges, d_in=F_, d_out=D,
-                 out_dim=ctx.dim("vision_hidden_size"), x=h, y=y, equation=rf"{y.latex}=hW_2+b_2",
-                 code="self.fc2(hidden_states)", bias=True, description=f"Project {ff.size:,} features back to {d:,}.")
-    steps = (fc1.steps[0], Step(r"h=\operatorname{GELU}_{\tanh}(g)", g.shape, "gelu"), fc2.steps[0])
-    return Component(
-        key="mlp", title="MLP", kind="learned", code="SiglipMLP(config)",
-        description=f"Expand to {ff.size:,} features, apply GELU (tanh approximation), project back to {d:,}.",
-        inputs=(x,), outputs=(y,),
-        equations=(Step(rf"{y.latex}=\operatorname{{GELU}}_{{\tanh}}({x.latex}W_1+b_1)W_2+b_2", y.shape, "mlp"),),
-        steps=steps, children=(fc1, fc2), citations=(siglip("The MLP is fc2(act(fc1 x)).", "SiglipMLP"),),
-        program="plain_mlp", options=MLPOptions("gelu_tanh", False),
-    )
+    return tower_mlp(ctx, prefix=prefix, ranges=ranges, x=x, y=y, hidden=_patch_shape(ctx, "vision_intermediate_size"),
+                     sizes=("vision_hidden_size", "vision_intermediate_size"), names=("fc1", "fc2"),
+                     calls=("self.fc1(hidden_states)", "self.fc2(hidden_states)"), code="SiglipMLP(config)",
+                     citations=(siglip("The MLP is fc2(act(fc1 x)).", "SiglipMLP"),))
 
 
 def vision_block(ctx: Ctx, *, prefix: str, layers: int, heads: int, eps: float) -> Component:
@@ -261,7 +246,7 @@ def run_vision_block(comp: Component, run: Run, x: torch.Tensor) -> list[torch.T
     return [run.rec("residual-ffn", x_mid + run_child(comp, "mlp", run, run_child(comp, "layer_norm2", run, x_mid)))]
 
 
-@program("vision_tower")
+@program("vision_tower", role="Vision tower and projector")
 def run_vision_tower(comp: Component, run: Run, pixels: torch.Tensor) -> list[torch.Tensor]:
     z = run_child(comp, "embeddings", run, pixels)
     block = comp.child("encoder")
@@ -272,7 +257,7 @@ def run_vision_tower(comp: Component, run: Run, pixels: torch.Tensor) -> list[to
     return [run_child(comp, "post_layernorm", run, z)]
 
 
-@program("projector")
+@program("projector", role="Vision tower and projector")
 def run_projector(comp: Component, run: Run, v: torch.Tensor) -> list[torch.Tensor]:
     o = options(comp, ProjectorOptions)
     B_, _, D = v.shape

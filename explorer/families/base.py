@@ -122,6 +122,15 @@ class Family:
         """Config symbol -> value for the formulas (override to add derived sizes such as head_dim)."""
         return {n: getattr(config, n) for n in self.symbols}
 
+    def tiny_label_parts(self, tiny: ModelSpec) -> tuple[str, ...]:
+        """How the tiny config exercises this family's own layer mechanisms (a scan's chunks, a compressor's
+        rates), for the executed checks' label after the sizes every family shares (explorer/execute.py)."""
+        return ()
+
+    def tiny_label_towers(self, tiny: ModelSpec) -> tuple[str, ...]:
+        """The tiny config's modules beside the text blocks (a vision tower), for the same label after the blocks."""
+        return ()
+
     def variant_module_name(self, name: str) -> str:
         """The name a quantizer's exclude or ignore list sees for the module `name` (the reference's module name):
         the same unless the checkpoint names it otherwise (explorer/variants.py)."""
@@ -170,6 +179,12 @@ def value_problems(raw: dict[str, Any], path: str = "") -> list[str]:
             if not low <= value <= LIMITS[key]:
                 out.append(f"key '{name}': must be an integer in {low}..{LIMITS[key]:,}, got {value!r}")
     return out
+
+
+def tower_label(tiny: ModelSpec, width_key: str, tower_key: str = "vision_tower", blocks_key: str = "encoder") -> str:
+    """A vision tower's part of the tiny label: its width and how many encoder blocks the tiny config keeps."""
+    tower = tiny.root.child(tower_key)
+    return f"vision tower d {tiny.values[width_key]} with {tower.child(blocks_key).repeat} blocks"
 
 
 def rule_problems(rules: list[tuple[bool, str, str]]) -> list[str]:
@@ -252,7 +267,7 @@ def reference_config(config: Any, skip: tuple[str, ...]) -> dict[str, Any]:
     for f in dataclasses.fields(config):
         if f.name in skip:
             continue
-        value = _reference_value(getattr(config, f.name))
+        value = as_published(getattr(config, f.name))
         inner = tuple(s.partition(".")[2] for s in skip if s.startswith(f.name + "."))
         if inner and isinstance(value, dict):  # a dotted entry ("text_config.quantization_config") skips a nested key
             value = {k: x for k, x in value.items() if k not in inner}
@@ -260,9 +275,10 @@ def reference_config(config: Any, skip: tuple[str, ...]) -> dict[str, Any]:
     return out
 
 
-def _reference_value(value: Any) -> Any:
-    """Nested config tables (Gemma 3's text_config, its rope_scaling) as dicts without their unset keys."""
+def as_published(value: Any) -> Any:
+    """A config value as config.json would hold it: nested tables (Gemma 3's text_config, its rope_scaling) as dicts
+    without their unset keys, tuples as lists; for the reference config class and for families' tiny configs."""
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {f.name: _reference_value(getattr(value, f.name)) for f in dataclasses.fields(value)
+        return {f.name: as_published(getattr(value, f.name)) for f in dataclasses.fields(value)
                 if getattr(value, f.name) is not None}
     return list(value) if isinstance(value, tuple) else value

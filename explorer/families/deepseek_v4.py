@@ -11,7 +11,7 @@ models/deepseek_v4/modeling_deepseek_v4.py (the reference binding). The multi-to
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 from ..components import Ctx, Reference
@@ -35,13 +35,14 @@ from ..components.moe import RouterOptions, router
 from ..components.norms import rmsnorm
 from ..components.rope import RopeOptions
 from ..spec.storage import MXFP4, BlockFP8, Dense, Storage
-from ..spec.types import Citation, Component, Shape
+from ..spec.types import Citation, Component, ModelSpec, Shape
 from .base import (
     DIM_LABELS,
     Family,
     PublishedMetadata,
     ReferenceBinding,
     RopeScaling,
+    as_published,
     rope_options,
     rope_scaling_problems,
     rule_problems,
@@ -317,12 +318,10 @@ class DeepseekV4(Family):
                                    _cite("The hash router scores every expert with the learned gate but takes the "
                                          "experts from tid2eid[input_ids].", "HashRouter"),))
         else:
-            gate = router(ctx, weight=prefix + "gate.weight", ranges=ranges, x=x, o=ro, code="DeepseekV4TopKRouter(config)",
-                          citations=(_cite("The router picks the top k of score + e_score_correction_bias and weights "
-                                           "them by their renormalised scores × routed_scaling_factor.", "TopKRouter"),))
             # the correction bias is a persistent buffer in the reference, not a trained parameter
-            gate = replace(gate, tensors=tuple(replace(t, role="buffer") if t.template.endswith("correction_bias")
-                                               else t for t in gate.tensors))
+            gate = router(ctx, weight=prefix + "gate.weight", ranges=ranges, x=x, o=ro, code="DeepseekV4TopKRouter(config)",
+                          bias_role="buffer", citations=(_cite("The router picks the top k of score + e_score_correction_bias and weights "
+                                           "them by their renormalised scores × routed_scaling_factor.", "TopKRouter"),))
         limit = c.swiglu_limit
         experts = clamped_experts(
             ctx, prefix=prefix + "experts.", ranges=ranges, x=x, gates=gate.outputs[0], k=k,
@@ -351,7 +350,7 @@ class DeepseekV4(Family):
         experts, and a clamp low enough to bite."""
         kinds = list(dict.fromkeys(self.kinds(c)))
         ratio_of = {v: k_ for k_, v in KINDS.items()}
-        raw = {f.name: _plain(getattr(c, f.name)) for f in dataclasses.fields(c)}
+        raw = {f.name: as_published(getattr(c, f.name)) for f in dataclasses.fields(c)}
         scaling = raw["rope_scaling"]
         if scaling is not None:
             scaling["original_max_position_embeddings"] = 64
@@ -365,6 +364,14 @@ class DeepseekV4(Family):
                    quantization_config=None, bos_token_id=0, eos_token_id=1)
         return raw
 
+    def tiny_label_parts(self, tiny: ModelSpec) -> tuple[str, ...]:
+        """The compressors close windows within the checked sequence at these rates."""
+        c = tiny.config
+        if not c.compress_rates:
+            return ()
+        return ("compress ratios " + " and ".join(str(r) for r in sorted(c.compress_rates.values()))
+                + f", indexer top {c.index_topk}, {c.hc_mult} residual streams",)
+
     def facts(self, c: DeepseekV4Hyperparameters) -> tuple[tuple[str, str], ...]:
         kinds = self.kinds(c)
         attn = [a for a, _ in kinds]
@@ -376,11 +383,6 @@ class DeepseekV4(Family):
                 ("attention heads", f"{c.num_attention_heads} query, 1 shared key-value"),
                 ("residual streams", f"{c.hc_mult}"), ("vocabulary", f"{c.vocab_size:,}"))
 
-
-def _plain(value: Any) -> Any:
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {k: v for k, v in dataclasses.asdict(value).items() if v is not None}
-    return list(value) if isinstance(value, tuple) else value
 
 
 FAMILY = DeepseekV4()

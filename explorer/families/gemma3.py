@@ -33,6 +33,7 @@ from .base import (
     rope_scaling_problems,
     rule_problems,
     stored_dtype,
+    tower_label,
 )
 
 CONFIG_FILE = "models/gemma3/configuration_gemma3.py"
@@ -418,6 +419,9 @@ class Gemma3(Gemma3Text):
         return replace(root, children=root.children + (tower, proj),
                        description=root.description + f" Beside it, a {v.num_hidden_layers}-block SigLIP vision tower "
                        f"and a projector turn an image into {c.mm_tokens_per_image} soft tokens of the text width.")
+
+    def tiny_label_towers(self, tiny: ModelSpec) -> tuple[str, ...]:
+        return (tower_label(tiny, "vision_hidden_size"),)
 
     def tiny_config(self, c: Any) -> dict[str, Any]:
         raw = _as_dict(c)

@@ -38,8 +38,8 @@ from ..components.parallel_moe import (
 )
 from ..components.rope import RopeOptions
 from ..components.softcap import softcapped
-from ..spec.types import Citation, Component, Hyperparameters
-from .base import DIM_LABELS, Family, ReferenceBinding, rule_problems, stored_dtype
+from ..spec.types import Citation, Component, Hyperparameters, ModelSpec
+from .base import DIM_LABELS, Family, ReferenceBinding, rule_problems, stored_dtype, tower_label
 
 REFERENCE = Reference("models/gemma4/modeling_gemma4.py", "Gemma4Text")
 MODEL_REFERENCE = Reference("models/gemma4/modeling_gemma4.py", "Gemma4")
@@ -434,6 +434,9 @@ class Gemma4(Family):
                    vision_config={k: x for k, x in vision.items() if x is not None}, vision_soft_tokens_per_image=4,
                    dtype="float32", audio_config=None)
         return {k: x for k, x in raw.items() if x is not None}
+
+    def tiny_label_towers(self, tiny: ModelSpec) -> tuple[str, ...]:
+        return (tower_label(tiny, "vision_hidden_size"),)
 
     def facts(self, c: Any) -> tuple[tuple[str, str], ...]:
         t = c.text_config

@@ -25,7 +25,7 @@ from ..components.moonvit import ImageGrid, MoonViTOptions, projector, vision_to
 from ..quantization import CompressedTensorsConfig, compressed_tensors_problems, ignored, quantize_linears
 from ..spec.storage import PackQuantized
 from ..spec.types import Citation, Component, ModelSpec
-from .base import ReferenceBinding, rule_problems, stored_dtype
+from .base import ReferenceBinding, rule_problems, stored_dtype, tower_label
 from .deepseek_v3 import DIM_LABELS, DeepseekV3, DeepseekV3Hyperparameters
 from .renames import split_fused_experts
 
@@ -282,6 +282,9 @@ class KimiK25(DeepseekV3):
                 "bos_token_id": 0, "eos_token_id": 1, "pad_token_id": None, "dtype": "float32"}
         # the media token ids stay as published, beyond the tiny vocabulary: text-only checks then see no
         # placeholder (the reference zeroes a placeholder's id before the embedding)
+
+    def tiny_label_towers(self, tiny: ModelSpec) -> tuple[str, ...]:
+        return (tower_label(tiny, "vision_hidden_size"),)
 
     def facts(self, c: Any) -> tuple[tuple[str, str], ...]:
         v = c.vision_config

@@ -31,9 +31,17 @@ from ..components.norms import rmsnorm
 from ..components.rope import RopeOptions
 from ..components.shaped_attention import AttentionShape, shaped_attention
 from ..spec.types import Component
-from .base import DIM_LABELS, Family, PublishedMetadata, ReferenceBinding, rule_problems, stored_dtype
+from .base import (
+    DIM_LABELS,
+    Family,
+    PublishedMetadata,
+    ReferenceBinding,
+    as_published,
+    rule_problems,
+    stored_dtype,
+)
 from .block_fp8 import FP8QuantizationConfig, fp8_block_storage, fp8_problems, keep_named_modules_dense
-from .minimax_m2 import as_published, correction_bias_as_buffer
+from .minimax_m2 import BUFFER_NOTE
 from .renames import split_fused_experts
 
 REFERENCE = Reference("models/mimo_v2_flash/modeling_mimo_v2_flash.py", "MiMoV2Flash")
@@ -306,7 +314,7 @@ class MiMoV2Flash(Family):
         ro = RouterOptions(E, k, "sigmoid", c.norm_topk_prob, c.routed_scaling_factor or 1.0, correction_bias=True,
                            n_group=c.n_group, topk_group=c.topk_group)
         gate = router(ctx, weight=p + "gate.weight", ranges=ranges, x=x, o=ro, code="MiMoV2FlashTopkRouter(config)",
-                      citations=(REFERENCE.cite("The router scores experts with a sigmoid, adds e_score_correction_bias "
+                      bias_role="buffer", citations=(REFERENCE.cite("The router scores experts with a sigmoid, adds e_score_correction_bias "
                                                 "only to choose the top k, and weights the chosen experts by their "
                                                 "scores, normalised when norm_topk_prob is set and multiplied by "
                                                 "routed_scaling_factor.", "TopkRouter"),))
@@ -314,7 +322,8 @@ class MiMoV2Flash(Family):
                                  code="MiMoV2FlashExperts(config)", citations=(
                                      REFERENCE.cite("Each expert is a SwiGLU MLP of width moe_intermediate_size; "
                                                     "transformers fuses the gate and up weights.", "Experts"),))
-        return moe(ctx, x=x, y_latex=y_latex, router_c=correction_bias_as_buffer(gate), expert=experts, shared=None,
+        gate = replace(gate, notes=gate.notes + (BUFFER_NOTE,))
+        return moe(ctx, x=x, y_latex=y_latex, router_c=gate, expert=experts, shared=None,
                    code="MiMoV2FlashMoE(config)", citations=(
                        REFERENCE.cite("The MoE routes each token to its top-k experts and sums their weighted "
                                       "outputs; unlike DeepSeek-V3's it has no shared expert.", "MoE"),))

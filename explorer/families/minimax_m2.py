@@ -27,7 +27,15 @@ from ..components.norms import rmsnorm
 from ..components.rope import RopeOptions
 from ..components.shaped_attention import AttentionShape, shaped_attention
 from ..spec.types import Component
-from .base import DIM_LABELS, Family, PublishedMetadata, ReferenceBinding, rule_problems, stored_dtype
+from .base import (
+    DIM_LABELS,
+    Family,
+    PublishedMetadata,
+    ReferenceBinding,
+    as_published,
+    rule_problems,
+    stored_dtype,
+)
 from .block_fp8 import FP8QuantizationConfig, fp8_block_storage, fp8_problems, keep_named_modules_dense
 from .mixtral import to_checkpoint_names
 
@@ -82,14 +90,9 @@ def rotary_width(c: Any) -> int:
     return c.head_dim if c.rotary_dim is None else int(c.head_dim * (c.rotary_dim / c.head_dim))
 
 
-def correction_bias_as_buffer(gate: Component) -> Component:
-    """The router with its correction bias as transformers registers it: a persistent buffer, stored in the
-    checkpoint beside the parameters but not trained by gradient, so listed apart from the parameter total."""
-    tensors = tuple(replace(t, role="buffer") if t.template.endswith(".e_score_correction_bias") else t
-                    for t in gate.tensors)
-    return replace(gate, tensors=tensors, notes=gate.notes + (
-        "e_score_correction_bias is a persistent buffer: the checkpoint stores it, the parameter total leaves it "
-        "out and lists it beside the parameters.",))
+BUFFER_NOTE = ("e_score_correction_bias is a persistent buffer: the checkpoint stores it, the parameter total leaves "
+               "it out and lists it beside the parameters.")
+"""What the router's page says of a correction bias built with router(..., bias_role="buffer")."""
 
 
 def reference_module(module: str) -> str:
@@ -198,7 +201,7 @@ class MiniMaxM2(Family):
         E, k = c.num_local_experts, c.num_experts_per_tok
         gate = router(ctx, weight=p + "gate.weight", ranges=ranges, x=x, bias_module=p,
                       o=RouterOptions(E, k, "sigmoid", True, correction_bias=True), code="MiniMaxM2TopKRouter(config)",
-                      experts_sym="num_local_experts", citations=(
+                      experts_sym="num_local_experts", bias_role="buffer", citations=(
                           REFERENCE.cite("The router scores every expert with a sigmoid, adds the block's "
                                          "e_score_correction_bias only to choose the top k, and weights the chosen "
                                          "experts by their scores divided by their sum.", "TopKRouter"),
@@ -209,7 +212,7 @@ class MiniMaxM2(Family):
                                  experts_sym="num_local_experts", width="intermediate_size", citations=(
                                      REFERENCE.cite("Each expert is a SwiGLU MLP of width intermediate_size; "
                                                     "transformers fuses w1 and w3 into gate_up_proj.", "Experts"),))
-        gate = replace(correction_bias_as_buffer(gate), reference=module + ".gate")
+        gate = replace(gate, reference=module + ".gate", notes=gate.notes + (BUFFER_NOTE,))
         block = moe(ctx, x=x, y_latex=y_latex, router_c=gate, expert=experts,
                     shared=None, code="MiniMaxM2SparseMoeBlock(config)", citations=(
                         REFERENCE.cite("The sparse MoE block routes each token to its top-k experts and sums their "
@@ -235,12 +238,6 @@ class MiniMaxM2(Family):
                 ("rotary features", f"{rotary_width(c)} of {c.head_dim} per head"),
                 ("vocabulary", f"{c.vocab_size:,}"))
 
-
-def as_published(value: Any) -> Any:
-    """A nested config table as config.json would hold it (keys left unset dropped)."""
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {k: v for k, v in dataclasses.asdict(value).items() if v is not None}
-    return list(value) if isinstance(value, tuple) else value
 
 
 FAMILY = MiniMaxM2()

@@ -35,7 +35,8 @@ from ..components.moe import RouterOptions, router
 from ..components.nope_attention import nope_attention
 from ..components.norms import rmsnorm
 from ..components.relu2_experts import relu2_experts, relu2_mlp, relu2_moe
-from ..spec.types import Component, Dim, Port, Shape
+from ..execution import FREE_SIZES
+from ..spec.types import Component, Dim, ModelSpec, Port, Shape
 from .base import DIM_LABELS, Family, PublishedMetadata, ReferenceBinding, rule_problems, stored_dtype
 
 REFERENCE = Reference("models/nemotron_h/modeling_nemotron_h.py", "NemotronH")
@@ -266,13 +267,11 @@ class NemotronH(Family):
     def moe(self, ctx: Ctx, c: NemotronHHyperparameters, prefix: str, ranges, x: Port, y: Port) -> Component:
         ro = RouterOptions(c.n_routed_experts, c.num_experts_per_tok, "sigmoid", c.norm_topk_prob,
                            c.routed_scaling_factor, correction_bias=True, n_group=c.n_group, topk_group=c.topk_group)
+        # the correction bias is a persistent buffer (nn.Buffer), not a parameter: stored, but not counted
         gate = router(ctx, weight=prefix + "gate.weight", ranges=ranges, x=x, o=ro, code="NemotronHTopkRouter(config)",
-                      citations=(REFERENCE.cite("The router scores experts with a sigmoid, adds "
+                      bias_role="buffer", citations=(REFERENCE.cite("The router scores experts with a sigmoid, adds "
                                                 "e_score_correction_bias for selection only, takes the top k, "
                                                 "normalises and scales by routed_scaling_factor.", "TopkRouter"),))
-        # the correction bias is a persistent buffer (nn.Buffer), not a parameter: stored, but not counted
-        gate = replace(gate, tensors=tuple(replace(t, role="buffer") if t.template.endswith("e_score_correction_bias")
-                                           else t for t in gate.tensors))
         experts = relu2_experts(ctx, prefix=prefix + "experts.", ranges=ranges, x=x, experts=c.n_routed_experts,
                                 k=c.num_experts_per_tok, width="moe_intermediate_size", experts_sym="n_routed_experts",
                                 code="NemotronHExperts(config)", citations=(
@@ -327,6 +326,12 @@ class NemotronH(Family):
                    num_experts_per_tok=k, n_group=n_group, topk_group=topk_group, max_position_embeddings=64,
                    bos_token_id=0, eos_token_id=1, pad_token_id=None)
         return raw
+
+    def tiny_label_parts(self, tiny: ModelSpec) -> tuple[str, ...]:
+        """The Mamba-2 scan: how many chunks the checked sequence crosses."""
+        v, chunk = tiny.values, getattr(tiny.config, "chunk_size", FREE_SIZES["T"])
+        return (f"Mamba-2 {v['mamba_num_heads']} heads × {v['mamba_head_dim']} × state {v['ssm_state_size']}, "
+                f"chunks of {chunk} (T = {FREE_SIZES['T']}: {-(-FREE_SIZES['T'] // chunk)} chunks)",)
 
     def facts(self, c: NemotronHHyperparameters) -> tuple[tuple[str, str], ...]:
         pattern = pattern_of(c)

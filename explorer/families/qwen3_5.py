@@ -30,7 +30,7 @@ from ..components.qwen_vision import LABELS as VISION_LABELS
 from ..components.qwen_vision import VisionOptions, qwen_vision_tower
 from ..components.rope import RopeOptions
 from ..spec.types import Component, Hyperparameters, ModelSpec
-from .base import DIM_LABELS, Family, ReferenceBinding, rule_problems, stored_dtype
+from .base import DIM_LABELS, Family, ReferenceBinding, rule_problems, stored_dtype, tower_label
 from .renames import split_fused_experts
 
 LINEAR, FULL = "linear_attention", "full_attention"
@@ -350,6 +350,14 @@ class Qwen3_5(Family):
                                 "num_position_embeddings": 16, "out_hidden_size": 64}
         raw.update(image_token_id=90, video_token_id=91, vision_start_token_id=92, vision_end_token_id=93)
         return raw
+
+    def tiny_label_parts(self, tiny: ModelSpec) -> tuple[str, ...]:
+        v = tiny.values
+        return (f"DeltaNet {v['linear_num_key_heads']} key and {v['linear_num_value_heads']} value heads, d_k "
+                f"{v['linear_key_head_dim']}, d_v {v['linear_value_head_dim']}",)
+
+    def tiny_label_towers(self, tiny: ModelSpec) -> tuple[str, ...]:
+        return (tower_label(tiny, "vit_hidden_size", tower_key="visual", blocks_key="blocks"),)
 
     def facts(self, c: Any) -> tuple[tuple[str, str], ...]:
         t = c.text_config

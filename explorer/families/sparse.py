@@ -17,7 +17,7 @@ from ..components.embedding import embedding, head
 from ..components.norms import rmsnorm
 from ..spec.storage import Storage
 from ..spec.types import Component
-from .base import DIM_LABELS, Family, rope_options, rule_problems, stored_dtype
+from .base import DIM_LABELS, Family, as_published, rope_options, rule_problems, stored_dtype
 
 LABELS = {**DIM_LABELS, "num_experts": "experts"}
 """Short names of sizes in shapes; Qwen3-MoE counts its experts under num_experts."""
@@ -136,7 +136,7 @@ class SparseMoE(Family):
 
     def tiny_sizes(self, c: Any) -> dict[str, Any]:
         """Small sizes of the same structure: 4 query heads over 2 KV heads, top-2 of 4 experts, 2 blocks."""
-        raw = {f.name: _plain(getattr(c, f.name)) for f in dataclasses.fields(c)}
+        raw = {f.name: as_published(getattr(c, f.name)) for f in dataclasses.fields(c)}
         raw.update(vocab_size=97, hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
                    head_dim=16, max_position_embeddings=256, num_experts_per_tok=2, bos_token_id=0, eos_token_id=1)
         raw[self.experts_key] = 4
@@ -150,9 +150,3 @@ class SparseMoE(Family):
                 ("attention heads", f"{c.num_attention_heads} query, {v['num_key_value_heads']} key/value"),
                 ("vocabulary", f"{c.vocab_size:,}"))
 
-
-def _plain(value: Any) -> Any:
-    """A nested config table as config.json would hold it (keys left unset dropped)."""
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {k: v for k, v in dataclasses.asdict(value).items() if v is not None}
-    return value
