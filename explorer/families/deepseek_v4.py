@@ -367,6 +367,7 @@ class DeepseekV4(Family):
     def tiny_label_parts(self, tiny: ModelSpec) -> tuple[str, ...]:
         """The compressors close windows within the checked sequence at these rates."""
         c = tiny.config
+        assert isinstance(c, DeepseekV4Hyperparameters)
         if not c.compress_rates:
             return ()
         return ("compress ratios " + " and ".join(str(r) for r in sorted(c.compress_rates.values()))
