@@ -82,7 +82,12 @@ class CheckpointRef:
     """Why no revision is pinned (required with revision = "unpinned"; shown on every page of the model)."""
     storage: dict[str, str] = dataclasses.field(default_factory=dict)
     """Stored dtype by tensor-name pattern (fnmatch; the longest matching pattern wins), for a checkpoint that does
-    not store every weight in one dtype (a GGUF file's per-tensor types); its recorded manifest is the evidence."""
+    not store every weight in one dtype (a GGUF file's per-tensor types), or keeps some weights out of the scheme
+    its quantization_config names (DeepSeek-V3's multi-token-prediction eh_proj, stored in BF16 with no scale)."""
+    storage_evidence: dict[str, str] = dataclasses.field(default_factory=dict)
+    """checkpoint.storage pattern -> what shows the checkpoint stores it so, shown beside each tensor it changes;
+    required for every pattern of a model with no recorded manifest (checkpoint.toml), which is otherwise the
+    evidence."""
 
     @property
     def pinned(self) -> bool:
@@ -245,6 +250,7 @@ def load_model_content(folder: Path) -> ModelContent:
             problems.append(f"{path}: key 'checkpoint.source_lines.{symbol}': expected first <= last, "
                             f"got [{first}, {last}]")
     problems += _revision_problems(path, checkpoint) + _storage_problems(path, checkpoint)
+    problems += _storage_evidence_problems(path, checkpoint, (folder / "checkpoint.toml").exists())
     for key in sorted(set(checkpoint.config_nulls if checkpoint else ()) & set(data.get("config", {}))):
         problems.append(f"{path}: key 'checkpoint.config_nulls': '{key}' is listed as null but has a value in [config]")
     if meta is not None and meta.released and not RELEASED.match(meta.released):
@@ -281,6 +287,19 @@ def _storage_problems(path: Path, ref: CheckpointRef | None) -> list[str]:
     known = set(DTYPE_BYTES) | set(ggml_blocks())
     return [f"{path}: key 'checkpoint.storage.\"{pattern}\"': unknown dtype {dtype!r}"
             f"{did_you_mean(dtype, sorted(known))}" for pattern, dtype in sorted(ref.storage.items()) if dtype not in known]
+
+
+def _storage_evidence_problems(path: Path, ref: CheckpointRef | None, manifest: bool) -> list[str]:
+    """Each storage exception says what shows it, unless a recorded manifest does; evidence names a pattern."""
+    if ref is None:
+        return []
+    out = [f"{path}: key 'checkpoint.storage_evidence.\"{p}\"': no such pattern in checkpoint.storage"
+           f"{did_you_mean(p, sorted(ref.storage))}" for p in sorted(set(ref.storage_evidence) - set(ref.storage))]
+    if not manifest:
+        out += [f"{path}: key 'checkpoint.storage_evidence.\"{p}\"': missing (no checkpoint.toml is recorded, so say "
+                "what shows the checkpoint stores these tensors so)" for p in sorted(ref.storage)
+                if not ref.storage_evidence.get(p, "").strip()]
+    return out
 
 
 def load_prose(folder: Path, root: Path) -> dict[str, str]:

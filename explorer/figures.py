@@ -131,6 +131,7 @@ def derive(spec: ModelSpec, ledger: Ledger, stored: Reconciliation | None) -> De
     prefill_attn = sum(c.layers * (c.flops_per_key * _prefill_keys(FLOP_CONTEXT, c)
                                    + c.index_flops_per_key * _keys_seen(FLOP_CONTEXT, c.window)) for c in costs)
     mha_costs = [c for c in costs if c.mha_per_token]
+    no_embed = _no_embedding_convention(spec)
     mtp_text = (" − MTP modules" if mtp else "") + (" − vision tower and projector" if vision else "")
     figures = [
         Figure("total_parameters", "Parameters stored (all)", total, "sum of the ledger's rows",
@@ -142,9 +143,7 @@ def derive(spec: ModelSpec, ledger: Ledger, stored: Reconciliation | None) -> De
                + ("; multi-token-prediction modules excluded (not part of the main forward pass)" if mtp else "")
                + ("; the vision tower and projector excluded (they run once per image, not per text token)"
                   if vision else "") + "."),
-        Figure("active_parameters_no_embedding", "Active parameters per token, without the token embedding",
-               active - embed, "active − vocab_size × hidden_size",
-               "As above, less the token embedding matrix, of which a token reads one row."),
+        Figure("active_parameters_no_embedding", no_embed[0], active - embed, no_embed[1], no_embed[2]),
         *(Figure(f"kv_cache_per_layer_{c.block.rsplit('.', 1)[-1]}",
                  f"KV cache per token per layer ({c.title.lower()}, {c.layers} layer{'s' if c.layers != 1 else ''})",
                  c.cache_per_token, c.formula or _cache_formula(spec, c), _cache_definition(c))
@@ -225,6 +224,26 @@ def _recurrent_state_figures(spec: ModelSpec, ledger: Ledger, costs: list[Attent
                           "The Gated DeltaNet layers' fixed state plus the full-attention layers' KV cache, which "
                           "alone grows with the context."))
     return out
+
+
+def _no_embedding_convention(spec: ModelSpec) -> tuple[str, str, str]:
+    """Label, formula and definition of "active without the embedding": what it subtracts, written out (GPT-2's
+    embedding account holds the position table too, and a tied LM head is the same matrix as the embedding)."""
+    embed = next((c for c in spec.root.children if c.key == "embed"), None)
+    positions = embed is not None and any(c.key == "wpe" or "position" in c.title.lower() for c in embed.children)
+    tied = any(t.tied_to for _, c in walk(spec.root) if c.key == "lm_head" for t in c.tensors)
+    if positions:
+        label = "Active parameters per token, without the token and position embeddings"
+        formula = "active − (vocab_size + max_position_embeddings) × hidden_size"
+        text = ("As above, less the token embedding matrix and the learned position table: a token reads one row of "
+                "each (a lookup, not a multiply)")
+    else:
+        label = "Active parameters per token, without the token embedding"
+        formula = "active − vocab_size × hidden_size"
+        text = "As above, less the token embedding matrix, of which a token reads one row"
+    text += ("; the LM head is tied to that matrix, so its multiply leaves with it" if tied else
+             "; the LM head, a matrix of its own, stays counted")
+    return label, formula, text + "."
 
 
 def _paths(spec: ModelSpec) -> list[tuple[str, Component]]:

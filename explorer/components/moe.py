@@ -101,9 +101,11 @@ def router(ctx: Ctx, *, weight: str, ranges: tuple[IndexRange, ...], x: Port, o:
             steps.append(Step(rf"\mathcal{{G}}=\operatorname{{top}}_{{{o.topk_group}}}\Big(\textstyle\sum_{{\text{{top 2 in "
                               rf"group}}}}({choice})\Big)\ \text{{over {o.n_group} groups of {E // o.n_group}}}", None,
                               "groups"))
-            steps.append(Step(rf"E^{{\mathrm{{sel}}}}_i=\big[\,i\in\operatorname{{top}}_{{{kk}}}\big(({choice})\odot"
-                              rf"\mathbb{{1}}[\operatorname{{group}}(i)\in\mathcal{{G}}]\big)\,\big]", ctx.tokens(experts),
-                              "select"))
+            # experts outside the kept groups are set to −∞ before the top-k, as the program and the reference do
+            # (a product with an indicator would differ wherever s + b < 0)
+            steps.append(Step(rf"E^{{\mathrm{{sel}}}}_i=\big[\,i\in\operatorname{{top}}_{{{kk}}}(m)\,\big],\quad "
+                              rf"m_i=\begin{{cases}}({choice})_i & \operatorname{{group}}(i)\in\mathcal{{G}}\\ -\infty & "
+                              r"\text{otherwise}\end{cases}", ctx.tokens(experts), "select"))
         else:
             paren = f"({choice})" if o.correction_bias else choice
             steps.append(Step(rf"E^{{\mathrm{{sel}}}}_i=\big[\,i\in\operatorname{{top}}_{{{kk}}}{paren}\,\big]",
