@@ -115,3 +115,112 @@ def test_gpt2_active_without_embedding_says_it_subtracts_the_position_table():
     assert f.formula == "active − (vocab_size + max_position_embeddings) × hidden_size"
     assert f.value == 124_439_808 - (v["vocab_size"] + v["max_position_embeddings"]) * v["hidden_size"]
     assert "position" in f.label and "tied" in f.definition
+
+
+# ------------------------------------------------------------------------- steps name what the programs apply
+
+UNCLASSED = {
+    "AttentionOptions", "BlockOptions", "CompressorOptions", "DeltaNetOptions", "FusedAttentionOptions",
+    "GatedAttentionOptions", "Gemma4VisionOptions", "HalvesExpertsOptions", "HeadOptions", "HyperOptions",
+    "IndexerOptions", "InputGatedExpertsOptions", "LayerAttentionOptions", "LayerBlockOptions", "LinearOptions",
+    "MLAOptions", "MLPOptions", "Mamba2Options", "MoEOptions", "MoonViTOptions", "PatchOptions", "ProjectorOptions",
+    "Relu2Options", "ScaledRouterOptions", "ShapedAttentionOptions", "SigmoidTopKOptions", "V4AttentionOptions",
+    "VisionAttentionOptions", "VisionOptions",
+}
+"""Options classes whose factors step_terms does not class yet (their programs' factors are checked only by the
+executed checks): a known gap, kept exact so that classing one, or a new options class, updates it."""
+
+
+@pytest.fixture(scope="module")
+def all_specs():
+    from explorer.content import load_all_models
+
+    return [load_model_spec(m) for m in load_all_models(ROOT / "content")]
+
+
+def test_every_step_names_every_factor_its_program_applies(all_specs):
+    from explorer.components.step_terms import TERMS, unshown_terms
+    from explorer.spec.types import path_key, walk
+
+    problems, unclassed = [], set()
+    for spec in all_specs:
+        for ancestors, comp in walk(spec.root):
+            problems += [f"{spec.slug} › {path_key(ancestors, comp)}: {p}" for p in unshown_terms(comp)]
+            if comp.options is not None and type(comp.options) not in TERMS:
+                unclassed.add(type(comp.options).__name__)
+    assert problems == []
+    assert unclassed == UNCLASSED
+
+
+def _with_step(comp, name: str, latex: str):
+    return dataclasses.replace(comp, steps=tuple(dataclasses.replace(s, latex=latex) if s.name == name else s
+                                                 for s in comp.steps))
+
+
+def test_a_step_that_drops_a_factor_fails():
+    from explorer.components.step_terms import unshown_terms
+    from explorer.spec.types import walk
+
+    ds = spec_of("deepseek-v3")
+    gate = next(c for _, c in walk(ds.root) if c.key == "router")
+    gates = next(s.latex for s in gate.steps if s.name == "gates")
+    assert unshown_terms(gate) == []
+    dropped = unshown_terms(_with_step(gate, "gates", gates.replace(r"2.5\,", "")))
+    assert len(dropped) == 1 and "scaling = 2.5" in dropped[0]
+    select = next(s.latex for s in gate.steps if s.name == "select")
+    assert "n_group" in unshown_terms(_with_step(gate, "select", select.replace(r"-\infty", "0")))[0]
+
+
+def test_gpt_oss_rotary_step_without_yarns_attention_factor_fails(monkeypatch):
+    from explorer.components import rope as rope_module
+    from explorer.components.step_terms import unshown_terms
+    from explorer.spec.types import walk
+
+    rotary = next(c for _, c in walk(spec_of("gpt-oss-20b").root) if c.program == "rope")
+    assert r"a=0.1\ln 32+1=1.346574" in next(s.latex for s in rotary.steps if s.name == "rotate")
+    assert unshown_terms(rotary) == []
+    monkeypatch.setattr(rope_module, "_attention_factor_latex", lambda o: "")
+    dropped = next(c for _, c in walk(spec_of("gpt-oss-20b").root) if c.program == "rope")
+    assert any("mscale" in p for p in unshown_terms(dropped))
+
+
+def test_gemma_qk_norm_cites_one_plus_weight_as_its_step_shows():
+    from explorer.spec.types import walk
+
+    q_norm = next(c for _, c in walk(spec_of("gemma-3-27b").root) if c.key == "q_norm")
+    assert r"(1+\gamma)" in q_norm.steps[0].latex
+    assert all("1 + weight" in c.claim for c in q_norm.citations)
+
+
+def test_router_and_routed_sum_formulas_are_held_by_their_programs_modules():
+    from explorer.components import fused_experts, moe
+
+    for module in (moe, fused_experts):
+        assert {k: moe.fingerprint(v) for k, v in module.canonical_steps().items()} == module.STEP_FINGERPRINTS
+
+
+def test_a_routed_sum_edited_alone_fails_its_fingerprint(monkeypatch):
+    from explorer.components import fused_experts, moe
+
+    original = fused_experts.clamped_steps
+
+    def edited(*args):
+        steps = original(*args)
+        return (*steps[:-1], dataclasses.replace(steps[-1], latex=steps[-1].latex.replace(r"G_e\,", "")))
+
+    monkeypatch.setattr(fused_experts, "clamped_steps", edited)
+    fresh = {k: moe.fingerprint(v) for k, v in fused_experts.canonical_steps().items()}
+    assert [k for k in fresh if fresh[k] != fused_experts.STEP_FINGERPRINTS[k]] == ["gpt-oss.routed-sum",
+                                                                                   "halves.routed-sum"]
+    monkeypatch.setitem(moe.SCORE_LATEX, "sigmoid", r"s=z")
+    fresh = {k: moe.fingerprint(v) for k, v in moe.canonical_steps().items()}
+    assert [k for k in fresh if fresh[k] != moe.STEP_FINGERPRINTS[k]] == ["grouped.scores"]
+
+
+def test_mla_decode_costs_in_both_forms():
+    from explorer.components.mla import MLAOptions, decode_costs
+    from explorer.components.norms import NormOptions
+
+    absorbed, expanded = decode_costs(MLAOptions(128, 1536, 512, 128, 64, 128, NormOptions("rms", 1e-6)))
+    assert absorbed.per_key == 128 * (512 + 64 + 512)  # scores over latent + rotary key, values in the latent
+    assert expanded.per_key == 512 * 128 * (128 + 128) + 128 * (128 + 64 + 128)
