@@ -43,6 +43,14 @@ class ModelMeta:
     """The lab's published active-parameter figure, as written ("32B"); checked against the derived figures."""
     active_claim_source: str = ""
     """Where it is published, e.g. "model card: 32 billion activated parameters"."""
+    active_claim_definition: str = ""
+    """What the lab counts, as the derived figure that counts the same: "active_parameters" (embedding and LM head
+    included) or "active_parameters_no_embedding"; empty where the lab does not say, and the first figure that
+    reproduces the claim is named."""
+    active_claim_rounding: str = "nearest"
+    """How the lab states its count: "nearest" (rounded) or "down" (cut to the precision it writes)."""
+    active_claim_evidence: str = ""
+    """The lab's words that show what it counts and how it states it, and what could not be verified."""
     follows: str = ""
     """The model this one follows (its predecessor in a lineage, or the smaller sibling it scales up), by slug: the
     site keeps a static comparison of the two, which readers without JavaScript can open (any other pair is
@@ -253,6 +261,7 @@ def load_model_content(folder: Path) -> ModelContent:
     problems += _storage_evidence_problems(path, checkpoint, (folder / "checkpoint.toml").exists())
     for key in sorted(set(checkpoint.config_nulls if checkpoint else ()) & set(data.get("config", {}))):
         problems.append(f"{path}: key 'checkpoint.config_nulls': '{key}' is listed as null but has a value in [config]")
+    problems += _claim_problems(path, meta)
     if meta is not None and meta.released and not RELEASED.match(meta.released):
         problems.append(f"{path}: key 'model.released': expected a month as \"YYYY-MM\" (or \"\" if not recorded), "
                         f"got {meta.released!r}")
@@ -263,6 +272,27 @@ def load_model_content(folder: Path) -> ModelContent:
         config={**data["config"], **{k: None for k in checkpoint.config_nulls}},
         prose=load_prose(folder / "prose", folder),
     )
+
+
+CLAIM_DEFINITIONS = ("active_parameters", "active_parameters_no_embedding")
+CLAIM_ROUNDINGS = ("nearest", "down")
+
+
+def _claim_problems(path: Path, meta: ModelMeta | None) -> list[str]:
+    """A claim's definition is a derived figure's, its rounding known, and a stated definition says why."""
+    if meta is None:
+        return []
+    out = []
+    if meta.active_claim_definition and meta.active_claim_definition not in CLAIM_DEFINITIONS:
+        out.append(f"{path}: key 'model.active_claim_definition': must be one of {', '.join(CLAIM_DEFINITIONS)}, got "
+                   f"{meta.active_claim_definition!r}")
+    if meta.active_claim_rounding not in CLAIM_ROUNDINGS:
+        out.append(f"{path}: key 'model.active_claim_rounding': must be one of {', '.join(CLAIM_ROUNDINGS)}, got "
+                   f"{meta.active_claim_rounding!r}")
+    if (meta.active_claim_definition or meta.active_claim_rounding != "nearest") and not meta.active_claim_evidence:
+        out.append(f"{path}: key 'model.active_claim_evidence': missing (say which of the lab's words show what it "
+                   "counts and how it states it)")
+    return out
 
 
 def _revision_problems(path: Path, ref: CheckpointRef | None) -> list[str]:

@@ -453,7 +453,12 @@ class ClaimMatch:
     """As published, e.g. "32B"."""
     source: str
     matched: Figure | None
-    """The first derived figure that rounds to the claim at its precision, or None."""
+    """The derived figure that counts what the lab counts (or, where it does not say, the first one) when it
+    states as the claim, or None."""
+    rounding: str = "nearest"
+    """How the lab states its count: "nearest" or "down" (cut to the claim's precision)."""
+    evidence: str = ""
+    """The lab's words on what it counts, and what could not be verified."""
 
 
 def parse_claim(claim: str) -> tuple[float, float]:
@@ -464,14 +469,17 @@ def parse_claim(claim: str) -> tuple[float, float]:
     return float(number) * scale, scale / 10 ** decimals
 
 
-def match_claim(figures: DerivedFigures, claim: str, source: str) -> ClaimMatch:
-    """The definition (with or without the embedding) whose value rounds to the claim."""
+def match_claim(figures: DerivedFigures, claim: str, source: str, definition: str = "", rounding: str = "nearest",
+                evidence: str = "") -> ClaimMatch:
+    """The figure counting what the lab counts (`definition`; where empty, the first of with or without the
+    embedding) whose value the lab would state as the claim: rounded to its precision, or cut down to it."""
     value, unit = parse_claim(claim)
-    for key in ("active_parameters", "active_parameters_no_embedding"):
+    for key in (definition,) if definition else ("active_parameters", "active_parameters_no_embedding"):
         figure = figures.get(key)
-        if abs(figure.value - value) <= unit / 2:
-            return ClaimMatch(claim, source, figure)
-    return ClaimMatch(claim, source, None)
+        stated = (value <= figure.value < value + unit) if rounding == "down" else abs(figure.value - value) <= unit / 2
+        if stated:
+            return ClaimMatch(claim, source, figure, rounding, evidence)
+    return ClaimMatch(claim, source, None, rounding, evidence)
 
 
 # ------------------------------------------------------------------------------------ recurrent state (Mamba-2)

@@ -224,3 +224,47 @@ def test_mla_decode_costs_in_both_forms():
     absorbed, expanded = decode_costs(MLAOptions(128, 1536, 512, 128, 64, 128, NormOptions("rms", 1e-6)))
     assert absorbed.per_key == 128 * (512 + 64 + 512)  # scores over latent + rotary key, values in the latent
     assert expanded.per_key == 512 * 128 * (128 + 128) + 128 * (128 + 64 + 128)
+
+
+# ------------------------------------------------------------------------------ published "active" claims
+
+def _claim(slug: str, **changes):
+    from explorer.figures import match_claim
+
+    content = content_of(slug)
+    meta = dataclasses.replace(content.meta, **changes)
+    spec = load_model_spec(content)
+    figures = derive(spec, account(spec), None)
+    return match_claim(figures, meta.active_claim, meta.active_claim_source, meta.active_claim_definition,
+                       meta.active_claim_rounding, meta.active_claim_evidence), figures
+
+
+@pytest.mark.parametrize("slug, lab_total", [("deepseek-v3", (671e9, 1e9)), ("kimi-k2", (1e12, 1e12))])
+def test_deepseek_and_kimi_claims_are_matched_by_what_the_labs_count(slug, lab_total):
+    from explorer.figures import parse_claim
+
+    match, figures = _claim(slug)
+    assert match.matched is not None and match.matched.key == "active_parameters"
+    assert "embedding and the LM head included" in match.matched.definition
+    assert "Not verified" in match.evidence and match.rounding == "down"
+    # the lab's total, stated the same way, counts the embedding and the LM head too (less the MTP module)
+    value, unit = lab_total  # "671B total parameters", "1 trillion total parameters"
+    counted = figures.get("active_parameters").value  # every active parameter, embedding and head included
+    assert value <= figures.get("total_parameters").value - (13_463_426_304 if slug == "deepseek-v3" else 0) < value + unit
+    assert counted > parse_claim(match.claim)[0]  # "37B", "32B": below the count, written down to the billion
+
+
+def test_deepseek_v3_claim_rounded_to_nearest_is_not_reproduced_with_the_embedding():
+    match, _ = _claim("deepseek-v3", active_claim_rounding="nearest")
+    assert match.matched is None  # 37,552,297,472 rounds to 38B: the stated rounding is what makes it 37B
+
+
+def test_a_stated_definition_without_evidence_is_refused(tmp_path: Path):
+    folder = tmp_path / "kimi-k2"
+    folder.mkdir()
+    text = (ROOT / "content/models/kimi-k2/model.toml").read_text()
+    (folder / "model.toml").write_text("\n".join(line for line in text.splitlines()
+                                                 if not line.startswith("active_claim_evidence")))
+    with pytest.raises(ContentError) as info:
+        load_model_content(folder)
+    assert "active_claim_evidence" in str(info.value)
