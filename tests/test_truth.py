@@ -268,3 +268,12 @@ def test_a_stated_definition_without_evidence_is_refused(tmp_path: Path):
     with pytest.raises(ContentError) as info:
         load_model_content(folder)
     assert "active_claim_evidence" in str(info.value)
+
+
+def test_gpt2_components_are_still_checked_one_by_one_under_the_published_names():
+    from explorer.execute import check_equations, tiny_spec
+
+    spec = spec_of("gpt2")
+    checks = check_equations(spec, tiny_spec(spec))
+    for path in ("blocks.block.attn.c_attn", "blocks.block.attn.c_proj", "blocks.block.mlp", "norm"):
+        assert checks[path].status == "checked", path

@@ -88,6 +88,10 @@ class GPT2(Family):
     tied_head: ClassVar[bool] = True
     """Whether the head follows tie_word_embeddings (a test turns this off to get the tie wrong)."""
 
+    def reference_module(self, name: str) -> str:
+        """transformers' module for a checkpoint module name: every module but the head under "transformer."."""
+        return name if name.startswith("lm_head") else "transformer." + name
+
     def values(self, c: Any) -> dict[str, int | float]:
         return {"vocab_size": c.vocab_size, "hidden_size": c.n_embd, "intermediate_size": c.n_inner or 4 * c.n_embd,
                 "num_attention_heads": c.n_head, "head_dim": c.n_embd // c.n_head,
