@@ -43,6 +43,14 @@ class ModelMeta:
     """The lab's published active-parameter figure, as written ("32B"); checked against the derived figures."""
     active_claim_source: str = ""
     """Where it is published, e.g. "model card: 32 billion activated parameters"."""
+    active_claim_definition: str = ""
+    """What the lab counts, as the derived figure that counts the same: "active_parameters" (embedding and LM head
+    included) or "active_parameters_no_embedding"; empty where the lab does not say, and the first figure that
+    reproduces the claim is named."""
+    active_claim_rounding: str = "nearest"
+    """How the lab states its count: "nearest" (rounded) or "down" (cut to the precision it writes)."""
+    active_claim_evidence: str = ""
+    """The lab's words that show what it counts and how it states it, and what could not be verified."""
     follows: str = ""
     """The model this one follows (its predecessor in a lineage, or the smaller sibling it scales up), by slug: the
     site keeps a static comparison of the two, which readers without JavaScript can open (any other pair is
@@ -86,7 +94,12 @@ class CheckpointRef:
     """Why no revision is pinned (required with revision = "unpinned"; shown on every page of the model)."""
     storage: dict[str, str] = dataclasses.field(default_factory=dict)
     """Stored dtype by tensor-name pattern (fnmatch; the longest matching pattern wins), for a checkpoint that does
-    not store every weight in one dtype (a GGUF file's per-tensor types); its recorded manifest is the evidence."""
+    not store every weight in one dtype (a GGUF file's per-tensor types), or keeps some weights out of the scheme
+    its quantization_config names (DeepSeek-V3's multi-token-prediction eh_proj, stored in BF16 with no scale)."""
+    storage_evidence: dict[str, str] = dataclasses.field(default_factory=dict)
+    """checkpoint.storage pattern -> what shows the checkpoint stores it so, shown beside each tensor it changes;
+    required for every pattern of a model with no recorded manifest (checkpoint.toml), which is otherwise the
+    evidence."""
 
     @property
     def pinned(self) -> bool:
@@ -263,8 +276,10 @@ def load_model_content(folder: Path) -> ModelContent:
                                 f"got [{first}, {last}]")
     problems += _revision_problems(path, checkpoint) + _storage_problems(path, checkpoint)
     problems += _text_problems(path, meta, checkpoint)
+    problems += _storage_evidence_problems(path, checkpoint, (folder / "checkpoint.toml").exists())
     for key in sorted(set(checkpoint.config_nulls if checkpoint else ()) & set(data.get("config", {}))):
         problems.append(f"{path}: key 'checkpoint.config_nulls': '{key}' is listed as null but has a value in [config]")
+    problems += _claim_problems(path, meta)
     if meta is not None and meta.released and not RELEASED.fullmatch(meta.released):
         problems.append(f"{path}: key 'model.released': expected a month as \"YYYY-MM\" (or \"\" if not recorded), "
                         f"got {meta.released!r}")
@@ -303,6 +318,27 @@ def _text_problems(path: Path, meta: ModelMeta | None, ref: CheckpointRef | None
     return problems
 
 
+CLAIM_DEFINITIONS = ("active_parameters", "active_parameters_no_embedding")
+CLAIM_ROUNDINGS = ("nearest", "down")
+
+
+def _claim_problems(path: Path, meta: ModelMeta | None) -> list[str]:
+    """A claim's definition is a derived figure's, its rounding known, and a stated definition says why."""
+    if meta is None:
+        return []
+    out = []
+    if meta.active_claim_definition and meta.active_claim_definition not in CLAIM_DEFINITIONS:
+        out.append(f"{path}: key 'model.active_claim_definition': must be one of {', '.join(CLAIM_DEFINITIONS)}, got "
+                   f"{meta.active_claim_definition!r}")
+    if meta.active_claim_rounding not in CLAIM_ROUNDINGS:
+        out.append(f"{path}: key 'model.active_claim_rounding': must be one of {', '.join(CLAIM_ROUNDINGS)}, got "
+                   f"{meta.active_claim_rounding!r}")
+    if (meta.active_claim_definition or meta.active_claim_rounding != "nearest") and not meta.active_claim_evidence:
+        out.append(f"{path}: key 'model.active_claim_evidence': missing (say which of the lab's words show what it "
+                   "counts and how it states it)")
+    return out
+
+
 def _revision_problems(path: Path, ref: CheckpointRef | None) -> list[str]:
     """An unpinned revision says why; a pinned one has no such note."""
     if ref is None:
@@ -325,6 +361,19 @@ def _storage_problems(path: Path, ref: CheckpointRef | None) -> list[str]:
     known = set(DTYPE_BYTES) | set(ggml_blocks())
     return [f"{path}: key 'checkpoint.storage.\"{pattern}\"': unknown dtype {dtype!r}"
             f"{did_you_mean(dtype, sorted(known))}" for pattern, dtype in sorted(ref.storage.items()) if dtype not in known]
+
+
+def _storage_evidence_problems(path: Path, ref: CheckpointRef | None, manifest: bool) -> list[str]:
+    """Each storage exception says what shows it, unless a recorded manifest does; evidence names a pattern."""
+    if ref is None:
+        return []
+    out = [f"{path}: key 'checkpoint.storage_evidence.\"{p}\"': no such pattern in checkpoint.storage"
+           f"{did_you_mean(p, sorted(ref.storage))}" for p in sorted(set(ref.storage_evidence) - set(ref.storage))]
+    if not manifest:
+        out += [f"{path}: key 'checkpoint.storage_evidence.\"{p}\"': missing (no checkpoint.toml is recorded, so say "
+                "what shows the checkpoint stores these tensors so)" for p in sorted(ref.storage)
+                if not ref.storage_evidence.get(p, "").strip()]
+    return out
 
 
 def load_prose(folder: Path, root: Path) -> dict[str, str]:

@@ -263,6 +263,8 @@ def _check_one(tiny: ModelSpec, model, weights: dict, ancestors: tuple[Component
     module_path = _reference_path(comp)
     if module_path is None:
         return None
+    if module_path and not comp.reference:  # a checkpoint module name: the reference's may differ (GPT-2's prefix)
+        module_path = FAMILIES[tiny.family].reference_module(module_path.rstrip(".")) + "."
     try:
         ref = model.get_submodule(module_path.rstrip(".")) if module_path else model
     except AttributeError:

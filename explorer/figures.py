@@ -115,6 +115,7 @@ def derive(spec: ModelSpec, ledger: Ledger, stored: Reconciliation | None) -> De
     decode_attn = attention_flops_decode(costs, flop_context)
     prefill_attn = attention_flops_prefill(costs, flop_context)
     mha_costs = [c for c in costs if c.mha_per_token]
+    no_embed = _no_embedding_convention(spec)
     mtp_text = (" − MTP modules" if mtp else "") + (" − vision tower and projector" if vision else "")
     head_text = " (the tied LM head's vocab_size × hidden_size included: the embedding's matrix, multiplied again)" \
         if tied else ""
@@ -130,9 +131,7 @@ def derive(spec: ModelSpec, ledger: Ledger, stored: Reconciliation | None) -> De
                + ("; multi-token-prediction modules excluded (not part of the main forward pass)" if mtp else "")
                + ("; the vision tower and projector excluded (they run once per image, not per text token)"
                   if vision else "") + "."),
-        Figure("active_parameters_no_embedding", "Active parameters per token, without the token embedding",
-               active - embed, "active − vocab_size × hidden_size",
-               "As above, less the token embedding matrix, of which a token reads one row."),
+        Figure("active_parameters_no_embedding", no_embed[0], active - embed, no_embed[1], no_embed[2]),
         Figure("max_context", "Maximum context (tokens)", maximum, _max_context_key(spec),
                "The longest sequence the configuration allows; no figure here is stated beyond it."),
         *(Figure(f"kv_cache_per_layer_{c.key}",
@@ -230,6 +229,26 @@ def _tied_head(ledger: Ledger) -> int:
     """Elements of the LM head's matrix where it is the embedding's: stored once, multiplied by every token."""
     head = ledger.accounts.get("lm_head")
     return sum(ta.elements or 0 for ta in head.tensors if ta.spec.tied_to) if head is not None else 0
+
+
+def _no_embedding_convention(spec: ModelSpec) -> tuple[str, str, str]:
+    """Label, formula and definition of "active without the embedding": what it subtracts, written out (GPT-2's
+    embedding account holds the position table too, and a tied LM head is the same matrix as the embedding)."""
+    embed = next((c for c in spec.root.children if c.key == "embed"), None)
+    positions = embed is not None and any(c.key == "wpe" or "position" in c.title.lower() for c in embed.children)
+    tied = any(t.tied_to for _, c in walk(spec.root) if c.key == "lm_head" for t in c.tensors)
+    if positions:
+        label = "Active parameters per token, without the token and position embeddings"
+        formula = "active − (vocab_size + max_position_embeddings) × hidden_size"
+        text = ("As above, less the token embedding matrix and the learned position table: a token reads one row of "
+                "each (a lookup, not a multiply)")
+    else:
+        label = "Active parameters per token, without the token embedding"
+        formula = "active − vocab_size × hidden_size"
+        text = "As above, less the token embedding matrix, of which a token reads one row"
+    text += ("; the LM head is tied to that matrix, so its multiply leaves with it" if tied else
+             "; the LM head, a matrix of its own, stays counted")
+    return label, formula, text + "."
 
 
 def _paths(spec: ModelSpec) -> list[tuple[str, Component]]:
@@ -399,7 +418,12 @@ class ClaimMatch:
     """As published, e.g. "32B"."""
     source: str
     matched: Figure | None
-    """The first derived figure that rounds to the claim at its precision, or None."""
+    """The derived figure that counts what the lab counts (or, where it does not say, the first one) when it
+    states as the claim, or None."""
+    rounding: str = "nearest"
+    """How the lab states its count: "nearest" or "down" (cut to the claim's precision)."""
+    evidence: str = ""
+    """The lab's words on what it counts, and what could not be verified."""
 
 
 def parse_claim(claim: str) -> tuple[float, float]:
@@ -410,12 +434,15 @@ def parse_claim(claim: str) -> tuple[float, float]:
     return float(number) * scale, scale / 10 ** decimals
 
 
-def match_claim(figures: DerivedFigures, claim: str, source: str) -> ClaimMatch:
-    """The definition (with or without the embedding) whose value rounds to the claim."""
+def match_claim(figures: DerivedFigures, claim: str, source: str, definition: str = "", rounding: str = "nearest",
+                evidence: str = "") -> ClaimMatch:
+    """The figure counting what the lab counts (`definition`; where empty, the first of with or without the
+    embedding) whose value the lab would state as the claim: rounded to its precision, or cut down to it."""
     value, unit = parse_claim(claim)
-    for key in ("active_parameters", "active_parameters_no_embedding"):
+    for key in (definition,) if definition else ("active_parameters", "active_parameters_no_embedding"):
         figure = figures.get(key)
-        if abs(figure.value - value) <= unit / 2:
-            return ClaimMatch(claim, source, figure)
-    return ClaimMatch(claim, source, None)
+        stated = (value <= figure.value < value + unit) if rounding == "down" else abs(figure.value - value) <= unit / 2
+        if stated:
+            return ClaimMatch(claim, source, figure, rounding, evidence)
+    return ClaimMatch(claim, source, None, rounding, evidence)
 

@@ -66,7 +66,8 @@ def prepare_model(content: ModelContent, fetch_sources: bool = False,
     ckpt_check = reconcile(spec, index, expected=expected) if index is not None else None
     figures = derive(spec, ledger, ckpt_check)
     meta = content.meta
-    claim = match_claim(figures, meta.active_claim, meta.active_claim_source) if meta.active_claim else None
+    claim = match_claim(figures, meta.active_claim, meta.active_claim_source, meta.active_claim_definition,
+                        meta.active_claim_rounding, meta.active_claim_evidence) if meta.active_claim else None
     predicted = reconcile(spec, predicted_index(spec, expected), expected=expected) if index is None else None
     variants = tuple(stored_as(spec, v, FAMILIES[spec.family].variant_module_name)
                      for v in load_variants(content.folder))

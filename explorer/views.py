@@ -747,9 +747,11 @@ def figures_view(mb: ModelBuild) -> FiguresView:
     if mb.claim is not None:
         m = mb.claim.matched
         matched = m is not None
+        stated = ("which, cut to the precision the lab writes, is" if mb.claim.rounding == "down" else "which rounds to")
         claim = (f"Published: {mb.claim.claim} active parameters ({mb.claim.source}). "
-                 + (f"Reproduced by “{m.label.lower()}”: {fmt(m.value)}, which rounds to {mb.claim.claim}." if m
-                    else "No definition derived here reproduces it within its rounding."))
+                 + (f"What the lab counts: {mb.claim.evidence} " if mb.claim.evidence else "")
+                 + (f"Reproduced by “{m.label.lower()}” ({m.definition.rstrip('.')}): {fmt(m.value)}, {stated} "
+                    f"{mb.claim.claim}." if m else "No definition derived here reproduces it within its rounding."))
     return FiguresView(rows, claim, matched)
 
 

@@ -101,7 +101,7 @@ def test_wrong_conv1d_orientation_fails_the_tensor_check(gpt2, monkeypatch):
     wrong = spec_of("gpt2")
     rec = reconcile(wrong, reference_index(gpt2).index, reference=True)
     names = {m.name for m in rec.shape_mismatch}
-    assert "transformer.h.0.attn.c_attn.weight" in names and "transformer.h.11.mlp.c_fc.weight" in names
+    assert "h.0.attn.c_attn.weight" in names and "h.11.mlp.c_fc.weight" in names
 
 
 def test_wrong_conv1d_orientation_fails_the_executed_check(gpt2, monkeypatch):

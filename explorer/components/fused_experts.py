@@ -148,3 +148,39 @@ def call_fused_moe(comp: Component, ref, model, inputs, run: Run, ours: torch.Te
     (x,) = inputs
     out = ref(x)
     return ours, out[0] if isinstance(out, tuple) else out, ""
+
+
+# ---------------------------------------------------------------- the steps' formulas, tied to expert_outputs()
+
+CANONICAL_EXPERTS = {
+    "gpt-oss": ClampedSwiGLUOptions(8, 1.702, 7.0),
+    "halves": ClampedSwiGLUOptions(8, 1.0, 10.0, interleaved=False, up_shift=0.0, bias=False),
+}
+"""Options that take every branch of expert_outputs() and clamped_glu() once (gpt-oss's and DeepSeek-V4's)."""
+
+STEP_FINGERPRINTS: dict[str, str] = {
+    "gpt-oss.gate-up": "ce13f2dde3b12f12",
+    "gpt-oss.split": "725b48e0ff0a74f9",
+    "gpt-oss.clamp": "a439776ae81fb118",
+    "gpt-oss.glu": "b9853e3323929059",
+    "gpt-oss.product": "578e72ed05dfd351",
+    "gpt-oss.down": "cfb8b3c144e047e4",
+    "gpt-oss.routed-sum": "96fc45ed3f7f9c86",
+    "halves.gate-up": "552da5495aa83861",
+    "halves.split": "2c2d03bbb1369260",
+    "halves.clamp": "5d2ae1d1d9af5573",
+    "halves.glu": "54e8d48fb5361cfc",
+    "halves.product": "c19034830a28568b",
+    "halves.down": "19cf13121f93d181",
+    "halves.routed-sum": "96fc45ed3f7f9c86",
+}
+"""sha256 (first 16 hex digits) of each step's LaTeX on CANONICAL_EXPERTS, by "variant.step": the program above
+computes what these formulas say, so a formula edited without it (or it without its formula) also changes this
+table, beside the program; tests/test_truth.py recomputes it."""
+
+
+def canonical_steps() -> dict[str, str]:
+    """clamped_steps on each of CANONICAL_EXPERTS, by "variant.step" name."""
+    s = Shape(())
+    return {f"{variant}.{step.name}": step.latex for variant, o in CANONICAL_EXPERTS.items()
+            for step in clamped_steps(o, "x", s, s, s, s)}

@@ -226,3 +226,39 @@ def mla_memory(comp: Component, values: Mapping[str, Any]) -> tuple[LayerKind, .
     assert isinstance(o, MLAOptions)
     full = o.heads * (o.nope + o.rope + o.v)
     return (LayerKind(mla_cache(o), "kv_lora_rank + qk_rope_head_dim", flops_per_key=2 * full, mha_per_token=full),)
+
+
+# ------------------------------------------------------------------------------------ decode cost, two forms
+
+@dataclass(frozen=True, slots=True)
+class DecodeCost:
+    """Multiply-adds one decoded token spends on one cached position in one MLA layer, in one form of the
+    computation; what runs once per token (the projections) is in the parameter count either way."""
+
+    form: str
+    per_key: int
+    """Multiply-adds per cached position per layer, all heads."""
+    formula: str
+    """How per_key follows from the options, in config names."""
+    note: str
+
+
+def decode_costs(o: MLAOptions) -> tuple[DecodeCost, DecodeCost]:
+    """MLA's decode cost per cached position with only the latent c_KV and the rotary key cached, as the reference
+    caches them, in both forms:
+
+    - absorbed: W_UK folds into the query (q̃ = q_nope W_UKᵀ, d_ckv wide) and W_UV into the output, so each head
+      scores the cached latent and rotary key directly (d_ckv + d_rope) and sums the latent weighted by the scores
+      (d_ckv); the folds run once per token, with the multiply-adds of kv_b_proj's weights, already counted;
+    - expanded: every cached latent is projected back up by kv_b_proj to per-head keys and values
+      (d_ckv × heads × (d_nope + d_v) per position), then each head scores d_nope + d_rope and sums d_v.
+    """
+    n, c, r, nope, v = o.heads, o.kv_lora_rank, o.rope, o.nope, o.v
+    absorbed = DecodeCost("absorbed", n * (c + r + c), "heads × (2 × kv_lora_rank + qk_rope_head_dim)",
+                          "scores against the cached latent and rotary key, values summed in the latent; W_UK and W_UV "
+                          "applied once per token (counted with the parameters)")
+    expanded = DecodeCost("expanded", c * n * (nope + v) + n * (nope + r + v),
+                          "kv_lora_rank × heads × (qk_nope_head_dim + v_head_dim) + heads × (qk_nope_head_dim + "
+                          "qk_rope_head_dim + v_head_dim)",
+                          "each cached latent re-projected to per-head keys and values, then standard attention")
+    return absorbed, expanded

@@ -101,9 +101,11 @@ def router(ctx: Ctx, *, weight: str, ranges: tuple[IndexRange, ...], x: Port, o:
             steps.append(Step(rf"\mathcal{{G}}=\operatorname{{top}}_{{{o.topk_group}}}\Big(\textstyle\sum_{{\text{{top 2 in "
                               rf"group}}}}({choice})\Big)\ \text{{over {o.n_group} groups of {E // o.n_group}}}", None,
                               "groups"))
-            steps.append(Step(rf"E^{{\mathrm{{sel}}}}_i=\big[\,i\in\operatorname{{top}}_{{{kk}}}\big(({choice})\odot"
-                              rf"\mathbb{{1}}[\operatorname{{group}}(i)\in\mathcal{{G}}]\big)\,\big]", ctx.tokens(experts),
-                              "select"))
+            # experts outside the kept groups are set to −∞ before the top-k, as the program and the reference do
+            # (a product with an indicator would differ wherever s + b < 0)
+            steps.append(Step(rf"E^{{\mathrm{{sel}}}}_i=\big[\,i\in\operatorname{{top}}_{{{kk}}}(m)\,\big],\quad "
+                              rf"m_i=\begin{{cases}}({choice})_i & \operatorname{{group}}(i)\in\mathcal{{G}}\\ -\infty & "
+                              r"\text{otherwise}\end{cases}", ctx.tokens(experts), "select"))
         else:
             paren = f"({choice})" if o.correction_bias else choice
             steps.append(Step(rf"E^{{\mathrm{{sel}}}}_i=\big[\,i\in\operatorname{{top}}_{{{kk}}}{paren}\,\big]",
@@ -295,3 +297,61 @@ def run_moe(comp: Component, run: Run, x: torch.Tensor) -> list[torch.Tensor]:
     if o.shared:
         y = y + run_child(comp, "shared", run, x, prefix="shared-")
     return [run.rec("moe-out", y)]
+
+
+# ------------------------------------------------------------------------ the steps' formulas, tied to route()
+
+CANONICAL_ROUTERS = {
+    "grouped": RouterOptions(8, 2, "sigmoid", True, 2.5, correction_bias=True, n_group=4, topk_group=2),
+    "softmax": RouterOptions(8, 2, "softmax", True),
+    "softmax-unnormalised": RouterOptions(8, 2, "softmax", False),
+    "after-topk": RouterOptions(8, 2, "softmax", False, router_bias=True, softmax_after_topk=True),
+}
+"""Options that take every branch of route() once."""
+
+STEP_FINGERPRINTS = {
+    "grouped.logits": "002728efa9832e51",
+    "grouped.scores": "c24aa3a4f9b0fbcc",
+    "grouped.groups": "53b339e310d4f350",
+    "grouped.select": "da4541bd5f981269",
+    "grouped.gates": "c881fdf1428d8f7d",
+    "softmax.logits": "002728efa9832e51",
+    "softmax.scores": "d65649595bd7285c",
+    "softmax.select": "c191a9370df110e2",
+    "softmax.gates": "5df94929aaeceab5",
+    "softmax-unnormalised.logits": "002728efa9832e51",
+    "softmax-unnormalised.scores": "d65649595bd7285c",
+    "softmax-unnormalised.select": "c191a9370df110e2",
+    "softmax-unnormalised.gates": "2b05f7e278532769",
+    "after-topk.logits": "13e4d7b6e7a85400",
+    "after-topk.select": "5af5e0e1018ecd8d",
+    "after-topk.gates": "cb07c13e829db8e3",
+    "routed-sum": "ce4401fb65e62631",
+}
+"""sha256 (first 16 hex digits) of each router step's and the routed sum's LaTeX on CANONICAL_ROUTERS: route()
+and run_moe() compute what these formulas say, so a formula edited without its program (or a program without its
+formula) also changes this table, beside the program; tests/test_truth.py recomputes it."""
+
+
+def canonical_steps() -> dict[str, str]:
+    """The router's steps on each of CANONICAL_ROUTERS and the MoE's routed sum, by "variant.step" name."""
+    from .base import Reference
+
+    ctx = Ctx({"hidden_size": 8, "n_routed_experts": 8, "moe_intermediate_size": 4},
+              {"hidden_size": "d", "n_routed_experts": "experts", "moe_intermediate_size": "d_expert"},
+              Reference("", ""), "BF16")
+    x = Port("x", ctx.tokens("hidden_size"), "x")
+    out: dict[str, str] = {}
+    for variant, o in CANONICAL_ROUTERS.items():
+        r = router(ctx, weight="gate.weight", ranges=(), x=x, o=o, code="", citations=())
+        out.update({f"{variant}.{s.name}": s.latex for s in r.steps})
+    expert = routed_experts(ctx, prefix="experts.", ranges=(), x=x, experts=8, k=2, code="", citations=())
+    m = moe(ctx, x=x, y_latex="y", router_c=r, expert=expert, shared=None, code="", citations=())
+    out["routed-sum"] = next(s.latex for s in m.steps if s.name == "routed-sum")
+    return out
+
+
+def fingerprint(latex: str) -> str:
+    import hashlib
+
+    return hashlib.sha256(latex.encode()).hexdigest()[:16]

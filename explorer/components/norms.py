@@ -41,9 +41,11 @@ def rmsnorm(ctx: Ctx, key: str, title: str, *, weight: str, ranges: tuple[IndexR
         equations=(Step(rf"{y.latex}=\operatorname{{RMSNorm}}{GAIN_SUBSCRIPT[gain]}({x.latex})", y.shape, key),),
         steps=(Step(detail, y.shape, key),),
         tensors=(ctx.tensor(weight, ranges, (ctx.sym(size),)),),
-        citations=citations or ctx.citations("rmsnorm", (ctx.reference.cite(
+        citations=citations or (ctx.citations("rmsnorm", (ctx.reference.cite(
             "RMSNorm divides by the root mean square over the last dimension (plus eps) and multiplies by a "
-            "learned weight of that length.", "RMSNorm"),)),
+            "learned weight of that length.", "RMSNorm"),)) if gain == "w" else (ctx.reference.cite(
+            "RMSNorm divides by the root mean square over the last dimension (plus eps) and multiplies by 1 + "
+            "weight, a learned weight of that length stored as its offset from 1.", "RMSNorm"),)),
         program="norm", options=NormOptions("rms", eps, gain),
     )
 

@@ -63,7 +63,8 @@ def load_model_spec(content: ModelContent) -> ModelSpec:
     spec = family.build_spec(content.slug, content.config, f"{content.folder / 'model.toml'}: table 'config'")
     if not content.checkpoint.storage:
         return spec
-    return dataclasses.replace(spec, root=with_storage(spec.root, content.checkpoint.storage))
+    return dataclasses.replace(spec, root=with_storage(spec.root, content.checkpoint.storage,
+                                                       content.checkpoint.storage_evidence))
 
 
 def storage_for(name: str, rules: dict[str, str]) -> Storage | None:
@@ -78,8 +79,22 @@ def storage_for(name: str, rules: dict[str, str]) -> Storage | None:
     return GGUFQuant(dtype, block, block_bytes)
 
 
-def with_storage(comp: Component, rules: dict[str, str]) -> Component:
-    """The tree with each tensor stored as content's checkpoint.storage says (per tensor-name pattern)."""
+def with_storage(comp: Component, rules: dict[str, str], evidence: dict[str, str] | None = None) -> Component:
+    """The tree with each tensor stored as content's checkpoint.storage says (per tensor-name pattern); a tensor
+    taken out of the config's quantization scheme loses that scheme's citation and gains a note with the evidence."""
     tensors = tuple(dataclasses.replace(t, storage=storage_for(t.template, rules) or t.storage) for t in comp.tensors)
-    children = tuple(with_storage(c, rules) for c in comp.children)
-    return dataclasses.replace(comp, tensors=tensors, children=children)
+    children = tuple(with_storage(c, rules, evidence) for c in comp.children)
+    notes, citations = comp.notes, comp.citations
+    for before, after in zip(comp.tensors, tensors):
+        if before.storage == after.storage or (evidence or {}).get(_pattern_for(before.template, rules)) is None:
+            continue
+        notes += (f"{after.pattern} is stored in {after.dtype}, not as the config's quantization_config would store "
+                  f"it: {evidence[_pattern_for(before.template, rules)]}",)  # type: ignore[index]
+    if notes != comp.notes and all(isinstance(t.storage, Dense) for t in tensors):
+        citations = tuple(c for c in citations if c.symbol != "quantization_config")
+    return dataclasses.replace(comp, tensors=tensors, children=children, notes=notes, citations=citations)
+
+
+def _pattern_for(name: str, rules: dict[str, str]) -> str:
+    """The pattern of `rules` that decides a tensor name's storage (the longest that matches)."""
+    return max((p for p in rules if fnmatch.fnmatchcase(name, p)), key=lambda p: (len(p), p), default="")

@@ -136,6 +136,11 @@ class Family:
         the same unless the checkpoint names it otherwise (explorer/variants.py)."""
         return name
 
+    def reference_module(self, name: str) -> str:
+        """The reference model's module path for a checkpoint module name (the executed checks call it): the same
+        unless the checkpoint names its modules otherwise (GPT-2's file drops transformers' "transformer.")."""
+        return name
+
     def default_source(self, key: str) -> str:
         """The reference config class whose default a defaulted key (dotted for nested tables) takes."""
         return self.reference.config_class

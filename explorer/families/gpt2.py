@@ -12,6 +12,8 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+import sympy
+
 from ..components import Ctx, Reference
 from ..components.attention import ScoresOptions
 from ..components.base import Port, layer_label, layers
@@ -20,8 +22,10 @@ from ..components.embedding import embedding, embedding_with_positions, head, po
 from ..components.fused_attention import fused_attention
 from ..components.mlp import Activation, plain_mlp
 from ..components.norms import layernorm
-from ..spec.types import Component, Hyperparameters, Layout
+from ..spec.storage import Dense
+from ..spec.types import Component, Hyperparameters, Layout, TensorSpec
 from .base import DIM_LABELS, Family, ReferenceBinding, rule_problems
+from .renames import strip_prefix
 
 ACTIVATIONS: dict[str, Activation] = {"gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "gelu": "gelu"}
 """config.json activation_function -> the library's activation (gelu_new is GELU's tanh approximation)."""
@@ -72,7 +76,9 @@ class GPT2(Family):
     model_types = ("gpt2",)
     config_class: ClassVar[type] = GPT2Hyperparameters
     reference = ReferenceBinding("GPT2Config", "GPT2LMHeadModel",
-                                 config_skip=("architectures", "torch_dtype", "task_specific_params"))
+                                 config_skip=("architectures", "torch_dtype", "task_specific_params"),
+                                 renames=strip_prefix("transformer."))
+    """The published file names its tensors without the "transformer." module transformers nests them under."""
     ref = Reference("models/gpt2/modeling_gpt2.py", "GPT2")
     symbols = ("vocab_size", "hidden_size", "intermediate_size", "num_attention_heads", "head_dim",
                "max_position_embeddings")
@@ -81,6 +87,10 @@ class GPT2(Family):
     """Conv1D stores every projection [in, out] (a class attribute so a test can get it wrong on purpose)."""
     tied_head: ClassVar[bool] = True
     """Whether the head follows tie_word_embeddings (a test turns this off to get the tie wrong)."""
+
+    def reference_module(self, name: str) -> str:
+        """transformers' module for a checkpoint module name: every module but the head under "transformer."."""
+        return name if name.startswith("lm_head") else "transformer." + name
 
     def values(self, c: Any) -> dict[str, int | float]:
         return {"vocab_size": c.vocab_size, "hidden_size": c.n_embd, "intermediate_size": c.n_inner or 4 * c.n_embd,
@@ -104,11 +114,11 @@ class GPT2(Family):
         ctx = Ctx(values, DIM_LABELS, self.ref, "F32" if c.torch_dtype == "float32" else c.torch_dtype.upper())
         L = c.n_layer
         block = self.block(ctx, c, tuple(range(L)))
-        tied = "transformer.wte.weight" if c.tie_word_embeddings and self.tied_head else ""
+        tied = "wte.weight" if c.tie_word_embeddings and self.tied_head else ""
         x = Port(r"x_{L}", ctx.tokens("hidden_size"), "x")
         embed = embedding_with_positions(
-            ctx, embedding(ctx, "wte", "Token embedding", weight="transformer.wte.weight"),
-            positions(ctx, "wpe", "Learned position embedding", weight="transformer.wpe.weight", citations=(
+            ctx, embedding(ctx, "wte", "Token embedding", weight="wte.weight"),
+            positions(ctx, "wpe", "Learned position embedding", weight="wpe.weight", citations=(
                 self.ref.cite("wpe is an nn.Embedding of max_position_embeddings learned vectors, one per absolute "
                               "position.", "Model.__init__"),)),
             citations=(self.ref.cite("The input to the first block is wte(input_ids) + wpe(position_ids), with "
@@ -116,7 +126,7 @@ class GPT2(Family):
         children = (
             embed,
             stack(ctx, (block,), layers=L, description=f"{L} identical blocks.", citations=block.citations[:1]),
-            layernorm(ctx, "norm", "Final LayerNorm", weight="transformer.ln_f.weight", ranges=(), size="hidden_size",
+            layernorm(ctx, "norm", "Final LayerNorm", weight="ln_f.weight", ranges=(), size="hidden_size",
                       x=x, y=Port(r"\hat x", x.shape, "x_hat"), code="self.ln_f(hidden_states)",
                       eps=c.layer_norm_epsilon, citations=(self.ref.cite(
                           "ln_f, a LayerNorm with weight and bias, follows the last block.", "Model.__init__"),)),
@@ -131,7 +141,7 @@ class GPT2(Family):
                                       f"LayerNorm and {head_text}.")
 
     def block(self, ctx: Ctx, c: Any, indices: tuple[int, ...]) -> Component:
-        ranges, p = layers(indices), "transformer.h.{layer}."
+        ranges, p = layers(indices), "h.{layer}."
         x, x_attn, x_mid, x_ffn, _, delta = block_ports(ctx)
         eps, v = c.layer_norm_epsilon, self.values(c)
         n, hd = int(v["num_attention_heads"]), int(v["head_dim"])
@@ -145,10 +155,11 @@ class GPT2(Family):
                                      "Attention.forward"),
                        self.ref.cite("c_attn and c_proj are Conv1D modules, whose weight is [in, out].",
                                      "Attention.__init__")),
-            notes=("Older GPT-2 checkpoints also store attn.bias (the causal mask as a [1, 1, n_positions, "
-                   "n_positions] tensor) and attn.masked_bias (the fill value) for each block: buffers, not "
-                   "parameters; transformers ignores them when loading (GPT2PreTrainedModel's "
-                   "_keys_to_ignore_on_load_unexpected) and they are not counted here.",))
+            notes=("The published file also stores attn.bias for each block: the causal mask as a [1, 1, "
+                   "n_positions, n_positions] F32 buffer of ones on and below the diagonal. It is a buffer, not a "
+                   "parameter: it is in the stored layout and its bytes, not in the parameter count; transformers "
+                   "neither builds nor loads it (it masks with is_causal instead).",))
+        attn = dataclasses.replace(attn, tensors=attn.tensors + (self.mask_buffer(ctx, p + "attn.bias", ranges),))
         act = ACTIVATIONS[c.activation_function]
         mlp = plain_mlp(ctx, "mlp", prefix=p + "mlp.", ranges=ranges, x=x_ffn, y=delta, names=("c_fc", "c_proj"),
                         act=act, bias=True, layout=self.layout,
@@ -168,6 +179,13 @@ class GPT2(Family):
             description=f"Fused-QKV attention and a GELU MLP, each after a LayerNorm and added to the residual "
                         f"stream; {layer_label(indices)}.")
         return dataclasses.replace(block, code="GPT2Block(config, layer_idx)")
+
+    @staticmethod
+    def mask_buffer(ctx: Ctx, name: str, ranges) -> TensorSpec:
+        """The causal mask old GPT-2 files store per block, [1, 1, positions, positions]."""
+        n = ctx.sym("max_position_embeddings")
+        return TensorSpec(name, (sympy.Integer(1), sympy.Integer(1), n, n), ranges, role="buffer",
+                          storage=Dense("F32"), reference_holds=False)
 
     # ------------------------------------------------------------------------------------------ tiny, facts
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from typing import Any
 
 _FUSED = re.compile(r"^(?P<prefix>.*\.experts)\.(?P<kind>gate_up_proj|down_proj)$")
@@ -23,3 +24,11 @@ def split_fused_experts(state: dict[str, Any]) -> dict[str, Any]:
             gate, up = tensor.chunk(2, dim=1)
             out[f"{match['prefix']}.gate_proj.weight"], out[f"{match['prefix']}.up_proj.weight"] = gate, up
     return out
+
+
+def strip_prefix(prefix: str) -> Callable[[dict[str, Any]], dict[str, Any]]:
+    """Names as a checkpoint stores them where the reference nests the model under `prefix` (GPT-2's file names
+    its tensors "h.0.attn.c_attn.weight", transformers "transformer.h.0.attn.c_attn.weight")."""
+    def renames(state: dict[str, Any]) -> dict[str, Any]:
+        return {name.removeprefix(prefix): tensor for name, tensor in state.items()}
+    return renames

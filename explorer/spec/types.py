@@ -102,6 +102,9 @@ class TensorSpec:
     """Name of the tensor this one shares its values with (a tied LM head): stored and counted once, there."""
     layout: Layout = "out_in"
     """Matrices only: the stored axis order, so tables can show input × output whatever the storage."""
+    reference_holds: bool = True
+    """False for a tensor the checkpoint stores that the reference implementation neither builds nor loads (GPT-2's
+    causal-mask buffers h.N.attn.bias): the stored layout has it, the comparison with the reference leaves it out."""
 
     @property
     def dtype(self) -> str:
