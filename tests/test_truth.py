@@ -17,8 +17,8 @@ from conftest import ROOT
 from explorer.account import account
 from explorer.content import load_model_content
 from explorer.errors import ContentError
-from explorer.figures import derive
 from explorer.families import load_model_spec
+from explorer.figures import derive
 from explorer.reconcile import predicted_index, reconcile
 
 
