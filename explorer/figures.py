@@ -120,7 +120,8 @@ def derive(spec: ModelSpec, ledger: Ledger, stored: Reconciliation | None) -> De
     head_text = " (the tied LM head's vocab_size × hidden_size included: the embedding's matrix, multiplied again)" \
         if tied else ""
     stored_bytes = _stored_bytes(ledger, stored)
-    weights = (("as stored", stored_bytes), *((name, int(total * size)) for name, size in WEIGHT_DTYPES))
+    weights = (("as stored", stored_bytes), *((name, int(total * size)) for name, size in WEIGHT_DTYPES),
+               *((name, int(total * size)) for name, _, size, _ in QUANT_FORMATS))  # 4-bit formats, scales included
     figures = [
         Figure("total_parameters", "Parameters stored (all)", total, "sum of the ledger's rows",
                "Every learned parameter the checkpoint stores, tied tensors once."),
