@@ -11,6 +11,7 @@ References: renameat2(2) and flock(2) man pages; the "current" symlink / atomic-
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import errno
 import fcntl
@@ -195,7 +196,19 @@ def publish(staged: Path, out: Path) -> None:
 
 def _remove_previous(folder: Path) -> None:
     """Delete the replaced site; the new one is published already, so a failure here (a file someone made
-    read-only inside it) is left for a later build to retry, not reported as a failed build (issue 18)."""
+    read-only inside it) is left for a later build to retry, not reported as a failed build (issue 18).
+    The marker goes last: a build killed while deleting leaves a folder the next build knows as its own and
+    removes (a plain rmtree could take the marker first and leave an unmarked remnant for good)."""
+    try:
+        entries = [e for e in folder.iterdir() if e.name != MARKER]
+    except OSError:
+        entries = []
+    for entry in entries:
+        if entry.is_dir() and not entry.is_symlink():
+            shutil.rmtree(entry, ignore_errors=True)
+        else:
+            with contextlib.suppress(OSError):
+                entry.unlink()
     shutil.rmtree(folder, ignore_errors=True)
 
 
