@@ -17,8 +17,6 @@ from .spec.types import Component, ModelSpec, path_key, walk
 ROLES = ("Token embedding", "Position embedding", "Attention", "Linear attention (Gated DeltaNet)",
          "State space (Mamba-2)", "Feed-forward (dense)", "Mixture of experts", "Hyper-connections", "Norms", "LM head",
          "Multi-token prediction", "Vision tower and projector", "Other")
-COMPARISON_ROLES.setdefault("attention", "Attention")  # attention.py and mla.py do not pass role= to @program yet
-COMPARISON_ROLES.setdefault("mla", "Attention")  # (they were being edited in parallel): move these there
 _BY_PROGRAM = COMPARISON_ROLES
 """Program -> role, registered beside each program (`@program(name, role=...)` in explorer/components/); importing
 the families imports every part. moe_beside_mlp (Gemma 4) has none: its dense MLP, norms, router and experts take

@@ -220,7 +220,7 @@ def _gqa_steps(ctx: Ctx, children: list[Component], heads: Dim, kv_heads: Dim, d
     return tuple(steps)
 
 
-@program("attention")
+@program("attention", role="Attention")
 def run_attention(comp: Component, run: Run, x: torch.Tensor, angles: torch.Tensor, M: torch.Tensor) -> list[torch.Tensor]:
     o = options(comp, AttentionOptions)
     B_, T_, _ = x.shape

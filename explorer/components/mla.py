@@ -177,7 +177,7 @@ def _kv_steps(ctx: Ctx, o: MLAOptions, x_name: str) -> tuple[Step, ...]:
     )
 
 
-@program("mla")
+@program("mla", role="Attention")
 def run_mla(comp: Component, run: Run, x: torch.Tensor, angles: torch.Tensor, M: torch.Tensor) -> list[torch.Tensor]:
     o = options(comp, MLAOptions)
     B_, T_, _ = x.shape
