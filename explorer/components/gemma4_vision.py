@@ -76,7 +76,8 @@ def patch_embedder(ctx: Ctx, *, prefix: str, o: Gemma4VisionOptions) -> Componen
     pixels = Port("p", _shape(ctx, "patch_values"), "pixel_values")
     z = Port("z_0", _shape(ctx), "z")
     steps = (Step(r"z_i=2\,(p_i-\tfrac12)\,W_{\mathrm{in}}", z.shape, "patches"),
-             Step(r"z_0=z+E^{x}_{\mathrm{pos}}[x_i]+E^{y}_{\mathrm{pos}}[y_i]", z.shape, "positions"))
+             Step(r"z_0=z+E^{x}_{\mathrm{pos}}[x_i]+E^{y}_{\mathrm{pos}}[y_i],\quad "
+                  rf"x_i=i\bmod {o.grid_width},\ y_i=\lfloor i/{o.grid_width}\rfloor", z.shape, "positions"))
     return Component(
         key="patch_embedder", title="Patch embedding (2-D position table)", kind="learned",
         code="Gemma4VisionPatchEmbedder(config)",
@@ -113,8 +114,9 @@ def encoder_block(ctx: Ctx, *, prefix: str, layers: int, o: Gemma4VisionOptions)
         Step(rf"\hat Q,\hat K=\operatorname{{RMSNorm}}(Q),\operatorname{{RMSNorm}}(K),\quad \hat V=V/\sqrt{{\operatorname{{mean}}"
              rf"(V^2)+{eps}}}", shape, "qkv-norm"),
         Step(r"\hat Q,\hat K\leftarrow\operatorname{RoPE}_{2D}(\cdot,x_i,y_i)\ \text{(first half of each head by }x\text{, "
-             rf"second by }}y\text{{; base }}{o.theta:g})", shape, "rotate"),
-        Step(r"O_h=\operatorname{softmax}(\hat Q_h\hat K_h^{\top})\hat V_h,\quad \Delta_{\mathrm{attn}}=[O_1;\dots]W_O",
+             rf"second by }}y\text{{)}},\ \omega_j={o.theta:g}^{{-4j/{o.head_dim}}}", shape, "rotate"),
+        Step(rf"O_h=\operatorname{{softmax}}(\hat Q_h\hat K_h^{{\top}})\hat V_h,\ h=1,\dots,{o.heads},\quad "
+             r"\Delta_{\mathrm{attn}}=[O_1;\dots]W_O",
              shape, "attend"),
         Step(r"z'_n=z_n+\operatorname{RMSNorm}(\Delta_{\mathrm{attn}})", shape, "residual-attn"),
         Step(r"\Delta_{\mathrm{ffn}}=\big(\operatorname{GELU}_{\tanh}(\hat z W_1)\odot \hat z W_3\big)W_2,\quad "

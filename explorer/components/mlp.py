@@ -25,6 +25,9 @@ from .linear import linear
 Activation = Literal["silu", "gelu_tanh", "gelu"]
 ACT_LATEX = {"silu": r"a=g\,\sigma(g)", "gelu_tanh": r"a=\operatorname{GELU}_{\tanh}(g)",
              "gelu": r"a=\operatorname{GELU}(g)"}
+ACT_OPERATOR = {"silu": r"\operatorname{SiLU}", "gelu_tanh": r"\operatorname{GELU}_{\tanh}",
+                "gelu": r"\operatorname{GELU}"}
+"""Each activation as an operator, act(g), for steps that apply it to a named value."""
 
 
 def _indexed(sub: str) -> tuple[str, str, str, str, str]:

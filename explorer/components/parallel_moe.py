@@ -24,7 +24,7 @@ from ..spec.types import Citation, Component, Dim, IndexRange, Port, Shape, Step
 from . import moe as moe_lib
 from .base import B, Ctx, Run, T, fmt_eps, options, prefixed, program, reference_call, relative_module, run_child
 from .l2_qk_norm import unit_rms
-from .mlp import Activation, activation
+from .mlp import ACT_OPERATOR, Activation, activation
 from .norms import NormOptions, apply_norm
 
 
@@ -94,10 +94,9 @@ def halves_experts(ctx: Ctx, *, prefix: str, ranges: tuple[IndexRange, ...], x: 
     E, I, d = ctx.sym(experts_sym), ctx.sym(width), ctx.sym("hidden_size")
     experts, inner, hidden = Dim("experts", o.experts), ctx.dim(width), ctx.dim("hidden_size")
     per_expert = Shape((B, T, experts, inner))
-    act = "GELU" if o.act != "silu" else "SiLU"
     steps = (Step(rf"[g\,u]_e={x.latex}W^{{gu}}_e,\quad g_e=[g\,u]_{{e,:I}},\ u_e=[g\,u]_{{e,I:}}",
                   Shape((B, T, experts, Dim("2·" + inner.label, 2 * ctx.size(width)))), "gate-up"),
-             Step(rf"h_e=\operatorname{{{act}}}(g_e)\odot u_e", per_expert, "product"),
+             Step(rf"h_e={ACT_OPERATOR[o.act]}(g_e)\odot u_e", per_expert, "product"),
              Step(r"E_e=h_e W^{d}_e", Shape((B, T, experts, hidden)), "down"),
              Step(rf"y^{{\mathrm{{routed}}}}=\sum_{{e=1}}^{{{o.experts}}}G_e\,E_e", x.shape, "routed-sum"))
     storage = Dense(ctx.dtype)

@@ -36,6 +36,9 @@ class Term:
     """What that step's LaTeX must contain."""
     also: tuple[str, ...] = ()
     """Other LaTeX that names it as well (a hash router's "k experts per token id" for top_k)."""
+    programs: tuple[str, ...] = ()
+    """The programs that apply it (() for every program of these options): where several programs share one options
+    class (a vision tower, its blocks and its patch embedding), each component names what its own program applies."""
 
 
 TermsOf = Callable[[Any], tuple[Term, ...]]
@@ -150,6 +153,8 @@ def unshown_terms(comp: Component) -> list[str]:
            if f.name not in structural
            and f.name not in {t.field for t in _all_terms(fn, comp.options)}]
     for t in terms:
+        if t.programs and comp.program not in t.programs:
+            continue
         steps = [s for s in comp.steps if not t.step or s.name == t.step]
         if not any(text in s.latex for s in steps for text in (t.latex, *t.also)):
             where = f"step '{t.step}'" if t.step else "no step"
@@ -176,5 +181,13 @@ _SWITCHES: dict[type, tuple[str, ...]] = {
 whatever their value."""
 
 
+def switched_by(cls: type, *names: str) -> None:
+    """Class `names` of `cls` as switches (see _SWITCHES), for an options class registered in another module."""
+    _SWITCHES[cls] = names
+
+
 def registered() -> tuple[type, ...]:
     return tuple(TERMS)
+
+
+from . import step_terms_ffn  # noqa: E402,F401  # registers the feed-forward, head and vision options' terms

@@ -71,7 +71,9 @@ def patch_embedding(ctx: Ctx, *, prefix: str, image_size: int) -> Component:
     pixels = Port("p", Shape((B, ctx.dim("num_channels"), Dim("pixels", image_size), Dim("pixels", image_size))),
                   "pixel_values")
     z = Port("z_0", _patch_shape(ctx), "z")
-    steps = (Step(r"z_i=W_{\mathrm{patch}}\operatorname{vec}(p_i)+b_{\mathrm{patch}}", z.shape, "patches"),
+    p = ctx.size(P)
+    steps = (Step(rf"z_i=W_{{\mathrm{{patch}}}}\operatorname{{vec}}(p_i)+b_{{\mathrm{{patch}}}},\quad p_i:\ \text{{the }}i"
+                  rf"\text{{-th }}{p}\times{p}\text{{ patch, stride }}{p}", z.shape, "patches"),
              Step(r"z_0=z+E_{\mathrm{pos}}", z.shape, "positions"))
     return Component(
         key="embeddings", title="Patch embedding", kind="learned", code="SiglipVisionEmbeddings(config)",
