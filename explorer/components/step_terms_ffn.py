@@ -107,9 +107,10 @@ def _projector(o: ProjectorOptions) -> tuple[Term, ...]:
             Term("tokens_per_side", "pool", rf"\operatorname{{AvgPool}}_{{{k}\times{k}}}"))
 
 
+# the heads are named by their range, "1, …, H", whatever letter the page gives the head index
 @registers(VisionAttentionOptions)
 def _vision_attention(o: VisionAttentionOptions) -> tuple[Term, ...]:
-    return Term("heads", "attend", rf"h=1,\dots,{o.heads}"), Term("head_dim", "attend", rf"\sqrt{{{o.head_dim}}}")
+    return Term("heads", "attend", rf"1,\dots,{o.heads}"), Term("head_dim", "attend", rf"\sqrt{{{o.head_dim}}}")
 
 
 QWEN_ATTENTION = ("qwen_vision_attention", "qwen_vision_block")
@@ -120,7 +121,7 @@ QWEN_TOWER = "qwen_vision_tower"
 def _qwen_vision(o: VisionOptions) -> tuple[Term, ...]:
     return (Term("side", "positions", rf"[{o.side}r_i+c_i]", programs=("qwen_positions", QWEN_TOWER)),
             Term("merge", "concat", rf"\hat z_{{{o.merge ** 2}i}}", programs=("qwen_merger", QWEN_TOWER)),
-            Term("heads", "attend", rf"h=1,\dots,{o.heads}", programs=QWEN_ATTENTION),
+            Term("heads", "attend", rf"1,\dots,{o.heads}", programs=QWEN_ATTENTION),
             Term("head_dim", "attend", rf"\sqrt{{{o.head_dim}}}", programs=QWEN_ATTENTION),
             Term("head_dim", "rotate", f"-4j/{o.head_dim}", programs=QWEN_ATTENTION),
             Term("theta", "rotate", f"{o.theta:g}^", programs=QWEN_ATTENTION))
@@ -134,7 +135,7 @@ def _moonvit(o: MoonViTOptions) -> tuple[Term, ...]:
     g = o.grid
     return (Term("grid", "positions", rf"\to{g.h}\times{g.w}", programs=("moonvit_patch_embed", "moonvit_tower")),
             Term("grid", "merge", rf"i<{g.merge_h},\,j<{g.merge_w}", programs=("moonvit_tower",)),
-            Term("heads", "attend", rf"h=1,\dots,{o.heads}", programs=MOONVIT_ATTENTION),
+            Term("heads", "attend", rf"1,\dots,{o.heads}", programs=MOONVIT_ATTENTION),
             Term("head_dim", "attend", rf"\sqrt{{{o.head_dim}}}", programs=MOONVIT_ATTENTION),
             Term("head_dim", "rotate", f"i<{o.head_dim // 4}", programs=MOONVIT_ATTENTION),
             Term("rope_theta", "rotate", f"{o.rope_theta:g}^", programs=MOONVIT_ATTENTION))
@@ -148,7 +149,7 @@ GEMMA4_TOWER = ("gemma4_vision_tower",)
 def _gemma4_vision(o: Gemma4VisionOptions) -> tuple[Term, ...]:
     out = [Term("eps", "embedding_pre_projection_norm", fmt_eps(o.eps), programs=("gemma4_vision_embedder",)),
            Term("eps", "qkv-norm", fmt_eps(o.eps), programs=GEMMA4_BLOCK),
-           Term("heads", "attend", rf"h=1,\dots,{o.heads}", programs=GEMMA4_BLOCK),
+           Term("heads", "attend", rf"1,\dots,{o.heads}", programs=GEMMA4_BLOCK),
            Term("head_dim", "rotate", f"-4j/{o.head_dim}", programs=GEMMA4_BLOCK),
            Term("theta", "rotate", f"{o.theta:g}^", programs=GEMMA4_BLOCK),
            Term("grid_width", "positions", rf"i\bmod {o.grid_width}", programs=("gemma4_patch_embed", *GEMMA4_TOWER)),
