@@ -43,9 +43,19 @@ TERMS: dict[type, tuple[TermsOf, frozenset[str]]] = {}
 """Options class -> (its terms for given options, its structural fields)."""
 
 
-def registers(cls: type, structural: tuple[str, ...] = ()) -> Callable[[TermsOf], TermsOf]:
+PROGRAM_TERMS: dict[str, tuple[TermsOf, frozenset[str]]] = {}
+"""Program -> its terms, where a program reads only some of the options it shares with its layer (a scores child
+carrying its layer's options); consulted before TERMS."""
+
+
+def registers(cls: type, structural: tuple[str, ...] = (), switches: tuple[str, ...] = (),
+              program: str = "") -> Callable[[TermsOf], TermsOf]:
+    """switches: fields classed as factors whatever their value (see _SWITCHES); program: the terms of that
+    program's components only."""
     def register(fn: TermsOf) -> TermsOf:
-        TERMS[cls] = (fn, frozenset(structural))
+        (PROGRAM_TERMS if program else TERMS)[program or cls] = (fn, frozenset(structural))  # type: ignore[index]
+        if switches:
+            _SWITCHES[cls] = (*_SWITCHES.get(cls, ()), *switches)
         return fn
     return register
 
@@ -143,7 +153,7 @@ def unshown_terms(comp: Component) -> list[str]:
     [] for a component whose options class is not registered (see registered())."""
     if comp.options is None or type(comp.options) not in TERMS:
         return []
-    fn, structural = TERMS[type(comp.options)]
+    fn, structural = PROGRAM_TERMS.get(comp.program) or TERMS[type(comp.options)]
     terms = fn(comp.options)
     out = [f"options field '{f.name}' of {type(comp.options).__name__} is neither a factor a step names nor "
            "structural" for f in fields(comp.options)  # type: ignore[arg-type]  # every registered options class is a dataclass
@@ -178,3 +188,6 @@ whatever their value."""
 
 def registered() -> tuple[type, ...]:
     return tuple(TERMS)
+
+
+from . import step_terms_mixers  # noqa: E402,F401  # registers the token mixers' terms
