@@ -10,7 +10,7 @@ import pytest
 from conftest import ROOT
 
 from explorer.components.step_terms import unshown_terms
-from explorer.components.step_terms_mixers import nested_norm_mismatches
+from explorer.components.step_terms_mixers import nested_mismatches
 from explorer.content import load_model_content
 from explorer.families import load_model_spec
 from explorer.spec.types import walk
@@ -122,16 +122,163 @@ def test_every_child_norm_shows_the_norm_its_layer_applies():
     problems = []
     for content in load_all_models(ROOT / "content"):
         spec = load_model_spec(content)
-        problems += [f"{spec.slug} › {c.key}: {m}" for _, c in walk(spec.root) for m in nested_norm_mismatches(c)]
+        problems += [f"{spec.slug} › {c.key}: {m}" for _, c in walk(spec.root) for m in nested_mismatches(c)]
     assert problems == []
 
 
 @pytest.mark.parametrize("slug,path", [("kimi-k2", "blocks.dense.attn"), ("qwen3-8b", "blocks.block.attn"),
-                                       ("qwen3.5-27b", "blocks.full.attn"), ("minimax-m2.5", "blocks.moe.attn")])
+                                       ("qwen3.5-27b", "blocks.full.attn"), ("minimax-m2.5", "blocks.moe.attn"),
+                                       ("deepseek-v4-flash", "blocks.csa.attn"),
+                                       ("deepseek-v3.2", "blocks.dense.attn.indexer"),
+                                       ("gemma-4-26b-a4b", "blocks.local.attn")])
 def test_a_child_norm_that_shows_another_eps_than_the_program_applies_fails(slug, path):
     attn = comp_of(slug, path)
-    assert nested_norm_mismatches(attn) == []
+    assert nested_mismatches(attn) == []
     norm = next(c for c in attn.children if c.program == "norm")
     other = dataclasses.replace(norm, options=dataclasses.replace(norm.options, eps=norm.options.eps * 10))
     broken = dataclasses.replace(attn, children=tuple(other if c is norm else c for c in attn.children))
-    assert [m for m in nested_norm_mismatches(broken) if m.startswith(norm.key)]
+    assert [m for m in nested_mismatches(broken) if m.startswith(norm.key)]
+
+
+# ---------------------------------------------------------------------------------------------- DeepSeek V4
+
+V4 = "deepseek-v4-flash"
+
+
+def test_v4_attention_without_its_frequencies_eps_window_or_groups_fails():
+    attn = comp_of(V4, "blocks.csa.attn")
+    assert unshown_terms(attn) == []
+    assert r"\omega_j=\gamma_j\,\frac{\theta_j}{16}" in latex(attn, "inv-freq")  # the layer's own YaRN frequencies
+    assert reported(with_step(attn, "theta", "160000", "10000"), "rope")
+    assert reported(with_step(attn, "inv-freq", "{16}", "{40}"), "rope")
+    assert reported(with_step(attn, "ramp", "j_{\\mathrm{high}}=25", "j_{\\mathrm{high}}=32"), "rope")
+    assert reported(with_step(attn, "q-head-norm", r",\ \ \epsilon=10^{-6}", ""), "eps")
+    assert reported(with_step(attn, "mask", "<128", "<4096"), "window")
+    assert reported(with_step(attn, "softmax", r"/\sqrt{512}", ""), "head_dim")
+    assert reported(with_step(attn, "o-a", r"\dots,8", r"\dots,16"), "o_groups")
+
+
+def test_v4_children_that_carry_the_layers_options_answer_for_what_they_apply():
+    scores = comp_of(V4, "blocks.csa.attn.scores")
+    assert unshown_terms(scores) == []
+    assert reported(with_step(scores, "mask", "<128", "<64"), "window")
+    grouped = comp_of(V4, "blocks.csa.attn.o_a_proj")
+    assert unshown_terms(grouped) == []
+    assert reported(with_step(grouped, "o-a", r"\dots,8", r"\dots,4"), "o_groups")
+
+
+def test_compressor_without_its_ratio_overlap_or_eps_fails():
+    csa = comp_of(V4, "blocks.csa.attn.compressor")
+    assert unshown_terms(csa) == []
+    assert reported(with_step(csa, "c-visible", r"/4\rfloor", r"/8\rfloor"), "ratio")
+    assert reported(with_step(csa, "c-pool", r"\sum_{j=1}^{8}", r"\sum_{j=1}^{4}"), "overlap")
+    assert reported(with_step(csa, "c-entries", "10^{-6}", "10^{-5}"), "eps")
+    pool = comp_of(V4, "blocks.hca.attn.compressor.pool")
+    assert unshown_terms(pool) == []
+    assert reported(with_step(pool, "c-pool", "m=128", "m=64"), "ratio")
+    assert reported(with_step(pool, "c-pool", r"j\in\text{window }w", r"j=1,\dots,256"), "overlap")
+
+
+def test_v4_indexer_without_its_top_k_head_weights_or_key_pooling_fails():
+    idx = comp_of(V4, "blocks.csa.attn.compressor.indexer")
+    assert unshown_terms(idx) == []
+    assert reported(with_step(idx, "iselect", r"\operatorname{top}_{512}", r"\operatorname{top}_{1024}"), "topk")
+    assert reported(with_step(idx, "iw", r"/\sqrt{64}", ""), "heads")
+    assert reported(with_step(idx, "iscores", r"/\sqrt{128}", ""), "head_dim")
+    assert reported(with_step(idx, "i-entries", "_{4w}", "_{w}"), "compressor")
+
+
+def test_dsa_indexer_that_hides_its_own_pairing_or_top_k_fails():
+    idx = comp_of("deepseek-v3.2", "blocks.dense.attn.indexer")
+    assert unshown_terms(idx) == []
+    assert "(x_{j},x_{j+32})" in latex(idx, "idx-q-rotate")  # V3.2's indexer pairs the halves
+    assert reported(with_step(idx, "idx-k-rotate", "(x_{j},x_{j+32})", "(x_{2j},x_{2j+1})"), "rope")
+    assert reported(with_step(idx, "idx-select", r"\operatorname{top}_{2048}", r"\operatorname{top}_{1024}"), "topk")
+    assert reported(with_step(idx, "idx-weights", r"/\sqrt{64}", ""), "heads")
+    glm = comp_of("glm-5", "blocks.dense.attn.indexer")
+    assert "(x_{2j},x_{2j+1})" in latex(glm, "idx-q-rotate")  # GLM-5's pairs adjacent features
+
+
+def test_a_compressor_rotating_otherwise_than_its_layer_shows_fails():
+    attn = comp_of(V4, "blocks.csa.attn")
+    assert nested_mismatches(attn) == []
+    comp = next(c for c in attn.children if c.key == "compressor")
+    other = dataclasses.replace(comp, options=dataclasses.replace(comp.options, rope=dataclasses.replace(
+        comp.options.rope, theta=10000.0)))
+    broken = dataclasses.replace(attn, children=tuple(other if c is comp else c for c in attn.children))
+    assert any("compressor rotates" in m for m in nested_mismatches(broken))
+
+
+# ---------------------------------------------------------------------------------------------- hyper-connections
+
+def test_hyper_connection_without_its_sinkhorn_rounds_or_eps_fails():
+    hc = comp_of(V4, "blocks.csa.attn_hc")
+    assert unshown_terms(hc) == []
+    assert reported(with_step(hc, "hc-sinkhorn", r"\text{then 19}", r"\text{then 20}"), "sinkhorn_iters")
+    assert reported(with_step(hc, "hc-comb", "+10^{-6}", ""), "eps")
+    assert reported(with_step(hc, "hc-norm", "10^{-6}", "10^{-5}"), "norm_eps")
+    head = comp_of(V4, "hc_head")
+    assert unshown_terms(head) == []
+    assert reported(with_step(head, "hc-collapse", r"\sum_{i=1}^{4}", r"\sum_{i=1}^{2}"), "streams")
+
+
+def test_hc_block_reads_none_of_the_options_it_carries():
+    block = comp_of(V4, "blocks.csa")
+    assert block.program == "hc_block"
+    assert unshown_terms(block) == []
+
+
+# ---------------------------------------------------------------------------------------------- blocks
+
+def test_block_whose_residual_hides_or_invents_a_post_norm_fails():
+    gemma = comp_of("gemma-3-27b", "blocks.local")
+    assert unshown_terms(gemma) == []
+    assert reported(with_step(gemma, "residual-attn", r"\bar\Delta", r"\Delta"), "post_attn_norm")
+    llama = comp_of("llama-3.1-8b", "blocks.block")
+    assert unshown_terms(llama) == []
+    assert reported(with_step(llama, "residual-ffn", r"\Delta", r"\bar\Delta"), "post_ffn_norm")
+
+
+def test_layer_block_without_its_layer_scalar_fails():
+    block = comp_of("gemma-4-26b-a4b", "blocks.local")
+    assert unshown_terms(block) == []
+    assert reported(with_step(block, "layer-scalar", r"\lambda_n\,", ""), "layer_scalar")
+    assert reported(with_step(block, "residual-ffn", r"\bar\Delta", r"\Delta"), "post_ffn_norm")
+
+
+# ---------------------------------------------------------------------------------------------- Gated DeltaNet
+
+def test_deltanet_without_its_query_scale_chunk_split_or_eps_fails():
+    attn = comp_of("qwen3.5-27b", "blocks.linear.attn")
+    assert unshown_terms(attn) == []
+    assert reported(with_step(attn, "l2norm", r"\sqrt{128}\,", ""), "d_k")
+    assert reported(with_step(attn, "chunked", "chunk of }64", "chunk of }32"), "chunk")
+    assert reported(with_step(attn, "split", "2048+2048+6144", "2048+2048+4096"), "v_heads")
+    assert reported(with_step(attn, "repeat", r"\lceil h/3\rceil", r"\lceil h/2\rceil"), "v_heads")
+    norm = comp_of("qwen3.5-27b", "blocks.linear.attn.norm")
+    assert unshown_terms(norm) == []
+    assert reported(with_step(norm, "gated-norm", "10^{-6}", "10^{-5}"), "eps")
+
+
+# ---------------------------------------------------------------------------------------------- Mamba-2
+
+NEMOTRON = "nemotron-3-nano-30b-a3b"
+
+
+def test_mamba2_without_its_step_floor_chunk_groups_or_conv_bias_fails():
+    mixer = comp_of(NEMOTRON, "blocks.mamba.mamba")
+    assert unshown_terms(mixer) == []
+    assert reported(with_step(mixer, "dt", r"0.001\big)", r"0\big)"), "dt_min")
+    assert reported(with_step(mixer, "chunks", "Q=128", "Q=256"), "chunk_size")
+    assert reported(with_step(mixer, "heads", r"\lfloor h/8\rfloor", r"\lfloor h/4\rfloor"), "groups")
+    assert reported(with_step(mixer, "split", "4096,6144,64", "4096,8192,64"), "state_size")
+    ssm = comp_of(NEMOTRON, "blocks.mamba.mamba.ssm")
+    assert unshown_terms(ssm) == []
+    assert reported(with_step(ssm, "dt", r"0.001\big)", r"0\big)"), "dt_min")
+    conv = comp_of(NEMOTRON, "blocks.mamba.mamba.conv1d")
+    assert unshown_terms(conv) == []
+    assert reported(with_step(conv, "conv", r"+b_{\mathrm{conv}}", ""), "conv_bias")
+    norm = comp_of(NEMOTRON, "blocks.mamba.mamba.norm")
+    assert unshown_terms(norm) == []
+    assert reported(with_step(norm, "gate-norm", r"_{8\times512}", r"_{1\times4096}"), "groups")
+    assert reported(with_step(norm, "gate-norm", "10^{-5}", "10^{-6}"), "eps")
