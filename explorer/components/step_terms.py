@@ -43,9 +43,9 @@ TERMS: dict[type, tuple[TermsOf, frozenset[str]]] = {}
 """Options class -> (its terms for given options, its structural fields)."""
 
 
-PROGRAM_TERMS: dict[str, tuple[TermsOf, frozenset[str]]] = {}
-"""Program -> its terms, where a program reads only some of the options it shares with its layer (a scores child
-carrying its layer's options); consulted before TERMS."""
+PROGRAM_TERMS: dict[tuple[type, str], tuple[TermsOf, frozenset[str]]] = {}
+"""(Options class, program) -> that program's terms, where it reads only some of the options it shares with its
+layer (a scores child carrying its layer's options); consulted before TERMS."""
 
 
 def registers(cls: type, structural: tuple[str, ...] = (), switches: tuple[str, ...] = (),
@@ -53,7 +53,10 @@ def registers(cls: type, structural: tuple[str, ...] = (), switches: tuple[str, 
     """switches: fields classed as factors whatever their value (see _SWITCHES); program: the terms of that
     program's components only."""
     def register(fn: TermsOf) -> TermsOf:
-        (PROGRAM_TERMS if program else TERMS)[program or cls] = (fn, frozenset(structural))  # type: ignore[index]
+        if program:
+            PROGRAM_TERMS[(cls, program)] = (fn, frozenset(structural))
+        else:
+            TERMS[cls] = (fn, frozenset(structural))
         if switches:
             _SWITCHES[cls] = (*_SWITCHES.get(cls, ()), *switches)
         return fn
@@ -153,7 +156,7 @@ def unshown_terms(comp: Component) -> list[str]:
     [] for a component whose options class is not registered (see registered())."""
     if comp.options is None or type(comp.options) not in TERMS:
         return []
-    fn, structural = PROGRAM_TERMS.get(comp.program) or TERMS[type(comp.options)]
+    fn, structural = PROGRAM_TERMS.get((type(comp.options), comp.program)) or TERMS[type(comp.options)]
     terms = fn(comp.options)
     out = [f"options field '{f.name}' of {type(comp.options).__name__} is neither a factor a step names nor "
            "structural" for f in fields(comp.options)  # type: ignore[arg-type]  # every registered options class is a dataclass

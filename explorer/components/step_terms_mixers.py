@@ -3,7 +3,8 @@ hyper-connections, linear-attention and state-space mixers, and the blocks aroun
 program applies and the step that names each, or why a field is structural. See step_terms.py for the mechanism.
 
 A norm an options class carries (a QK-norm, MLA's latent norms) is named in the layer's steps by its operator and
-gain; its eps is shown by the norm's own component, whose options test_step_terms_mixers checks equal it.
+gain; its eps is shown by the norm's own component, whose options must equal it (nested_mismatches, which
+tests/test_step_terms_mixers.py runs on every model).
 """
 
 from __future__ import annotations
