@@ -32,7 +32,7 @@ from .base import v as v_
 from .dsa import relu_scores, weigh_heads
 from .linear import linear
 from .norms import NormOptions, apply_norm, rmsnorm
-from .rope import RopeOptions, inverse_frequencies
+from .rope import RopeOptions, frequency_steps, inverse_frequencies
 from .serving import LayerKind, layer_memory
 
 AttentionKind = Literal["sliding", "csa", "hca"]
@@ -49,9 +49,10 @@ def _cite(claim: str, symbol: str) -> Citation:
 
 # ------------------------------------------------------------------------------------------------ rotary
 
-def angles(o: RopeOptions, positions: torch.Tensor) -> torch.Tensor:
-    """t·ω_j for each position and rotary pair; V4 applies no YaRN attention factor (it is set to 1)."""
-    return positions.float()[..., None] * inverse_frequencies(Run({}), o, positions.device)
+def angles(o: RopeOptions, positions: torch.Tensor, run: Run | None = None) -> torch.Tensor:
+    """t·ω_j for each position and rotary pair; V4 applies no YaRN attention factor (it is set to 1). `run`
+    records θ_j and ω_j (a layer's steps show them)."""
+    return positions.float()[..., None] * inverse_frequencies(run if run is not None else Run({}), o, positions.device)
 
 
 def rotate_tail(x: torch.Tensor, theta: torch.Tensor) -> torch.Tensor:
@@ -116,7 +117,8 @@ def compressor_steps(ctx: Ctx, o: CompressorOptions, x: str, width: Dim, sub: st
              f"{sub.lower() or 'c'}-project"),
         Step(pooled + rf"\quad(m={m},\ \text{{entries }}w<\lfloor T/{m}\rfloor)", Shape((B, n, width)),
              f"{sub.lower() or 'c'}-pool"),
-        Step(rf"c^{{{sub}}}_w=\operatorname{{RoPE}}_{{{m}w}}\big(\operatorname{{RMSNorm}}(\tilde c^{{{sub}}}_w)\big)",
+        Step(rf"c^{{{sub}}}_w=\operatorname{{RoPE}}_{{{m}w}}\big(\operatorname{{RMSNorm}}(\tilde c^{{{sub}}}_w)\big),\ \ "
+             rf"\epsilon={fmt_eps(o.eps)}",
              Shape((B, n, width)), f"{sub.lower() or 'c'}-entries"),
     )
 
@@ -386,7 +388,9 @@ def v4_attention(ctx: Ctx, *, prefix: str, ranges: tuple[IndexRange, ...], x: Po
     Ot, Ogrp, Otilde = ctx_colour(r"\tilde O_{t,h}"), ctx_colour(r"O^{\mathrm{grp}}"), ctx_colour(r"\tilde O")
     steps = [
         *q_a.steps, q_norm.equations[0], *q_b.steps,
-        Step(rf"{q('Q_h')}=\operatorname{{RMSNorm}}_{{\varnothing}}({q('q')}_{{h}})", hd(d_head), "q-head-norm"),
+        Step(rf"{q('Q_h')}=\operatorname{{RMSNorm}}_{{\varnothing}}({q('q')}_{{h}}),\ \ \epsilon={fmt_eps(eps)}", hd(d_head),
+             "q-head-norm"),
+        *frequency_steps(o.rope),
         Step(rf"{QR}=\operatorname{{RoPE}}_{{t}}({q('Q_{t,h}')})\ \text{{on the last {dr} features}}",
              hd(d_head), "q-rotate"),
         *kv_p.steps, kv_n.equations[0],
@@ -481,7 +485,7 @@ def attend_v4(comp: Component, run: Run, x: torch.Tensor, M: torch.Tensor) -> to
     o = options(comp, V4AttentionOptions)
     Bn, Tn, _ = x.shape
     positions = torch.arange(Tn, device=x.device)
-    R = angles(o.rope, positions)
+    R = angles(o.rope, positions, run)
     c_q = apply_norm(run, "q_a_norm", run_child(comp, "q_a_proj", run, x), NormOptions("rms", o.eps), "q_a_norm.")
     Q = run_child(comp, "q_b_proj", run, c_q).view(Bn, Tn, o.heads, o.head_dim)
     Qf = Q.float()

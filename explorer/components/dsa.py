@@ -117,15 +117,17 @@ def _indexer_steps(ctx: Ctx, o: IndexerOptions, c_q: str, x: str, heads: Dim, d_
     r = o.rope.dim
     tau, n = o.head_dim, o.heads
     qI, k_hat = q("Q^{I}"), k(r"\hat k^{I}")
+    pairs = (r",\ \ \text{pairs }(x_{2j},x_{2j+1})" if o.rope.pairing == "interleaved"
+             else rf",\ \ \text{{pairs }}(x_{{j}},x_{{j+{o.rope.pairs}}})")  # the indexer's own, maybe not the layer's
     return (
         Step(rf"{q('q^{I}')}={c_q}W_{{IQ}}", ctx.tokens(q_dim), "idx-q"),
         Step(rf"{qI}=\operatorname{{reshape}}({q('q^{I}')})", ctx.tokens(heads, d_idx), "idx-q-heads"),
         Step(rf"{k('k^{I}')}={x}W_{{IK}}", ctx.tokens(d_idx), "idx-k"),
         Step(rf"{k_hat}=\operatorname{{LayerNorm}}({k('k^{I}')})", ctx.tokens(d_idx), "idx-k-norm"),
-        Step(rf"{q('Q^{IR}_t')}=[\operatorname{{RoPE}}({qI}_{{t,:{r}}},{ctx_colour('R_t')});\,{qI}_{{t,{r}:}}]",
+        Step(rf"{q('Q^{IR}_t')}=[\operatorname{{RoPE}}({qI}_{{t,:{r}}},{ctx_colour('R_t')});\,{qI}_{{t,{r}:}}]{pairs}",
              ctx.tokens(heads, d_idx), "idx-q-rotate"),
         Step(rf"{k('K^{I}_t')}=[\operatorname{{RoPE}}({k_hat}_{{t,:{r}}},{ctx_colour('R_t')});\,"
-             rf"{k_hat}_{{t,{r}:}}]", ctx.tokens(d_idx), "idx-k-rotate"),
+             rf"{k_hat}_{{t,{r}:}}]{pairs}", ctx.tokens(d_idx), "idx-k-rotate"),
         Step(rf"w'={x}W_{{w}}\,/\sqrt{{{n}}}", ctx.tokens(heads), "idx-weights"),
         Step(rf"S_{{t,h,s}}=\operatorname{{ReLU}}\!\left({q('Q^{IR}_{t,h}')}\cdot{k('K^{I}_s')}/\sqrt{{{tau}}}\right)",
              Shape((B, QUERIES, heads, KEYS)), "idx-relu"),

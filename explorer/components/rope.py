@@ -155,8 +155,7 @@ def rope(ctx: Ctx, o: RopeOptions, *, code: str, prefix: str = "", ranges: tuple
     """The rotary angles a block's attention uses; `buffer`: a checkpoint may store inv_freq under `prefix`."""
     pairs = Dim("pairs", o.pairs)
     angles = Port(ctx_colour("R"), Shape((T, pairs)), "R")
-    steps = (Step(_theta_latex(o), Shape((pairs,)), "theta"),
-             *_frequency_steps(o, pairs),
+    steps = (*frequency_steps(o),
              Step(rf"{ctx_colour('R_t')}=\left(\cos t\omega_j,\ \sin t\omega_j\right)_{{j}}", angles.shape, "angles"),
              Step(_rotation_latex(o), Shape((T, Dim("d_rope", o.dim))), "rotate"))
     tensors = (TensorSpec(prefix + "rotary_emb.inv_freq", None, ranges, role="buffer", optional=True,
@@ -168,6 +167,12 @@ def rope(ctx: Ctx, o: RopeOptions, *, code: str, prefix: str = "", ranges: tuple
         extras=_extras(o), citations=citations + (_reference_citation(ctx, o),),
         row_label="Rotary embedding (computed)", program="rope", options=o, reference="model.rotary_emb",
     )
+
+
+def frequency_steps(o: RopeOptions) -> tuple[Step, ...]:
+    """θ_j and the frequencies ω_j the angles turn at (YaRN's ramp between), for a layer that computes its own."""
+    pairs = Dim("pairs", o.pairs)
+    return (Step(_theta_latex(o), Shape((pairs,)), "theta"), *_frequency_steps(o, pairs))
 
 
 def _theta_latex(o: RopeOptions) -> str:

@@ -46,9 +46,22 @@ TERMS: dict[type, tuple[TermsOf, frozenset[str]]] = {}
 """Options class -> (its terms for given options, its structural fields)."""
 
 
-def registers(cls: type, structural: tuple[str, ...] = ()) -> Callable[[TermsOf], TermsOf]:
+PROGRAM_TERMS: dict[tuple[type, str], tuple[TermsOf, frozenset[str]]] = {}
+"""(Options class, program) -> that program's terms, where it reads only some of the options it shares with its
+layer (a scores child carrying its layer's options); consulted before TERMS."""
+
+
+def registers(cls: type, structural: tuple[str, ...] = (), switches: tuple[str, ...] = (),
+              program: str = "") -> Callable[[TermsOf], TermsOf]:
+    """switches: fields classed as factors whatever their value (see _SWITCHES); program: the terms of that
+    program's components only."""
     def register(fn: TermsOf) -> TermsOf:
-        TERMS[cls] = (fn, frozenset(structural))
+        if program:
+            PROGRAM_TERMS[(cls, program)] = (fn, frozenset(structural))
+        else:
+            TERMS[cls] = (fn, frozenset(structural))
+        if switches:
+            _SWITCHES[cls] = (*_SWITCHES.get(cls, ()), *switches)
         return fn
     return register
 
@@ -146,7 +159,7 @@ def unshown_terms(comp: Component) -> list[str]:
     [] for a component whose options class is not registered (see registered())."""
     if comp.options is None or type(comp.options) not in TERMS:
         return []
-    fn, structural = TERMS[type(comp.options)]
+    fn, structural = PROGRAM_TERMS.get((type(comp.options), comp.program)) or TERMS[type(comp.options)]
     terms = fn(comp.options)
     out = [f"options field '{f.name}' of {type(comp.options).__name__} is neither a factor a step names nor "
            "structural" for f in fields(comp.options)  # type: ignore[arg-type]  # every registered options class is a dataclass
@@ -183,7 +196,7 @@ whatever their value."""
 
 def switched_by(cls: type, *names: str) -> None:
     """Class `names` of `cls` as switches (see _SWITCHES), for an options class registered in another module."""
-    _SWITCHES[cls] = names
+    _SWITCHES[cls] = (*_SWITCHES.get(cls, ()), *names)
 
 
 def registered() -> tuple[type, ...]:
@@ -191,3 +204,4 @@ def registered() -> tuple[type, ...]:
 
 
 from . import step_terms_ffn  # noqa: E402,F401  # registers the feed-forward, head and vision options' terms
+from . import step_terms_mixers  # noqa: E402,F401  # registers the token mixers' terms
