@@ -194,8 +194,9 @@ def _context(spec: ModelSpec, figures: DerivedFigures) -> ArchFact:
 
 def _vocabulary(spec: ModelSpec) -> ArchFact:
     embed = _first(spec.root, lambda c: COMPARISON_ROLES.get(c.program) == "Token embedding")
-    n = int(spec.values["vocab_size"])
-    return _fact("vocab", "Vocabulary", f"{n:,} tokens", embed[0] if embed else "", n, "vocabulary entries")
+    n = int(spec.values["vocab_size"]) if "vocab_size" in spec.values else None
+    return _fact("vocab", "Vocabulary", None if n is None else f"{n:,} tokens", embed[0] if embed else "", n,
+                 "vocabulary entries")
 
 
 def _mtp(spec: ModelSpec) -> ArchFact:
