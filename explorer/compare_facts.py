@@ -17,6 +17,7 @@ from typing import Any
 
 from .account import Ledger
 from .components.base import COMPARISON_ROLES
+from .components.hyper_connections import HyperOptions
 from .components.mla import MLAOptions
 from .components.shaped_attention import ShapedAttentionOptions
 from .figures import ROUTED, DerivedFigures
@@ -67,8 +68,8 @@ def architecture_facts(spec: ModelSpec, ledger: Ledger, figures: DerivedFigures)
     attn = _first(spec.root, lambda c: COMPARISON_ROLES.get(c.program) == "Attention", main) or \
         _first(spec.root, lambda c: COMPARISON_ROLES.get(c.program) in ATTENTION_ROLES, main)
     moe = _first(spec.root, lambda c: c.program in ROUTED, main)
-    return (_layers(spec), _attention_kinds(spec, attn), *_heads(spec, attn), *_experts(spec, moe),
-            _context(spec, figures), _vocabulary(spec), _mtp(spec), _vision(spec), _storage(ledger))
+    return (_layers(spec), _attention_kinds(spec, attn), *_heads(spec, attn), _window(figures), *_experts(spec, moe),
+            _streams(spec), _context(spec, figures), _vocabulary(spec), _mtp(spec), _vision(spec), _storage(ledger))
 
 
 def _fact(key: str, label: str, value: str | None, path: str, count: int | None = None, unit: str = "",
@@ -165,6 +166,25 @@ def _head_widths(spec: ModelSpec, comp: Component) -> tuple[int | None, int | No
     if width is None and isinstance(spec.values.get("head_dim"), int):
         width = int(spec.values["head_dim"])  # NoPE attention (Nemotron-H) keeps its width in the config only
     return width, width, None
+
+
+def _window(figures: DerivedFigures) -> ArchFact:
+    """The sliding windows of the layer kinds that have one (as the figures stage derived them), in positions."""
+    kinds = [k for k in figures.serving.kinds if k.window]
+    windows = sorted({k.window for k in kinds if k.window})
+    if not windows:
+        return _fact("window", "Sliding window", None, "")
+    text = " and ".join(f"{w:,}" for w in windows) + f"-position sliding window{'s' if len(windows) > 1 else ''}"
+    return _fact("window", "Sliding window", text, kinds[0].block, windows[0] if len(windows) == 1 else None,
+                 "positions of sliding window")
+
+
+def _streams(spec: ModelSpec) -> ArchFact:
+    """Hyper-connections (DeepSeek-V4): parallel residual streams in place of the one residual."""
+    hc = _first(spec.root, lambda c: isinstance(c.options, HyperOptions))
+    n = hc[1].options.streams if hc and isinstance(hc[1].options, HyperOptions) else None
+    return _fact("streams", "Residual streams", None if n is None else f"{n:,} residual streams (hyper-connections)",
+                 hc[0] if hc else "", n, "residual streams", "hyper-connections")
 
 
 def _experts(spec: ModelSpec, moe: tuple[str, Component] | None) -> tuple[ArchFact, ...]:

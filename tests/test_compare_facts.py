@@ -44,12 +44,14 @@ def test_deepseek_v3_to_v32_changes_only_the_attention_and_the_scales():
 def test_deepseek_v32_to_v4_flash():
     """From the configs: num_hidden_layers 61 → 43, num_attention_heads 128 → 64, num_key_value_heads 128 → 1,
     head widths qk_nope_head_dim + qk_rope_head_dim = 128 + 64 = 192 and v_head_dim 128 → head_dim 512,
-    num_experts_per_tok 8 → 6, n_group 8 → none, max_position_embeddings 163,840 → 1,048,576; n_routed_experts
+    num_experts_per_tok 8 → 6, n_group 8 → none, max_position_embeddings 163,840 → 1,048,576, sliding_window 128 and
+    hc_mult 4 where V3.2 has neither; n_routed_experts
     (256), n_shared_experts (1), vocab_size (129,280) and num_nextn_predict_layers (1) unchanged."""
     phrases = summary_of("deepseek-v3.2", "deepseek-v4-flash")
     for expected in ["61 → 43 layers", "128 → 64 query heads", "128 → 1 key/value heads",
                      "head width: 192 (query/key) and 128 (value) features per head → 512 features per head",
-                     "8 → 6 active experts per token", "no expert groups", "163,840 → 1,048,576 tokens of context"]:
+                     "8 → 6 active experts per token", "no expert groups", "163,840 → 1,048,576 tokens of context",
+                     "adds 128-position sliding window", "adds 4 residual streams (hyper-connections)"]:
         assert expected in phrases, (expected, phrases)
     joined = "; ".join(phrases)
     assert "routed experts;" not in joined and "vocabulary" not in joined and "MTP" not in joined
