@@ -60,8 +60,9 @@ def evaluate(s: Serving, context: int, batch: int = 1, kv_dtype: str = "BF16", w
     cache = sum(line.value for line in lines[1:])
     engine = sum(_kind_bytes(k, context, batch, half, ENGINE_BLOCK) for k in s.kinds)
     per_token = sum(k.layers * k.per_token for k in s.kinds)
-    decode = [k.layers * (k.flops_per_key * k.keys_read(context) + k.index_flops_per_key * k.entries(context))
-              for k in s.kinds]
+    decode = [_decode(k, k.flops_per_key, context) for k in s.kinds]
+    absorbed = [_decode(k, k.absorbed_flops_per_key or k.flops_per_key, context) for k in s.kinds]
+    mla = any(k.absorbed_flops_per_key for k in s.kinds)
     prefill = [k.layers * (k.flops_per_key * k.keys_read_prefill(context)
                            + k.index_flops_per_key * k.keys_scored_prefill(context)) for k in s.kinds]
     lines += [
@@ -74,14 +75,27 @@ def evaluate(s: Serving, context: int, batch: int = 1, kv_dtype: str = "BF16", w
              f"each layer's cached entries rounded up to a multiple of {ENGINE_BLOCK}"),
         Line("engine-total", "Engine view: weights + block-rounded cache", weight_bytes + engine,
              f"{fmt(weight_bytes)} + {fmt(engine)}"),
-        Line("decode", f"FLOPs per token, decode at {fmt(context)} context", 2 * s.matmul + sum(decode),
-             f"2 × {fmt(s.matmul)} + " + (" + ".join(fmt(v) for v in decode) or "0")),
+        Line("decode", f"FLOPs per token, decode at {fmt(context)} context" + (MLA_UNABSORBED if mla else ""),
+             2 * s.matmul + sum(decode), f"2 × {fmt(s.matmul)} + " + (" + ".join(fmt(v) for v in decode) or "0")),
+        *([Line("decode-absorbed", f"FLOPs per token, decode at {fmt(context)} context{MLA_ABSORBED}",
+                2 * s.matmul + sum(absorbed), f"2 × {fmt(s.matmul)} + " + " + ".join(fmt(v) for v in absorbed))]
+          if mla else []),
         Line("prefill", f"FLOPs, prefill of {fmt(context)} tokens (one sequence)",
              context * 2 * s.matmul + sum(prefill),
              f"{fmt(context)} × 2 × {fmt(s.matmul)} + " + (" + ".join(fmt(v) for v in prefill) or "0")),
     ]
     fits = None if gpu_gib is None else tokens_that_fit(s, batch, half, weight_bytes, gpu_gib * GIB)
     return Evaluation(tuple(lines), fits, _fits_text(s, fits, gpu_gib, batch))
+
+
+MLA_UNABSORBED = ", MLA unabsorbed (per-head keys and values)"
+MLA_ABSORBED = ", MLA absorbed (scores and sums over the cached latent)"
+"""The two forms of MLA's decode cost (explorer/components/mla.py's decode_costs), named in the lines' labels."""
+
+
+def _decode(k: LayerKind, per_key: int, context: int) -> int:
+    """FLOPs one decoded token spends in all layers of one kind at `context`, at `per_key` FLOPs per entry read."""
+    return k.layers * (per_key * k.keys_read(context) + k.index_flops_per_key * k.entries(context))
 
 
 def tokens_that_fit(s: Serving, batch: int, half: int, weight_bytes: int, memory: int) -> int:
@@ -105,7 +119,9 @@ def page_data(s: Serving) -> str:
         "kv": [list(d) for d in KV_DTYPES], "weights": [list(w) for w in s.weights],
         "kinds": [{"t": k.title, "n": k.layers, "p": k.per_token, "e": k.entry_elements if k.per_token or k.entry else 0,
                    "r": k.ratio, "w": k.window or 0, "c": k.chunk or 0, "k": k.topk or 0, "q": k.flops_per_key,
-                   "x": k.index_flops_per_key, "s": k.state_bytes, "f": kind_formula(k)} for k in s.kinds],
+                   "x": k.index_flops_per_key, "s": k.state_bytes, "f": kind_formula(k),
+                   "a": k.absorbed_flops_per_key} for k in s.kinds],
+        "mla": [MLA_UNABSORBED, MLA_ABSORBED],
     }
     return json.dumps(data, ensure_ascii=True, separators=(",", ":")).replace("<", "\\u003c")
 
@@ -189,6 +205,9 @@ class CalculatorView:
     """(title with layers, formula) per layer kind."""
     table_head: tuple[str, ...]
     table_rows: tuple[tuple[str, ...], ...]
+    decode_forms: tuple[tuple[str, str, str], ...] = ()
+    """MLA only: (form, FLOPs per cached position per layer, its formula) for the unabsorbed form the decode line
+    counts and the absorbed form the latent cache implies."""
 
 
 def calculator_view(s: Serving, max_key: str) -> CalculatorView:
@@ -204,4 +223,13 @@ def calculator_view(s: Serving, max_key: str) -> CalculatorView:
     return CalculatorView(fmt(s.max_context), max_key, min(TABLE_CONTEXTS[0], s.max_context), s.max_context,
                           tuple(n for n, _ in KV_DTYPES), tuple(n for n, _ in s.weights), page_data(s),
                           tuple((f"{k.title} ({layers(k.layers)})", kind_formula(k)) for k in s.kinds), head,
-                          tuple(rows))
+                          tuple(rows), _decode_forms(s))
+
+
+def _decode_forms(s: Serving) -> tuple[tuple[str, str, str], ...]:
+    mla = next((k for k in s.kinds if k.absorbed_flops_per_key), None)
+    if mla is None:
+        return ()
+    return (("unabsorbed: per-head keys and values (the decode line)", fmt(mla.flops_per_key), mla.decode_forms[0]),
+            ("absorbed: scores and sums over the cached latent (the absorbed decode line)",
+             fmt(mla.absorbed_flops_per_key), mla.decode_forms[1]))

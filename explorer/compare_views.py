@@ -14,8 +14,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from .compare import NAMED_ROLES, ROLES, RoleTotals, config_differences, role_totals
+from .compare_facts import ArchFact, architecture_facts, changes, facts_data
 from .model_build import ModelBuild
-from .views import Link, PageBase, fmt
+from .views import Link, PageBase, fmt, page_href
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,9 +36,22 @@ class ConfigRowView:
 
 
 @dataclass(frozen=True, slots=True)
+class ChangeRowView:
+    """One architectural difference: its heading and each model's value, linked to the page it is read from."""
+
+    label: str
+    left: Link
+    right: Link
+    """href "" where the model has no such part (the text says "none")."""
+
+
+@dataclass(frozen=True, slots=True)
 class ComparePage(PageBase):
     left: Link
     right: Link
+    summary: str
+    """What changed, in words: "128 → 64 query heads; 256 → 384 routed experts; no expert groups; no MTP"."""
+    changes: tuple[ChangeRowView, ...]
     rows: tuple[CompareRowView, ...]
     total: CompareRowView
     figures: tuple[CompareRowView, ...]
@@ -91,6 +105,8 @@ def compare_data(mb: ModelBuild, totals: RoleTotals) -> dict[str, Any]:
         "mechanisms": {role: list(totals.mechanisms.get(role, ())) for role in NAMED_ROLES},
         "figures": [[f.key, f.label, f.value] for f in mb.figures.figures],
         "config": [[key, left] for key, left, _, _ in config_differences(mb.content.config, {})],
+        "facts": [{**f, "href": f"../models/{mb.slug}/{page_href(f['path'])}"}
+                  for f in facts_data(architecture_facts(mb.spec, mb.ledger, mb.figures))],
     }
 
 
@@ -117,6 +133,27 @@ def compare_rows(left: dict[str, Any], right: dict[str, Any]) -> tuple[list[tupl
     return roles, figures
 
 
+def what_changed(left: dict[str, Any], right: dict[str, Any]) -> tuple[str, tuple[ChangeRowView, ...]]:
+    """The summary and the rows of two models' data (as the picker composes them in static/compare.js): each
+    differing fact, its value in each model linked to that model's component page."""
+    found = changes(_facts(left), _facts(right))
+    summary = "; ".join(c.phrase for c in found) if found else NOTHING_CHANGED
+    lhref, rhref = ({f["key"]: f["href"] for f in m["facts"]} for m in (left, right))
+    return summary, tuple(ChangeRowView(c.label, _fact_link(c.left, lhref[c.key]), _fact_link(c.right, rhref[c.key]))
+                          for c in found)
+
+
+def _facts(model: dict[str, Any]) -> tuple[ArchFact, ...]:
+    return tuple(ArchFact(**{k: v for k, v in f.items() if k != "href"}) for f in model["facts"])
+
+
+NOTHING_CHANGED = "No difference in heads, experts, layers, attention, context, vocabulary, MTP, vision or storage."
+
+
+def _fact_link(fact: ArchFact, href: str) -> Link:
+    return Link("none", "") if fact.value is None else Link(fact.value, href)
+
+
 def _role_label(role: str, left: dict[str, Any], right: dict[str, Any]) -> str:
     a, b = left["mechanisms"].get(role, []), right["mechanisms"].get(role, [])
     if a == b or role not in NAMED_ROLES:
@@ -130,10 +167,12 @@ def compare_page(a: ModelBuild, b: ModelBuild) -> ComparePage:
     """The static comparison of a model (right) with the model it follows (left)."""
     left, right = compare_data(a, role_totals(a.spec, a.ledger)), compare_data(b, role_totals(b.spec, b.ledger))
     roles, figures = compare_rows(left, right)
+    summary, changed = what_changed(left, right)
     lname, rname = a.content.meta.name, b.content.meta.name
     return ComparePage(
-        f"{lname} vs {rname}", f"{lname} and {rname} side by side: parameters by role, derived figures, configs.",
-        "../", compare_path(a.slug, b.slug), Link(lname, left["href"]), Link(rname, right["href"]),
+        f"{lname} vs {rname}", f"{lname} and {rname} side by side: what changed, parameters by role, derived "
+        "figures, configs.", "../", compare_path(a.slug, b.slug), Link(lname, left["href"]), Link(rname, right["href"]),
+        summary, changed,
         tuple(_row(*r) for r in roles), _row("Total", left["total"], right["total"]),
         tuple(_row(*r) for r in figures),
         tuple(ConfigRowView(*row) for row in config_differences(a.content.config, b.content.config)),
@@ -155,6 +194,6 @@ def compare_index(builds: list[ModelBuild]) -> CompareIndexPage:
                    Link(b.content.meta.name, f"../models/{b.slug}/index.html"),
                    Link(f"{a.content.meta.name} vs {b.content.meta.name}", f"../{compare_path(a.slug, b.slug)}"))
                   for a, b in static_pairs(builds))
-    return CompareIndexPage("Compare models", "Any two models side by side: parameters by role with exact deltas, "
-                            "derived figures and configs.", "../", "compare/index.html",
+    return CompareIndexPage("Compare models", "Any two models side by side: what changed, parameters by role with "
+                            "exact deltas, derived figures and configs.", "../", "compare/index.html",
                             tuple(PickerOption(mb.slug, mb.content.meta.name) for mb in builds), pairs)

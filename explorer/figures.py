@@ -163,7 +163,8 @@ def derive(spec: ModelSpec, ledger: Ledger, stored: Reconciliation | None) -> De
         Figure("flops_decode", f"Forward FLOPs per token, decode at {flop_context:,} context",
                2 * matmul + decode_attn, f"2 × {matmul:,} + attention over {flop_context:,} keys" + _sparse_text(costs),
                "Two FLOPs per multiply-add: every projection a token runs (active parameters less the embedding), "
-               f"plus the scores and weighted values over the cached keys{head_text}."),
+               f"plus the scores and weighted values over the cached keys{head_text}." + _mla_convention(costs)),
+        *_mla_decode_figures(costs, matmul, flop_context),
         Figure("flops_prefill", f"Forward FLOPs, prefill of {flop_context:,} tokens",
                flop_context * 2 * matmul + prefill_attn,
                f"{flop_context:,} × 2 × {matmul:,} + causal attention over 1..{flop_context:,} keys" + _sparse_text(costs),
@@ -283,6 +284,46 @@ def _cache_definition(c: LayerKind) -> str:
             + (f" This layer keeps only its last {c.window:,} tokens." if c.window else "")
             + (f" This layer attends within chunks of {c.chunk:,} tokens and keeps at most one chunk." if c.chunk
                else ""))
+
+
+def _mla_convention(costs: list[LayerKind]) -> str:
+    """What the headline decode figure counts where MLA has two forms (issue 19: state the convention)."""
+    mla = [c for c in costs if c.absorbed_flops_per_key]
+    if not mla:
+        return ""
+    return (f" MLA layers are counted unabsorbed, with per-head keys and values as the steps compute them: "
+            f"{mla[0].flops_per_key:,} FLOPs per cached position per layer ({mla[0].decode_forms[0]}), their rebuilding "
+            "from the cached latent not counted. The absorbed form, which the cached latent implies, is stated beside "
+            "it.")
+
+
+def _mla_decode_figures(costs: list[LayerKind], matmul: int, context: int) -> list[Figure]:
+    """MLA's decode cost in both forms: per cached position per layer, and the whole token's FLOPs with the absorbed
+    form (the unabsorbed is the headline flops_decode). Every MLA layer of a model has the same heads and widths,
+    so the first kind's per-position costs stand for all."""
+    mla = [c for c in costs if c.absorbed_flops_per_key]
+    if not mla:
+        return []
+    first = mla[0]
+    absorbed = [replace(c, flops_per_key=c.absorbed_flops_per_key or c.flops_per_key) for c in costs]
+    return [
+        Figure("mla_flops_per_key_unabsorbed", "MLA decode FLOPs per cached position per layer, unabsorbed (counted)",
+               first.flops_per_key, first.decode_forms[0],
+               "Each head scores a d_nope + d_rope query/key pair and sums a d_v value, with per-head keys and values at "
+               "hand (rebuilt from the latent by kv_b_proj, or cached as plain multi-head attention would cache them); "
+               "this is the form the Forward FLOPs per token, decode figure counts."),
+        Figure("mla_flops_per_key_absorbed", "MLA decode FLOPs per cached position per layer, absorbed (latent cache)",
+               first.absorbed_flops_per_key, first.decode_forms[1],
+               "With only the latent and the rotary key cached (kv_lora_rank + qk_rope_head_dim elements per token "
+               "and layer), W_UK folds into the query and W_UV into the output (once per token, their multiply-adds are "
+               "the parameters'), so each head scores the d_ckv-wide latent and the rotary key and sums the latent: "
+               "2 × d_ckv + d_rope multiply-adds per head and position."),
+        Figure("flops_decode_absorbed", f"Forward FLOPs per token, decode at {context:,} context, MLA absorbed",
+               2 * matmul + attention_flops_decode(absorbed, context),
+               f"2 × {matmul:,} + attention over {context:,} keys, MLA absorbed" + _sparse_text(costs),
+               "The decode figure above with every MLA layer in the absorbed form: what a server holding only the "
+               "latent cache computes."),
+    ]
 
 
 def _sparse_text(costs: list[LayerKind]) -> str:

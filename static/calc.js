@@ -56,7 +56,7 @@
     d.kv.forEach(function (x) { if (x[0] === kv) half = B(x[1]); });
     d.weights.forEach(function (x) { if (x[0] === wname) w = B(x[1]); });
     var lines = [["weights", "Weights (" + wname + ")", w, fmt(w) + " bytes"]];
-    var cache = 0n, engine = 0n, perToken = 0n, dec = [], pre = [], parts = [];
+    var cache = 0n, engine = 0n, perToken = 0n, dec = [], abs = [], pre = [], parts = [], mla = false;
     d.kinds.forEach(function (k, i) {
       var v = kindBytes(k, c, batch, half, 1n), n = B(k.n);
       cache += v; parts.push(fmt(v));
@@ -67,6 +67,8 @@
            k.n + " × " + fmt(B(k.e)) + " × " + fmt(entries(k, c)) + " × " + SIZE[half] + " × " + batch]
         : ["kind-" + i, k.t + ": fixed state (" + layers(k.n) + ")", v, k.n + " × " + fmt(B(k.s)) + " × " + batch]);
       dec.push(n * (B(k.q) * keysRead(k, c) + B(k.x) * entries(k, c)));
+      abs.push(n * (B(k.a || k.q) * keysRead(k, c) + B(k.x) * entries(k, c)));  // MLA's absorbed form, as decode_costs
+      if (k.a) mla = true;
       pre.push(n * (B(k.q) * readPrefill(k, c) + B(k.x) * scoredPrefill(k, c)));
     });
     var m = B(d.matmul), sum = function (a) { return a.reduce(function (x, y) { return x + y; }, 0n); };
@@ -77,8 +79,12 @@
     lines.push(["engine", "Engine view: cache in blocks of " + d.block + " tokens per layer", engine,
                 "each layer's cached entries rounded up to a multiple of " + d.block]);
     lines.push(["engine-total", "Engine view: weights + block-rounded cache", w + engine, fmt(w) + " + " + fmt(engine)]);
-    lines.push(["decode", "FLOPs per token, decode at " + fmt(c) + " context", 2n * m + sum(dec),
+    lines.push(["decode", "FLOPs per token, decode at " + fmt(c) + " context" + (mla ? d.mla[0] : ""), 2n * m + sum(dec),
                 "2 × " + fmt(m) + " + " + (dec.map(fmt).join(" + ") || "0")]);
+    if (mla) {
+      lines.push(["decode-absorbed", "FLOPs per token, decode at " + fmt(c) + " context" + d.mla[1], 2n * m + sum(abs),
+                  "2 × " + fmt(m) + " + " + abs.map(fmt).join(" + ")]);
+    }
     lines.push(["prefill", "FLOPs, prefill of " + fmt(c) + " tokens (one sequence)", c * 2n * m + sum(pre),
                 fmt(c) + " × 2 × " + fmt(m) + " + " + (pre.map(fmt).join(" + ") || "0")]);
     return { lines: lines, half: half, w: w };
@@ -99,7 +105,7 @@
   }
 
   function row(line) {
-    var tr = document.createElement("tr"), flops = line[0] === "decode" || line[0] === "prefill";
+    var tr = document.createElement("tr"), flops = line[0].indexOf("decode") === 0 || line[0] === "prefill";
     tr.setAttribute("data-key", line[0]);
     var cells = [["th", line[1]], ["td", fmt(line[2])], ["td", flops ? "" : gib(line[2])], ["td", line[3]]];
     cells.forEach(function (c, i) {

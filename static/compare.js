@@ -57,6 +57,38 @@
     return role + ": " + (a.join(", ") || "—") + " → " + (b.join(", ") || "—");
   }
 
+  // What changed, composed from the facts the build computed for each model, by the rules of
+  // explorer/compare_facts.py's changes() and phrase(), so the picker and a static page say the same thing.
+  function phrase(a, b) {
+    if (b.value === null) return "no " + a.noun;
+    if (a.value === null) return b.count !== null ? "adds " + b.value : "adds " + b.noun + " (" + b.value + ")";
+    if (a.count !== null && b.count !== null && a.count !== b.count) {
+      return grouped(String(a.count)) + " → " + grouped(String(b.count)) + " " + a.unit;
+    }
+    if (a.brief === b.brief) return a.label.toLowerCase() + ": " + a.value + " → " + b.value;
+    return a.label.toLowerCase() + ": " + a.brief + " → " + b.brief;
+  }
+  function side(f) { return f.value === null ? "none" : el("a", { href: f.href }, [f.value]); }
+  function changed(L, R) {
+    var found = L.facts.map(function (a, i) { return [a, R.facts[i]]; })
+      .filter(function (p) { return p[0].value !== p[1].value; });
+    var summary = found.length ? found.map(function (p) { return phrase(p[0], p[1]); }).join("; ") :
+      "No difference in heads, experts, layers, attention, context, vocabulary, MTP, vision or storage.";
+    var parts = [el("h3", {}, ["What changed"]), el("p", { "class": "lede what-changed" }, [summary])];
+    if (found.length) {
+      var body = el("tbody");
+      found.forEach(function (p) {
+        body.append(el("tr", {}, [el("th", { scope: "row" }, [p[0].label]),
+          el("td", { "data-label": L.name }, [side(p[0])]), el("td", { "data-label": R.name }, [side(p[1])])]));
+      });
+      parts.push(el("div", { "class": "table-wrap" }, [el("table", { "class": "compare changes" }, [
+        el("thead", {}, [el("tr", {}, [el("th", { scope: "col" }, ["What"]), el("th", { scope: "col" }, [L.name]),
+                                       el("th", { scope: "col" }, [R.name])])]), body])]),
+        el("p", {}, ["Each value links the component page it is read from, in each model."]));
+    }
+    return el("section", { "class": "what-changed-section" }, parts);
+  }
+
   function configTable(L, R) {
     var l = new Map(L.config), r = new Map(R.config);
     var keys = Array.from(new Set(Array.from(l.keys()).concat(Array.from(r.keys())))).sort();
@@ -87,6 +119,7 @@
       .map(function (f) { return [f[1], f[2], rf.get(f[0])]; });
     out.replaceChildren(
       el("h2", {}, [link(L), " vs ", link(R)]),
+      changed(L, R),
       el("p", {}, ["Each row is a role's parameters in each model; Δ is " + R.name + " minus " + L.name +
                    ", and the rows' Δ add up to the totals' Δ exactly."]),
       table("Parameters by role", head, roles, ["Total", L.total, R.total]),

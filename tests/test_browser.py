@@ -291,7 +291,7 @@ def test_compare_picker_shows_the_python_numbers_for_any_pair(browser, built_sit
             page.select_option("select[name=b]", b)
             title = f"{builds[a].content.meta.name} vs {builds[b].content.meta.name}"
             page.wait_for_function(f"document.querySelector('#compare-result h2')?.textContent === {title!r}")
-            shown = page.eval_on_selector_all("#compare-result table.compare:not(.config) tr:has(td)",
+            shown = page.eval_on_selector_all("#compare-result table.compare:not(.config):not(.changes) tr:has(td)",
                                               "rows => rows.map(r => Array.from(r.cells, c => c.textContent))")
             left, right = (compare_data(builds[s], role_totals(builds[s].spec, builds[s].ledger)) for s in (a, b))
             roles, figures = compare_rows(left, right)
@@ -300,5 +300,31 @@ def test_compare_picker_shows_the_python_numbers_for_any_pair(browser, built_sit
             assert shown == expected, (a, b)
         assert page.errors == [] and all(u.startswith("file://") for u in page.requests)
         assert page.evaluate("document.documentElement.scrollWidth") <= width
+    finally:
+        context.close()
+
+
+def test_compare_picker_says_what_changed_as_the_static_page_does(browser, built_site):
+    """Issue 25: the picker's "what changed" (composed in the browser from the data files' facts) is the static
+    page's, word for word and link for link, for a pair that has a static page."""
+    context, page = open_page(browser, built_site, "compare/deepseek-v3-vs-kimi-k2.html", 1280)
+    try:
+        static = page.eval_on_selector("#changed", "s => [s.querySelector('.what-changed').textContent, "
+                                       "Array.from(s.querySelectorAll('tbody tr'), r => Array.from(r.cells, c => "
+                                       "[c.textContent, c.querySelector('a')?.getAttribute('href') ?? '']))]")
+    finally:
+        context.close()
+    context, page = open_page(browser, built_site, "compare/index.html", 1280)
+    try:
+        page.select_option("select[name=a]", "deepseek-v3")
+        page.select_option("select[name=b]", "kimi-k2")
+        page.wait_for_function("document.querySelector('#compare-result h2')?.textContent === 'DeepSeek-V3 vs Kimi K2'")
+        picked = page.eval_on_selector("#compare-result .what-changed-section", "s => [s.querySelector("
+                                       "'.what-changed').textContent, Array.from(s.querySelectorAll('tbody tr'), "
+                                       "r => Array.from(r.cells, c => [c.textContent, c.querySelector('a')?."
+                                       "getAttribute('href') ?? '']))]")
+        assert "128 → 64 query heads" in static[0] and "no MTP" in static[0]
+        assert picked == static
+        assert page.errors == []
     finally:
         context.close()

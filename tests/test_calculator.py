@@ -187,7 +187,7 @@ def _shown_and_wanted(browser, site: Path, slug: str, case) -> tuple[list, list,
         context.close()
     want = evaluate(prepared(slug).figures.serving, c, batch, kv, weights, gpu or None)
     expected = [[line.key, line.label, f"{line.value:,}",
-                 "" if line.key in ("decode", "prefill") else gib(line.value), line.equation] for line in want.lines]
+                 "" if line.key in ("decode", "decode-absorbed", "prefill") else gib(line.value), line.equation] for line in want.lines]
     return shown + [fits], expected + [want.fits_text], want
 
 

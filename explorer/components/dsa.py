@@ -28,7 +28,7 @@ from ..spec.types import Citation, Component, Dim, IndexRange, Port, Shape, Step
 from .attention import KEYS, QUERIES, call_with_rotary
 from .base import B, Ctx, Run, ctx_colour, k, options, program, q, reference_call, run_child
 from .linear import linear
-from .mla import MLAOptions, mla, run_mla
+from .mla import MLAOptions, decode_costs, decode_form_formulas, mla, run_mla
 from .moe import RoutingMismatch
 from .norms import NormOptions, apply_norm, layernorm
 from .rope import RopeOptions, reference_rotary, rotate
@@ -273,5 +273,6 @@ def dsa_memory(comp: Component, values: Mapping[str, Any]) -> tuple[LayerKind, .
     return (LayerKind(
         mla_cache + io.head_dim, "kv_lora_rank + qk_rope_head_dim + index_head_dim", flops_per_key=2 * full,
         mha_per_token=full, topk=io.topk, index_flops_per_key=2 * io.heads * (io.head_dim + 1),
+        absorbed_flops_per_key=2 * decode_costs(o)[0].per_key, decode_forms=decode_form_formulas(o),
         note=f"the MLA latent and rotary key, {mla_cache}, and the indexer's key, {io.head_dim}; attention reads at "
              f"most {io.topk:,} cached tokens per query, the indexer scores all of them"),)

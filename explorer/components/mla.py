@@ -224,8 +224,9 @@ def mla_memory(comp: Component, values: Mapping[str, Any]) -> tuple[LayerKind, .
     up-projections applied, as the reference does), so per key it spends 2 × heads × (nope + rope + v)."""
     o = comp.options
     assert isinstance(o, MLAOptions)
-    full = o.heads * (o.nope + o.rope + o.v)
-    return (LayerKind(mla_cache(o), "kv_lora_rank + qk_rope_head_dim", flops_per_key=2 * full, mha_per_token=full),)
+    full = unabsorbed_per_key(o)
+    return (LayerKind(mla_cache(o), "kv_lora_rank + qk_rope_head_dim", flops_per_key=2 * full, mha_per_token=full,
+                      absorbed_flops_per_key=2 * decode_costs(o)[0].per_key, decode_forms=decode_form_formulas(o)),)
 
 
 # ------------------------------------------------------------------------------------ decode cost, two forms
@@ -241,6 +242,20 @@ class DecodeCost:
     formula: str
     """How per_key follows from the options, in config names."""
     note: str
+
+
+def unabsorbed_per_key(o: MLAOptions) -> int:
+    """Multiply-adds per cached position per layer with per-head keys and values at hand, as the steps compute
+    attention: each head scores d_nope + d_rope features and sums d_v (their rebuilding from the latent not counted)."""
+    return o.heads * (o.nope + o.rope + o.v)
+
+
+def decode_form_formulas(o: MLAOptions) -> tuple[str, ...]:
+    """The FLOPs per cached position per layer (2 × multiply-adds), unabsorbed and absorbed, in keys and numbers."""
+    return (f"2 × num_attention_heads × (qk_nope_head_dim + qk_rope_head_dim + v_head_dim) = "
+            f"2 × {o.heads} × ({o.nope} + {o.rope} + {o.v})",
+            f"2 × num_attention_heads × (2 × kv_lora_rank + qk_rope_head_dim) = "
+            f"2 × {o.heads} × (2 × {o.kv_lora_rank} + {o.rope})")
 
 
 def decode_costs(o: MLAOptions) -> tuple[DecodeCost, DecodeCost]:

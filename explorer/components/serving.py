@@ -76,6 +76,12 @@ class LayerKind:
     """The block kind's title, with the stream's ("MoE transformer block: sliding window")."""
     layers: int = 0
     """Layers of this kind in the model (filled by the stage)."""
+    absorbed_flops_per_key: int = 0
+    """MLA only: `flops_per_key` in the absorbed form, which the cached latent implies (W_UK folded into the query,
+    W_UV into the output: each head scores the latent and the rotary key and sums the latent); 0 for a kind with
+    one form. `flops_per_key` is then the unabsorbed form: per-head keys and values."""
+    decode_forms: tuple[str, ...] = ()
+    """MLA only: how `flops_per_key` and `absorbed_flops_per_key` follow from the config, in keys and in numbers."""
 
     @property
     def key(self) -> str:
