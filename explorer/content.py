@@ -73,6 +73,10 @@ class CheckpointRef:
     config_provenance: str
     config_nulls: tuple[str, ...] = ()
     """config.json keys published as null (TOML has no null): the family reads them as None."""
+    config_unused: tuple[str, ...] = ()
+    """config.json keys the family does not read and no file of the reference names (explorer/published_keys.py):
+    recorded in [config] as published, so the recorded values still serialise to the published bytes, but left
+    out of the config the family reads and the reference config class is built from; the model page lists them."""
     modeling_file: str = ""
     """The checkpoint's own modeling code (empty: it ships none that we cite)."""
     source_lines: dict[str, tuple[int, int]] = dataclasses.field(default_factory=dict)
@@ -277,6 +281,11 @@ def load_model_content(folder: Path) -> ModelContent:
     problems += _revision_problems(path, checkpoint) + _storage_problems(path, checkpoint)
     problems += _text_problems(path, meta, checkpoint)
     problems += _storage_evidence_problems(path, checkpoint, (folder / "checkpoint.toml").exists())
+    recorded = set(data.get("config", {})) | set(checkpoint.config_nulls if checkpoint else ())
+    for key in (checkpoint.config_unused if checkpoint else ()):
+        if key not in recorded:
+            problems.append(f"{path}: key 'checkpoint.config_unused': '{key}' is not in [config] (list only keys "
+                            "recorded as published)")
     for key in sorted(set(checkpoint.config_nulls if checkpoint else ()) & set(data.get("config", {}))):
         problems.append(f"{path}: key 'checkpoint.config_nulls': '{key}' is listed as null but has a value in [config]")
     problems += _claim_problems(path, meta)

@@ -1,0 +1,103 @@
+"""Published config keys a family does not read: which may be recorded as unused, and which never.
+
+Published configs routinely carry keys their config class does not define (GPT-2 medium's n_special and
+predict_special_tokens, a tool's own notes). transformers' config classes take any such key and keep it as an
+attribute, so `--add-model` takes it too: it is recorded in [config] as published (the config's sha256 still
+holds) and listed in checkpoint.config_unused; the family reads the config without it, the reference config class
+is built without it, and the model page lists it as published and not read.
+
+A key is taken for unused only where nothing could read it: it is no field of the family's config, it is no
+storage key (a quantization_config the family cannot lay out would leave every stored tensor in the wrong
+dtype), and no file of the reference implementation names it: the family's configuration and modeling modules in
+the installed transformers, and the base config class's (a key the base class consumes, such as rope_scaling, or
+one modeling code reads with getattr). Found by reading those files as text, so no torch is imported to build.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import re
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from .errors import ContentError
+
+if TYPE_CHECKING:
+    from .families.base import Family
+
+STORAGE_KEYS = ("quantization_config",)
+"""Top-level keys that change how the checkpoint stores its tensors: never recorded as unused."""
+BASE_FILES = ("configuration_utils.py", "modeling_rope_utils.py", "modeling_utils.py")
+"""The transformers files every config class and model reads keys through."""
+
+
+def family_keys(family: Family) -> frozenset[str]:
+    """The top-level keys the family's config reads."""
+    return frozenset(f.name for f in dataclasses.fields(family.config_class))
+
+
+def classify(family: Family, config: dict[str, Any], where: str) -> tuple[str, ...]:
+    """The config's keys to record as unused (sorted); ContentError lists every key that cannot be."""
+    unknown = sorted(set(config) - family_keys(family))
+    problems = [p for key in unknown if (p := _why_read(family, key))]
+    if problems:
+        raise ContentError([f"{where}: {p}" for p in problems])
+    return tuple(unknown)
+
+
+def unused_problems(family: Family, unused: tuple[str, ...], where: str) -> list[str]:
+    """A recorded config_unused list names only keys nothing reads (an edited list could hide a key the family
+    reads, which would then take its default)."""
+    out = []
+    for key in unused:
+        if key in family_keys(family):
+            out.append(f"{where}: key 'checkpoint.config_unused': '{key}' is read by the {family.name} family; "
+                       "remove it from the list")
+        elif why := _why_read(family, key):
+            out.append(f"{where}: key 'checkpoint.config_unused': {why}")
+    return out
+
+
+def without_unused(config: dict[str, Any], unused: tuple[str, ...]) -> dict[str, Any]:
+    """The config the family reads: the recorded one less the keys recorded as unused."""
+    return {k: v for k, v in config.items() if k not in unused}
+
+
+def _why_read(family: Family, key: str) -> str:
+    """Why `key` cannot be recorded as unused ("" where it can)."""
+    if key in STORAGE_KEYS:
+        return (f"key '{key}': the {family.name} family predicts no quantized stored layout, and this key changes "
+                "how every weight is stored, so it is not recorded as unused; a model of this family is added from "
+                "its unquantized config")
+    for path in reference_files(family):
+        if _names(path, key):
+            return (f"key '{key}': transformers reads it ({path.parent.name}/{path.name} names it), but the "
+                    f"{family.name} family does not model it, so the model would be built and checked without it")
+    return ""
+
+
+@functools.cache
+def _text(path: Path) -> str:
+    return path.read_text(encoding="utf-8")
+
+
+def _names(path: Path, key: str) -> bool:
+    return re.search(rf"(?<![A-Za-z0-9_]){re.escape(key)}(?![A-Za-z0-9_])", _text(path)) is not None
+
+
+@functools.cache
+def reference_files(family: Family) -> tuple[Path, ...]:
+    """The installed transformers files that define or read the family's reference config: the configuration and
+    modeling modules beside its config class, the family's cited modeling file, and the base classes' files."""
+    from .sources import transformers_file
+
+    root = transformers_file("models")
+    folders = {p.parent for p in root.glob("*/configuration_*.py")
+               if f"class {family.reference.config_class}(" in _text(p)}
+    ref = getattr(family, "ref", None)
+    if ref is not None:
+        folders.add(transformers_file(ref.file).parent)
+    own = sorted(p for folder in folders for p in folder.glob("*.py")
+                 if p.name.startswith(("configuration_", "modeling_")))
+    return tuple(own) + tuple(transformers_file(name) for name in BASE_FILES)
