@@ -281,9 +281,9 @@ def load_model_content(folder: Path) -> ModelContent:
     problems += _revision_problems(path, checkpoint) + _storage_problems(path, checkpoint)
     problems += _text_problems(path, meta, checkpoint)
     problems += _storage_evidence_problems(path, checkpoint, (folder / "checkpoint.toml").exists())
-    recorded = set(data.get("config", {})) | set(checkpoint.config_nulls if checkpoint else ())
+    recorded = {**data.get("config", {}), **{k: None for k in (checkpoint.config_nulls if checkpoint else ())}}
     for key in (checkpoint.config_unused if checkpoint else ()):
-        if key not in recorded:
+        if not _has_key(recorded, key):
             problems.append(f"{path}: key 'checkpoint.config_unused': '{key}' is not in [config] (list only keys "
                             "recorded as published)")
     for key in sorted(set(checkpoint.config_nulls if checkpoint else ()) & set(data.get("config", {}))):
@@ -299,6 +299,14 @@ def load_model_content(folder: Path) -> ModelContent:
         config={**data["config"], **{k: None for k in checkpoint.config_nulls}},
         prose=load_prose(folder / "prose", folder),
     )
+
+
+def _has_key(config: dict[str, Any], dotted: str) -> bool:
+    """Whether a config table holds the key `dotted` ("text_config.some_key")."""
+    head, dot, rest = dotted.partition(".")
+    if not dot:
+        return head in config
+    return isinstance(config.get(head), dict) and _has_key(config[head], rest)
 
 
 CLAIM = re.compile(r"[0-9]{1,6}(\.[0-9]{1,3})?[BM]")

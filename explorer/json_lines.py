@@ -8,7 +8,7 @@ indent, or minified on one line, gives the lines it really has; a bracket inside
 from __future__ import annotations
 
 import re
-from json.decoder import scanstring
+from json.decoder import scanstring  # type: ignore[attr-defined]  # in the module, not in its stubs
 
 _SPACE = re.compile(r"[ \t\n\r]*")
 _SCALAR = re.compile(r"-?(?:Infinity|\d+(?:\.\d+)?(?:[eE][-+]?\d+)?)|true|false|null|NaN")

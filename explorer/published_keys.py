@@ -18,6 +18,8 @@ from __future__ import annotations
 import dataclasses
 import functools
 import re
+import types
+import typing
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -32,26 +34,53 @@ BASE_FILES = ("configuration_utils.py", "modeling_rope_utils.py", "modeling_util
 """The transformers files every config class and model reads keys through."""
 
 
-def family_keys(family: Family) -> frozenset[str]:
-    """The top-level keys the family's config reads."""
-    return frozenset(f.name for f in dataclasses.fields(family.config_class))
+def unknown_keys(cls: type, config: dict[str, Any], prefix: str = "") -> list[str]:
+    """The keys of `config` that the config dataclass `cls` has no field for, dotted below nested tables it reads
+    as dataclasses ("text_config.some_key"); a free-form table (dict[str, Any]) has none."""
+    hints = typing.get_type_hints(cls)
+    fields = {f.name for f in dataclasses.fields(cls)}
+    out = []
+    for key, value in config.items():
+        if key not in fields:
+            out.append(prefix + key)
+        elif isinstance(value, dict):
+            out += _unknown_below(hints[key], value, f"{prefix}{key}.")
+    return sorted(out)
+
+
+def _unknown_below(hint: Any, value: dict[str, Any], prefix: str) -> list[str]:
+    """Unknown keys inside a table read as a dataclass (alone or in a union with None), or as a table of them
+    (a compressed-tensors config's config_groups)."""
+    if typing.get_origin(hint) is dict:
+        inner = typing.get_args(hint)[1]
+        if isinstance(inner, type) and dataclasses.is_dataclass(inner):
+            return [k for name, v in value.items() if isinstance(v, dict)
+                    for k in unknown_keys(inner, v, f"{prefix}{name}.")]
+        return []
+    alternatives = typing.get_args(hint) if typing.get_origin(hint) in (typing.Union, types.UnionType) else (hint,)
+    for candidate in alternatives:
+        if isinstance(candidate, type) and dataclasses.is_dataclass(candidate):
+            return unknown_keys(candidate, value, prefix)
+    return []
 
 
 def classify(family: Family, config: dict[str, Any], where: str) -> tuple[str, ...]:
-    """The config's keys to record as unused (sorted); ContentError lists every key that cannot be."""
-    unknown = sorted(set(config) - family_keys(family))
+    """The config's keys to record as unused (sorted, dotted below nested tables); ContentError lists every key
+    that cannot be."""
+    unknown = unknown_keys(family.config_class, config)
     problems = [p for key in unknown if (p := _why_read(family, key))]
     if problems:
         raise ContentError([f"{where}: {p}" for p in problems])
     return tuple(unknown)
 
 
-def unused_problems(family: Family, unused: tuple[str, ...], where: str) -> list[str]:
+def unused_problems(family: Family, unused: tuple[str, ...], config: dict[str, Any], where: str) -> list[str]:
     """A recorded config_unused list names only keys nothing reads (an edited list could hide a key the family
     reads, which would then take its default)."""
+    unknown = set(unknown_keys(family.config_class, config))
     out = []
     for key in unused:
-        if key in family_keys(family):
+        if key not in unknown:
             out.append(f"{where}: key 'checkpoint.config_unused': '{key}' is read by the {family.name} family; "
                        "remove it from the list")
         elif why := _why_read(family, key):
@@ -60,18 +89,26 @@ def unused_problems(family: Family, unused: tuple[str, ...], where: str) -> list
 
 
 def without_unused(config: dict[str, Any], unused: tuple[str, ...]) -> dict[str, Any]:
-    """The config the family reads: the recorded one less the keys recorded as unused."""
-    return {k: v for k, v in config.items() if k not in unused}
+    """The config the family reads: the recorded one less the keys recorded as unused (at any depth)."""
+    here = {k for k in unused if "." not in k}
+    below: dict[str, list[str]] = {}
+    for key in unused:
+        head, dot, rest = key.partition(".")
+        if dot:
+            below.setdefault(head, []).append(rest)
+    return {k: without_unused(v, tuple(below[k])) if k in below and isinstance(v, dict) else v
+            for k, v in config.items() if k not in here}
 
 
 def _why_read(family: Family, key: str) -> str:
     """Why `key` cannot be recorded as unused ("" where it can)."""
-    if key in STORAGE_KEYS:
-        return (f"key '{key}': the {family.name} family predicts no quantized stored layout, and this key changes "
-                "how every weight is stored, so it is not recorded as unused; a model of this family is added from "
-                "its unquantized config")
+    parts = key.split(".")
+    if any(part in STORAGE_KEYS for part in parts):
+        return (f"key '{key}': the {family.name} family predicts no such quantized stored layout, and this key "
+                "changes how weights are stored, so it is not recorded as unused; a model of this family is added "
+                "from its unquantized config")
     for path in reference_files(family):
-        if _names(path, key):
+        if _names(path, parts[-1]):
             return (f"key '{key}': transformers reads it ({path.parent.name}/{path.name} names it), but the "
                     f"{family.name} family does not model it, so the model would be built and checked without it")
     return ""

@@ -206,3 +206,48 @@ def test_nested_line_ranges_are_derived_for_a_nested_citation(tmp_path):
     text = path.read_text(encoding="utf-8").splitlines()
     assert text[lines[0] - 1].strip().startswith('"quantization_config": {') and text[lines[0] - 1].startswith(" " * 8)
     assert text[lines[1] - 1] == " " * 8 + "},"
+
+
+# ------------------------------------------------------------------------------------------ the model page
+
+def test_gpt2_medium_keys_build_in_full_and_the_model_page_lists_them(tmp_path):
+    """The published gpt2-medium config carries n_special and predict_special_tokens, which GPT2Config does not
+    define: the model builds in full (reference on meta, executed checks) and its page shows both as published."""
+    from explorer.pipeline import build_model
+    from explorer.render import environment, render_page
+    from explorer.views import component_page
+
+    content = added(tmp_path, {**published(originals()["gpt2"]), "n_special": 0, "predict_special_tokens": True})
+    assert content.checkpoint.config_unused == ("n_special", "predict_special_tokens")
+    mb = build_model(content, progress=quiet)
+    assert mb.reference.balanced and mb.ledger.total == account(load_model_spec(originals()["gpt2"])).total
+    html = render_page(environment(ROOT / "templates"), component_page(mb, (), mb.spec.root, (), frozenset()))
+    section = html[html.index('<section id="unused"'):]
+    section = section[:section.index("</section>")]
+    assert "Published keys not read" in section and "GPT2Config" in section
+    assert re.findall(r"<tr><td><code>([^<]+)</code></td><td><code>([^<]+)</code>", section) == [
+        ("n_special", "0"), ("predict_special_tokens", "true")]
+
+
+@pytest.mark.parametrize("family", ["gemma3", "kimi_k25", "qwen3_5"])
+def test_unknown_keys_inside_a_nested_config_are_recorded_dotted(tmp_path, family):
+    """A multimodal config's text_config and vision_config are config classes of their own, which take unknown keys
+    as the top-level class does."""
+    original = originals()[family]
+    config = published(original)
+    config["text_config"] = {**config["text_config"], "x_text_note": "published"}
+    config["vision_config"] = {**config["vision_config"], "x_vision_table": {"a": 1}}
+    content = added(tmp_path, {**config, **UNKNOWN})
+    assert content.checkpoint.config_unused == ("text_config.x_text_note", "vision_config.x_vision_table",
+                                                *sorted(UNKNOWN))
+    assert prepare_model(content, progress=quiet).ledger.total == account(load_model_spec(original)).total
+    assert regenerate_config(content) == (tmp_path / "config.json").read_text(encoding="utf-8")
+
+
+def test_an_unknown_key_inside_a_quantization_block_is_refused(tmp_path):
+    """Inside quantization_config any key may change how weights are stored: never taken for unused."""
+    config = published(originals()["deepseek_v3"])
+    config["quantization_config"] = {**config["quantization_config"], "x_pack_order": "reversed"}
+    with pytest.raises(ContentError) as info:
+        added(tmp_path, config)
+    assert len(info.value.problems) == 1 and "key 'quantization_config.x_pack_order'" in info.value.problems[0]

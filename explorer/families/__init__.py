@@ -5,8 +5,8 @@ from __future__ import annotations
 import dataclasses
 import fnmatch
 
-from ..checkpoint import ggml_blocks
 from .. import published_keys
+from ..checkpoint import ggml_blocks
 from ..content import ModelContent
 from ..errors import ContentError, did_you_mean
 from ..spec.storage import DTYPE_BYTES, Dense, GGUFQuant, Storage
@@ -61,7 +61,8 @@ def load_model_spec(content: ModelContent) -> ModelSpec:
     if family is None:
         raise ContentError([f"{content.folder / 'model.toml'}: key 'model.family': unknown family "
                             f"{content.meta.family!r}{did_you_mean(content.meta.family, FAMILIES)}"])
-    unused = published_keys.unused_problems(family, content.checkpoint.config_unused, str(content.folder / "model.toml"))
+    unused = published_keys.unused_problems(family, content.checkpoint.config_unused, content.config,
+                                            str(content.folder / "model.toml"))
     if unused:
         raise ContentError(unused)
     spec = family.build_spec(content.slug, family_config(content), f"{content.folder / 'model.toml'}: table 'config'")
