@@ -23,7 +23,7 @@ import typing
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .errors import ContentError
+from .errors import ContentError, did_you_mean
 
 if TYPE_CHECKING:
     from .families.base import Family
@@ -138,3 +138,16 @@ def reference_files(family: Family) -> tuple[Path, ...]:
     own = sorted(p for folder in folders for p in folder.glob("*.py")
                  if p.name.startswith(("configuration_", "modeling_")))
     return tuple(own) + tuple(transformers_file(name) for name in BASE_FILES)
+
+
+def unused_report(family: Family, unused: tuple[str, ...]) -> list[str]:
+    """One line per key recorded as unused, for `--add-model` to print: a misspelled key the family reads would
+    be recorded so (as transformers takes it silently), so the nearest key the family reads is named."""
+    fields = family_keys(family)
+    return [f"{key}: recorded as published and not read (checkpoint.config_unused){did_you_mean(key, fields)}"
+            for key in unused]
+
+
+def family_keys(family: Family) -> frozenset[str]:
+    """The top-level keys the family's config reads."""
+    return frozenset(f.name for f in dataclasses.fields(family.config_class))

@@ -251,3 +251,19 @@ def test_an_unknown_key_inside_a_quantization_block_is_refused(tmp_path):
     with pytest.raises(ContentError) as info:
         added(tmp_path, config)
     assert len(info.value.problems) == 1 and "key 'quantization_config.x_pack_order'" in info.value.problems[0]
+
+
+def test_add_model_names_the_key_a_misspelled_unused_one_is_nearest_to(tmp_path, capsys):
+    """transformers takes a misspelled key silently; `--add-model` records it as unused and says which key the
+    family reads it is nearest to, so a typo in a hand-written config does not pass unseen."""
+    from build import main as build_main
+
+    (tmp_path / "content" / "models").mkdir(parents=True)
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({**published(originals()["llama"]), "hidden_sise": 3}, indent=2), encoding="utf-8")
+    code = build_main(["--content", str(tmp_path), "--add-model", "m", "--config", str(path), "--repo", "o/m",
+                       "--revision", "unpinned"])
+    assert code == 0
+    out = capsys.readouterr().out
+    assert "hidden_sise: recorded as published and not read (checkpoint.config_unused); did you mean 'hidden_size'?" \
+        in out
