@@ -26,6 +26,7 @@ from explorer.errors import ContentError
 from explorer.families import FAMILIES, load_model_spec
 from explorer.pipeline import prepare_model
 from explorer.sources import regenerate_config
+from explorer.spec.types import walk
 
 UNKNOWN = {"x_published_note": "not read by any config class",
            "x_published_table": {"mode": "offline", "limits": {"depth": 3, "names": ["a", "b"]}}}
@@ -81,7 +82,7 @@ QUANTIZED = {family: c.slug for family, c in originals().items()
              if "quantization_config" in c.config or "quantization_config" in (c.config.get("text_config") or {})}
 """Families whose first model publishes a quantization block (its own kind: FP8 blocks, MXFP4, compressed-tensors
 INT4, a GGUF mix): test_a_config_with_unknown_keys_adds_and_builds... adds and builds it as published."""
-FP8_FAMILIES = ("glm_moe_dsa",)
+FP8_FAMILIES = ("glm_moe_dsa", "llama", "qwen3")
 """Families that read a block-wise FP8 quantization_config although their first model publishes none."""
 
 
@@ -267,3 +268,19 @@ def test_add_model_names_the_key_a_misspelled_unused_one_is_nearest_to(tmp_path,
     out = capsys.readouterr().out
     assert "hidden_sise: recorded as published and not read (checkpoint.config_unused); did you mean 'hidden_size'?" \
         in out
+
+
+def test_modules_a_dense_fp8_config_leaves_out_stay_in_the_models_dtype(tmp_path):
+    """modules_to_not_convert names modules kept unquantized (as transformers matches them: from the start, as a
+    regular expression, up to a module boundary): with the attention left out, only the MLP's three projections
+    per layer are FP8, each with one scale per 128 × 128 block; "self_attn" alone names nothing."""
+    original = originals()["llama"]
+    attention = r"model\.layers\.\d+\.self_attn"
+    c = config = {**published(original), "quantization_config": {**FP8_BLOCK, "modules_to_not_convert": [attention]}}
+    spec = load_model_spec(added(tmp_path, config))
+    fp8 = {t.template for _, comp in walk(spec.root) for t in comp.tensors if t.dtype == "F8_E4M3"}
+    assert fp8 == {f"model.layers.{{layer}}.mlp.{p}_proj.weight" for p in ("gate", "up", "down")}
+    blocks = lambda a, b: -(-a // 128) * -(-b // 128)  # noqa: E731
+    per_layer = 2 * blocks(c["intermediate_size"], c["hidden_size"]) + blocks(c["hidden_size"], c["intermediate_size"])
+    assert stored(load_model_content(tmp_path / "content/models/added"))["scale elements"] == \
+        per_layer * c["num_hidden_layers"]
