@@ -82,7 +82,7 @@ QUANTIZED = {family: c.slug for family, c in originals().items()
              if "quantization_config" in c.config or "quantization_config" in (c.config.get("text_config") or {})}
 """Families whose first model publishes a quantization block (its own kind: FP8 blocks, MXFP4, compressed-tensors
 INT4, a GGUF mix): test_a_config_with_unknown_keys_adds_and_builds... adds and builds it as published."""
-FP8_FAMILIES = ("glm_moe_dsa", "llama", "qwen3")
+FP8_FAMILIES = ("glm_moe_dsa", "llama", "mixtral", "qwen3", "qwen3_moe")
 """Families that read a block-wise FP8 quantization_config although their first model publishes none."""
 
 
