@@ -137,8 +137,9 @@ def model_toml(slug: str, family: str, config: dict[str, Any], nulls: list[str],
              f"config_values_sha256 = {toml_value(values_sha256)}",
              f"config_provenance = {toml_value(f'{source} as given to --add-model; sha256 of its bytes recorded')}",
              f"config_nulls = {toml_value(nulls)}"]
-    if unused:
-        lines.append(f"config_unused = {toml_value(list(unused))}")
+    if unused:  # each is in [config] below, as published; the family and the reference config class read none
+        lines += ["# Published keys no config class reads (explorer/published_keys.py): kept in [config] as published.",
+                  f"config_unused = {toml_value(list(unused))}"]
     if order != sorted(order):
         lines.append(f"config_order = {toml_value(order)}")
     if config_lines:
