@@ -28,9 +28,10 @@ from explorer.pipeline import prepare_model
 from explorer.sources import regenerate_config
 from explorer.spec.types import walk
 
-UNKNOWN = {"x_published_note": "not read by any config class",
+UNKNOWN = {"x_published_note": "not read by any config class", "x_published_null": None,
            "x_published_table": {"mode": "offline", "limits": {"depth": 3, "names": ["a", "b"]}}}
-"""Two keys no transformers config class defines: a string and a nested table."""
+"""Keys no transformers config class defines: a string, a null (TOML has none: listed in config_nulls too) and a
+nested table."""
 FP8_BLOCK = {"activation_scheme": "dynamic", "fmt": "e4m3", "quant_method": "fp8", "weight_block_size": [128, 128]}
 """A block-wise FP8 quantization_config as DeepSeek-V3 publishes it."""
 
@@ -72,6 +73,7 @@ def test_a_config_with_unknown_keys_adds_and_builds_with_the_same_totals(tmp_pat
     content = added(tmp_path, {**published(original), **UNKNOWN})
     assert content.checkpoint.config_unused == tuple(sorted(UNKNOWN))
     assert {k: content.config[k] for k in UNKNOWN} == UNKNOWN  # recorded as published
+    assert "x_published_null" in content.checkpoint.config_nulls
     prepared = prepare_model(content, progress=quiet)  # the recorded-config check, citations, predicted layout
     assert prepared.ledger.total == account(load_model_spec(original)).total
     written = (tmp_path / "config.json").read_text(encoding="utf-8")
@@ -172,7 +174,7 @@ def test_an_unknown_key_not_listed_as_unused_is_still_refused(tmp_path):
     content = added(tmp_path, {**published(originals()["llama"]), **UNKNOWN})
     toml = content.folder / "model.toml"
     toml.write_text(toml.read_text(encoding="utf-8").replace(
-        'config_unused = ["x_published_note", "x_published_table"]', 'config_unused = ["x_published_table"]'),
+        'config_unused = ["x_published_note", ', 'config_unused = ['),
         encoding="utf-8")
     with pytest.raises(ContentError) as info:
         load_model_spec(load_model_content(content.folder))
