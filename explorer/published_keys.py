@@ -130,8 +130,9 @@ def reference_files(family: Family) -> tuple[Path, ...]:
     from .sources import transformers_file
 
     root = transformers_file("models")
-    folders = {p.parent for p in root.glob("*/configuration_*.py")
-               if f"class {family.reference.config_class}(" in _text(p)}
+    defines = f"class {family.reference.config_class}("
+    folders = {p.parent for p in root.glob("*/configuration_*.py")  # read once each, not kept (some 550 files)
+               if defines in p.read_text(encoding="utf-8")}
     ref = getattr(family, "ref", None)
     if ref is not None:
         folders.add(transformers_file(ref.file).parent)
