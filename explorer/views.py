@@ -884,7 +884,8 @@ def unused_view(mb: ModelBuild) -> tuple[UnusedKeyView, ...]:
         value: object = mb.content.config
         for part in key.split("."):  # "text_config.some_key": a key inside a nested table
             value = value[part]  # type: ignore[index]
-        shown = json.dumps(value, ensure_ascii=False) if isinstance(value, (dict, list)) else config_display(value)
+        written = value is None or isinstance(value, (dict, list))  # published null is null, not "unset"
+        shown = json.dumps(value, ensure_ascii=False) if written else config_display(value)
         out.append(UnusedKeyView(key, shown))
     return tuple(out)
 

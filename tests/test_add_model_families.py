@@ -220,8 +220,9 @@ def test_gpt2_medium_keys_build_in_full_and_the_model_page_lists_them(tmp_path):
     from explorer.render import environment, render_page
     from explorer.views import component_page
 
-    content = added(tmp_path, {**published(originals()["gpt2"]), "n_special": 0, "predict_special_tokens": True})
-    assert content.checkpoint.config_unused == ("n_special", "predict_special_tokens")
+    content = added(tmp_path, {**published(originals()["gpt2"]), "n_special": 0, "predict_special_tokens": True,
+                               "x_published_null": None})
+    assert content.checkpoint.config_unused == ("n_special", "predict_special_tokens", "x_published_null")
     mb = build_model(content, progress=quiet)
     assert mb.reference.balanced and mb.ledger.total == account(load_model_spec(originals()["gpt2"])).total
     html = render_page(environment(ROOT / "templates"), component_page(mb, (), mb.spec.root, (), frozenset()))
@@ -229,7 +230,7 @@ def test_gpt2_medium_keys_build_in_full_and_the_model_page_lists_them(tmp_path):
     section = section[:section.index("</section>")]
     assert "Published keys not read" in section and "GPT2Config" in section
     assert re.findall(r"<tr><td><code>([^<]+)</code></td><td><code>([^<]+)</code>", section) == [
-        ("n_special", "0"), ("predict_special_tokens", "true")]
+        ("n_special", "0"), ("predict_special_tokens", "true"), ("x_published_null", "null")]
 
 
 @pytest.mark.parametrize("family", ["gemma3", "kimi_k25", "qwen3_5"])
