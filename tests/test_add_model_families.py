@@ -287,3 +287,16 @@ def test_modules_a_dense_fp8_config_leaves_out_stay_in_the_models_dtype(tmp_path
     per_layer = 2 * blocks(c["intermediate_size"], c["hidden_size"]) + blocks(c["hidden_size"], c["intermediate_size"])
     assert stored(load_model_content(tmp_path / "content/models/added"))["scale elements"] == \
         per_layer * c["num_hidden_layers"]
+
+
+# ------------------------------------------------------------------------------------------ json_lines
+
+def test_key_lines_are_the_lines_a_reader_sees_in_any_layout():
+    from explorer.json_lines import key_lines
+
+    text = '{\n  "a": "}{ ][",\n  "b": {\n    "c": [1,\n      {"d": "x\\"]"}],\n    "e": null\n  },\n  "f": 2}'
+    assert key_lines(text, "a") == (2, 2)  # brackets inside a string count for nothing
+    assert key_lines(text, "b") == (3, 7) and key_lines(text, "b.c") == (4, 5) and key_lines(text, "b.e") == (6, 6)
+    assert key_lines(text, "f") == (8, 8) and key_lines(text, "b.d") is None and key_lines(text, "g") is None
+    assert key_lines(json.dumps({"a": {"b": 1}}), "a.b") == (1, 1)  # minified: one line
+    assert key_lines("[1, 2]", "a") is None and key_lines('{"a": }', "a") is None
