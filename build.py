@@ -170,6 +170,13 @@ def add(project, args) -> int:
         return 1
     path = add_model(project.content, args.add_model, args.config, args.repo, args.revision, args.released)
     print(f"wrote {path}")
+    from explorer.content import load_model_content
+    from explorer.families import FAMILIES
+    from explorer.published_keys import unused_report
+
+    content = load_model_content(path.parent)
+    for line in unused_report(FAMILIES[content.meta.family], content.checkpoint.config_unused):
+        print(printable(f"  {line}"))
     return 0
 
 

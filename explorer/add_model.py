@@ -1,7 +1,9 @@
 """Write content/models/SLUG/ from a published config.json: `build.py --add-model SLUG --config PATH --repo OWNER/NAME
 --revision SHA`. The family comes from the config's model_type (or architectures); the config is validated by
 the family before anything is written; keys published as null are listed in `checkpoint.config_nulls` (TOML has
-no null), and the config's sha256 is recorded so that its bytes can be verified later.
+no null), keys nothing reads in `checkpoint.config_unused` (explorer/published_keys.py), the line ranges of the keys
+the family's pages cite in `checkpoint.config_lines`, and the config's sha256 is recorded so that its bytes can be
+verified later.
 """
 
 from __future__ import annotations
@@ -19,7 +21,10 @@ from .checkpoint import MAX_HUB_FILE_BYTES, read_capped
 from .content import MODEL_FILE, SLUG, UNPINNED
 from .errors import CheckpointError, ContentError
 from .families import family_for
+from .json_lines import key_lines
+from .published_keys import classify, without_unused
 from .sources import config_values_digest
+from .spec.types import ModelSpec, walk
 
 REVISION = re.compile(r"^[0-9a-f]{40}$")
 REPO = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]*/[A-Za-z0-9][A-Za-z0-9_.\-]*$")
@@ -27,6 +32,12 @@ REPO = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]*/[A-Za-z0-9][A-Za-z0-9_.\-]*$")
 
 def read_config_json(path: Path) -> tuple[dict[str, Any], str]:
     """The config's keys (duplicate keys refused) and the sha256 of its bytes."""
+    config, sha256, _ = read_config_text(path)
+    return config, sha256
+
+
+def read_config_text(path: Path) -> tuple[dict[str, Any], str, str]:
+    """The config's keys (duplicate keys refused), the sha256 of its bytes and its text."""
     try:
         data = read_capped(path, MAX_HUB_FILE_BYTES, "config.json")
     except CheckpointError as e:
@@ -48,7 +59,7 @@ def read_config_json(path: Path) -> tuple[dict[str, Any], str]:
         raise ContentError([f"{path}: not a JSON config ({reason})"]) from None
     if not isinstance(config, dict):
         raise ContentError([f"{path}: expected a JSON object"])
-    return config, hashlib.sha256(data).hexdigest()
+    return config, hashlib.sha256(data).hexdigest(), data.decode("utf-8")
 
 
 def add_model(content_dir: Path, slug: str, config_path: Path, repo: str, revision: str, released: str = "") -> Path:
@@ -68,13 +79,15 @@ def add_model(content_dir: Path, slug: str, config_path: Path, repo: str, revisi
         problems.append(f"{folder}: already exists (choose another slug or remove it)")
     if problems:
         raise ContentError(problems)
-    config, sha256 = read_config_json(config_path)
+    config, sha256, source = read_config_text(config_path)
     family = family_for(config, str(config_path))
+    unused = classify(family, config, str(config_path))  # keys nothing reads; raises on one something does
     nulls = sorted(k for k, v in config.items() if v is None)
     published = {k: v for k, v in config.items() if v is not None}
-    family.build_spec(slug, {**published, **{k: None for k in nulls}}, str(config_path))  # raises on a bad config
+    spec = family.build_spec(slug, without_unused(config, unused), str(config_path))  # raises on a bad config
     text = model_toml(slug, family.name, published, nulls, sha256, repo, revision, released, config_path.name,
-                      order=list(config), values_sha256=config_values_digest(config))
+                      order=list(config), values_sha256=config_values_digest(config), unused=unused,
+                      config_lines=cited_config_lines(spec, source, str(config_path)))
     data = text.encode("utf-8")  # before the folder exists: a failure here must leave nothing behind
     try:
         folder.mkdir(parents=True)
@@ -90,12 +103,25 @@ def add_model(content_dir: Path, slug: str, config_path: Path, repo: str, revisi
     return folder / MODEL_FILE
 
 
+def cited_config_lines(spec: ModelSpec, text: str, where: str) -> dict[str, tuple[int, int]]:
+    """The line range in the given config.json of every key the family's pages cite from it (the quantization
+    block), as checkpoint.config_lines records them; ContentError where the file does not hold a cited key."""
+    symbols = sorted({c.symbol for _, comp in walk(spec.root) for c in comp.citations if c.source == "config"})
+    lines = {s: key_lines(text, s) for s in symbols}
+    missing = [s for s, found in lines.items() if found is None]
+    if missing:
+        raise ContentError([f"{where}: key '{s}': cited by the {spec.family} family, but not found in the file"
+                            for s in missing])
+    return lines  # type: ignore[return-value]  # none is None
+
+
 def model_toml(slug: str, family: str, config: dict[str, Any], nulls: list[str], sha256: str, repo: str,
                revision: str, released: str, source: str, order: list[str] | None = None,
-               values_sha256: str = "") -> str:
+               values_sha256: str = "", unused: tuple[str, ...] = (),
+               config_lines: dict[str, tuple[int, int]] | None = None) -> str:
     """The model.toml text. Nested tables keep the published key order, and the top-level order is recorded
     where it is not sorted, so that the values serialise back to the published bytes (the build checks them
-    against config_sha256)."""
+    against config_sha256). Keys nothing reads are recorded with the rest and listed in config_unused."""
     owner, name = repo.split("/", 1)
     order = order or sorted(config)
     source = toml_string(source)[1:-1]  # a newline in the file's name would end the comment and inject TOML
@@ -111,8 +137,14 @@ def model_toml(slug: str, family: str, config: dict[str, Any], nulls: list[str],
              f"config_values_sha256 = {toml_value(values_sha256)}",
              f"config_provenance = {toml_value(f'{source} as given to --add-model; sha256 of its bytes recorded')}",
              f"config_nulls = {toml_value(nulls)}"]
+    if unused:  # each is in [config] below, as published; the family and the reference config class read none
+        lines += ["# Published keys no config class reads (explorer/published_keys.py): kept in [config] as published.",
+                  f"config_unused = {toml_value(list(unused))}"]
     if order != sorted(order):
         lines.append(f"config_order = {toml_value(order)}")
+    if config_lines:
+        lines += ["", "[checkpoint.config_lines]"]
+        lines += [f"{toml_key(k)} = {toml_value(list(v))}" for k, v in sorted(config_lines.items())]
     lines += ["", "[config]"]
     tables = {k: v for k, v in sorted(config.items()) if isinstance(v, dict)}
     lines += [f"{toml_key(k)} = {toml_value(v)}" for k, v in sorted(config.items()) if k not in tables]

@@ -34,7 +34,7 @@ from .execution import (
     label,
     within_tolerance,
 )
-from .families import FAMILIES
+from .families import FAMILIES, family_config
 from .reference import ReferenceModel
 from .spec.types import ModelSpec, path_key, walk
 from .tensor_names import pattern_box, pattern_size, shared_name
@@ -80,7 +80,7 @@ def has_entry(cache_dir: Path | None, content: ModelContent) -> bool:
     if cache_dir is None or family is None:
         return False
     try:
-        config = family.validate(content.config, "")
+        config = family.validate(family_config(content), "")
     except ContentError:
         return False  # the model's build reports it
     return _entry(cache_dir, content.slug, _key(content.slug, family.name, config)).exists()

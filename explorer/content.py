@@ -73,6 +73,10 @@ class CheckpointRef:
     config_provenance: str
     config_nulls: tuple[str, ...] = ()
     """config.json keys published as null (TOML has no null): the family reads them as None."""
+    config_unused: tuple[str, ...] = ()
+    """config.json keys the family does not read and no file of the reference names (explorer/published_keys.py):
+    recorded in [config] as published, so the recorded values still serialise to the published bytes, but left
+    out of the config the family reads and the reference config class is built from; the model page lists them."""
     modeling_file: str = ""
     """The checkpoint's own modeling code (empty: it ships none that we cite)."""
     source_lines: dict[str, tuple[int, int]] = dataclasses.field(default_factory=dict)
@@ -277,6 +281,11 @@ def load_model_content(folder: Path) -> ModelContent:
     problems += _revision_problems(path, checkpoint) + _storage_problems(path, checkpoint)
     problems += _text_problems(path, meta, checkpoint)
     problems += _storage_evidence_problems(path, checkpoint, (folder / "checkpoint.toml").exists())
+    recorded = {**data.get("config", {}), **{k: None for k in (checkpoint.config_nulls if checkpoint else ())}}
+    for key in (checkpoint.config_unused if checkpoint else ()):
+        if not _has_key(recorded, key):
+            problems.append(f"{path}: key 'checkpoint.config_unused': '{key}' is not in [config] (list only keys "
+                            "recorded as published)")
     for key in sorted(set(checkpoint.config_nulls if checkpoint else ()) & set(data.get("config", {}))):
         problems.append(f"{path}: key 'checkpoint.config_nulls': '{key}' is listed as null but has a value in [config]")
     problems += _claim_problems(path, meta)
@@ -290,6 +299,14 @@ def load_model_content(folder: Path) -> ModelContent:
         config={**data["config"], **{k: None for k in checkpoint.config_nulls}},
         prose=load_prose(folder / "prose", folder),
     )
+
+
+def _has_key(config: dict[str, Any], dotted: str) -> bool:
+    """Whether a config table holds the key `dotted` ("text_config.some_key")."""
+    head, dot, rest = dotted.partition(".")
+    if not dot:
+        return head in config
+    return isinstance(config.get(head), dict) and _has_key(config[head], rest)
 
 
 CLAIM = re.compile(r"[0-9]{1,6}(\.[0-9]{1,3})?[BM]")

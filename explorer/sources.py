@@ -25,6 +25,7 @@ from huggingface_hub import try_to_load_from_cache
 from .checkpoint import MAX_HUB_FILE_BYTES, fetch_hub_file, load_json
 from .content import ModelContent
 from .errors import CheckpointError, ContentError, did_you_mean
+from .json_lines import key_lines
 from .spec.types import Citation, ModelSpec, path_key, walk
 
 TRANSFORMERS_REPO_URL = "https://github.com/huggingface/transformers/blob/v{version}/src/transformers/{path}"
@@ -96,18 +97,9 @@ def defined_symbols(text: str) -> list[str]:
 
 
 def locate_json_key(text: str, key: str) -> tuple[int, int] | None:
-    """Lines of a top-level key in a pretty-printed JSON file, from its line to its value's end."""
-    lines = text.splitlines()
-    needle = f'  "{key}":'
-    for i, line in enumerate(lines):
-        if line.startswith(needle):
-            depth = line.count("{") + line.count("[") - line.count("}") - line.count("]")
-            j = i
-            while depth > 0 and j + 1 < len(lines):
-                j += 1
-                depth += lines[j].count("{") + lines[j].count("[") - lines[j].count("}") - lines[j].count("]")
-            return i + 1, j + 1
-    return None
+    """Lines of a key of a JSON file ("a.b" inside table a), from its line to its value's end, in a file of any
+    layout (explorer/json_lines.py)."""
+    return key_lines(text, key)
 
 
 @functools.cache

@@ -214,6 +214,10 @@ class ComponentPage(PageBase):
     routing: RoutingView | None = None
     defaults: tuple[DefaultView, ...] = ()
     """Model page only: the keys the published config omits, with the default values used."""
+    unused: tuple[UnusedKeyView, ...] = ()
+    """Model page only: the keys the published config holds that nothing reads (checkpoint.config_unused)."""
+    unused_reader: str = ""
+    """The reference config class those keys are not read by ("LlamaConfig")."""
     variants: tuple[VariantView, ...] = ()
     """Model page only: each published quantized variant's "Stored as" section."""
     calculator: CalculatorView | None = None
@@ -227,6 +231,14 @@ class DefaultView:
     key: str
     value: str
     source: str
+
+
+@dataclass(frozen=True, slots=True)
+class UnusedKeyView:
+    """A published config key nothing reads, with its value as published."""
+
+    key: str
+    value: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -826,6 +838,8 @@ def component_page(mb: ModelBuild, ancestors: tuple[Component, ...], comp: Compo
         tiny_config=tiny_config(mb) if is_model else "",
         routing=routing_view(mb, path),
         defaults=defaults_view(mb) if is_model else (),
+        unused=unused_view(mb) if is_model else (),
+        unused_reader=FAMILIES[mb.spec.family].reference.config_class,
         variants=variant_views(mb) if is_model else (),
         calculator=calculator_view(mb.figures.serving, mb.figures.get("max_context").formula) if is_model else None)
 
@@ -861,6 +875,19 @@ def defaults_view(mb: ModelBuild) -> tuple[DefaultView, ...]:
     family = FAMILIES[mb.spec.family]
     return tuple(DefaultView(key, config_display(_config_value(mb.spec.config, key)), family.default_source(key))
                  for key in mb.spec.defaulted)
+
+
+def unused_view(mb: ModelBuild) -> tuple[UnusedKeyView, ...]:
+    """Each published key recorded as unused, with its value as config.json writes it."""
+    out = []
+    for key in mb.content.checkpoint.config_unused:
+        value: object = mb.content.config
+        for part in key.split("."):  # "text_config.some_key": a key inside a nested table
+            value = value[part]  # type: ignore[index]
+        written = value is None or isinstance(value, (dict, list))  # published null is null, not "unset"
+        shown = json.dumps(value, ensure_ascii=False) if written else config_display(value)
+        out.append(UnusedKeyView(key, shown))
+    return tuple(out)
 
 
 def _config_value(config: object, key: str) -> object:

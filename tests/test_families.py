@@ -104,13 +104,13 @@ def test_add_model_unknown_model_type_names_the_key(tmp_path):
     assert not (tmp_path / "content").exists()
 
 
-def test_add_model_unknown_key_and_wrong_type_each_get_one_line(tmp_path):
+def test_add_model_wrong_type_gets_one_line_and_an_unknown_key_none(tmp_path):
+    """An unknown key is taken, as the reference config class takes it (issue 19; recorded as unused, and
+    `--add-model` names the nearest key the family reads: tests/test_add_model_families.py)."""
     path = write_config(tmp_path, {**lite_config(), "hidden_sise": 3, "num_hidden_layers": "four"})
     with pytest.raises(ContentError) as info:
         add_model(tmp_path / "content", "m", path, "org/m", REVISION)
-    problems = info.value.problems
-    assert f"{path}: key 'hidden_sise': unknown; did you mean 'hidden_size'?" in problems
-    assert f"{path}: key 'num_hidden_layers': expected an integer, got a string 'four'" in problems
+    assert list(info.value.problems) == [f"{path}: key 'num_hidden_layers': expected an integer, got a string 'four'"]
     assert not (tmp_path / "content").exists()
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import fnmatch
 
+from .. import published_keys
 from ..checkpoint import ggml_blocks
 from ..content import ModelContent
 from ..errors import ContentError, did_you_mean
@@ -60,11 +61,20 @@ def load_model_spec(content: ModelContent) -> ModelSpec:
     if family is None:
         raise ContentError([f"{content.folder / 'model.toml'}: key 'model.family': unknown family "
                             f"{content.meta.family!r}{did_you_mean(content.meta.family, FAMILIES)}"])
-    spec = family.build_spec(content.slug, content.config, f"{content.folder / 'model.toml'}: table 'config'")
+    unused = published_keys.unused_problems(family, content.checkpoint.config_unused, content.config,
+                                            str(content.folder / "model.toml"))
+    if unused:
+        raise ContentError(unused)
+    spec = family.build_spec(content.slug, family_config(content), f"{content.folder / 'model.toml'}: table 'config'")
     if not content.checkpoint.storage:
         return spec
     return dataclasses.replace(spec, root=with_storage(spec.root, content.checkpoint.storage,
                                                        content.checkpoint.storage_evidence))
+
+
+def family_config(content: ModelContent) -> dict:
+    """The recorded config as the family reads it: without the keys recorded as published and unused."""
+    return published_keys.without_unused(content.config, content.checkpoint.config_unused)
 
 
 def storage_for(name: str, rules: dict[str, str]) -> Storage | None:

@@ -30,6 +30,7 @@ from .base import (
     rule_problems,
     stored_dtype,
 )
+from .block_fp8 import FP8QuantizationConfig, fp8_block_storage, fp8_problems, keep_named_modules_dense
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,6 +55,9 @@ class LlamaHyperparameters(PublishedMetadata):
     mlp_bias: bool = False
     tie_word_embeddings: bool = False
     torch_dtype: str = "bfloat16"
+    quantization_config: FP8QuantizationConfig | None = None
+    """Block-wise FP8 (quant_method "fp8" with weight_block_size, as transformers' FP8 quantizer reads it): every
+    projection in FP8 with a scale per block, except the modules modules_to_not_convert names."""
     # Informational keys beyond PublishedMetadata's: recorded as published, not used by the spec.
     bos_token_id: int | None = None
     eos_token_id: int | tuple[int, ...] | None = None
@@ -88,12 +92,13 @@ class Llama(Family):
             (c.hidden_act == "silu", "hidden_act", f"must be 'silu' (SwiGLU), got {c.hidden_act!r}"),
             (not getattr(c, "mlp_bias", False), "mlp_bias",
              "must be false: biased SwiGLU projections are not in the library yet"),
-        ]) + rope_scaling_problems(c.rope_scaling)
+        ]) + rope_scaling_problems(c.rope_scaling) + fp8_problems(c.quantization_config)
 
     # ------------------------------------------------------------------------------------------------ build
 
     def build(self, c: Any, values: dict[str, int | float]) -> Component:
-        ctx = Ctx(values, DIM_LABELS, self.ref, stored_dtype(c.torch_dtype))
+        dtype = stored_dtype(c.torch_dtype)
+        ctx = Ctx(values, DIM_LABELS, self.ref, dtype, fp8_block_storage(c.quantization_config))
         L = c.num_hidden_layers
         block = self.block(ctx, c, tuple(range(L)))
         tied = "model.embed_tokens.weight" if c.tie_word_embeddings else ""
@@ -111,10 +116,12 @@ class Llama(Family):
                               + (", tied to the token embedding when tie_word_embeddings is set." if tied else "."),
                               "ForCausalLM.__init__"),)),
         )
-        return model_root(ctx, children, code=f"{self.reference.model_class}(config)", layers=L,
+        root = model_root(ctx, children, code=f"{self.reference.model_class}(config)", layers=L,
                           citations=children[0].citations,
                           description=f"Token embedding, {L} transformer blocks, a final RMSNorm and "
                                       f"{'an LM head tied to the embedding' if tied else 'an untied LM head'}.")
+        return keep_named_modules_dense(root, c.quantization_config, dtype, self.reference_module,
+                                        f"{self.name} config")
 
     def block(self, ctx: Ctx, c: Any, indices: tuple[int, ...]) -> Component:
         ranges, p = layers(indices), "model.layers.{layer}."
@@ -160,7 +167,7 @@ class Llama(Family):
         raw.update(vocab_size=97, hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
                    num_key_value_heads=2 if (c.num_key_value_heads or c.num_attention_heads) < c.num_attention_heads
                    else 4, head_dim=16, max_position_embeddings=256, rope_scaling=scaling, bos_token_id=0,
-                   eos_token_id=1, pad_token_id=None)
+                   eos_token_id=1, pad_token_id=None, quantization_config=None)
         return raw
 
     def facts(self, c: Any) -> tuple[tuple[str, str], ...]:

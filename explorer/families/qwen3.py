@@ -14,6 +14,7 @@ from typing import Any, ClassVar
 from ..components import Ctx, Reference
 from ..spec.types import Component
 from .base import PublishedMetadata, ReferenceBinding, RopeScaling, rule_problems
+from .block_fp8 import FP8QuantizationConfig
 from .llama import Llama
 
 
@@ -41,6 +42,8 @@ class Qwen3Hyperparameters(PublishedMetadata):
     """Used only where use_sliding_window is set (it is not, for the dense checkpoints)."""
     max_window_layers: int = 28
     torch_dtype: str = "bfloat16"
+    quantization_config: FP8QuantizationConfig | None = None
+    """Block-wise FP8, read as the llama family reads it."""
     # Informational keys beyond PublishedMetadata's: recorded as published, not used by the spec.
     bos_token_id: int | None = None
     eos_token_id: int | tuple[int, ...] | None = None

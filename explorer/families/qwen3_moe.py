@@ -16,6 +16,7 @@ from ..components.base import Port
 from ..components.moe import RouterOptions, moe, routed_experts, router
 from ..spec.types import Component
 from .base import PublishedMetadata, ReferenceBinding, RopeScaling, rope_scaling_problems, rule_problems
+from .block_fp8 import FP8QuantizationConfig
 from .renames import split_fused_experts
 from .sparse import SparseMoE
 
@@ -50,6 +51,8 @@ class Qwen3MoeHyperparameters(PublishedMetadata):
     sliding_window: int | None = None
     tie_word_embeddings: bool = False
     torch_dtype: str = "bfloat16"
+    quantization_config: FP8QuantizationConfig | None = None
+    """Block-wise FP8: every projection, experts included, in FP8 with a scale per block (explorer/families/sparse.py)."""
     # Informational keys beyond PublishedMetadata's: recorded as published, not used by the spec.
     bos_token_id: int | None = None
     eos_token_id: int | None = None

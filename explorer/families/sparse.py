@@ -18,11 +18,18 @@ from ..components.norms import rmsnorm
 from ..spec.storage import Storage
 from ..spec.types import Component
 from .base import DIM_LABELS, Family, as_published, rope_options, rule_problems, stored_dtype
+from .block_fp8 import FP8QuantizationConfig, fp8_block_storage, fp8_problems, keep_named_modules_dense
 
 LABELS = {**DIM_LABELS, "num_experts": "experts"}
 """Short names of sizes in shapes; Qwen3-MoE counts its experts under num_experts."""
 KINDS = {"sliding_attention": ("sliding", "Sliding-window block"), "full_attention": ("full", "Full-attention block")}
 """layer_types values -> block key and title."""
+
+
+def block_fp8(c: Any) -> FP8QuantizationConfig | None:
+    """The config's block-wise FP8 quantization_config, where it has one (gpt-oss's MXFP4 is its own)."""
+    q = getattr(c, "quantization_config", None)
+    return q if isinstance(q, FP8QuantizationConfig) else None
 
 
 class SparseMoE(Family):
@@ -53,7 +60,7 @@ class SparseMoE(Family):
              f"must be <= {self.experts_key} ({experts}), got {c.num_experts_per_tok}"),
             (c.hidden_act == "silu", "hidden_act", f"must be 'silu' (SwiGLU experts), got {c.hidden_act!r}"),
             (not c.tie_word_embeddings, "tie_word_embeddings", "must be false: the family stores lm_head separately"),
-        ])
+        ]) + fp8_problems(block_fp8(c))
 
     # ------------------------------------------------------------------------------------------- hooks
 
@@ -72,7 +79,8 @@ class SparseMoE(Family):
     # ------------------------------------------------------------------------------------------- build
 
     def build(self, c: Any, values: dict[str, int | float]) -> Component:
-        ctx = Ctx(values, LABELS, self.ref, stored_dtype(c.torch_dtype))
+        dtype = stored_dtype(c.torch_dtype)
+        ctx = Ctx(values, LABELS, self.ref, dtype, fp8_block_storage(block_fp8(c)))
         L = c.num_hidden_layers
         types = self.layer_types(c)
         blocks = tuple(self.block(ctx, c, t, tuple(i for i in range(L) if types[i] == t))
@@ -92,9 +100,10 @@ class SparseMoE(Family):
                 self.ref.cite("lm_head is a separate bias-free Linear from hidden_size to vocab_size.",
                               "ForCausalLM.__init__"),)),
         )
-        return model_root(ctx, children, code=f"{self.reference.model_class}(config)", layers=L,
+        root = model_root(ctx, children, code=f"{self.reference.model_class}(config)", layers=L,
                           citations=model_cite, description=f"Token embedding, {L} transformer blocks ({kinds}), a "
                                                             "final RMSNorm and an untied LM head.")
+        return keep_named_modules_dense(root, block_fp8(c), dtype, self.reference_module, f"{self.name} config")
 
     def block(self, ctx: Ctx, c: Any, layer_type: str, indices: tuple[int, ...]) -> Component:
         ranges, p = layers(indices), "model.layers.{layer}."
@@ -137,6 +146,8 @@ class SparseMoE(Family):
     def tiny_sizes(self, c: Any) -> dict[str, Any]:
         """Small sizes of the same structure: 4 query heads over 2 KV heads, top-2 of 4 experts, 2 blocks."""
         raw = {f.name: as_published(getattr(c, f.name)) for f in dataclasses.fields(c)}
+        if block_fp8(c) is not None:  # the executed checks compare values, whatever the checkpoint stores them in
+            raw["quantization_config"] = None
         raw.update(vocab_size=97, hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
                    head_dim=16, max_position_embeddings=256, num_experts_per_tok=2, bos_token_id=0, eos_token_id=1)
         raw[self.experts_key] = 4
