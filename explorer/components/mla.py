@@ -102,8 +102,20 @@ def mla(ctx: Ctx, *, prefix: str, ranges: tuple[IndexRange, ...], x: Port, o: ML
         inputs=(x, Port(ctx_colour("R"), rope_c.outputs[0].shape, "R"), sc.inputs[3]),
         outputs=(Port(r"\Delta_{\mathrm{attn}}", x.shape, "delta_attn"),),
         equations=(Step(r"\Delta_{\mathrm{attn}}=\operatorname{MLA}(x_{\mathrm{attn}})", x.shape, "mla"),),
-        steps=steps, children=children, citations=citations, program="mla", options=o,
+        steps=steps, children=children, citations=citations, program="mla", options=o, notes=decode_notes(o),
     )
+
+
+def decode_notes(o: MLAOptions) -> tuple[str, ...]:
+    """What one decoded token spends per cached position in this layer, in both forms (issue 19: a figure with two
+    conventions names both), with the one the model page's decode figure counts."""
+    absorbed, _ = decode_costs(o)
+    steps_form, absorbed_form = decode_form_formulas(o)
+    return (f"Decode FLOPs per cached position in one layer, two ways. With per-head keys and values at hand, as the "
+            f"steps compute attention: {steps_form} = {2 * unabsorbed_per_key(o):,} (the model page's decode figure "
+            f"counts this form, without rebuilding keys and values from the latent). In the absorbed form that the "
+            f"{mla_cache(o)}-element cache implies: {absorbed_form} = {2 * absorbed.per_key:,}, more arithmetic per "
+            f"cached position, but nothing rebuilt from the latent: {absorbed.note}.",)
 
 
 def _query_path(ctx: Ctx, prefix: str, ranges: tuple[IndexRange, ...], x: Port, o: MLAOptions,
