@@ -102,3 +102,17 @@ def test_every_mla_model_states_both(slug):
     assert {"flops_decode", "flops_decode_absorbed", "mla_flops_per_key_unabsorbed",
             "mla_flops_per_key_absorbed"} <= keys
     assert len(calculator_view(f.serving, "max_position_embeddings").decode_forms) == 2
+
+
+def test_the_mla_page_names_both_costs_and_which_one_the_figure_counts():
+    from explorer.spec.types import walk
+
+    def mla_notes(**config_changes):
+        content = load_model_content(ROOT / "content/models/deepseek-v3")
+        content = dataclasses.replace(content, config={**content.config, **config_changes})
+        return " ".join(next(c for _, c in walk(load_model_spec(content).root) if c.program == "mla").notes)
+
+    notes = mla_notes()
+    assert f"= {UNABSORBED:,} (the model page's decode figure counts this form" in notes
+    assert f"= {ABSORBED:,}" in notes and "576-element cache" in notes
+    assert f"= {ABSORBED:,}" not in mla_notes(kv_lora_rank=256)  # the note follows the config
