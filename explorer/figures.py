@@ -125,6 +125,13 @@ def derive(spec: ModelSpec, ledger: Ledger, stored: Reconciliation | None) -> De
     figures = [
         Figure("total_parameters", "Parameters stored (all)", total, "sum of the ledger's rows",
                "Every learned parameter the checkpoint stores, tied tensors once."),
+        Figure("stored_buffers", "Persistent buffers stored beside the parameters (elements)",
+               _stored_buffer_elements(ledger), "sum of the ledger's stored buffers",
+               "Tensors the checkpoint stores that are not parameters of the reference module (a router's "
+               "e_score_correction_bias, GPT-2's causal masks), not in the parameter total. Where one model counts such a "
+               "tensor as a parameter and another as a buffer (DeepSeek-V3 and Kimi K2 count the correction biases "
+               "with the parameters, as their checkpoints' listings do), this row shows the convention's share of a "
+               "difference in totals."),
         Figure("active_parameters", "Active parameters per token", active,
                f"total{mtp_text} − {inactive_text}" if inactive else f"total{mtp_text}",
                "Every parameter a token's forward pass reads: all dense weights, the router, shared experts, and the "
@@ -352,6 +359,13 @@ def _context_by_kind(costs: list[LayerKind], context: int) -> list[Figure]:
              "Bytes these layers cache for one sequence: every position stays, so it grows linearly with the "
              "context.")))
     return out
+
+
+def _stored_buffer_elements(ledger: Ledger) -> int:
+    """Elements of every persistent buffer the checkpoint stores (optional ones, which a checkpoint may omit, left
+    out), each counted once per instance."""
+    return sum(ta.spec.count * st.elements for acc in ledger.accounts.values() for ta in acc.tensors
+               for st in ta.stored if st.role == "buffer" and not ta.spec.optional)
 
 
 def _stored_bytes(ledger: Ledger, stored: Reconciliation | None) -> int:

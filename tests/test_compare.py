@@ -93,3 +93,17 @@ def test_component_pages_link_their_library_part_page(built_site):
     assert 'href="../models/gpt-oss-20b/' in part
     attn = (built_site / "parts/attention.attn.html").read_text()
     assert "llama-3.1-70b/blocks.block.attn.html" in attn and "kimi-k2/" not in attn
+
+
+def test_deepseek_v3_to_v32_shows_the_correction_bias_convention_as_buffers(builds):
+    """DeepSeek-V3 counts its routers' e_score_correction_bias with the parameters (its checkpoint listing does);
+    V3.2 follows transformers, which holds them as buffers. The compare rows show −14,848 in the experts' row and
+    the buffers row shows where they went: 256 experts × 58 MoE layers + 256 in the MTP layer (config:
+    n_routed_experts 256, num_hidden_layers 61, first_k_dense_replace 3, num_nextn_predict_layers 1)."""
+    figures = {slug: {f.key: f.value for f in builds[slug].figures.figures} for slug in ("deepseek-v3", "deepseek-v3.2")}
+    assert figures["deepseek-v3"]["stored_buffers"] == 0
+    assert figures["deepseek-v3.2"]["stored_buffers"] == 256 * (61 - 3) + 256
+    rows = {r.role: r.delta for r in compare_roles(role_totals(builds["deepseek-v3"].spec, builds["deepseek-v3"].ledger),
+                                                   role_totals(builds["deepseek-v3.2"].spec,
+                                                               builds["deepseek-v3.2"].ledger))}
+    assert rows["Mixture of experts"] == -256 * (61 - 3)
