@@ -784,7 +784,7 @@ def component_page(mb: ModelBuild, ancestors: tuple[Component, ...], comp: Compo
     root = "../../"
     acc = mb.ledger.accounts[path]
     traced = mb.trace.components[path]
-    picture = describe(mb.spec, mb.content.meta.name) if not ancestors else None
+    picture = describe(mb.spec, mb.content.meta.name, mb.picture_routing) if not ancestors else None
     owned = owned_tensors(ancestors, comp)
     families = [ta for owner, _ in owned for ta in mb.ledger.accounts[owner].tensors]
     tensors = tensor_rows(mb, owned)
