@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 from . import cache
 from .spec.types import Component, ModelSpec, path_key, walk
@@ -67,15 +68,27 @@ def _routers(spec: ModelSpec) -> list[tuple[int, tuple[Component, ...], Componen
     return sorted(found, key=lambda f: f[0])
 
 
-def route_example(spec: ModelSpec) -> PictureRouting | None:
-    """Run the first routed layer's router program on seeded weights and input; the last token's selection."""
+@dataclass(frozen=True, slots=True)
+class SeededRouter:
+    """The router run for the picture, and the seeded weights and input it runs on."""
+
+    layer: int
+    ancestors: tuple[Component, ...]
+    router: Component
+    weights: dict[str, Any]
+    """Checkpoint name -> tensor, the router's own tensors only."""
+    inputs: list[Any]
+
+
+def seeded_router(spec: ModelSpec) -> SeededRouter | None:
+    """The first routed layer's router with seeded random weights and hidden state (None for a dense model)."""
     routers = _routers(spec)
     if not routers:
         return None
     import torch
 
     from .account import evaluate
-    from .execute import port_tensor, run_component
+    from .execute import port_tensor
 
     layer, ancestors, router = routers[0]
     generator = torch.Generator().manual_seed(SEED)
@@ -85,7 +98,17 @@ def route_example(spec: ModelSpec) -> PictureRouting | None:
             shape = [int(evaluate(d, spec.values)) for d in t.shape]
             weights[t.template.format(layer=layer)] = torch.randn(shape, generator=generator) * 0.1
     inputs = [port_tensor(p, spec, router, "cpu", generator) for p in router.inputs]
-    _, outputs = run_component(spec, ancestors, router, weights, inputs)
+    return SeededRouter(layer, ancestors, router, weights, inputs)
+
+
+def route_example(spec: ModelSpec) -> PictureRouting | None:
+    """Run the first routed layer's router program on seeded weights and input; the last token's selection."""
+    seeded = seeded_router(spec)
+    if seeded is None:
+        return None
+    from .execute import run_component
+
+    _, outputs = run_component(spec, seeded.ancestors, seeded.router, seeded.weights, seeded.inputs)
     gates = outputs[0][0, -1]  # the last token of the first sequence: [experts]
-    return PictureRouting(layer, path_key(ancestors, router), int(gates.shape[-1]),
+    return PictureRouting(seeded.layer, path_key(seeded.ancestors, seeded.router), int(gates.shape[-1]),
                           tuple(int(i) for i in gates.nonzero().flatten()))

@@ -14,7 +14,7 @@ from conftest import ROOT
 from explorer.content import load_model_content
 from explorer.families import load_model_spec
 from explorer.model_picture import describe, draw
-from explorer.picture_routing import route_example
+from explorer.picture_routing import route_example, seeded_router
 
 CELL = re.compile(r'<g class="layer ([a-z ]+)"><title>layer (\d+): ')
 ROW = re.compile(r'class="rowlabel">(\d+)(?:–(\d+))?</text>')
@@ -135,3 +135,28 @@ def test_lit_experts_are_a_real_routing_by_the_models_rule():
     assert len(routed) == 256 and tuple(i for i, c in enumerate(routed) if "lit" in c) == routing.selected
     assert "seeded random router weights" in picture.caption and f"layer {routing.layer + 1}" in picture.caption
     assert route_example(spec) == routing, "deterministic: the same seed selects the same experts"
+
+
+def test_the_lit_experts_are_those_transformers_router_selects_on_the_same_weights():
+    """The routing is the model's rule run at full size: transformers' DeepseekV3TopkRouter, built from Kimi K2's
+    config (384 experts, top 8, sigmoid with a correction bias), given the same seeded weights and hidden state,
+    selects the same experts for the same token."""
+    import torch
+    from transformers import DeepseekV3Config
+    from transformers.models.deepseek_v3.modeling_deepseek_v3 import DeepseekV3TopkRouter
+
+    spec = load_model_spec(content("kimi-k2"))
+    c = config("kimi-k2")
+    seeded = seeded_router(spec)
+    reference = DeepseekV3TopkRouter(DeepseekV3Config(
+        hidden_size=c["hidden_size"], n_routed_experts=c["n_routed_experts"], num_experts_per_tok=c["num_experts_per_tok"],
+        n_group=c["n_group"], topk_group=c["topk_group"], norm_topk_prob=c["norm_topk_prob"],
+        routed_scaling_factor=c["routed_scaling_factor"]))
+    prefix = f"model.layers.{seeded.layer}.mlp.gate."
+    reference.load_state_dict({"weight": seeded.weights[prefix + "weight"],
+                               "e_score_correction_bias": seeded.weights[prefix + "e_score_correction_bias"]})
+    (x,) = seeded.inputs
+    with torch.no_grad():
+        _, _, indices = reference(x)
+    last = indices.view(*x.shape[:-1], -1)[0, -1]  # the first sequence's last token, as the picture shows
+    assert route_example(spec).selected == tuple(sorted(int(i) for i in last))
