@@ -23,7 +23,7 @@ from .symbols import body
 NS = "http://www.w3.org/1998/Math/MathML"
 ET.register_namespace("", NS)
 _SCRIPTED = {f"{{{NS}}}{t}" for t in ("msub", "msup", "msubsup", "mover", "munder", "munderover")}
-"""A symbol inside one of these is part of another symbol (m in m_i, u in û) and is not linked on its own."""
+"""The base of one of these is part of another symbol (m in m_i, u in û) and is not linked on its own."""
 _MROW = f"{{{NS}}}mrow"
 IN, OUT = "flow-in", "flow-out"
 """Ids of the diagram's input and output boxes; a child's box is `part_id(child.key)`."""
@@ -57,7 +57,7 @@ def term_links(comp: Component, ops: tuple[str, ...] = ()) -> tuple[TermLink, ..
     steps = {s.name: s for s in comp.steps + comp.equations if s.name and not s.heading}
     for name in ops:
         lhs = steps[name].latex.split("=", 1)[0] if name in steps and "=" in steps[name].latex else ""
-        if lhs and "," not in lhs and "\\" not in lhs:  # one symbol, not a list of results
+        if lhs and "," not in lhs and "\\\\" not in lhs:  # one symbol, not a list of results or lines
             owners.setdefault(lhs, []).append((op_id(name), "the " + name.replace("-", " ") + " step"))
     return tuple(TermLink(latex, " ".join(dict.fromkeys(p for p, _ in found)),
                           ", ".join(dict.fromkeys(label for _, label in found)))
