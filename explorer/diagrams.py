@@ -8,6 +8,7 @@ and scales up on wider screens. Which shape a component's flow takes is declared
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from html import escape
 
@@ -30,6 +31,8 @@ class FlowNode:
     href: str = ""
     params: int | None = None
     """Parameters the box stands for within one instance of the diagram's component (None for inputs)."""
+    light: str = ""
+    """Id shared with the equation terms this box produces or holds (explorer/term_links.py)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,6 +46,8 @@ class Op:
 
     symbol: str
     label: str
+    step: str = ""
+    """The step the op draws (its name): its result's symbol in the equations lights the op."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,6 +68,7 @@ class Residual:
 
     body: Item
     label: str
+    step: str = ""
 
 
 Item = Box | Op | Seq | Split | Residual
@@ -90,8 +96,36 @@ def wrap(text: str, width: float, char: float) -> list[str]:
     return lines or [""]
 
 
+_SCRIPT = re.compile(r"([_^])\{([^{}]*)\}")
+SHIFT = {"_": 3.0, "^": -4.0}
+
+
+def _rich(text: str) -> str:
+    """Escaped SVG text with the symbols' _{sub} and ^{sup} (explorer/term_links.symbol_text) set small and shifted."""
+    out, at, shift = [], 0, 0.0
+    for m in _SCRIPT.finditer(text):
+        if m.start() > at:
+            out.append(f'<tspan dy="{-shift:g}">{escape(text[at:m.start()])}</tspan>' if shift else
+                       escape(text[at:m.start()]))
+            shift = 0.0
+        dy = SHIFT[m.group(1)] - shift
+        out.append(f'<tspan dy="{dy:g}" class="script">{escape(m.group(2))}</tspan>')
+        shift, at = SHIFT[m.group(1)], m.end()
+    rest = text[at:]
+    if rest:
+        out.append(f'<tspan dy="{-shift:g}">{escape(rest)}</tspan>' if shift else escape(rest))
+    return "".join(out)
+
+
 def _text(x: float, y: float, text: str, cls: str, anchor: str = "middle") -> str:
-    return f'<text x="{x:.1f}" y="{y:.1f}" class="{cls}" text-anchor="{anchor}">{escape(text)}</text>'
+    return f'<text x="{x:.1f}" y="{y:.1f}" class="{cls}" text-anchor="{anchor}">{_rich(text)}</text>'
+
+
+def _light(part: str, focusable: bool) -> str:
+    """The attributes that link a diagram part with its equation terms (a part that is no link takes focus itself)."""
+    if not part:
+        return ""
+    return f' data-light="{part}"' + (' tabindex="0"' if focusable else "")
 
 
 def _box(node: FlowNode, x: float, y: float, w: float, cls: str = "mid") -> _Drawn:
@@ -106,9 +140,9 @@ def _box(node: FlowNode, x: float, y: float, w: float, cls: str = "mid") -> _Dra
     body = "".join(parts)
     data = f' data-params="{node.params}"' if node.params is not None else ""
     if node.href:
-        body = f'<a href="{escape(node.href)}" class="box"{data}>{body}</a>'
+        body = f'<a href="{escape(node.href)}" class="box"{data}{_light(node.light, False)}>{body}</a>'
     else:
-        body = f'<g class="box"{data}>{body}</g>'
+        body = f'<g class="box"{data}{_light(node.light, True)}>{body}</g>'
     return _Drawn(h, (body,), cx, cx)
 
 
@@ -117,7 +151,7 @@ def _op(op: Op, x: float, y: float, w: float) -> _Drawn:
     lines = wrap(op.label, w / 2 - 18, DETAIL_CHAR)
     h = max(24, 13 * len(lines) + 8)
     cy = y + 12
-    parts = [f'<g class="op"><circle cx="{cx:.1f}" cy="{cy:.1f}" r="11"/>{_text(cx, cy + 4.5, op.symbol, "o")}']
+    parts = [f'<g class="op"{_light(op_id(op.step) if op.step else "", True)}><circle cx="{cx:.1f}" cy="{cy:.1f}" r="11"/>{_text(cx, cy + 4.5, op.symbol, "o")}']
     parts += [_text(cx + 18, cy + 4 + 13 * i, line, "d", "start") for i, line in enumerate(lines)]
     if h > 24:  # a label taller than the circle: carry the line on to the item's bottom
         parts.append(f'<path d="M{cx:.1f},{cy + 11:.1f} V{y + h:.1f}" class="a"/>')
@@ -178,7 +212,7 @@ def _split(split: Split, x: float, y: float, w: float) -> _Drawn:
 
 def _residual(res: Residual, x: float, y: float, w: float) -> _Drawn:
     body = draw(res.body, x + SKIP, y + 14, w - SKIP)
-    op = _op(Op("+", res.label), x + SKIP, y + 14 + body.height + GAP, w - SKIP)
+    op = _op(Op("+", res.label, res.step), x + SKIP, y + 14 + body.height + GAP, w - SKIP)
     op_y = y + 14 + body.height + GAP + 12
     fork = body.entry
     skip = (f'<circle cx="{fork:.1f}" cy="{y + 3:.1f}" r="3" class="dot"/>'
@@ -212,6 +246,24 @@ def flow_svg(title: str, inputs: FlowNode, body: Item, outputs: FlowNode) -> str
     parts = (*top.parts, _arrow(top.exit, 4 + top.height, mid.entry, 4 + top.height + GAP - 1), *mid.parts,
              _arrow(mid.exit, out_y - GAP, bottom.entry, out_y - 1), *bottom.parts)
     return _svg(WIDTH, out_y + bottom.height + 4, ARROW_DEFS + "".join(parts), f"Data flow of {title}")
+
+
+def op_id(step: str) -> str:
+    """The id of the op that draws a step (shared with the step's result in the equations)."""
+    return "flow-step-" + re.sub(r"[^A-Za-z0-9_-]", "-", step)
+
+
+def drawn_ops(item: Item) -> list[str]:
+    """The steps drawn as ops, in drawing order."""
+    if isinstance(item, Op):
+        return [item.step] if item.step else []
+    if isinstance(item, Residual):
+        return [*drawn_ops(item.body), *([item.step] if item.step else [])]
+    if isinstance(item, Seq):
+        return [s for i in item.items for s in drawn_ops(i)]
+    if isinstance(item, Split):
+        return [s for _, i in item.columns for s in drawn_ops(i)]
+    return []
 
 
 def box_params(item: Item) -> list[int]:
@@ -253,6 +305,6 @@ ARROW_DEFS = ('<defs><marker id="arrow" viewBox="0 0 10 10" refX="9" refY="5" ma
 def _svg(width: float, height: float, body: str, label: str) -> str:
     # An image's children are presentational, so links inside one would be unreachable: a diagram with links is a
     # labelled group instead (axe: nested-interactive).
-    role = "group" if "<a " in body else "img"
+    role = "group" if "<a " in body or "tabindex" in body else "img"
     return (f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {width:.0f} {height:.0f}" width="{width:.0f}" '
             f'height="{height:.0f}" role="{role}" aria-label="{escape(label)}" class="diagram">{body}</svg>')

@@ -13,6 +13,7 @@ from collections.abc import Callable, Sequence
 
 from .diagrams import Box, FlowNode, Item, Op, Residual, Seq, Split
 from .spec.types import Component
+from .symbols import symbol_text
 
 NodeOf = Callable[[Component], FlowNode]
 Layout = Callable[[Component, NodeOf], Item | None]
@@ -22,6 +23,18 @@ def _boxes(comp: Component, node: NodeOf, *keys: str) -> list[Item]:
     """Boxes for the children with these keys, in this order, skipping keys the component lacks."""
     by_key = {c.key: c for c in comp.children}
     return [Box(node(by_key[k])) for k in keys if k in by_key]
+
+
+def _step_op(comp: Component, symbol: str, names: tuple[str, ...], fallback: str) -> Op:
+    """An op drawing the first of these steps the component has, labelled with the step's own equation (so the
+    diagram uses the equations' symbols); the fallback label where it has none of them."""
+    step = next((s for n in names for s in comp.steps if s.name == n and not s.heading), None)
+    return Op(symbol, symbol_text(step.latex), step.name) if step is not None else Op(symbol, fallback)
+
+
+def _residual(comp: Component, body: Item, step: str, fallback: str) -> Residual:
+    op = _step_op(comp, "+", (step,), fallback)
+    return Residual(body, op.label, op.step)
 
 
 def _chain(items: Sequence[Item]) -> Item:
@@ -35,8 +48,8 @@ def block_layout(comp: Component, node: NodeOf) -> Item | None:
         return None
     c = [Box(node(ch)) for ch in comp.children]
     half = len(c) // 2
-    return Seq((Residual(Seq(tuple(c[:half])), "x′ = x + Δattn"),
-                Residual(Seq(tuple(c[half:])), "x_next = x′ + Δffn")))
+    return Seq((_residual(comp, Seq(tuple(c[:half])), "residual-attn", "x′ = x + Δattn"),
+                _residual(comp, Seq(tuple(c[half:])), "residual-ffn", "x_next = x′ + Δffn")))
 
 
 def mla_layout(comp: Component, node: NodeOf) -> Item | None:
@@ -64,8 +77,8 @@ def swiglu_layout(comp: Component, node: NodeOf) -> Item | None:
     gate, up, down = (_boxes(comp, node, k) for k in ("gate_proj", "up_proj", "down_proj"))
     if not (gate and up and down):
         return None
-    return Seq((Split((("gate", Seq((gate[0], Op("σ", "SiLU")))), ("up", up[0]))),
-                Op("⊙", "h = a ⊙ u"), down[0]))
+    return Seq((Split((("gate", Seq((gate[0], _step_op(comp, "σ", ("silu", "gelu", "glu"), "SiLU")))), ("up", up[0]))),
+                _step_op(comp, "⊙", ("product",), "a ⊙ u"), down[0]))
 
 
 def moe_layout(comp: Component, node: NodeOf) -> Item | None:
@@ -76,7 +89,7 @@ def moe_layout(comp: Component, node: NodeOf) -> Item | None:
     columns = (("selected routed experts", routed[0]),) + ((("shared expert, every token", shared[0]),)
                                                            if shared else ())
     label = "Δ = Σ G·E over the selected experts" + (" + shared" if shared else "")
-    return Seq((router[0], Split(columns), Op("Σ", label)))
+    return Seq((router[0], Split(columns), _step_op(comp, "Σ", ("routed-sum",), label)))
 
 
 def mtp_layout(comp: Component, node: NodeOf) -> Item | None:

@@ -11,6 +11,7 @@ from .checkpoint import CheckpointIndex
 from .content import ModelContent
 from .execution import EquationCheck, Execution, RealWeightCheck, ShapeTrace
 from .figures import ClaimMatch, DerivedFigures
+from .picture_routing import PictureRouting
 from .reconcile import Reconciliation
 from .reference import ReferenceModel
 from .sources import ResolvedCitation
@@ -32,6 +33,7 @@ class PreparedModel:
     predicted: Reconciliation | None
     config_differences: tuple[str, ...]
     variants: tuple[Any, ...] = ()
+    picture_routing: PictureRouting | None = None
     """Published quantized variants' StoredAs (explorer/variants.py)."""
 
 
@@ -43,6 +45,8 @@ class TorchResults:
     reference: ReferenceModel
     execution: Execution
     real_checks: tuple[RealWeightCheck, ...]
+    routing: PictureRouting | None = None
+    """One token routed at full size for the whole-model picture (explorer/picture_routing.py)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,6 +80,7 @@ class ModelBuild:
     config_differences: tuple[str, ...] = ()
     """Hyper-parameters the checkpoint's files state (GGUF metadata) that the content config contradicts."""
     variants: tuple[Any, ...] = ()
+    picture_routing: PictureRouting | None = None
     """Published quantized variants of the model, each predicted and explained (explorer/variants.py)."""
 
     @property

@@ -1,8 +1,13 @@
-"""The whole-model picture on each model page, drawn as SVG at build time: the residual stream running down
-through every layer (one strip per layer, coloured by block kind: dense or MoE, sliding-window or global), and
-the sparsity of a token's path made visible (k of N routed experts lit in each MoE layer).
+"""The whole-model picture on each model page, drawn as SVG at build time: every layer as a numbered cell, coloured
+by its attention kind (full or global, sliding window, chunked, NoPE, latent, sparse, compressed, Gated DeltaNet,
+Mamba-2), with a bar for its feed-forward (MoE or dense); the vision tower that feeds the token sequence, the
+multi-token prediction module, and one MoE layer's experts with those lit that the model's router program selected
+for an example token (explorer/picture_routing.py), beside the shared expert.
 
-Input is a small plain description (ModelPicture) built from the spec by `describe`; `draw` only lays it out.
+Layer kinds are read from the spec's block kinds, which each family builds from its config's layer pattern
+(layer_types, hybrid_override_pattern, no_rope_layers, compress_ratios, the sliding-window interval): each block
+kind stands for the layers its tensors' {layer} range names, so the picture draws exactly the layers the family
+built, and a wrong pattern shows as a wrong cell. `describe` says what to show; `draw` only lays it out.
 """
 
 from __future__ import annotations
@@ -12,20 +17,40 @@ from html import escape
 from typing import Any
 
 from .components.blocks import block_layers
-from .components.moe import RouterOptions
-from .spec.types import Component, ModelSpec
+from .components.layer_pattern import runs
+from .diagrams import wrap
+from .picture_routing import PictureRouting
+from .spec.types import Component, ModelSpec, walk
 
 WIDTH = 360
+LABEL_W = 46
+"""Left column holding each row's layer numbers."""
+ROW_H, GAP = 26.0, 2.0
+ATTENTION = {"attention", "fused_attention", "shaped_attention", "gated_attention", "nope_attention",
+             "layer_attention", "mla", "dsa", "v4_attention"}
+"""Programs that mix tokens by attention (any other mixer is a recurrent state: Gated DeltaNet, Mamba-2)."""
+VISION_WORDS = ("vision", "visual", "projector")
+
+
+@dataclass(frozen=True, slots=True)
+class Kind:
+    """What a layer does, as the legend names it."""
+
+    css: str
+    """Colour class: "full", "global", "sliding", "chunked", "nope", "mla", "dsa", "csa", "hca", "linear", "mamba",
+    "none" (attention); "moe", "moe hashed", "dense", "none" (feed-forward)."""
+    label: str
 
 
 @dataclass(frozen=True, slots=True)
 class BlockKind:
+    """One block kind of the spec and the layers it stands for."""
+
     title: str
-    css: str
-    """"moe", "dense", "sliding", "global" or "linear" (a Gated DeltaNet layer) (colours in style.css)."""
+    mixer: Kind
+    ffn: Kind
     layers: tuple[int, ...]
-    label: str
-    """e.g. "MoE · 8 of 384 experts" or "sliding window 1,024"."""
+    """0-based."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,140 +63,274 @@ class ModelPicture:
     active: int
     """Routed experts a token runs per MoE layer."""
     shared: bool
+    vision: tuple[str, ...]
+    """The parts that turn an image into tokens (tower, projector), in order; () for a text-only model."""
+    mtp: str
+    """The multi-token prediction module's title ("" where there is none)."""
+    routing: PictureRouting | None
     caption: str
 
+    def layer_kinds(self) -> list[BlockKind]:
+        """The block kind of every layer, in depth order."""
+        by_layer = {i: k for k in self.kinds for i in k.layers}
+        return [by_layer[i] for i in sorted(by_layer)]
 
-def describe(spec: ModelSpec, name: str) -> ModelPicture:
-    """What the picture shows, from the spec alone."""
-    stack = spec.root.child("blocks")
-    kinds, experts, active, shared = [], 0, 0, False
-    if any(b.program == "mixer_block" for b in stack.children):
-        return _describe_hybrid(spec, name)
-    for block in stack.children:
-        router = _first(block, "router") or _first(block, "hash_router") or _keyed(block, "router")  # any library router
-        scores = _first(block, "scores") or _first(block, "layer_scores")
-        window = getattr(scores.options, "window", None) if scores is not None else None
-        chunk = getattr(scores.options, "chunk", None) if scores is not None else None
-        if window is None:  # DeepSeek-V4's attention holds its window itself
-            window = getattr(getattr(_first(block, "v4_attention"), "options", None), "window", None)
-        if router is not None and (isinstance(router.options, RouterOptions) or hasattr(router.options, "experts")):
-            o: Any = router.options  # RouterOptions or a library router's own options (experts, k)
-            experts, active = o.experts, o.k
-            shared = shared or _first(block, "gated_mlp", "shared") is not None
-            hashed = " (hash-routed)" if router.program == "hash_router" else ""
-            css, label = "moe", f"MoE: {active} of {experts} experts{hashed}"
-        else:
-            css, label = "dense", "dense feed-forward"
-        if window:
-            css, label = "sliding", f"{label}, sliding window {window:,}"
-        if chunk:
-            css, label = "sliding", f"{label}, chunks of {chunk:,}"
-        if _first(block, "gated_deltanet") is not None:  # a linear-attention layer: a fixed state, no KV cache
-            css, label = "linear", f"Gated DeltaNet (fixed state), {label}"
-        elif _first(block, "gated_attention") is not None:
-            label = f"gated attention (KV cache), {label}"
-        kinds.append(BlockKind(block.title, css, block_layers(block), label))
+
+def describe(spec: ModelSpec, name: str, routing: PictureRouting | None = None) -> ModelPicture:
+    """What the picture shows, from the spec (and the routing run for it, where the model has experts)."""
+    blocks = spec.root.child("blocks").children
+    local = any(_window(b) or _chunk(b) for b in blocks)
+    kinds = tuple(BlockKind(b.title, mixer_kind(b, local), ffn_kind(b), block_layers(b)) for b in blocks)
+    routers = [r for b in blocks if (r := _router(b)) is not None]
+    first: Any = routers[0].options if routers else None  # RouterOptions or a library router's own (experts, k)
+    experts, active = (first.experts, first.k) if first is not None else (0, 0)
+    shared = any("shared" in c.key for b in blocks for _, c in walk(b))
+    vision = tuple(c.title for c in spec.root.children if any(w in c.key or w in c.program for w in VISION_WORDS))
+    mtp = next((c.title for c in spec.root.children if c.program == "mtp"), "")
     layers = sum(len(k.layers) for k in kinds)
-    counts = ", ".join(f"{len(k.layers)} {k.label}" for k in kinds)
-    mixer = ("a token mixer (Gated DeltaNet or attention)" if any(k.css == "linear" for k in kinds) else "attention")
-    caption = f"{layers} blocks ({counts}), each adding {mixer} and a feed-forward network to the residual stream."
-    if experts:
-        caption += (f" In every MoE block a token runs {active} of {experts} routed experts "
-                    f"({100 * active / experts:.1f}%){' plus the shared expert' if shared else ''}; which ones "
-                    "depends on the token (the lit squares are one example).")
-    return ModelPicture(name, layers, tuple(kinds), experts, active, shared, caption)
+    picture = ModelPicture(name, layers, kinds, experts, active, shared, vision, mtp, routing, "")
+    return ModelPicture(name, layers, kinds, experts, active, shared, vision, mtp, routing, caption(picture))
 
 
-def _keyed(comp: Component, key: str) -> Component | None:
-    if comp.key == key:
-        return comp
-    return next((found for c in comp.children if (found := _keyed(c, key)) is not None), None)
+def _programs(block: Component) -> dict[str, Component]:
+    """The first component of each program inside a block."""
+    found: dict[str, Component] = {}
+    for _, c in walk(block):
+        found.setdefault(c.program, c)
+    return found
 
 
-HYBRID_KINDS = {"mamba2": ("ssm", "Mamba-2: fixed-size state"), "nope_attention": ("attention", "attention: KV cache"),
-                "attention": ("attention", "attention: KV cache"), "relu2_mlp": ("dense", "MLP")}
-"""A hybrid layer's mixer program -> (css class, legend label); MoE layers are labelled by their router."""
-
-
-def _describe_hybrid(spec: ModelSpec, name: str) -> ModelPicture:
-    """One-branch layers of several kinds (Nemotron-H's pattern): coloured by what the layer's mixer is."""
-    kinds, experts, active, shared = [], 0, 0, False
-    for block in spec.root.child("blocks").children:
-        mixer = block.children[-1]
-        router = _first(block, "router")
-        if router is not None and isinstance(router.options, RouterOptions):
-            experts, active = router.options.experts, router.options.k
-            shared = shared or any(c.key == "shared" for c in mixer.children)
-            css, label = "moe", f"MoE: {active} of {experts} experts"
-        else:
-            css, label = HYBRID_KINDS.get(mixer.program, ("dense", mixer.title))
-        kinds.append(BlockKind(block.title, css, block_layers(block), label))
-    layers = sum(len(k.layers) for k in kinds)
-    counts = ", ".join(f"{len(k.layers)} {k.label}" for k in kinds)
-    caption = (f"{layers} layers ({counts}), each one normalised residual branch of the kind its letter in the layer "
-               "pattern names; only the attention layers keep a cache that grows with the context.")
-    if experts:
-        caption += (f" In every MoE layer a token runs {active} of {experts} routed experts "
-                    f"({100 * active / experts:.1f}%){' plus the shared expert' if shared else ''}.")
-    return ModelPicture(name, layers, tuple(kinds), experts, active, shared, caption)
-
-
-def _first(comp: Component, program: str, key: str = "") -> Component | None:
-    if comp.program == program and (not key or comp.key == key):
-        return comp
-    for c in comp.children:
-        found = _first(c, program, key)
-        if found is not None:
-            return found
+def _option(block: Component, field: str) -> Any:
+    """The first non-empty value of an options field inside the block (a window, a chunk, a ratio)."""
+    for _, c in walk(block):
+        value = getattr(c.options, field, None)
+        if value:
+            return value
     return None
 
 
+def _window(block: Component) -> int | None:
+    return _option(block, "window")
+
+
+def _chunk(block: Component) -> int | None:
+    return _option(block, "chunk") if "layer_attention" in _programs(block) else None
+
+
+def mixer_kind(block: Component, local: bool) -> Kind:
+    """The layer's token mixer; `local`: whether the model also has windowed or chunked layers (so that its full
+    layers are its global ones)."""
+    progs = _programs(block)
+    if "gated_deltanet" in progs:
+        return Kind("linear", "Gated DeltaNet (linear attention, fixed-size state)")
+    if "mamba2" in progs:
+        return Kind("mamba", "Mamba-2 (fixed-size state)")
+    if not ATTENTION & progs.keys():
+        return Kind("none", "no attention (feed-forward only)")
+    window, chunk = _window(block), _chunk(block)
+    if "v4_attention" in progs:
+        ratio = _option(block, "ratio")
+        if "v4_indexer" in progs:
+            return Kind("csa", f"compressed ÷{ratio} and sparse (indexer), plus a {window:,}-token window")
+        if ratio:
+            return Kind("hca", f"heavily compressed ÷{ratio}, plus a {window:,}-token window")
+        return Kind("sliding", f"sliding window {window:,}")
+    if "dsa" in progs:
+        return Kind("dsa", f"sparse (DSA: an indexer keeps {_option(block, 'topk'):,} tokens), latent KV")
+    if "mla" in progs:
+        return Kind("mla", "full, multi-head latent attention (MLA)")
+    if window:
+        return Kind("sliding", f"sliding window {window:,}")
+    if chunk:
+        return Kind("chunked", f"chunked ({chunk:,}-token chunks), RoPE")
+    gated = " (gated)" if "gated_attention" in progs else ""
+    if "rope" not in progs and progs.keys() & {"layer_attention", "nope_attention"}:
+        return Kind("nope", f"{'global' if local else 'full'}{gated}, no position encoding (NoPE)")
+    return Kind("global", f"global (full){gated}") if local else Kind("full", f"full attention{gated}")
+
+
+def _router(block: Component) -> Component | None:
+    """The block's router: the component whose one output is the gates over every expert."""
+    return next((c for _, c in walk(block) if [p.name for p in c.outputs] == ["gates"]
+                 and hasattr(c.options, "experts")), None)
+
+
+def ffn_kind(block: Component) -> Kind:
+    router = _router(block)
+    if router is not None:
+        o: Any = router.options
+        hashed = " (hash-routed)" if router.program == "hash_router" else ""
+        shared = " + shared expert" if any("shared" in c.key for _, c in walk(block)) else ""
+        beside = " beside a dense MLP" if "moe_beside_mlp" in _programs(block) else ""
+        return Kind("moe hashed" if hashed else "moe", f"MoE: {o.k} of {o.experts} experts{hashed}{shared}{beside}")
+    if _programs(block).keys() & {"gated_mlp", "plain_mlp", "relu2_mlp"}:
+        return Kind("dense", "dense MLP")
+    return Kind("none", "no feed-forward")
+
+
+def caption(p: ModelPicture) -> str:
+    """The picture in words: every kind with its layer numbers, the vision tower, MTP and the routing shown."""
+    parts = [f"{p.layers} layers, numbered 1–{p.layers} from the embedding up."]
+    for side in ("mixer", "ffn"):
+        for kind, layers in _by_label(p, side).items():
+            if kind.css != "none" or side == "mixer":
+                parts.append(f"{_sentence_case(kind.label)}: {layer_list(layers, p.layers)}.")
+    if p.vision:
+        parts.append(f"Images enter through: {' → '.join(p.vision)}; its outputs join the token sequence.")
+    if p.mtp:
+        parts.append(f"{p.mtp}: predicts one more token from the last layer's output.")
+    if p.routing is not None:
+        r = p.routing
+        parts.append(f"Lit experts: the {len(r.selected)} of {r.experts} that this model's router program selected "
+                     f"in layer {r.layer + 1} for one example token, run at full size on the CPU with a seeded random "
+                     "hidden state and seeded random router weights, as the checkpoint's weights are not loaded: the "
+                     "rule and the count are the model's, which experts is an example."
+                     + (" The shared expert runs for every token." if p.shared else ""))
+    return " ".join(parts)
+
+
+def layer_list(layers: tuple[int, ...], total: int) -> str:
+    """1-based layer numbers, compressed where they repeat: "layers 6, 12, …, 60 (every 6th)", "every layer except
+    4, 8, …, 48 (every 4th)", else runs ("layers 1–3, 7")."""
+    every = _progression(layers)
+    if every:
+        return f"layers {every}"
+    rest = tuple(i for i in range(total) if i not in set(layers))
+    every = _progression(rest)
+    if every and len(layers) > 1:
+        return f"every layer except {every}"
+    return ("layer " if len(layers) == 1 else "layers ") + runs(layers)
+
+
+def _progression(layers: tuple[int, ...]) -> str:
+    """"6, 12, …, 60 (every 6th)" for evenly spaced layers (four or more, a step of two or more), else ""."""
+    if len(layers) < 4 or len({b - a for a, b in zip(layers, layers[1:])}) != 1 or layers[1] - layers[0] < 2:
+        return ""
+    step = layers[1] - layers[0]
+    return f"{layers[0] + 1}, {layers[1] + 1}, …, {layers[-1] + 1} (every {_ordinal(step)})"
+
+
+def _ordinal(n: int) -> str:
+    return f"{n}{'nd' if n % 10 == 2 and n != 12 else 'rd' if n % 10 == 3 and n != 13 else 'th'}"
+
+
+def _sentence_case(label: str) -> str:
+    return label[0].upper() + label[1:]
+
+
+def _by_label(p: ModelPicture, side: str) -> dict[Kind, tuple[int, ...]]:
+    out: dict[Kind, list[int]] = {}
+    for k in p.kinds:
+        out.setdefault(getattr(k, side), []).extend(k.layers)
+    return {kind: tuple(sorted(layers)) for kind, layers in out.items()}
+
+
+# ------------------------------------------------------------------------------------------------------ drawing
+
+def per_row(kinds: list[BlockKind]) -> int:
+    """Cells per row: a whole number of the layer pattern's periods where it repeats (6 for Gemma 3's five sliding
+    and one global), so each row reads as the same pattern; else ten, so rows start at 1, 11, 21."""
+    n = len(kinds)
+    if len({(k.mixer, k.ffn) for k in kinds}) > 1:
+        for period in range(2, 13):
+            if n > period and all((kinds[i].mixer, kinds[i].ffn) == (kinds[i + period].mixer, kinds[i + period].ffn)
+                                  for i in range(n - period)):
+                return period * (12 // period)
+    return 10
+
+
 def draw(p: ModelPicture) -> str:
-    """A vertical SVG that fits a 360 px column: embedding, one strip per layer, experts, norm and head."""
+    """A vertical SVG that fits a 360 px column: vision tower, embedding, numbered layers, legend, experts, head."""
     parts: list[str] = []
-    y = 8.0
-    parts.append(_box(60, y, 240, 28, "Token embedding", "node"))
-    y += 40
-    strip = max(2.0, min(7.0, 280 / max(p.layers, 1)))
-    order = sorted((i, k) for k in p.kinds for i in k.layers)
-    top = y
-    for i, kind in order:
-        parts.append(f'<rect x="60" y="{y:.1f}" width="240" height="{max(strip - 0.8, 1.2):.1f}" '
-                     f'class="layer {kind.css}"><title>block {i + 1}: {escape(kind.title)}</title></rect>')
-        y += strip
-    parts.append(f'<text x="24" y="{(top + y) / 2:.1f}" class="vlabel" transform="rotate(-90 24 {(top + y) / 2:.1f})">'
-                 'residual stream</text>')
-    y += 10
-    legend_y = y
-    for kind in p.kinds:
-        parts.append(f'<rect x="60" y="{legend_y:.1f}" width="12" height="12" class="layer {kind.css}"/>'
-                     f'<text x="78" y="{legend_y + 10:.1f}" class="legend">{len(kind.layers)} × {escape(kind.label)}'
-                     '</text>')
-        legend_y += 18
-    y = legend_y + 4
+    y = 6.0
+    if p.vision:
+        parts.append(_box(20, y, 320, 26, "Image → " + " → ".join(p.vision), "node vision"))
+        parts.append(_arrow(180, y + 26, y + 36))
+        y += 36
+    parts.append(_box(20, y, 320, 26, "Token embedding" + (" (text and image tokens)" if p.vision else ""), "node"))
+    y += 34
+    y = _layers(parts, p, y)
+    y = _legend(parts, p, y)
     if p.experts:
         y = _experts(parts, p, y)
-    parts.append(_box(60, y, 240, 28, "Final norm · LM head", "node"))
-    parts.insert(0, f'<line x1="30" y1="22" x2="30" y2="{y + 14:.1f}" class="residual"/>')
-    y += 36
+    if p.mtp:
+        parts.append(_box(20, y, 320, 26, f"{p.mtp}: one more token", "node mtp"))
+        y += 32
+    parts.append(_box(20, y, 320, 26, "Final norm · LM head", "node"))
+    y += 32
     return (f'<svg viewBox="0 0 {WIDTH} {y:.0f}" class="model-picture" role="img" '
             f'aria-label="{escape(p.caption)}">' + "".join(parts) + "</svg>")
 
 
-def _experts(parts: list[str], p: ModelPicture, y: float) -> float:
-    per_row = 32 if p.experts > 64 else 16
-    cell = 240 / per_row
-    lit = {round(j * p.experts / p.active) for j in range(p.active)}  # spread evenly: one example token
-    parts.append(f'<text x="60" y="{y + 10:.1f}" class="legend">Routed experts of one MoE block: {p.active} of '
-                 f'{p.experts} lit</text>')
+def _layers(parts: list[str], p: ModelPicture, y: float) -> float:
+    order = p.layer_kinds()
+    n = per_row(order)
+    cell = (WIDTH - LABEL_W - 4) / n
+    parts.append(f'<text x="4" y="{y + 9:.1f}" class="legend">Layers (numbered; colour: attention; bar: '
+                 'feed-forward)</text>')
     y += 16
-    for e in range(p.experts):
-        r, c = divmod(e, per_row)
-        parts.append(f'<rect x="{60 + c * cell:.1f}" y="{y + r * cell:.1f}" width="{cell - 1:.1f}" '
+    for row in range(-(-len(order) // n)):
+        first, last = row * n, min(len(order), row * n + n) - 1
+        parts.append(f'<text x="{LABEL_W - 6}" y="{y + 16:.1f}" class="rowlabel">'
+                     f'{first + 1}{"–" + str(last + 1) if last > first else ""}</text>')
+        for i in range(first, last + 1):
+            parts.append(_cell(LABEL_W + (i - first) * cell, y, cell - GAP, i, order[i]))
+        y += ROW_H + GAP
+    return y + 6
+
+
+def _cell(x: float, y: float, w: float, i: int, k: BlockKind) -> str:
+    bar = (f'<rect x="{x:.1f}" y="{y + ROW_H - 6:.1f}" width="{w:.1f}" height="6" class="ffn {k.ffn.css}"/>'
+           if k.ffn.css != "none" else "")
+    return (f'<g class="layer {k.mixer.css}"><title>layer {i + 1}: {escape(k.mixer.label)}; {escape(k.ffn.label)}'
+            f'</title><rect x="{x:.1f}" y="{y:.1f}" width="{w:.1f}" height="{ROW_H}" rx="3" class="cell"/>{bar}'
+            f'<text x="{x + w / 2:.1f}" y="{y + 13:.1f}" class="num">{i + 1}</text></g>')
+
+
+def _legend(parts: list[str], p: ModelPicture, y: float) -> float:
+    for side in ("mixer", "ffn"):
+        for kind, layers in _by_label(p, side).items():
+            if side == "ffn" and kind.css == "none":
+                continue
+            swatch = (f'<g class="layer {kind.css}"><rect x="4" y="{y:.1f}" width="18" height="12" rx="2" '
+                      'class="cell"/></g>' if side == "mixer" else
+                      f'<rect x="4" y="{y + 6:.1f}" width="18" height="6" class="ffn {kind.css}"/>')
+            lines = wrap(f"{kind.label} ({len(layers)})", WIDTH - 34, 5.9)
+            parts.append(swatch + "".join(f'<text x="28" y="{y + 10 + 13 * j:.1f}" class="legend">{escape(t)}</text>'
+                                          for j, t in enumerate(lines)))
+            y += 13 * len(lines) + 5
+    return y + 6
+
+
+def _experts(parts: list[str], p: ModelPicture, y: float) -> float:
+    r = p.routing
+    n = r.experts if r is not None else p.experts
+    lit = set(r.selected) if r is not None else set()
+    where = f"layer {r.layer + 1}, " if r is not None else ""
+    head = (f"Routed experts ({where}one example token): {len(lit)} of {n} lit" if r is not None else
+            f"Routed experts: {p.active} of {n} run per token (none lit: no routing was run)")
+    for j, line in enumerate(wrap(head, WIDTH - 8, 5.9)):
+        parts.append(f'<text x="4" y="{y + 10 + 13 * j:.1f}" class="legend">{escape(line)}</text>')
+    y += 13 * len(wrap(head, WIDTH - 8, 5.9)) + 4
+    cols = 32 if n > 64 else 16
+    cell = (WIDTH - 8) / cols
+    for e in range(n):
+        row, col = divmod(e, cols)
+        parts.append(f'<rect x="{4 + col * cell:.1f}" y="{y + row * cell:.1f}" width="{cell - 1:.1f}" '
                      f'height="{cell - 1:.1f}" class="expert{" lit" if e in lit else ""}"/>')
-    return y + (-(-p.experts // per_row)) * cell + 10
+    y += -(-n // cols) * cell + 6
+    if p.shared:
+        parts.append(f'<rect x="4" y="{y:.1f}" width="{cell * 2 - 1:.1f}" height="{cell - 1:.1f}" '
+                     f'class="expert lit shared"/><text x="{8 + cell * 2:.1f}" y="{y + cell - 2:.1f}" '
+                     'class="legend">shared expert: every token</text>')
+        y += max(cell, 12) + 6
+    return y + 4
+
+
+def _arrow(x: float, y1: float, y2: float) -> str:
+    return f'<line x1="{x}" y1="{y1:.1f}" x2="{x}" y2="{y2:.1f}" class="residual"/>'
 
 
 def _box(x: float, y: float, w: float, h: float, label: str, cls: str) -> str:
-    return (f'<rect x="{x}" y="{y}" width="{w}" height="{h}" rx="5" class="{cls}"/>'
-            f'<text x="{x + w / 2}" y="{y + h / 2 + 4}" class="t">{escape(label)}</text>')
+    return (f'<rect x="{x}" y="{y:.1f}" width="{w}" height="{h}" rx="5" class="{cls}"/>'
+            f'<text x="{x + w / 2}" y="{y + h / 2 + 4:.1f}" class="t">{escape(label)}</text>')

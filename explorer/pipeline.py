@@ -21,6 +21,7 @@ from .families import FAMILIES, load_model_spec
 from .figures import derive, match_claim
 from .model_build import ModelBuild, PreparedModel, TorchResults
 from .parallel import run_in_order, started_in_order
+from .picture_routing import picture_routing
 from .project import Project
 from .reconcile import expected_groups, predicted_index, reconcile
 from .render import write_site
@@ -90,7 +91,8 @@ def torch_stages(spec: ModelSpec, content: ModelContent, cache_dir: Path | None,
         _one_torch_thread()
         ref, execution = reference_index(spec), execute(spec, FAMILIES[spec.family].reference.not_built)
         cache.save(cache_dir, spec, ref, execution)
-    return TorchResults(ref, execution, real_weight_checks(content, spec, cache_dir, progress))
+    return TorchResults(ref, execution, real_weight_checks(content, spec, cache_dir, progress),
+                        picture_routing(spec, cache_dir))
 
 
 def finish_model(p: PreparedModel, torch: TorchResults) -> ModelBuild:
@@ -99,7 +101,8 @@ def finish_model(p: PreparedModel, torch: TorchResults) -> ModelBuild:
     ref_check = reconcile(p.spec, torch.reference.index, reference=True, skip_owners=skips)
     return ModelBuild(p.content, p.spec, p.ledger, p.citations, ref_check, torch.reference.label, skips, p.checkpoint,
                       p.index, torch.execution.trace, torch.execution.checks, p.figures, p.claim, p.predicted,
-                      real_checks=torch.real_checks, config_differences=p.config_differences, variants=p.variants)
+                      real_checks=torch.real_checks, config_differences=p.config_differences, variants=p.variants,
+                      picture_routing=torch.routing)
 
 
 def real_weight_checks(content: ModelContent, spec: ModelSpec, cache_dir: Path | None,

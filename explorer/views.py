@@ -25,6 +25,8 @@ from .model_picture import describe, draw
 from .sources import ResolvedCitation
 from .spec.storage import MXFP4, BlockFP8
 from .spec.types import Component, Port, Shape, Step, TensorSpec, path_key, walk
+from .symbols import symbol_text
+from .term_links import IN, OUT, TermLink, page_links, part_id, tag_terms
 
 
 @dataclass(frozen=True, slots=True)
@@ -428,13 +430,14 @@ def traced_display(traced: tuple[int, ...] | None, shape: Shape | None) -> str:
                            for size, d in zip(traced, shape.dims)) + "]"
 
 
-def step_view(step: Step, traced: dict[str, tuple[int, ...]], prefix: str = "") -> StepView:
-    return StepView(to_mathml(step.latex), step.latex, traced_display(traced.get(step.name), step.shape),
+def step_view(step: Step, traced: dict[str, tuple[int, ...]], prefix: str = "",
+              links: tuple[TermLink, ...] = ()) -> StepView:
+    return StepView(tag_terms(to_mathml(step.latex), links), step.latex, traced_display(traced.get(step.name), step.shape),
                     f"{prefix}{step.name}" if step.name else "", step.heading)
 
 
-def port_view(port: Port, traced: tuple[int, ...] | None) -> PortView:
-    return PortView(to_mathml(port.latex), traced_display(traced, port.shape))
+def port_view(port: Port, traced: tuple[int, ...] | None, links: tuple[TermLink, ...] = ()) -> PortView:
+    return PortView(tag_terms(to_mathml(port.latex), links), traced_display(traced, port.shape))
 
 
 Excerpt = tuple[tuple[str, ...], int, str]
@@ -793,7 +796,7 @@ def component_page(mb: ModelBuild, ancestors: tuple[Component, ...], comp: Compo
     root = "../../"
     acc = mb.ledger.accounts[path]
     traced = mb.trace.components[path]
-    picture = describe(mb.spec, mb.content.meta.name) if not ancestors else None
+    picture = describe(mb.spec, mb.content.meta.name, mb.picture_routing) if not ancestors else None
     owned = owned_tensors(ancestors, comp)
     families = [ta for owner, _ in owned for ta in mb.ledger.accounts[owner].tensors]
     tensors = tensor_rows(mb, owned)
@@ -804,6 +807,7 @@ def component_page(mb: ModelBuild, ancestors: tuple[Component, ...], comp: Compo
     is_model = path == ""
     prev, nxt = siblings(ancestors, comp)
     show_steps = len(comp.steps) > len(comp.equations) or comp.steps != comp.equations
+    links = page_links(comp)
     name = mb.content.meta.name
     title = name if is_model else f"{comp.title} · {name}"
     return ComponentPage(
@@ -812,11 +816,11 @@ def component_page(mb: ModelBuild, ancestors: tuple[Component, ...], comp: Compo
             "Model" if is_model else "Overview"),
         crumbs=crumbs, heading=name if is_model else comp.title, kind=comp.kind, code=comp.code,
         summary=comp.description, prose_html=render_markdown(mb.content.prose.get(path, "")),
-        extras=comp.extras, equations=tuple(step_view(s, traced.steps, "eq-") for s in comp.equations),
-        steps=tuple(step_view(s, traced.steps, "step-") for s in comp.steps) if show_steps else (),
+        extras=comp.extras, equations=tuple(step_view(s, traced.steps, "eq-", links) for s in comp.equations),
+        steps=tuple(step_view(s, traced.steps, "step-", links) for s in comp.steps) if show_steps else (),
         steps_label=f"All {sum(1 for s in comp.steps if not s.heading)} steps",
-        inputs=tuple(port_view(p, t) for p, t in zip(comp.inputs, traced.inputs)),
-        outputs=tuple(port_view(p, t) for p, t in zip(comp.outputs, traced.outputs)),
+        inputs=tuple(port_view(p, t, links) for p, t in zip(comp.inputs, traced.inputs)),
+        outputs=tuple(port_view(p, t, links) for p, t in zip(comp.outputs, traced.outputs)),
         trace_note=(f"Shapes traced by running this component at full size on the {mb.trace.device} device "
                     f"(no weights allocated), with B = {mb.trace.free['B']} and T = {mb.trace.free['T']}."),
         check=check_view(mb, path), real_checks=tuple(real_check_view(c) for c in mb.real_checks if c.path == path),
@@ -964,15 +968,17 @@ def flow_diagram(mb: ModelBuild, path: str, comp: Component, traced) -> str:
         c_path = f"{path}.{c.key}" if path else c.key
         row = rows.get(c_path)
         if row is None:
-            return FlowNode(c.title, (f"{c.kind}, no parameters",), page_href(c_path), 0)
+            return FlowNode(c.title, (f"{c.kind}, no parameters",), page_href(c_path), 0, part_id(c.key))
         if len(row.factors) == 2:
             return FlowNode(c.title, (f"{fmt(row.factors[0])} × {fmt(row.factors[1])}", f"= {fmt(row.value)} params"),
-                            page_href(c_path), row.value)
-        return FlowNode(c.title, (f"{fmt(row.value)} params",), page_href(c_path), row.value)
+                            page_href(c_path), row.value, part_id(c.key))
+        return FlowNode(c.title, (f"{fmt(row.value)} params",), page_href(c_path), row.value, part_id(c.key))
 
-    inputs = FlowNode("in", tuple(f"{p.name} {traced_display(t, p.shape)}" for p, t in zip(comp.inputs, traced.inputs)))
-    outputs = FlowNode("out", tuple(f"{p.name} {traced_display(t, p.shape)}"
-                                    for p, t in zip(comp.outputs, traced.outputs)))
+    # the boxes name each port by its symbol in the equations, as the terms that light them do
+    inputs = FlowNode("in", tuple(f"{symbol_text(p.latex)} {traced_display(t, p.shape)}"
+                                  for p, t in zip(comp.inputs, traced.inputs)), light=IN)
+    outputs = FlowNode("out", tuple(f"{symbol_text(p.latex)} {traced_display(t, p.shape)}"
+                                    for p, t in zip(comp.outputs, traced.outputs)), light=OUT)
     return flow_svg(comp.title if path else mb.content.meta.name, inputs, layout(comp, node), outputs)
 
 

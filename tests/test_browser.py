@@ -170,14 +170,20 @@ def test_keyboard_reaches_open_inside_cards(browser, built_site):
 
 @pytest.mark.parametrize("width_name", WIDTHS)
 def test_whole_model_picture_fits_and_lights_k_experts(browser, built_site, width_name):
-    """The model page's picture: inside the viewport at both widths, one strip per layer, 8 of 384 experts lit."""
+    """The model page's picture: inside the viewport at both widths, one numbered cell per layer, 8 of 384 routed
+    experts lit beside the shared expert; screenshots in both schemes kept for a person to read."""
     context, page = open_page(browser, built_site, PAGES["model"], WIDTHS[width_name])
     try:
         box = page.locator("figure.whole-model svg").bounding_box()
         assert box is not None and box["x"] >= 0 and box["x"] + box["width"] <= WIDTHS[width_name]
-        assert page.locator("figure.whole-model rect.layer").count() == 61 + 2  # strips, plus the legend swatches
-        assert page.locator("figure.whole-model rect.expert.lit").count() == 8
-        assert page.locator("figure.whole-model rect.expert").count() == 384
+        assert page.locator("figure.whole-model text.num").count() == 61
+        assert page.locator("figure.whole-model rect.expert.lit:not(.shared)").count() == 8
+        assert page.locator("figure.whole-model rect.expert:not(.shared)").count() == 384
+        assert page.locator("figure.whole-model rect.expert.shared").count() == 1
+        ARTIFACTS.mkdir(exist_ok=True)
+        for scheme in SCHEMES:
+            page.emulate_media(color_scheme=scheme)
+            page.locator("figure.whole-model").screenshot(path=str(ARTIFACTS / f"whole-model-{width_name}-{scheme}.png"))
     finally:
         context.close()
 

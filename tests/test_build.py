@@ -333,7 +333,10 @@ def test_diagrams_show_residual_adds_streams_and_the_expert_sum(built_site):
     block, attn, moe, mtp = (_flow(built_site / f"models/{p}") for p in (
         "kimi-k2/blocks.moe.html", "kimi-k2/blocks.moe.attn.html", "kimi-k2/blocks.moe.moe.html",
         "deepseek-v3/mtp.html"))
-    assert block.count('class="a skip"') == 2 and "x′ = x + Δattn" in block
+    # the residual's label is its step, in the equations' symbols (x′_n = x_n + Δ_attn, scripts set as tspans,
+    # the label wrapped over lines)
+    words = " ".join(re.sub(r"<[^>]+>", "", block.replace("</text>", " </text>")).split())
+    assert block.count('class="a skip"') == 2 and "x′n = xn + Δattn" in words
     assert "query stream" in attn and "key-value stream" in attn and "Output projection" in attn
     assert "selected routed experts" in moe and "384 × 44,040,192" in moe and "Σ" in moe
     assert "MTP output head" in mtp and "926,679,040 params" in mtp

@@ -291,10 +291,10 @@ def test_whole_model_picture_colours_layers_by_kind():
     from explorer.model_picture import describe, draw
 
     picture = describe(spec_of(), "Nemotron 3 Nano")
-    kinds = {k.css: len(k.layers) for k in picture.kinds}
-    assert kinds == {"ssm": 23, "moe": 23, "attention": 6}
-    assert "only the attention layers keep a cache that grows" in picture.caption
-    assert draw(picture).count('class="layer attention"><title>') == 6
+    kinds = {(k.mixer.css, k.ffn.css): len(k.layers) for k in picture.kinds}
+    assert kinds == {("mamba", "none"): 23, ("none", "moe"): 23, ("nope", "none"): 6}
+    assert "Full, no position encoding (NoPE): layers 6, 13, 20, 27, 34, 43." in picture.caption
+    assert draw(picture).count('<g class="layer nope"><title>') == 6
 
 
 def test_a_config_saved_by_transformers_5_spells_layers_by_name():

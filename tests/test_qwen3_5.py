@@ -274,9 +274,9 @@ def test_whole_model_picture_names_each_layer_kind():
 
     picture = describe(spec_of("qwen3.5-27b"), "Qwen3.5-27B")
     linear, full = picture.kinds
-    assert (linear.css, len(linear.layers), len(full.layers)) == ("linear", 48, 16)
-    assert "Gated DeltaNet (fixed state)" in linear.label and "gated attention (KV cache)" in full.label
-    assert "Gated DeltaNet or attention" in picture.caption
+    assert (linear.mixer.css, len(linear.layers), len(full.layers)) == ("linear", 48, 16)
+    assert "Gated DeltaNet" in linear.mixer.label and "full attention (gated)" == full.mixer.label
+    assert "Full attention (gated): layers 4, 8, …, 64 (every 4th)." in picture.caption
 
 
 def test_compare_pages_give_gated_deltanet_its_own_role():
