@@ -152,6 +152,8 @@ def dsa(ctx: Ctx, *, prefix: str, ranges: tuple[IndexRange, ...], x: Port, o: ML
     steps = (*base.steps[:first], *idx.steps, mask, *(_sparse(s) for s in base.steps[first:]))
     sparse_scores = replace(scores_c, steps=tuple(_sparse(s) for s in scores_c.steps),
                             equations=tuple(_sparse(s) for s in scores_c.equations),
+                            inputs=tuple(replace(p, latex=r"M^{\mathrm{DSA}}") if p.name == "mask" else p
+                                         for p in scores_c.inputs),
                             description=scores_c.description.rstrip(".") + ", over only the keys the indexer "
                                         "selected for each query.")
     children = tuple(sparse_scores if c.key == "scores" else c for c in base.children)

@@ -98,10 +98,10 @@ def vision_attention(ctx: Ctx, o: VisionOptions, *, prefix: str, ranges: tuple[I
                   description=f"Mix the {o.heads} heads' outputs back to {d:,} features.")
     heads = Shape((Dim("patches", o.patches), Dim("heads", o.heads), Dim("d_head", o.head_dim)))
     steps = (qkv.steps[0],
-             Step(rf"Q^R_i=\operatorname{{RoPE}}_{{2D}}(Q_i;\,r_i,c_i),\ K^R_i=\operatorname{{RoPE}}_{{2D}}(K_i;\,r_i,c_i)"
+             Step(rf"Q^R_i=\operatorname{{RoPE}}_{{2D}}(q_i;\,r_i,c_i),\ K^R_i=\operatorname{{RoPE}}_{{2D}}(k_i;\,r_i,c_i)"
                   rf",\quad \text{{angles}}\ (r_i\omega_j,\ c_i\omega_j),\ \omega_j={o.theta:g}^{{-4j/{o.head_dim}}}",
                   heads, "rotate"),
-             Step(rf"O_h=\operatorname{{softmax}}\!\left(Q^R_hK_h^{{R\top}}/\sqrt{{{o.head_dim}}}\right)V_h,\quad "
+             Step(rf"O_h=\operatorname{{softmax}}\!\left(Q^R_hK_h^{{R\top}}/\sqrt{{{o.head_dim}}}\right)v_h,\quad "
                   rf"h=1,\dots,{o.heads}", x.shape, "attend"),
              proj.steps[0])
     return Component(

@@ -106,7 +106,7 @@ def vision_attention(ctx: Ctx, *, prefix: str, ranges: tuple[IndexRange, ...], x
                        equation=r"\Delta_{\mathrm{attn}}=OW_O+b_O", description=f"Mix the {heads} heads' outputs.",
                        code="self.out_proj(attn_output)", bias=True))
     hd = d // heads
-    attend = Step(rf"O_h=\operatorname{{softmax}}\!\left(Q_hK_h^{{\top}}/\sqrt{{{hd}}}\right)V_h,\quad h=1,\dots,"
+    attend = Step(rf"O_h=\operatorname{{softmax}}\!\left(q_hk_h^{{\top}}/\sqrt{{{hd}}}\right)v_h,\quad h=1,\dots,"
                   rf"{heads}", x.shape, "attend")
     steps = (children[0].steps[0], children[1].steps[0], children[2].steps[0], attend, children[3].steps[0])
     return Component(

@@ -1,0 +1,184 @@
+"""Steps that read as computed, and one notation site-wide (issue 25, items 1 and 2).
+
+Every step of every component reads only what a port brings in or an earlier step computed, in the form the step
+before produced it (rotated, normed, clamped); every symbol any step uses is in the Notation registry, with one
+kind and one meaning. The expected parses below are written from the LaTeX by hand, not produced by the parser.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+from conftest import ROOT
+
+from explorer.families import load_model_spec
+from explorer.notation import undefined_reads
+from explorer.spec.types import walk
+from explorer.step_symbols import parse_step, symbols_of
+
+
+@pytest.fixture(scope="module")
+def all_specs():
+    from explorer.content import load_all_models
+
+    return [load_model_spec(m) for m in load_all_models(ROOT / "content")]
+
+
+def spec_of(slug: str):
+    from explorer.content import load_model_content
+
+    return load_model_spec(load_model_content(ROOT / "content/models" / slug))
+
+
+# ------------------------------------------------------------------------------------------- the parser
+
+@pytest.mark.parametrize("latex, defines, reads", [
+    (r"{\color{stream-q}{Q^{R}_t}}=\operatorname{RoPE}({\color{stream-q}{\hat Q}}_t,{\color{stream-context}{R_t}})",
+     {"Q^{R}"}, {r"\hat Q", "R"}),
+    (r"x_{\mathrm{attn}}=\frac{x_n}{\sqrt{\operatorname{mean}((x_n)^2)+10^{-6}}}\odot \gamma",
+     {r"x_{\mathrm{attn}}"}, {"x", r"\gamma"}),
+    (r"\hat c^{{\color{stream-q}{Q}}}=\operatorname{RMSNorm}({\color{stream-q}{c^{Q}}})", {r"\hat c^{Q}"}, {"c^{Q}"}),
+    (r"E_i=m_{i}W_{2,i}", {"E"}, {"m", "W"}),
+    (r"[{\color{stream-k}{k^{C}}};{\color{stream-v}{v}}]=\hat c^{KV}[W_{UK};W_{UV}]", {"k^{C}", "v"},
+     {r"\hat c^{KV}", "W_{UK}", "W_{UV}"}),
+    (r"\hat g=\min(g,7),\quad \hat u=\operatorname{clamp}(u,-7,7)", {r"\hat g", r"\hat u"}, {"g", "u"}),
+    (r"G_i=\frac{e^{z_i}E^{\mathrm{sel}}_i}{\sum_j e^{z_j}E^{\mathrm{sel}}_j}", {"G"}, {"z", r"E^{\mathrm{sel}}"}),
+    (r"{\color{stream-k}{K}}={\color{stream-v}{V}}=[{\color{stream-k}{k_1}};\dots;{\color{stream-k}{k_T}}]",
+     {"K", "V"}, {"k"}),
+    (r"x_t,\ B_t,\ C_t=\operatorname{split}(\tilde\xi_t;\ 4096,1024,1024)", {"x", "B", "C"}, {r"\tilde \xi"}),
+    (r"{\color{stream-v}{V}}\leftarrow 0.707\,{\color{stream-v}{V}}", {"V"}, {"V"}),
+])
+def test_a_step_defines_its_left_side_and_reads_its_right(latex, defines, reads):
+    parsed = parse_step(latex)
+    assert parsed.defines == defines
+    assert parsed.reads == reads
+
+
+def test_index_scripts_are_indices_not_reads():
+    parsed = parse_step(r"y^{\mathrm{routed}}=\sum_{e=1}^{128}G_e\,E_e")
+    assert parsed.reads == {"G", "E"}
+    assert "e" in parsed.indices
+    assert parse_step(r"[g\,u]_e=x_{\mathrm{moe}}W^{gu}_e,\quad g_e=[g\,u]_{e,:I}").reads == {
+        r"x_{\mathrm{moe}}", "W^{gu}"}
+
+
+def test_ports_name_their_symbols():
+    assert symbols_of(r"[{\color{stream-k}{k^{C}}};{\color{stream-v}{v}}]") == ["k^{C}", "v"]
+    assert symbols_of(r"x'_n") == ["x'"]
+
+
+# ------------------------------------------------------------------- steps read what the steps before produced
+
+KNOWN_GAPS = {
+    # Symbols that still mean two things (item 2 renames them one by one): a DeltaNet's I is the identity, its
+    # in_proj_b output b and write strength β share the bias's and LayerNorm's letters; γ is also RoPE's ramp and
+    # a DeltaNet decay; c is also a vision patch's column; x, y are also Gemma 4 patch coordinates; B is also the
+    # compressor's position bias; λ is also Llama 3's wavelength; w is also an indexer's weights.
+    "gated_deltanet: step 'beta' computes \\beta, registered as a parameter",
+    "gated_deltanet: step 'chunked' computes \\gamma, registered as a parameter",
+    "gated_deltanet: step 'chunked' reads I, U, V, which no input or earlier step gives",
+    "gated_deltanet: step 'in_proj_b' computes b, registered as a parameter",
+    "gated_deltanet: step 'state' reads I, which no input or earlier step gives",
+    "gemma4_patch_embed: step 'positions' reads x, y, which no input or earlier step gives",
+    "gemma4_vision_block: step 'rotate' reads x, y, which no input or earlier step gives",
+    "gemma4_vision_tower: step 'positions' reads x, y, which no input or earlier step gives",
+    "grouped_linear: step 'o-a' computes \\gamma, registered as a parameter",
+    "hc_block: step 'c-pool' reads B, which no input or earlier step gives",
+    "hc_block: step 'iw' computes w, registered as a parameter",
+    "hc_block: step 'o-a' computes \\gamma, registered as a parameter",
+    "layer_block: step 'layer-scalar' reads \\lambda, which no input or earlier step gives",
+    "layer_block: step 'router-gates' reads c, which no input or earlier step gives",
+    "linear: step 'in_proj_b' computes b, registered as a parameter",
+    "linear: step 'weights_proj' computes w, registered as a parameter",
+    "moe_beside_mlp: step 'router-gates' reads c, which no input or earlier step gives",
+    "moonvit_attention: step 'rotate' reads c, which no input or earlier step gives",
+    "moonvit_block: step 'rotate' reads c, which no input or earlier step gives",
+    "moonvit_tower: step 'merge' reads a, which no input or earlier step gives",
+    "qwen_positions: step 'positions' reads c, which no input or earlier step gives",
+    "qwen_vision_attention: step 'rotate' reads c, which no input or earlier step gives",
+    "qwen_vision_block: step 'rotate' reads c, which no input or earlier step gives",
+    "qwen_vision_tower: step 'positions' reads c, which no input or earlier step gives",
+    "recurrent_block: step 'beta' computes \\beta, registered as a parameter",
+    "recurrent_block: step 'chunked' computes \\gamma, registered as a parameter",
+    "recurrent_block: step 'chunked' reads I, U, V, which no input or earlier step gives",
+    "recurrent_block: step 'in_proj_b' computes b, registered as a parameter",
+    "recurrent_block: step 'state' reads I, which no input or earlier step gives",
+    "rope: step 'inv-freq' computes \\gamma, registered as a parameter",
+    "rope: step 'inv-freq' reads \\pi, which no input or earlier step gives",
+    "rope: step 'ramp' computes \\gamma, registered as a parameter",
+    "scaled_router: step 'gates' reads c, which no input or earlier step gives",
+    "v4_attention: step 'c-pool' reads B, which no input or earlier step gives",
+    "v4_attention: step 'iw' computes w, registered as a parameter",
+    "v4_attention: step 'o-a' computes \\gamma, registered as a parameter",
+    "v4_compressor: step 'c-pool' reads B, which no input or earlier step gives",
+    "v4_compressor: step 'iw' computes w, registered as a parameter",
+    "v4_indexer: step 'iw' computes w, registered as a parameter",
+    "v4_pool: step 'c-pool' reads B, which no input or earlier step gives",
+    # Hyper-connections read the streams both as they are (to mix them) and flattened and normed (to compute the
+    # mixing weights): the normed form does not replace the streams.
+    "hc_block: step 'attn-hc-collapse' reads X, superseded by \\hat X",
+    "hc_block: step 'hc-expand-attn' reads X, superseded by \\hat X",
+    "hyper_connection: step 'hc-collapse' reads X, superseded by \\hat X",
+    "hyper_head: step 'hc-collapse' reads X, superseded by \\hat X",
+    # The compressor's overlapping halves C^a, C^b (and their logits) are named only inside the pooling step.
+    "hc_block: step 'c-pool' reads C^{a}, C^{b}, Z^{a}, Z^{b}, which no input or earlier step gives",
+    "hc_block: step 'i-pool' reads C^{a}, C^{b}, Z^{a}, Z^{b}, which no input or earlier step gives",
+    "v4_attention: step 'c-pool' reads C^{a}, C^{b}, Z^{a}, Z^{b}, which no input or earlier step gives",
+    "v4_attention: step 'i-pool' reads C^{a}, C^{b}, Z^{a}, Z^{b}, which no input or earlier step gives",
+    "v4_compressor: step 'c-pool' reads C^{a}, C^{b}, Z^{a}, Z^{b}, which no input or earlier step gives",
+    "v4_compressor: step 'i-pool' reads C^{a}, C^{b}, Z^{a}, Z^{b}, which no input or earlier step gives",
+    "v4_indexer: step 'i-pool' reads C^{a}, C^{b}, Z^{a}, Z^{b}, which no input or earlier step gives",
+    "v4_pool: step 'c-pool' reads C^{a}, C^{b}, Z^{a}, Z^{b}, which no input or earlier step gives",
+    # The merger reads the encoder's last stream, which the tower's steps call z_{n+1} of the last block.
+    "qwen_vision_tower: step 'norm' reads z_{\\mathrm{out}}, which no input or earlier step gives",
+}
+"""Known gaps, by library part: kept exact, so that fixing one (or adding one) updates this list."""
+
+
+def test_every_step_reads_what_a_port_or_an_earlier_step_gives(all_specs):
+    found = {f"{comp.program}: {p}" for spec in all_specs for _, comp in walk(spec.root) for p in undefined_reads(comp)}
+    assert found - KNOWN_GAPS == set()
+    assert KNOWN_GAPS - found == set()
+
+
+def _attention(slug: str):
+    spec = spec_of(slug)
+    return next(c for _, c in walk(spec.root) if c.program == "attention")
+
+
+@pytest.mark.parametrize("slug", ["llama-3.1-8b", "qwen3-8b", "gpt-oss-20b", "mixtral-8x7b"])
+def test_grouped_query_scores_read_the_rotated_queries_and_keys(slug):
+    """Issue 25: the scores step used the raw Q and K after the steps had rotated (and QK-normed) them."""
+    attn = _attention(slug)
+    softmax = next(s for s in attn.steps if s.name == "softmax")
+    assert "Q^{R}" in parse_step(softmax.latex).reads
+    repeat = [s for s in attn.steps if s.name == "repeat"]
+    assert all("K^{R}" in parse_step(s.latex).reads for s in repeat)
+    scores = attn.child("scores")
+    assert [p.latex for p in scores.inputs[:2]] == [r"{\color{stream-q}{Q^{R}}}", r"{\color{stream-k}{K^{R}}}"]
+    assert undefined_reads(attn) == []
+
+
+def _with_step(comp, name: str, latex: str):
+    return dataclasses.replace(comp, steps=tuple(dataclasses.replace(s, latex=latex) if s.name == name else s
+                                                 for s in comp.steps))
+
+
+def test_a_step_that_reads_the_raw_tensor_fails():
+    attn = _attention("qwen3-8b")
+    softmax = next(s for s in attn.steps if s.name == "softmax")
+    raw = _with_step(attn, "softmax", softmax.latex.replace("Q^{R}_h", "Q_h"))
+    assert raw.steps != attn.steps
+    assert any("reads Q, superseded by" in p for p in undefined_reads(raw))
+    normed_only = _with_step(attn, "softmax", softmax.latex.replace("Q^{R}_h", r"\hat Q_h"))
+    assert any(r"reads \hat Q, superseded by Q^{R}" in p for p in undefined_reads(normed_only))
+
+
+def test_a_step_that_reads_what_nothing_computed_fails():
+    mlp = next(c for _, c in walk(spec_of("kimi-k2").root) if c.program == "gated_mlp")
+    down = next(s for s in mlp.steps if s.name == "down_proj")
+    assert undefined_reads(mlp) == []
+    bad = _with_step(mlp, "down_proj", down.latex.replace("=m", r"=\hat m"))
+    assert bad.steps != mlp.steps
+    assert undefined_reads(bad) != []
