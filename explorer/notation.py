@@ -135,13 +135,14 @@ SYMBOLS: tuple[Symbol, ...] = (
     _s(r"\kappa", "parameter", "a learned attention-sink logit per head (κ_h): a column every query may attend to "
        "that carries no value", _ATT),
     _s(r"G", "computed", "gate values: per routed expert (G_i), or an attention output gate", _ATT),
+    _s(r"\tilde w", "computed", "sparse-attention indexer: per-head weights before their 1/√heads scale", _ATT),
     _s(r"q^{I}", "computed", "sparse-attention indexer: its queries", _ATT),
     _s(r"k^{I}", "computed", "sparse-attention indexer: its key", _ATT),
     _s(r"\hat k^{I}", "computed", "sparse-attention indexer: its normalised key", _ATT),
     _s(r"Q^{I}", "computed", "sparse-attention indexer: queries per indexer head", _ATT),
     _s(r"Q^{IR}", "computed", "sparse-attention indexer: rotated queries", _ATT),
     _s(r"K^{I}", "computed", "sparse-attention indexer: the rotated key", _ATT),
-    _s(r"w'", "computed", "sparse-attention indexer: per-head weights", _ATT),
+    _s(r"w'", "computed", "sparse-attention indexer: per-head weights (w'_{t,h})", _ATT),
     _s(r"S", "computed", "indexer scores per head (S_{t,h,s}); in a recurrent mixer, the state (S_t)", _ATT),
     _s(r"I", "computed", "indexer scores per key position (I_{t,s}); as a matrix, the identity", _ATT),
     _s(r"M^{\mathrm{sel}}", "computed", "sparse attention: the mask that keeps the selected keys", _ATT),
@@ -173,8 +174,10 @@ SYMBOLS: tuple[Symbol, ...] = (
     # ---------------------------------------------------------------- experts and MLPs
     _s(r"z", "computed", "router logits, one per routed expert; in vision towers, the patch stream z_n", _EXP),
     _s(r"z'", "computed", "a vision block's stream after attention's addition", _VIS),
-    _s(r"s", "computed", "the router's score per routed expert (the scores step names its function)", _EXP),
-    _s(r"p", "computed", "router probabilities (a softmax over experts); in vision, a patch p_i", _EXP),
+    _s(r"\rho", "computed", "the router's affinity for each routed expert, scored on its own (a sigmoid or √softplus "
+       "of its logit) and not normalised over the experts", _EXP),
+    _s(r"p", "computed", "the router's probabilities, a softmax over the routed experts; in vision, a patch p_i", _EXP),
+    _s(r"\chi", "computed", "the router's affinities with the experts outside the kept groups set to −∞", _EXP),
     _s(r"r", "computed", "the router's normalised, scaled input", _EXP),
     _s(r"E^{\mathrm{sel}}", "computed", "1 for the experts selected for a token, 0 for the rest", _EXP),
     _s(r"\mathcal{G}", "computed", "the expert groups a token may pick from", _EXP),
@@ -191,6 +194,11 @@ SYMBOLS: tuple[Symbol, ...] = (
     _s(r"m", "computed", "an MLP's hidden activation, the one its down projection reads: a ⊙ u in a gated MLP, "
        "GELU(g) or ReLU(u)² in a plain one (m_i for expert i)", _EXP),
     _s(r"h", "index", "an attention head (Q_h, A_h, O_h)", _IDX),
+    _s(r"i", "index", "a routed expert (G_i, E_i), a patch, or a feature", _IDX),
+    _s(r"j", "index", "a feature pair (θ_j), or the expert a sum runs over", _IDX),
+    _s(r"n", "index", "a block (x_n enters block n)", _IDX),
+    _s(r"s", "index", "a key position (M_{ts}: query t, key s)", _IDX),
+    _s(r"r", "index", "a patch's row; a position inside a chunk", _IDX),
     _s(r"\hat g", "computed", "the clamped gate projection", _EXP),
     _s(r"\hat u", "computed", "the clamped up projection; in vision, the normalised merged patches", _EXP),
     _s(r"g_{\mathrm{sh}}", "computed", "the shared expert's gate projection", _EXP),
@@ -199,7 +207,8 @@ SYMBOLS: tuple[Symbol, ...] = (
     _s(r"m_{\mathrm{sh}}", "computed", "the shared expert's gated product", _EXP),
     _s(r"\hat g_{\mathrm{sh}}", "computed", "the shared expert's clamped gate projection", _EXP),
     _s(r"\hat u_{\mathrm{sh}}", "computed", "the shared expert's clamped up projection", _EXP),
-    _s(r"e", "computed", "an expert index (E_e, G_e); in vision, the embedding handed to the language model", _EXP),
+    _s(r"e", "computed", "the embedding a vision tower hands to the language model; as a subscript, a routed expert "
+       "(E_e, G_e)", _VIS),
     # ---------------------------------------------------------------- recurrent mixers
     _s(r"\xi", "computed", "Mamba-2: the convolution's input (x, B, C together)", _REC),
     _s(r"\tilde \xi", "computed", "Mamba-2: the convolved input", _REC),
@@ -221,11 +230,12 @@ SYMBOLS: tuple[Symbol, ...] = (
     _s(r"A_{\log}", "parameter", "the log of a learned decay rate per head (Mamba-2, DeltaNet)", _REC),
     _s(r"T", "constant", "the number of positions", _IDX),
     # ---------------------------------------------------------------- vision
-    _s(r"\hat v", "computed", "vision: the normalised output before its projection", _VIS),
+    _s(r"\hat z_{\mathrm{out}}", "computed", "vision: the tower's output scaled to unit RMS before its projection",
+       _VIS),
     _s(r"\hat z", "computed", "vision: a normalised stream", _VIS),
     _s(r"z_{\mathrm{attn}}", "computed", "vision: the normalised stream entering attention", _VIS),
     _s(r"z_{\mathrm{ffn}}", "computed", "vision: the normalised stream entering the MLP", _VIS),
-    _s(r"z_{\mathrm{out}}", "computed", "vision: the tower's last stream", _VIS),
+    _s(r"z_{\mathrm{out}}", "computed", "vision: the tower's output, its last stream after the final norm", _VIS),
     # ---------------------------------------------------------------- parameters and sizes
     _s(r"W", "parameter", "a learned weight matrix; its subscript or superscript names which (W_Q, W_{DKV}, "
        "W_{1,i}: expert i's gate matrix)", _PAR),
@@ -248,10 +258,6 @@ SYMBOLS: tuple[Symbol, ...] = (
     _s(r"d_{\mathrm{head}}", "constant", "features per attention head", _IDX),
 )
 
-INDEX_LETTERS = ("i", "j", "n", "s", "r")
-"""Further indices: i a routed expert or a feature, j a feature pair or an expert in a sum, n a block, s a key
-position, r a row or a position inside a chunk."""
-
 BY_LATEX: dict[str, Symbol] = {s.latex: s for s in SYMBOLS}
 _FAMILIES = ("W", "b")
 
@@ -265,8 +271,6 @@ def lookup(symbol: str) -> Symbol | None:
 
 
 def _kind(symbol: str) -> Kind | None:
-    if symbol in INDEX_LETTERS:
-        return "index"
     entry = lookup(symbol)
     return entry.kind if entry else None
 

@@ -71,7 +71,7 @@ def scores(ctx: Ctx, o: ScoresOptions, *, d_qk: int, d_v: int, scale_latex: str,
         steps.append(Step(rf"M_{{ts}}=\begin{{cases}}0 & 0\le t-s<{o.window:,}\\ -\infty & \text{{otherwise}}"
                           rf"\end{{cases}}", Shape((QUERIES, KEYS)), "window"))
     if o.sinks:
-        steps.append(Step(rf"A_h=\operatorname{{softmax}}\!\left([{logits}+M;\ s_h]\right)_{{:T}}", shape, "softmax"))
+        steps.append(Step(rf"A_h=\operatorname{{softmax}}\!\left([{logits}+M;\ \kappa_h]\right)_{{:T}}", shape, "softmax"))
     else:
         steps.append(Step(rf"A_h=\operatorname{{softmax}}\!\left({logits}+M\right)", shape, "softmax"))
     steps.append(Step(rf"{ctx_colour('O_h')}=A_h{v('V_h')}", ctx.tokens(heads, Dim("d_v", d_v)), "context"))

@@ -85,10 +85,10 @@ def indexer(ctx: Ctx, *, prefix: str, ranges: tuple[IndexRange, ...], x: Port, c
     k_norm = layernorm(ctx, "k_norm", "Indexer key LayerNorm", weight=p + "k_norm.weight", ranges=ranges,
                        size="index_head_dim", x=wk.outputs[0], y=Port(k_hat, ctx.tokens(d_idx), "k_idx_hat"),
                        code="self.k_norm(k)", eps=o.norm_eps, citations=citations[:1])
-    w_out = Port("w", ctx.tokens(heads), "w_idx")
+    w_out = Port(r"\tilde w", ctx.tokens(heads), "w_idx")
     weights = linear(ctx, "weights_proj", "Indexer head weights", weight=p + "weights_proj.weight", ranges=ranges,
                      d_in="hidden_size", d_out="index_n_heads", out_dim=heads, x=x, y=w_out,
-                     equation=rf"w={x.latex}W_{{w}}", quantize=False,
+                     equation=rf"\tilde w={x.latex}W_{{w}}", quantize=False,
                      description=f"One weight per indexer head for each query token ({n} outputs).",
                      code="self.weights_proj(hidden_states)")
     steps = _indexer_steps(ctx, o, c_q.latex, x.latex, heads, d_idx, q_dim)

@@ -305,11 +305,11 @@ def gated_deltanet(ctx: Ctx, *, prefix: str, ranges: tuple[IndexRange, ...], x: 
     if o.groups > 1:
         steps.append(Step(repeat, ctx.tokens(vh, dk), "repeat"))
     steps += [
-        Step(rf"{S}_t=\alpha_t\left(I-\beta_t {kn}_t {kn}_t^{{\top}}\right){S}_{{t-1}}+\beta_t {kn}_t {v('v')}_t^{{\top}},"
+        Step(rf"{S}_t=\alpha_t\left(\mathbf{{I}}-\beta_t {kn}_t {kn}_t^{{\top}}\right){S}_{{t-1}}+\beta_t {kn}_t {v('v')}_t^{{\top}},"
              rf"\quad {S}_t\in\mathbb{{R}}^{{{o.d_k}\times{o.d_v}}}\ \text{{per value head}}", state, "state"),
         Step(rf"{ctx_colour('o')}_t={S}_t^{{\top}}{qn}_t", ctx.tokens(vh, dv), "readout"),
         Step(rf"\Gamma_{{ij}}=\textstyle\prod_{{j<s\le i}}\alpha_s,\ \gamma_i=\Gamma_{{i0}}\ \text{{in each chunk of }}"
-             rf"{o.chunk}:\ (I+\operatorname{{tril}}(\operatorname{{diag}}(\beta)(\Gamma\odot "
+             rf"{o.chunk}:\ (\mathbf{{I}}+\operatorname{{tril}}(\operatorname{{diag}}(\beta)(\Gamma\odot "
              rf"{kn}{kn}^{{\top}}),-1))\,U=\operatorname{{diag}}(\beta)({v('V')}-\operatorname{{diag}}(\gamma){kn}{S}_0),"
              rf"\ {ctx_colour('O')}=\operatorname{{diag}}(\gamma){qn}{S}_0+\operatorname{{tril}}(\Gamma\odot{qn}{kn}"
              rf"^{{\top}})U", ctx.tokens(vh, dv), "chunked"),

@@ -147,7 +147,8 @@ def vision_tower(ctx: Ctx, *, prefix: str, layers: int, o: Gemma4VisionOptions) 
                   rf"(z_{{{layers}}})", out, "pool"))
     tensors: tuple[TensorSpec, ...] = ()
     if o.standardize:
-        steps += (Step(r"v=(u-b_{\mathrm{std}})\odot s_{\mathrm{std}}\quad\text{(stored buffers)}", out, "standardize"),)
+        steps += (Step(r"z_{\mathrm{out}}=(u-b_{\mathrm{std}})\odot s_{\mathrm{std}}\quad\text{(stored buffers)}", out,
+                       "standardize"),)
         tensors = tuple(TensorSpec(prefix + n, (ctx.sym("vision_hidden_size"),), (), role="buffer",
                                    storage=Dense(ctx.dtype)) for n in ("std_bias", "std_scale"))
     return Component(
@@ -156,7 +157,7 @@ def vision_tower(ctx: Ctx, *, prefix: str, layers: int, o: Gemma4VisionOptions) 
                     f"tokens of {ctx.size('vision_hidden_size'):,} features: patch embedding, {layers} encoder blocks, "
                     f"{o.pool}×{o.pool} average pooling scaled by √d" + (", and a stored standardisation." if
                                                                         o.standardize else "."),
-        inputs=embed.inputs, outputs=(Port("v", out, "v"),), equations=steps[-2:], steps=steps, tensors=tensors,
+        inputs=embed.inputs, outputs=(Port(r"z_{\mathrm{out}}" if o.standardize else "u", out, "v"),), equations=steps[-2:], steps=steps, tensors=tensors,
         children=(embed, block), notes=(NOTE,),
         citations=(cite("The vision model embeds patches, runs the encoder, pools k×k neighbourhoods scaled by "
                         "√hidden_size and, with standardize, subtracts std_bias and multiplies by std_scale.",
@@ -166,10 +167,11 @@ def vision_tower(ctx: Ctx, *, prefix: str, layers: int, o: Gemma4VisionOptions) 
 
 
 def embedder(ctx: Ctx, *, prefix: str, eps: float) -> Component:
-    v = Port("v", _shape(ctx, tokens="soft_tokens"), "v")
+    v = Port(r"z_{\mathrm{out}}", _shape(ctx, tokens="soft_tokens"), "v")
     e = Port("e", _shape(ctx, "hidden_size", "soft_tokens"), "e")
-    steps = (Step(rf"\hat v=v/\sqrt{{\operatorname{{mean}}(v^2)+{fmt_eps(eps)}}}", v.shape, "embedding_pre_projection_norm"),
-             Step(r"e=\hat v\,W_{\mathrm{emb}}", e.shape, "embedding_projection"))
+    steps = (Step(rf"\hat z_{{\mathrm{{out}}}}=z_{{\mathrm{{out}}}}/\sqrt{{\operatorname{{mean}}(z_{{\mathrm{{out}}}}^2)+{fmt_eps(eps)}}}",
+                  v.shape, "embedding_pre_projection_norm"),
+             Step(r"e=\hat z_{\mathrm{out}}\,W_{\mathrm{emb}}", e.shape, "embedding_projection"))
     return Component(
         key="embed_vision", title="Vision embedder", kind="learned", code="Gemma4MultimodalEmbedder(vision, text)",
         description=f"Scale each soft token to unit RMS (no gain) and project its {ctx.size('vision_hidden_size'):,} "

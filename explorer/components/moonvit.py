@@ -201,14 +201,14 @@ def vision_tower(ctx: Ctx, *, prefix: str, layers: int, o: MoonViTOptions, eps: 
     shape = _hidden(ctx, o.grid)
     n, m, k = _dims(ctx, o.grid)
     post = layernorm(ctx, "final_layernorm", "Final LayerNorm", weight=prefix + "final_layernorm.weight", ranges=(),
-                     size="vision_hidden_size", x=Port(rf"z_{{{layers}}}", shape, "z"), y=Port("v", shape, "v"),
+                     size="vision_hidden_size", x=Port(rf"z_{{{layers}}}", shape, "z"), y=Port(r"z_{\mathrm{out}}", shape, "v"),
                      code="self.final_layernorm(hidden_states)", eps=eps,
                      citations=(kimi("The tower ends with a LayerNorm over the last block's output.",
                                      "Kimi_K25VisionModel"),))
     grouped = Port("u", Shape((m, k, ctx.dim("vision_hidden_size"))), "u")
     g = o.grid
-    group = Step(rf"u_{{m}}=\bigl(v_{{({g.merge_h}a+i)\,{g.w}+{g.merge_w}b+j}}\bigr)_{{i<{g.merge_h},\,j<{g.merge_w}}},"
-                 rf"\quad m=a\,{g.w // g.merge_w}+b",
+    group = Step(rf"u_{{{g.w // g.merge_w}a+b}}=\bigl(z_{{\mathrm{{out}},\,({g.merge_h}a+i)\,{g.w}+{g.merge_w}b+j}}\bigr)"
+                 rf"_{{i<{g.merge_h},\,j<{g.merge_w}}}",
                  grouped.shape, "merge")
     steps = (embed.steps[0], embed.steps[1],
              Step(rf"z_{{n+1}}=\operatorname{{Block}}_n(z_n),\quad n=0,\dots,{layers - 1}", shape, "encoder"),

@@ -97,8 +97,8 @@ def halves_experts(ctx: Ctx, *, prefix: str, ranges: tuple[IndexRange, ...], x: 
     act = "GELU" if o.act != "silu" else "SiLU"
     steps = (Step(rf"[g\,u]_e={x.latex}W^{{gu}}_e,\quad g_e=[g\,u]_{{e,:I}},\ u_e=[g\,u]_{{e,I:}}",
                   Shape((B, T, experts, Dim("2·" + inner.label, 2 * ctx.size(width)))), "gate-up"),
-             Step(rf"h_e=\operatorname{{{act}}}(g_e)\odot u_e", per_expert, "product"),
-             Step(r"E_e=h_e W^{d}_e", Shape((B, T, experts, hidden)), "down"),
+             Step(rf"m_e=\operatorname{{{act}}}(g_e)\odot u_e", per_expert, "product"),
+             Step(r"E_e=m_e W^{d}_e", Shape((B, T, experts, hidden)), "down"),
              Step(rf"y^{{\mathrm{{routed}}}}=\sum_{{e=1}}^{{{o.experts}}}G_e\,E_e", x.shape, "routed-sum"))
     storage = Dense(ctx.dtype)
     return Component(
