@@ -49,7 +49,8 @@ _IDX: Section = "Indices and sizes"
 
 SYMBOLS: tuple[Symbol, ...] = (
     # ---------------------------------------------------------------- the residual stream and blocks
-    _s(r"t", "index", "a token id at the input; a position (the query's) inside attention and RoPE", _IDX),
+    _s(r"t", "constant", "the token ids at the input (t_{i+1}: the next token's); inside attention and RoPE, a "
+       "position (the query's)", _IDX),
     _s(r"x", "computed", "the residual stream: x_n enters block n, x_1 is the embedding, x_L leaves the last block",
        _STREAM),
     _s(r"x'", "computed", "the stream after attention's addition, before the feed-forward network's", _STREAM),
@@ -75,7 +76,7 @@ SYMBOLS: tuple[Symbol, ...] = (
     _s(r"\ell_{\mathrm{raw}}", "computed", "logits before the final soft cap", _STREAM),
     _s(r"\ell^{\mathrm{mtp}}", "computed", "the multi-token-prediction module's logits for the token after next",
        _STREAM),
-    _s(r"h'", "computed", "MTP: the main model's normalised hidden state", _STREAM),
+    _s(r"h'", "computed", "MTP: the main model's last stream (x_{L,i}), normalised", _STREAM),
     _s(r"e'", "computed", "MTP: the normalised embedding of the next token", _STREAM),
     _s(r"h^{\mathrm{mtp}}", "computed", "MTP: the output of its transformer block", _STREAM),
     _s(r"X", "computed", "hyper-connections: the n parallel residual streams (X_n entering block n)", _STREAM),
@@ -107,8 +108,6 @@ SYMBOLS: tuple[Symbol, ...] = (
     _s(r"\hat V", "computed", "normed values per head", _ATT),
     _s(r"\bar Q", "computed", "L2-normed rotated queries (Llama 4)", _ATT),
     _s(r"\bar K", "computed", "L2-normed rotated keys (Llama 4)", _ATT),
-    _s(r"\tilde Q", "computed", "queries after a vision tower's 2D rotary embedding, per head", _ATT),
-    _s(r"\tilde K", "computed", "keys after a vision tower's 2D rotary embedding, per head", _ATT),
     _s(r"Q^{R}", "computed", "rotated queries (RoPE applied)", _ATT),
     _s(r"K^{R}", "computed", "rotated keys (RoPE applied)", _ATT),
     _s(r"Q^{\tau}", "computed", "queries scaled by a position-dependent temperature", _ATT),
@@ -167,10 +166,11 @@ SYMBOLS: tuple[Symbol, ...] = (
     # ---------------------------------------------------------------- positions
     _s(r"R", "computed", "the rotary angles of each position (R_t)", _POS),
     _s(r"\theta", "computed", "RoPE base frequencies (θ_j)", _POS),
+    _s(r"a_{\mathrm{YaRN}}", "constant", "YaRN's magnitude factor, 0.1·ln s + 1 for a stretch s: it multiplies cos and "
+       "sin, and MLA's softmax scale by its square", _POS),
     _s(r"\omega", "computed", "RoPE frequencies after any scaling (ω_j)", _POS),
     _s(r"j_{\mathrm{low}}", "computed", "YaRN: the last frequency kept as is", _POS),
     _s(r"j_{\mathrm{high}}", "computed", "YaRN: the first frequency fully interpolated", _POS),
-    _s(r"\varnothing", "constant", "no learned gain (an RMSNorm with none)", _PAR),
     # ---------------------------------------------------------------- experts and MLPs
     _s(r"z", "computed", "router logits, one per routed expert; in vision towers, the patch stream z_n", _EXP),
     _s(r"z'", "computed", "a vision block's stream after attention's addition", _VIS),
@@ -178,7 +178,11 @@ SYMBOLS: tuple[Symbol, ...] = (
        "of its logit) and not normalised over the experts", _EXP),
     _s(r"p", "computed", "the router's probabilities, a softmax over the routed experts; in vision, a patch p_i", _EXP),
     _s(r"\chi", "computed", "the router's affinities with the experts outside the kept groups set to −∞", _EXP),
-    _s(r"r", "computed", "the router's normalised, scaled input", _EXP),
+    _s(r"x_{\mathrm{route}}", "computed", "the router's normalised, scaled input (Gemma 4)", _EXP),
+    _s(r"s_{\mathrm{r}}", "parameter", "the router's learned scale per feature (Gemma 4)", _PAR),
+    _s(r"\zeta", "parameter", "hyper-connections: learned scales of the pre, post and mixing logits (ζ_1, ζ_2, ζ_3)",
+       _PAR),
+    _s(r"\bar u", "computed", "vision: a group of normalised patch vectors, concatenated", _VIS),
     _s(r"E^{\mathrm{sel}}", "computed", "1 for the experts selected for a token, 0 for the rest", _EXP),
     _s(r"\mathcal{G}", "computed", "the expert groups a token may pick from", _EXP),
     _s(r"E", "computed", "the output of routed expert i (E_i)", _EXP),
@@ -193,12 +197,12 @@ SYMBOLS: tuple[Symbol, ...] = (
     _s(r"a", "computed", "the activated gate: SiLU(g) or GELU(g)", _EXP),
     _s(r"m", "computed", "an MLP's hidden activation, the one its down projection reads: a ⊙ u in a gated MLP, "
        "GELU(g) or ReLU(u)² in a plain one (m_i for expert i)", _EXP),
-    _s(r"h", "index", "an attention head (Q_h, A_h, O_h)", _IDX),
-    _s(r"i", "index", "a routed expert (G_i, E_i), a patch, or a feature", _IDX),
-    _s(r"j", "index", "a feature pair (θ_j), or the expert a sum runs over", _IDX),
-    _s(r"n", "index", "a block (x_n enters block n)", _IDX),
-    _s(r"s", "index", "a key position (M_{ts}: query t, key s)", _IDX),
-    _s(r"r", "index", "a patch's row; a position inside a chunk", _IDX),
+    _s(r"h", "index", "indexes a head (Q_h, A_h, O_h)", _IDX),
+    _s(r"i", "index", "indexes a routed expert (G_i, E_i); in vision, a patch", _IDX),
+    _s(r"j", "index", "indexes a feature pair (θ_j), or the experts a sum runs over", _IDX),
+    _s(r"n", "index", "indexes a block (x_n enters block n)", _IDX),
+    _s(r"s", "index", "indexes a key position (M_{ts}: query t, key s)", _IDX),
+    _s(r"r", "constant", "a patch's row in its image (r_i); as a subscript, a position inside a chunk", _IDX),
     _s(r"\hat g", "computed", "the clamped gate projection", _EXP),
     _s(r"\hat u", "computed", "the clamped up projection; in vision, the normalised merged patches", _EXP),
     _s(r"g_{\mathrm{sh}}", "computed", "the shared expert's gate projection", _EXP),
@@ -219,7 +223,9 @@ SYMBOLS: tuple[Symbol, ...] = (
     _s(r"\hat y", "computed", "Mamba-2: the gated, normed read-out", _REC),
     _s(r"L", "computed", "Mamba-2: the decay mask within a chunk", _REC),
     _s(r"\alpha", "computed", "DeltaNet: the per-step decay α_t", _REC),
-    _s(r"\beta", "parameter", "DeltaNet: the write strength β_t; in LayerNorm, the learned bias", _REC),
+    _s(r"\beta", "computed", "DeltaNet: the write strength β_t, how much of the correction is written", _REC),
+    _s(r"\beta^{\mathrm{raw}}", "computed", "DeltaNet: the write-strength logit before its sigmoid", _REC),
+    _s(r"\alpha^{\mathrm{raw}}", "computed", "DeltaNet: the decay input before its softplus", _REC),
     _s(r"\Gamma", "computed", "DeltaNet: cumulative decays within a chunk", _REC),
     _s(r"\gamma", "parameter", "a norm's learned gain per feature; in RoPE and DeltaNet, a ramp or a decay", _PAR),
     _s(r"U", "computed", "DeltaNet: the chunk's corrected values", _REC),
@@ -239,7 +245,8 @@ SYMBOLS: tuple[Symbol, ...] = (
     # ---------------------------------------------------------------- parameters and sizes
     _s(r"W", "parameter", "a learned weight matrix; its subscript or superscript names which (W_Q, W_{DKV}, "
        "W_{1,i}: expert i's gate matrix)", _PAR),
-    _s(r"b", "parameter", "a learned bias; its subscript names which (b_Q), alone the router's correction bias", _PAR),
+    _s(r"b", "parameter", "a learned bias; its subscript names which (b_Q); alone, the router's correction bias or a "
+       "LayerNorm's bias", _PAR),
     _s(r"E_{\mathrm{tok}}", "parameter", "the token embedding table", _PAR),
     _s(r"E_{\mathrm{pos}}", "parameter", "the learned position table", _PAR),
     _s(r"E^{x}_{\mathrm{pos}}", "parameter", "vision: the learned column-position table", _PAR),
@@ -318,5 +325,8 @@ def undefined_reads(comp: Component) -> list[str]:
         computed_params = sorted(s for s in parsed.defines if _kind(s) == "parameter")
         if computed_params:
             out.append(f"step '{step.name}' computes {', '.join(computed_params)}, registered as a parameter")
+        indexed_indices = sorted(s for s in parsed.subscripted if _kind(s) == "index")
+        if indexed_indices:
+            out.append(f"step '{step.name}' writes {', '.join(indexed_indices)} with an index, registered as an index")
         known |= parsed.defines
     return out

@@ -18,8 +18,9 @@ import re
 from dataclasses import dataclass
 
 GREEK = frozenset({
-    "alpha", "beta", "gamma", "delta", "epsilon", "eta", "theta", "lambda", "mu", "xi", "pi", "sigma", "tau",
-    "omega", "Gamma", "Delta", "ell", "varnothing",
+    "alpha", "beta", "gamma", "delta", "epsilon", "varepsilon", "zeta", "eta", "theta", "vartheta", "iota", "kappa",
+    "lambda", "mu", "nu", "xi", "pi", "rho", "sigma", "varsigma", "tau", "upsilon", "phi", "varphi", "chi", "psi",
+    "omega", "Gamma", "Delta", "Theta", "Lambda", "Xi", "Pi", "Sigma", "Phi", "Psi", "Omega", "ell", "varnothing",
 })
 ACCENTS = frozenset({"hat", "tilde", "bar"})
 _FUNCTION_ARG = frozenset({"operatorname", "text", "texttt", "mathrm", "mathbb", "mathbf", "begin", "end"})
@@ -30,6 +31,8 @@ _TOKEN = re.compile(r"\\[A-Za-z]+|\\.|[A-Za-z]|\d+(?:\.\d+)?|\s+|.", re.S)
 _COLOR = re.compile(r"\\color\{[^{}]*\}")
 _IN_INDEX = "\x00"
 """Marks a symbol found inside an index script while scanning (read wherever it stands)."""
+_INDEXED = "\x01"
+"""Marks an extra entry for a symbol that carries an index subscript (Q_h, s_h): a tensor with an axis."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,6 +44,8 @@ class StepSymbols:
     """Symbols the step reads that it does not define itself, outside index scripts."""
     indices: frozenset[str] = frozenset()
     """Symbols read only inside index scripts (the i of G_i, the t, h of O_{t,h}): positions, heads, experts."""
+    subscripted: frozenset[str] = frozenset()
+    """Symbols the step writes with an index subscript (Q_h, G_i): tensors, never indices themselves."""
 
 
 def tokens(latex: str) -> list[str]:
@@ -92,7 +97,7 @@ def _script_name(inner: list[str], sup: str) -> str:
         else:
             letters = [x for x in part if x not in "{}" and x != "\\top"]
             word = "".join(letters)
-            if letters and all(re.fullmatch(r"[A-Za-z]+", x) for x in letters) and (
+            if letters and all(re.fullmatch(r"[A-Za-z]+", x) or (sup == "sup" and x[1:] in GREEK) for x in letters) and (
                     sup == "sup" or set(word) - (INDICES if not sup else _RUNNING)):
                 names.append(word)
         part = []
@@ -127,7 +132,7 @@ def _symbol(toks: list[str], i: int, found: list[str]) -> int:
 
 
 def _scripts(toks: list[str], i: int, base: str, found: list[str]) -> int:
-    primes, sup, sub = "", "", ""
+    primes, sup, sub, indexed = "", "", "", False
     while i < len(toks) and toks[i] in ("'", "_", "^"):
         if toks[i] == "'":
             primes += "'"
@@ -141,12 +146,14 @@ def _scripts(toks: list[str], i: int, base: str, found: list[str]) -> int:
         else:
             sub = sub or name
         if not name:  # an index expression: what it reads is read, even on a left side
+            indexed = indexed or toks[i] == "_"
             inside: list[str] = []
             scan(inner, inside)
             found += [s if s.startswith(_IN_INDEX) else _IN_INDEX + s for s in inside]
         i = end
     if base:
-        found.append(base + primes + (f"^{{{sup}}}" if sup else "") + (f"_{{{sub}}}" if sub else ""))
+        key = base + primes + (f"^{{{sup}}}" if sup else "") + (f"_{{{sub}}}" if sub else "")
+        found += [key, _INDEXED + key] if indexed else [key]
     return i
 
 
@@ -157,8 +164,8 @@ def scan(toks: list[str], found: list[str]) -> None:
         t = toks[i]
         if t.startswith("\\") and t[1:] in _FUNCTION_ARG:
             i = _group_end(toks, i + 1)
-            if t == "\\operatorname":
-                i = _scripts(toks, i, "", found)
+            while t == "\\operatorname" and i < len(toks) and toks[i] in ("_", "^"):  # RoPE_{2D}, top_{8}: part
+                i = _group_end(toks, i + 1)                                          # of the function's name
         elif t in ("_", "^"):  # a script on a bracket or a function ([g\\,u]_{e,:I}, \\max(u,0)^{2}): an index or exponent
             i = _scripts(toks, i, "", found)
         elif (len(t) == 1 and t.isalpha()) or (t.startswith("\\") and (t[1:] in GREEK or t[1:] in ACCENTS
@@ -172,7 +179,7 @@ def symbols_of(latex: str) -> list[str]:
     """Every symbol in a LaTeX fragment outside its index scripts, in order of appearance."""
     found: list[str] = []
     scan(tokens(latex), found)
-    return [s for s in found if not s.startswith(_IN_INDEX)]
+    return [s for s in found if not s.startswith((_IN_INDEX, _INDEXED))]
 
 
 def _clauses(toks: list[str]) -> list[list[str]]:
@@ -234,8 +241,10 @@ def parse_step(latex: str) -> StepSymbols:
         (updated if clause[at] == "\\leftarrow" else defines).extend(s for s in lhs if not s.startswith(_IN_INDEX))
         reads += [s for s in lhs if s.startswith(_IN_INDEX)]
         scan(rest, reads)
+    marks = {s.replace(_IN_INDEX, "").replace(_INDEXED, "") for s in (*defines, *reads, *updated) if _INDEXED in s}
+    defines, reads, updated = ([s for s in group if _INDEXED not in s] for group in (defines, reads, updated))
     own = set(defines)
     plain = {r for r in reads if not r.startswith(_IN_INDEX)} - own
     indexed = {r.lstrip(_IN_INDEX) for r in reads if r.startswith(_IN_INDEX)} - own - plain
     return StepSymbols(frozenset(own | {u.lstrip(_IN_INDEX) for u in updated}), frozenset(plain),
-                       frozenset(indexed))
+                       frozenset(indexed), frozenset(marks))

@@ -71,15 +71,12 @@ def test_ports_name_their_symbols():
 # ------------------------------------------------------------------- steps read what the steps before produced
 
 KNOWN_GAPS = {
-    # Symbols that still mean two things: a DeltaNet's in_proj_b output b and write strength β share the bias's and
-    # LayerNorm's letters; γ is also RoPE's ramp, a DeltaNet decay and a head group; c is also a vision patch's
+    # Symbols that still mean two things: γ is also RoPE's ramp, a DeltaNet decay and a head group; c is also a vision patch's
     # column and Gemma 4's per-expert scale; x, y are also Gemma 4 patch coordinates; B is also the compressor's
     # position bias; λ is also Llama 3's wavelength; π is also the circle constant. The chunked DeltaNet step solves
     # an equation for U (the parser reads only "LHS = RHS") and writes the chunk's values as V.
-    "gated_deltanet: step 'beta' computes \\beta, registered as a parameter",
     "gated_deltanet: step 'chunked' computes \\gamma, registered as a parameter",
     "gated_deltanet: step 'chunked' reads U, V, which no input or earlier step gives",
-    "gated_deltanet: step 'in_proj_b' computes b, registered as a parameter",
     "gemma4_patch_embed: step 'positions' reads x, y, which no input or earlier step gives",
     "gemma4_vision_block: step 'rotate' reads x, y, which no input or earlier step gives",
     "gemma4_vision_tower: step 'positions' reads x, y, which no input or earlier step gives",
@@ -88,7 +85,6 @@ KNOWN_GAPS = {
     "hc_block: step 'o-a' computes \\gamma, registered as a parameter",
     "layer_block: step 'layer-scalar' reads \\lambda, which no input or earlier step gives",
     "layer_block: step 'router-gates' reads c, which no input or earlier step gives",
-    "linear: step 'in_proj_b' computes b, registered as a parameter",
     "moe_beside_mlp: step 'router-gates' reads c, which no input or earlier step gives",
     "moonvit_attention: step 'rotate' reads c, which no input or earlier step gives",
     "moonvit_block: step 'rotate' reads c, which no input or earlier step gives",
@@ -96,10 +92,8 @@ KNOWN_GAPS = {
     "qwen_vision_attention: step 'rotate' reads c, which no input or earlier step gives",
     "qwen_vision_block: step 'rotate' reads c, which no input or earlier step gives",
     "qwen_vision_tower: step 'positions' reads c, which no input or earlier step gives",
-    "recurrent_block: step 'beta' computes \\beta, registered as a parameter",
     "recurrent_block: step 'chunked' computes \\gamma, registered as a parameter",
     "recurrent_block: step 'chunked' reads U, V, which no input or earlier step gives",
-    "recurrent_block: step 'in_proj_b' computes b, registered as a parameter",
     "rope: step 'inv-freq' computes \\gamma, registered as a parameter",
     "rope: step 'inv-freq' reads \\pi, which no input or earlier step gives",
     "rope: step 'ramp' computes \\gamma, registered as a parameter",
@@ -175,3 +169,59 @@ def test_a_step_that_reads_what_nothing_computed_fails():
     bad = _with_step(mlp, "down_proj", down.latex.replace("=m", r"=\hat m"))
     assert bad.steps != mlp.steps
     assert undefined_reads(bad) != []
+
+
+# ------------------------------------------------------------------------------------------ one notation
+
+def test_every_symbol_any_step_or_port_uses_is_in_the_registry(all_specs):
+    from explorer.notation import unregistered
+
+    missing = {f"{comp.program}: {s}" for spec in all_specs for _, comp in walk(spec.root) for s in unregistered(comp)}
+    assert missing == set()
+
+
+def test_the_registry_gives_each_symbol_one_entry_and_one_anchor():
+    from explorer.notation import SYMBOLS
+
+    latex = [s.latex for s in SYMBOLS]
+    assert len(latex) == len(set(latex))
+    assert all(s.meaning for s in SYMBOLS)
+
+
+def test_an_unregistered_symbol_fails():
+    from explorer.notation import unregistered
+
+    mlp = next(c for _, c in walk(spec_of("kimi-k2").root) if c.program == "gated_mlp")
+    product = next(s for s in mlp.steps if s.name == "product")
+    assert unregistered(mlp) == []
+    assert unregistered(_with_step(mlp, "product", product.latex.replace("m=", r"\psi="))) == [r"\psi"]
+
+
+def test_an_index_letter_used_as_a_tensor_fails():
+    """Issue 25: s meant a key position, the router's scores and gpt-oss's sink logits; the sinks are κ_h now, and
+    writing them s_h again is caught (s is registered as the key-position index)."""
+    attn = _attention("gpt-oss-20b")
+    softmax = next(s for s in attn.steps if s.name == "softmax")
+    assert r"\kappa_h" in softmax.latex
+    overloaded = _with_step(attn, "softmax", softmax.latex.replace(r"\kappa_h", "s_h"))
+    assert any("writes s with an index, registered as an index" in p for p in undefined_reads(overloaded))
+
+
+def test_a_step_that_computes_a_parameter_fails():
+    """γ is a norm's learned gain: a step that computes a γ gives it a second meaning."""
+    norm = next(c for _, c in walk(spec_of("kimi-k2").root) if c.program == "norm")
+    step = norm.steps[0]
+    assert undefined_reads(norm) == []
+    bad = _with_step(norm, step.name, step.latex + r",\quad \gamma=x_n")
+    assert any(r"computes \gamma, registered as a parameter" in p for p in undefined_reads(bad))
+
+
+def test_the_seed_004_page_names_its_input_m_in_equation_and_box(all_specs):
+    """Kimi K2 › dense block › SwiGLU › down projection: the equation and the in/out box use one symbol, m."""
+    spec = next(s for s in all_specs if s.slug == "kimi-k2")
+    down = next(c for anc, c in walk(spec.root) if c.key == "down_proj" and [a.key for a in anc[-2:]] == ["dense", "mlp"])
+    assert [p.latex for p in down.inputs] == ["m"]
+    assert parse_step(down.equations[0].latex).reads == {"m", "W"}
+    mlp = next(c for anc, c in walk(spec.root) if c.program == "gated_mlp" and anc[-1].key == "dense")
+    product = next(s for s in mlp.steps if s.name == "product")
+    assert parse_step(product.latex).defines == {"m"}

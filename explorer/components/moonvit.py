@@ -233,7 +233,7 @@ def projector(ctx: Ctx, *, prefix: str, grid: ImageGrid, eps: float) -> Componen
     Dm, d = ctx.sym("merged_hidden_size"), ctx.sym("hidden_size")
     u = Port("u", Shape((m, k, ctx.dim("vision_hidden_size"))), "u")
     u_hat = Port(r"\hat u", u.shape, "u_hat")
-    cat = Port("s", Shape((m, ctx.dim("merged_hidden_size"))), "s")
+    cat = Port(r"\bar u", Shape((m, ctx.dim("merged_hidden_size"))), "s")
     g = Port("g", cat.shape, "g")
     a = Port("a", cat.shape, "a")
     e = Port("e", Shape((m, ctx.dim("hidden_size"))), "e")
@@ -244,7 +244,7 @@ def projector(ctx: Ctx, *, prefix: str, grid: ImageGrid, eps: float) -> Componen
                      size="vision_hidden_size", x=u, y=u_hat, code="self.pre_norm(hidden_states)", eps=eps,
                      citations=cite)
     in_proj = linear(ctx, "in_proj", "Merge projection", weight=prefix + "in_proj.weight", ranges=(), d_in=Dm, d_out=Dm,
-                     out_dim=ctx.dim("merged_hidden_size"), x=cat, y=g, equation=r"g=sW_{\mathrm{in}}+b_{\mathrm{in}}",
+                     out_dim=ctx.dim("merged_hidden_size"), x=cat, y=g, equation=r"g=\bar u\,W_{\mathrm{in}}+b_{\mathrm{in}}",
                      code="self.in_proj(hidden_states)", bias=True, citations=cite,
                      description=f"Mix the {k.size} concatenated patch vectors ({ctx.size(Dm):,} features).")
     out_proj = linear(ctx, "out_proj", "Projection to the text width", weight=prefix + "out_proj.weight", ranges=(),
@@ -252,7 +252,7 @@ def projector(ctx: Ctx, *, prefix: str, grid: ImageGrid, eps: float) -> Componen
                       equation=r"e=aW_{\mathrm{out}}+b_{\mathrm{out}}", code="self.out_proj(hidden_states)", bias=True,
                       citations=cite, description=f"Project {ctx.size(Dm):,} features to the text model's width "
                                                   f"{ctx.size(d):,}.")
-    concat = Step(rf"s_m=\bigl[\hat u_{{m,1}};\dots;\hat u_{{m,{k.size}}}\bigr]", cat.shape, "concat")
+    concat = Step(rf"\bar u_m=\bigl[\hat u_{{m,1}};\dots;\hat u_{{m,{k.size}}}\bigr]", cat.shape, "concat")
     gelu = Step(r"a=\operatorname{GELU}(g)", cat.shape, "gelu")
     steps = (norm.steps[0], concat, in_proj.steps[0], gelu, out_proj.steps[0])
     return Component(

@@ -45,9 +45,9 @@ def scaled_router(ctx: Ctx, *, prefix: str, ranges: tuple[IndexRange, ...], x: P
                   experts_sym: str, citations: tuple[Citation, ...]) -> Component:
     """r = RMS(x) ⊙ s · d^-1/2; p = softmax(r W_r); the top k of p renormalised, times a per-expert scale."""
     experts, d = Dim("experts", o.experts), ctx.size("hidden_size")
-    steps = (Step(rf"r=\frac{{{x.latex}}}{{\sqrt{{\operatorname{{mean}}({x.latex}^2)+{fmt_eps(o.eps)}}}}}\odot "
-                  rf"s_{{r}}\cdot {d}^{{-1/2}}", x.shape, "router-norm"),
-             Step(r"z=r\,W_{r}", ctx.tokens(experts), "logits"),
+    steps = (Step(rf"x_{{\mathrm{{route}}}}=\frac{{{x.latex}}}{{\sqrt{{\operatorname{{mean}}({x.latex}^2)+{fmt_eps(o.eps)}}}}}\odot "
+                  rf"s_{{\mathrm{{r}}}}\cdot {d}^{{-1/2}}", x.shape, "router-norm"),
+             Step(r"z=x_{\mathrm{route}}\,W_{r}", ctx.tokens(experts), "logits"),
              Step(r"p=\operatorname{softmax}(z)", ctx.tokens(experts), "scores"),
              Step(rf"E^{{\mathrm{{sel}}}}_i=\big[\,i\in\operatorname{{top}}_{{{o.k}}}(p)\,\big]", ctx.tokens(experts),
                   "select"),

@@ -220,7 +220,7 @@ def _frequency_steps(o: RopeOptions, pairs: Dim) -> tuple[Step, ...]:
 
 def _rotation_latex(o: RopeOptions) -> str:
     first, second = (r"x_{2j}", r"x_{2j+1}") if o.pairing == "interleaved" else ("x_{j}", rf"x_{{j+{o.pairs}}}")
-    scale, factor = ("a\\,", _attention_factor_latex(o)) if attention_factor(o) != 1.0 else ("", "")
+    scale, factor = (r"a_{\mathrm{YaRN}}\,", _attention_factor_latex(o)) if attention_factor(o) != 1.0 else ("", "")
     rotation = (rf"\operatorname{{RoPE}}(x,R_t)_{{j}}={scale}\begin{{pmatrix}}\cos t\omega_j & -\sin t\omega_j\\ "
                 rf"\sin t\omega_j & \cos t\omega_j\end{{pmatrix}}\begin{{pmatrix}}{first}\\ {second}\end{{pmatrix}}"
                 + factor)
@@ -236,8 +236,8 @@ def _attention_factor_latex(o: RopeOptions) -> str:
     top = rf"0.1\cdot{fmt_num(o.mscale)}\ln {s}+1" if o.mscale_all_dim else rf"0.1\ln {s}+1"
     value = rf"{attention_factor(o):.6f}"
     if o.mscale_all_dim:
-        return rf",\quad a=\frac{{{top}}}{{0.1\cdot{fmt_num(o.mscale_all_dim)}\ln {s}+1}}={value}"
-    return rf",\quad a={top}={value}"
+        return rf",\quad a_{{\mathrm{{YaRN}}}}=\frac{{{top}}}{{0.1\cdot{fmt_num(o.mscale_all_dim)}\ln {s}+1}}={value}"
+    return rf",\quad a_{{\mathrm{{YaRN}}}}={top}={value}"
 
 
 def _description(o: RopeOptions) -> str:
