@@ -182,9 +182,11 @@ def test_every_symbol_any_step_or_port_uses_is_in_the_registry(all_specs):
 
 def test_the_registry_gives_each_symbol_one_entry_and_one_anchor():
     from explorer.notation import SYMBOLS
+    from explorer.notation_page import symbol_anchor
 
     latex = [s.latex for s in SYMBOLS]
     assert len(latex) == len(set(latex))
+    assert len({symbol_anchor(x) for x in latex}) == len(latex)
     assert all(s.meaning for s in SYMBOLS)
 
 
@@ -214,6 +216,25 @@ def test_a_step_that_computes_a_parameter_fails():
     assert undefined_reads(norm) == []
     bad = _with_step(norm, step.name, step.latex + r",\quad \gamma=x_n")
     assert any(r"computes \gamma, registered as a parameter" in p for p in undefined_reads(bad))
+
+
+def test_the_notation_page_renders_every_symbol_as_mathml_with_where_it_is_defined(all_specs):
+    from explorer.notation import SYMBOLS
+    from explorer.notation_page import notation_page
+
+    page = notation_page(all_specs, "<p>intro</p>")
+    entries = [e for sec in page.sections for e in sec.entries]
+    assert len(entries) == len(SYMBOLS)
+    assert all(e.mathml.startswith("<math ") for e in entries)
+    by_anchor = {e.anchor: e for e in entries}
+    # Kimi K2's router affinity: defined by the router's scores step (its own page, the leaf)
+    rho = by_anchor["sym-rho"].where
+    assert rho is not None and rho.href == "models/kimi-k2/blocks.moe.moe.router.html#step-scores"
+    assert rho.text == "defined on kimi-k2 › blocks.moe.moe.router"
+    # a learned matrix is not computed: its link says where it is first used
+    assert by_anchor["sym-W"].where.text.startswith("first used on ")
+    unused = [e.anchor for e in entries if e.where is None]
+    assert unused == []
 
 
 def test_the_seed_004_page_names_its_input_m_in_equation_and_box(all_specs):
