@@ -114,7 +114,7 @@ def compressor_steps(ctx: Ctx, o: CompressorOptions, x: str, width: Dim, sub: st
     return (
         Step(rf"{C}={x}W_{{\mathrm{{KV}}}}^{{{sub}}},\quad {Z}={x}W_{{\mathrm{{Z}}}}^{{{sub}}}", ctx.tokens(series),
              f"{sub.lower() or 'c'}-project"),
-        Step(pooled + rf"\quad(m={m},\ \text{{entries }}w<\lfloor T/{m}\rfloor)", Shape((B, n, width)),
+        Step(pooled + rf"\quad(\text{{ratio }}{m},\ \text{{entries }}w<\lfloor T/{m}\rfloor)", Shape((B, n, width)),
              f"{sub.lower() or 'c'}-pool"),
         Step(rf"c^{{{sub}}}_w=\operatorname{{RoPE}}_{{{m}w}}\big(\operatorname{{RMSNorm}}(\tilde c^{{{sub}}}_w)\big)",
              Shape((B, n, width)), f"{sub.lower() or 'c'}-entries"),
