@@ -16,6 +16,12 @@ from .spec.types import Component, ModelSpec, Step, path_key, walk
 from .step_symbols import parse_step
 from .views import Link, PageBase, page_href
 
+_GREEK = {"α": "alpha", "β": "beta", "γ": "gamma", "δ": "delta", "ζ": "zeta", "η": "eta", "θ": "theta",
+          "κ": "kappa", "λ": "lambda", "μ": "mu", "ξ": "xi", "π": "pi", "ρ": "rho", "σ": "sigma", "τ": "tau",
+          "φ": "phi", "χ": "chi", "ω": "omega", "Δ": "Delta", "Γ": "Gamma"}
+_SYMBOL_IN_TEXT = re.compile(r"(?<![A-Za-z\\])([A-Za-z" + "".join(_GREEK) + r"]'?(?:[_^](?:\{[^{}]*\}|[A-Za-z0-9]+))+)")
+"""A symbol with its scripts inside a meaning's prose (Q_h, x_{L,i}, W_{DKV}, e^{−z}), rendered as MathML."""
+
 KIND_LABEL = {"computed": "computed", "parameter": "learned", "constant": "constant", "index": "index",
               "function": "function"}
 
@@ -26,7 +32,8 @@ class NotationEntryView:
     """Id of the entry's row, so pages can link one symbol."""
     mathml: str
     kind: str
-    meaning: str
+    meaning: tuple[tuple[str, bool], ...]
+    """The meaning as (text, False) and (MathML, True) parts: symbols inside it render like the equations."""
     where: Link | None
     """The step that defines the symbol (or first uses it); None for a symbol no built model uses."""
 
@@ -45,6 +52,22 @@ class NotationPage(PageBase):
     sections: tuple[NotationSectionView, ...]
 
 
+def meaning_parts(meaning: str) -> tuple[tuple[str, bool], ...]:
+    """Split a meaning's prose around the symbols it names, each converted to MathML."""
+    parts: list[tuple[str, bool]] = []
+    at = 0
+    for m in _SYMBOL_IN_TEXT.finditer(meaning):
+        parts += [(meaning[at:m.start()], False), (to_mathml(_latex_of(m.group(1))), True)]
+        at = m.end()
+    return tuple(p for p in (*parts, (meaning[at:], False)) if p[0])
+
+
+def _latex_of(text: str) -> str:
+    """"d_head" -> d_{\\mathrm{head}}, "κ_h" -> \\kappa_h, "e^{−z}" -> e^{-z}."""
+    text = re.sub(r"_([A-Za-z]{2,})", r"_{\\mathrm{\1}}", text.replace("−", "-"))
+    return "".join(f"\\{_GREEK[c]} " if c in _GREEK else c for c in text)
+
+
 def symbol_anchor(latex: str) -> str:
     """A stable id for a symbol: "\\hat c^{KV}" -> "sym-hat-c-KV", "x'" -> "sym-x-prime"."""
     return "sym-" + "-".join(w for w in re.split(r"[^A-Za-z0-9]+", latex.replace("'", " prime ")) if w)
@@ -56,7 +79,7 @@ class _Use:
     path: str
     anchor: str
     steps: int
-    """How many steps its component has (a composite's count raised past every leaf's): fewer is preferred."""
+    """1 for a composite, which splices its parts' steps in, 0 for a leaf: the first leaf in site order is linked."""
 
 
 def _uses(specs: list[ModelSpec]) -> tuple[dict[str, _Use], dict[str, _Use]]:
@@ -67,8 +90,7 @@ def _uses(specs: list[ModelSpec]) -> tuple[dict[str, _Use], dict[str, _Use]]:
         for anc, comp in walk(spec.root):
             for step, prefix in _shown_steps(comp):
                 parsed = parse_step(step.latex)
-                use = _Use(spec.slug, path_key(anc, comp), prefix + step.name,
-                           len(comp.steps) + (1000 if comp.children else 0))
+                use = _Use(spec.slug, path_key(anc, comp), prefix + step.name, 1 if comp.children else 0)
                 for table, symbols in ((defined, parsed.defines), (read, parsed.reads | parsed.indices)):
                     for s in symbols:
                         key = _registered(s)
@@ -105,7 +127,7 @@ def notation_page(specs: list[ModelSpec], intro_html: str) -> NotationPage:
     sections: dict[str, list[NotationEntryView]] = {}
     for entry in SYMBOLS:
         sections.setdefault(entry.section, []).append(NotationEntryView(
-            symbol_anchor(entry.latex), to_mathml(entry.latex), KIND_LABEL[entry.kind], entry.meaning,
+            symbol_anchor(entry.latex), to_mathml(entry.latex), KIND_LABEL[entry.kind], meaning_parts(entry.meaning),
             _where(entry, defined, read)))
     return NotationPage(
         "Notation", "Every symbol the equations use, defined once, with the step that computes it.", "",
