@@ -88,7 +88,8 @@ SYMBOLS: tuple[Symbol, ...] = (
     _s(r"\pi^{\mathrm{pre}}", "computed", "hyper-connections: how much of each stream enters the layer", _STREAM),
     _s(r"\pi^{\mathrm{post}}", "computed", "hyper-connections: how much of the layer's output each stream gets",
        _STREAM),
-    _s(r"\pi", "computed", "hyper-connections: the final collapse weights before the head", _STREAM),
+    _s(r"\pi^{\mathrm{head}}", "computed", "hyper-connections: the final collapse weights before the head", _STREAM),
+    _s(r"\pi", "constant", "the circle constant", _IDX),
     _s(r"P", "computed", "hyper-connections: the doubly stochastic stream-mixing matrix (Sinkhorn); in GPT-2, "
        "the learned position rows", _STREAM),
     _s(r"\lambda", "computed", "a stored per-layer scalar (λ_n); in Llama 3 RoPE, a wavelength λ_j", _STREAM),
@@ -169,6 +170,8 @@ SYMBOLS: tuple[Symbol, ...] = (
     _s(r"a_{\mathrm{YaRN}}", "constant", "YaRN's magnitude factor, 0.1·ln s + 1 for a stretch s: it multiplies cos and "
        "sin, and MLA's softmax scale by its square", _POS),
     _s(r"\omega", "computed", "RoPE frequencies after any scaling (ω_j)", _POS),
+    _s(r"\phi", "computed", "RoPE scaling: the weight φ_j that blends frequency j's original and stretched values "
+       "(YaRN's ramp, Llama 3's smoothing factor)", _POS),
     _s(r"j_{\mathrm{low}}", "computed", "YaRN: the last frequency kept as is", _POS),
     _s(r"j_{\mathrm{high}}", "computed", "YaRN: the first frequency fully interpolated", _POS),
     # ---------------------------------------------------------------- experts and MLPs
@@ -227,7 +230,7 @@ SYMBOLS: tuple[Symbol, ...] = (
     _s(r"\beta^{\mathrm{raw}}", "computed", "DeltaNet: the write-strength logit before its sigmoid", _REC),
     _s(r"\alpha^{\mathrm{raw}}", "computed", "DeltaNet: the decay input before its softplus", _REC),
     _s(r"\Gamma", "computed", "DeltaNet: cumulative decays within a chunk", _REC),
-    _s(r"\gamma", "parameter", "a norm's learned gain per feature; in RoPE and DeltaNet, a ramp or a decay", _PAR),
+    _s(r"\gamma", "parameter", "a norm's learned gain per feature", _PAR),
     _s(r"U", "computed", "DeltaNet: the chunk's corrected values", _REC),
     _s(r"D", "parameter", "Mamba-2: the learned skip weight per head", _REC),
     _s(r"\epsilon", "constant", "a norm's small constant", _PAR),

@@ -71,9 +71,9 @@ def test_ports_name_their_symbols():
 # ------------------------------------------------------------------- steps read what the steps before produced
 
 KNOWN_GAPS = {
-    # Symbols that still mean two things: γ is also RoPE's ramp, a DeltaNet decay and a head group; c is also a vision patch's
+    # Symbols that still mean two things: γ is also a DeltaNet decay and a head group; c is also a vision patch's
     # column and Gemma 4's per-expert scale; x, y are also Gemma 4 patch coordinates; B is also the compressor's
-    # position bias; λ is also Llama 3's wavelength; π is also the circle constant. The chunked DeltaNet step solves
+    # position bias; λ is also Llama 3's wavelength. The chunked DeltaNet step solves
     # an equation for U (the parser reads only "LHS = RHS") and writes the chunk's values as V.
     "gated_deltanet: step 'chunked' computes \\gamma, registered as a parameter",
     "gated_deltanet: step 'chunked' reads U, V, which no input or earlier step gives",
@@ -94,9 +94,6 @@ KNOWN_GAPS = {
     "qwen_vision_tower: step 'positions' reads c, which no input or earlier step gives",
     "recurrent_block: step 'chunked' computes \\gamma, registered as a parameter",
     "recurrent_block: step 'chunked' reads U, V, which no input or earlier step gives",
-    "rope: step 'inv-freq' computes \\gamma, registered as a parameter",
-    "rope: step 'inv-freq' reads \\pi, which no input or earlier step gives",
-    "rope: step 'ramp' computes \\gamma, registered as a parameter",
     "scaled_router: step 'gates' reads c, which no input or earlier step gives",
     "v4_attention: step 'c-pool' reads B, which no input or earlier step gives",
     "v4_attention: step 'o-a' computes \\gamma, registered as a parameter",

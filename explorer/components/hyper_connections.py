@@ -152,9 +152,9 @@ def hyper_head(ctx: Ctx, *, prefix: str, X: Port, o: HyperOptions, citations: tu
     y = Port(r"x_{L}", ctx.tokens("hidden_size"), "x")
     steps = (
         _norm_step(o, ctx, X.latex),
-        Step(rf"\pi=\sigma\big(\zeta\,\hat X\,W_{{\mathrm{{head}}}}^{{\top}}+b\big)+{fmt_eps(o.eps)}",
+        Step(rf"\pi^{{\mathrm{{head}}}}=\sigma\big(\zeta\,\hat X\,W_{{\mathrm{{head}}}}^{{\top}}+b\big)+{fmt_eps(o.eps)}",
              ctx.tokens(Dim("streams", n)), "hc-pre"),
-        Step(rf"{y.latex}=\textstyle\sum_{{i=1}}^{{{n}}}\pi_i\,{{{X.latex}}}_{{,i}}", y.shape, "hc-collapse"),
+        Step(rf"{y.latex}=\textstyle\sum_{{i=1}}^{{{n}}}\pi^{{\mathrm{{head}}}}_i\,{{{X.latex}}}_{{,i}}", y.shape, "hc-collapse"),
     )
     tensors = (TensorSpec(prefix + "hc_fn", (N, N * d), (), storage=Dense("F32")),
                TensorSpec(prefix + "hc_base", (N,), (), storage=Dense("F32")),

@@ -200,10 +200,10 @@ def _frequency_steps(o: RopeOptions, pairs: Dim) -> tuple[Step, ...]:
     shape = Shape((pairs,))
     if o.kind == "yarn":
         low, high = yarn_bounds(o)
-        return (Step(rf"\gamma_j=\operatorname{{clamp}}\!\left(\frac{{j-j_{{\mathrm{{low}}}}}}{{j_{{\mathrm{{high}}}}"
+        return (Step(rf"\phi_j=\operatorname{{clamp}}\!\left(\frac{{j-j_{{\mathrm{{low}}}}}}{{j_{{\mathrm{{high}}}}"
                      rf"-j_{{\mathrm{{low}}}}}},0,1\right),\quad j_{{\mathrm{{low}}}}={fmt_num(low)},\ "
                      rf"j_{{\mathrm{{high}}}}={fmt_num(high)}", shape, "ramp"),
-                Step(rf"\omega_j=\gamma_j\,\frac{{\theta_j}}{{{fmt_num(o.factor)}}}+(1-\gamma_j)\,\theta_j", shape,
+                Step(rf"\omega_j=\phi_j\,\frac{{\theta_j}}{{{fmt_num(o.factor)}}}+(1-\phi_j)\,\theta_j", shape,
                      "inv-freq"))
     if o.kind == "linear":
         return (Step(rf"\omega_j=\theta_j/{fmt_num(o.factor)}", shape, "inv-freq"),)
@@ -211,8 +211,8 @@ def _frequency_steps(o: RopeOptions, pairs: Dim) -> tuple[Step, ...]:
         n = o.original_max_position_embeddings
         return (Step(rf"\omega_j=\begin{{cases}}\theta_j & \lambda_j<{n}/{fmt_num(o.high_freq_factor)}\\ "
                      rf"\theta_j/{fmt_num(o.factor)} & \lambda_j>{n}/{fmt_num(o.low_freq_factor)}\\ "
-                     rf"(1-\gamma_j)\,\theta_j/{fmt_num(o.factor)}+\gamma_j\,\theta_j & \text{{otherwise}}\end{{cases}},"
-                     rf"\quad \lambda_j=\frac{{2\pi}}{{\theta_j}},\ \gamma_j=\frac{{{n}/\lambda_j-"
+                     rf"(1-\phi_j)\,\theta_j/{fmt_num(o.factor)}+\phi_j\,\theta_j & \text{{otherwise}}\end{{cases}},"
+                     rf"\quad \lambda_j=\frac{{2\pi}}{{\theta_j}},\ \phi_j=\frac{{{n}/\lambda_j-"
                      rf"{fmt_num(o.low_freq_factor)}}}{{{fmt_num(o.high_freq_factor)}-{fmt_num(o.low_freq_factor)}}}",
                      shape, "inv-freq"),)
     return (Step(r"\omega_j=\theta_j", shape, "inv-freq"),)
