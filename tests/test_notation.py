@@ -72,20 +72,18 @@ def test_ports_name_their_symbols():
 
 KNOWN_GAPS = {
     # Symbols that still mean two things: γ is also a DeltaNet decay and a head group; c is also a vision patch's
-    # column and Gemma 4's per-expert scale; x, y are also Gemma 4 patch coordinates; B is also the compressor's
-    # position bias; λ is also Llama 3's wavelength. The chunked DeltaNet step solves
+    # column (a given, not a step's output); B is also the compressor's position bias; λ is also Llama 3's
+    # wavelength. The chunked DeltaNet step solves
     # an equation for U (the parser reads only "LHS = RHS") and writes the chunk's values as V.
     "gated_deltanet: step 'chunked' computes \\gamma, registered as a parameter",
     "gated_deltanet: step 'chunked' reads U, V, which no input or earlier step gives",
-    "gemma4_patch_embed: step 'positions' reads x, y, which no input or earlier step gives",
-    "gemma4_vision_block: step 'rotate' reads x, y, which no input or earlier step gives",
-    "gemma4_vision_tower: step 'positions' reads x, y, which no input or earlier step gives",
+    "gemma4_patch_embed: step 'positions' reads c, which no input or earlier step gives",
+    "gemma4_vision_block: step 'rotate' reads c, which no input or earlier step gives",
+    "gemma4_vision_tower: step 'positions' reads c, which no input or earlier step gives",
     "grouped_linear: step 'o-a' computes \\gamma, registered as a parameter",
     "hc_block: step 'c-pool' reads B, which no input or earlier step gives",
     "hc_block: step 'o-a' computes \\gamma, registered as a parameter",
     "layer_block: step 'layer-scalar' reads \\lambda, which no input or earlier step gives",
-    "layer_block: step 'router-gates' reads c, which no input or earlier step gives",
-    "moe_beside_mlp: step 'router-gates' reads c, which no input or earlier step gives",
     "moonvit_attention: step 'rotate' reads c, which no input or earlier step gives",
     "moonvit_block: step 'rotate' reads c, which no input or earlier step gives",
     "qwen_positions: step 'positions' reads c, which no input or earlier step gives",
@@ -94,7 +92,6 @@ KNOWN_GAPS = {
     "qwen_vision_tower: step 'positions' reads c, which no input or earlier step gives",
     "recurrent_block: step 'chunked' computes \\gamma, registered as a parameter",
     "recurrent_block: step 'chunked' reads U, V, which no input or earlier step gives",
-    "scaled_router: step 'gates' reads c, which no input or earlier step gives",
     "v4_attention: step 'c-pool' reads B, which no input or earlier step gives",
     "v4_attention: step 'o-a' computes \\gamma, registered as a parameter",
     "v4_compressor: step 'c-pool' reads B, which no input or earlier step gives",

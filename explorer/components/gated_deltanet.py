@@ -218,14 +218,14 @@ def conv_component(ctx: Ctx, o: DeltaNetOptions, *, weight: str, ranges: tuple[I
     """The short causal depthwise convolution over q, k and v, with SiLU; its last K−1 inputs are the conv state."""
     channels = Dim("conv_channels", o.conv_dim)
     K_ = o.conv_kernel
-    step = Step(rf"\tilde c_t=\operatorname{{SiLU}}\!\left(\textstyle\sum_{{j=0}}^{{{K_ - 1}}} w_{{j}}\odot "
-                rf"c_{{t-{K_ - 1}+j}}\right),\quad c_{{<1}}=\text{{conv state}}", ctx.tokens(channels), "conv")
+    step = Step(rf"\tilde\xi_t=\operatorname{{SiLU}}\!\left(\textstyle\sum_{{j=0}}^{{{K_ - 1}}} w_{{j}}\odot "
+                rf"\xi_{{t-{K_ - 1}+j}}\right),\quad \xi_{{<1}}=\text{{conv state}}", ctx.tokens(channels), "conv")
     return Component(
         key="conv1d", title="Causal convolution", kind="learned", code="nn.Conv1d(conv_dim, conv_dim, kernel_size, "
         "groups=conv_dim, padding=kernel_size - 1, bias=False)",
         description=f"Mix each of the {o.conv_dim:,} q, k, v channels with its own previous {K_ - 1} positions "
                     f"({K_} taps per channel), then SiLU. Decoding keeps the last {K_ - 1} inputs as the conv state.",
-        inputs=(Port("c", ctx.tokens(channels), "c"),), outputs=(Port(r"\tilde c", ctx.tokens(channels), "c_conv"),),
+        inputs=(Port(r"\xi", ctx.tokens(channels), "c"),), outputs=(Port(r"\tilde\xi", ctx.tokens(channels), "c_conv"),),
         equations=(step,), steps=(step,), tensors=(ctx.tensor(weight, ranges, shape),), citations=citations,
         program="causal_conv", reference="-",
         notes=("Depthwise: one kernel of linear_conv_kernel_dim taps per channel, stored [channels, 1, kernel], "
@@ -269,7 +269,7 @@ def gated_deltanet(ctx: Ctx, *, prefix: str, ranges: tuple[IndexRange, ...], x: 
                       description=f"Project {d:,} features to {what}.", code=f"self.{key}(hidden_states)")
 
     children = (
-        proj("in_proj_qkv", "Query, key and value projection", 2 * Hk * Dk + Hv * Dv, conv_dim, "c",
+        proj("in_proj_qkv", "Query, key and value projection", 2 * Hk * Dk + Hv * Dv, conv_dim, r"\xi",
              f"queries and keys ({o.k_heads} heads of {o.d_k} each) and values ({o.v_heads} heads of {o.d_v}), "
              f"{o.conv_dim:,} channels in all"),
         proj("in_proj_z", "Output-gate projection", Hv * Dv, Dim("v_heads·d_v", o.value_dim), "g",
@@ -296,7 +296,7 @@ def gated_deltanet(ctx: Ctx, *, prefix: str, ranges: tuple[IndexRange, ...], x: 
     steps = [
         children[0].steps[0], children[1].steps[0], children[2].steps[0], children[3].steps[0],
         children[4].steps[0],
-        Step(rf"[{q('q')};{k('k')};{v('v')}]=\tilde c\ \text{{split into}}\ {o.key_dim}+{o.key_dim}+{o.value_dim}"
+        Step(rf"[{q('q')};{k('k')};{v('v')}]=\tilde\xi\ \text{{split into}}\ {o.key_dim}+{o.key_dim}+{o.value_dim}"
              rf"\text{{, viewed as heads}}", ctx.tokens(vh, dv), "split"),
         Step(rf"{qn}=\frac{{{q('q')}}}{{\sqrt{{{o.d_k}}}\,\lVert {q('q')}\rVert}},\quad {kn}=\frac{{{k('k')}}}"
              rf"{{\lVert {k('k')}\rVert}}", ctx.tokens(kh, dk), "l2norm"),

@@ -76,7 +76,7 @@ def patch_embedder(ctx: Ctx, *, prefix: str, o: Gemma4VisionOptions) -> Componen
     pixels = Port("p", _shape(ctx, "patch_values"), "pixel_values")
     z = Port("z_0", _shape(ctx), "z")
     steps = (Step(r"z_i=2\,(p_i-\tfrac12)\,W_{\mathrm{in}}", z.shape, "patches"),
-             Step(r"z_0=z+E^{x}_{\mathrm{pos}}[x_i]+E^{y}_{\mathrm{pos}}[y_i]", z.shape, "positions"))
+             Step(r"z_0=z+E^{x}_{\mathrm{pos}}[c_i]+E^{y}_{\mathrm{pos}}[r_i]", z.shape, "positions"))
     return Component(
         key="patch_embedder", title="Patch embedding (2-D position table)", kind="learned",
         code="Gemma4VisionPatchEmbedder(config)",
@@ -112,8 +112,8 @@ def encoder_block(ctx: Ctx, *, prefix: str, layers: int, o: Gemma4VisionOptions)
         Step(r"Q,K,V=z_{\mathrm{attn}}W_Q,\ z_{\mathrm{attn}}W_K,\ z_{\mathrm{attn}}W_V\ \text{(per head)}", shape, "qkv"),
         Step(rf"\hat Q,\hat K=\operatorname{{RMSNorm}}(Q),\operatorname{{RMSNorm}}(K),\quad \hat V=V/\sqrt{{\operatorname{{mean}}"
              rf"(V^2)+{eps}}}", shape, "qkv-norm"),
-        Step(r"\hat Q,\hat K\leftarrow\operatorname{RoPE}_{2D}(\cdot,x_i,y_i)\ \text{(first half of each head by }x\text{, "
-             rf"second by }}y\text{{; base }}{o.theta:g})", shape, "rotate"),
+        Step(r"\hat Q,\hat K\leftarrow\operatorname{RoPE}_{2D}(\cdot,c_i,r_i)\ \text{(first half of each head by "
+             rf"column }}c\text{{, second by row }}r\text{{; base }}{o.theta:g})", shape, "rotate"),
         Step(r"O_h=\operatorname{softmax}(\hat Q_h\hat K_h^{\top})\hat V_h,\quad \Delta_{\mathrm{attn}}=[O_1;\dots]W_O",
              shape, "attend"),
         Step(r"z'_n=z_n+\operatorname{RMSNorm}(\Delta_{\mathrm{attn}})", shape, "residual-attn"),

@@ -51,13 +51,13 @@ def scaled_router(ctx: Ctx, *, prefix: str, ranges: tuple[IndexRange, ...], x: P
              Step(r"p=\operatorname{softmax}(z)", ctx.tokens(experts), "scores"),
              Step(rf"E^{{\mathrm{{sel}}}}_i=\big[\,i\in\operatorname{{top}}_{{{o.k}}}(p)\,\big]", ctx.tokens(experts),
                   "select"),
-             Step(r"G_i=\frac{p_i\,E^{\mathrm{sel}}_i}{\sum_j p_j\,E^{\mathrm{sel}}_j}\,c_i", ctx.tokens(experts),
+             Step(r"G_i=\frac{p_i\,E^{\mathrm{sel}}_i}{\sum_j p_j\,E^{\mathrm{sel}}_j}\,s^{E}_i", ctx.tokens(experts),
                   "gates"))
     E, D = ctx.sym(experts_sym), ctx.sym("hidden_size")
     return Component(
         key="router", title="Router (scaled, softmax top-k)", kind="learned", code="Gemma4TextRouter(config)",
         description=f"Normalise the residual stream, score all {o.experts} experts with a softmax, keep the top "
-                    f"{o.k}, renormalise them and multiply each by its learned per-expert scale c.",
+                    f"{o.k}, renormalise them and multiply each by its learned per-expert scale.",
         inputs=(x,), outputs=(Port("G", ctx.tokens(experts), "gates"),), equations=steps[-2:], steps=steps,
         tensors=(ctx.tensor(prefix + "scale", ranges, (D,)), ctx.tensor(prefix + "per_expert_scale", ranges, (E,)),
                  ctx.tensor(prefix + "proj.weight", ranges, (E, D))),
