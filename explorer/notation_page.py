@@ -34,6 +34,8 @@ class NotationEntryView:
     kind: str
     meaning: tuple[tuple[str, bool], ...]
     """The meaning as (text, False) and (MathML, True) parts: symbols inside it render like the equations."""
+    also: tuple[tuple[str, bool], ...]
+    """A second use still made of the symbol (a known overload), in the same parts; () for none."""
     where: Link | None
     """The step that defines the symbol (or first uses it); None for a symbol no built model uses."""
 
@@ -128,6 +130,7 @@ def notation_page(specs: list[ModelSpec], intro_html: str) -> NotationPage:
     for entry in SYMBOLS:
         sections.setdefault(entry.section, []).append(NotationEntryView(
             symbol_anchor(entry.latex), to_mathml(entry.latex), KIND_LABEL[entry.kind], meaning_parts(entry.meaning),
+            meaning_parts(entry.also),
             _where(entry, defined, read)))
     return NotationPage(
         "Notation", "Every symbol the equations use, defined once, with the step that computes it.", "",

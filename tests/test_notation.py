@@ -240,3 +240,20 @@ def test_the_seed_004_page_names_its_input_m_in_equation_and_box(all_specs):
     mlp = next(c for anc, c in walk(spec.root) if c.program == "gated_mlp" and anc[-1].key == "dense")
     product = next(s for s in mlp.steps if s.name == "product")
     assert parse_step(product.latex).defines == {"m"}
+
+
+KNOWN_OVERLOADS = {"t", r"\Delta", "P", r"\lambda", "A", "S", "I", "C", "c", "z", "p", "u", r"\hat u", "i", "r",
+                   "e", "B", r"\sigma", r"\gamma"}
+"""Symbols the steps still write for a second thing, each stated on the Notation page: kept exact, so that a
+rename removes one here and a new double use must be declared."""
+
+
+def test_each_symbol_has_one_meaning_but_the_declared_overloads():
+    from explorer.notation import BY_LATEX, SYMBOLS
+
+    assert {s.latex for s in SYMBOLS if s.also} == KNOWN_OVERLOADS
+    # issue 25 named these: s was sigmoid scores, softmax scores and sink logits; h a head and a SwiGLU product;
+    # v the values and a vision output
+    assert not {"s", "h", "v", r"\rho", r"\kappa", "m", r"z_{\mathrm{out}}"} & KNOWN_OVERLOADS
+    assert [BY_LATEX[x].kind for x in ("s", "h", r"\rho", r"\kappa", "m", "v")] == [
+        "index", "index", "computed", "parameter", "computed", "computed"]
