@@ -14,13 +14,14 @@ from jinja2 import Environment, FileSystemLoader, StrictUndefined
 
 from .compare_views import CompareIndexPage, ComparePage
 from .errors import OutputError
+from .notation_page import NotationPage
 from .parallel import run_in_order
 from .publish import check_output, publish, stage
 from .views import ComponentPage, IndexPage, PageBase, PageGroup, PartPage, ProsePage
 
 TEMPLATES = {IndexPage: "index.html", ProsePage: "prose.html", ComponentPage: "component.html",
              ComparePage: "compare.html", CompareIndexPage: "compare_index.html",
-             PartPage: "part.html"}
+             PartPage: "part.html", NotationPage: "notation.html"}
 
 
 def environment(template_dir: Path) -> Environment:

@@ -9,6 +9,7 @@ from __future__ import annotations
 from .compare_views import compare_index, compare_page, related_links, static_pairs
 from .content import render_markdown
 from .model_build import ModelBuild
+from .notation_page import notation_page
 from .spec.types import path_key, walk
 from .views import (
     IndexPage,
@@ -37,8 +38,7 @@ def site_page_groups(builds: list[ModelBuild], how_to_read_md: str, glossary_md:
                       tuple(model_card(mb, budget_preview(mb)) for mb in builds)),
             ProsePage("How to read a page", "A short primer on reading an explorer page.", "", "how-to-read.html",
                       "How to read a page", render_markdown(how_to_read_md)),
-            ProsePage("Notation", "Every symbol the equations use, defined once.", "", "glossary.html", "Notation",
-                      render_markdown(glossary_md)),
+            notation_page([mb.spec for mb in builds], render_markdown(glossary_md)),
         ]
 
     parts = library_parts(builds)

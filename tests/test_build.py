@@ -48,12 +48,13 @@ def test_moe_block_steps_cover_the_seeds_steps(built_site):
     """Every step the seed lists for the MoE block (as LaTeX source) is among the page's steps."""
     source = (built_site / "models/kimi-k2/blocks.moe.html").read_text()
     steps = source.split('id="steps"', 1)[1]
-    # the seed's h = a ⊙ u reads m_i = a_i ⊙ u_i here: h is the head index, and each expert's symbols carry i
-    for latex in [r"x_{\mathrm{attn}}=\operatorname{RMSNorm}(x_n)", r"s=\sigma(z)", r"a_{i}=g_{i}\,\sigma(g_{i})",
+    # the seed's h = a ⊙ u reads m_i = a_i ⊙ u_i here: h is the head index, and each expert's symbols carry i;
+    # its s = σ(z) reads ρ = σ(z): s is the key position, ρ the router's affinity (issue 25, one notation)
+    for latex in [r"x_{\mathrm{attn}}=\operatorname{RMSNorm}(x_n)", r"\rho=\sigma(z)", r"a_{i}=g_{i}\,\sigma(g_{i})",
                   r"m_{i}=a_{i}\odot u_{i}", r"y^{\mathrm{routed}}=\sum_{i=1}^{384}G_i\,E_i",
                   r"\Delta_{\mathrm{ffn}}=y^{\mathrm{routed}}+y^{\mathrm{shared}}", r"x_{n+1}=x'_n+\Delta_{\mathrm{ffn}}",
-                  r"G_{i}=2.827\,\frac{s_i\,E^{\mathrm{sel}}_i}{\sum_{j}s_j\,E^{\mathrm{sel}}_j}",
-                  r"E^{\mathrm{sel}}_i=\big[\,i\in\operatorname{top}_{8}(s+b)\,\big]"]:
+                  r"G_{i}=2.827\,\frac{\rho_i\,E^{\mathrm{sel}}_i}{\sum_{j}\rho_j\,E^{\mathrm{sel}}_j}",
+                  r"E^{\mathrm{sel}}_i=\big[\,i\in\operatorname{top}_{8}(\rho+b)\,\big]"]:
         assert html.escape(latex, quote=True) in steps, latex
 
 

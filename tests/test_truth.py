@@ -170,7 +170,7 @@ def test_gpt_oss_rotary_step_without_yarns_attention_factor_fails(monkeypatch):
     from explorer.spec.types import walk
 
     rotary = next(c for _, c in walk(spec_of("gpt-oss-20b").root) if c.program == "rope")
-    assert r"a=0.1\ln 32+1=1.346574" in next(s.latex for s in rotary.steps if s.name == "rotate")
+    assert r"a_{\mathrm{YaRN}}=0.1\ln 32+1=1.346574" in next(s.latex for s in rotary.steps if s.name == "rotate")
     assert unshown_terms(rotary) == []
     monkeypatch.setattr(rope_module, "_attention_factor_latex", lambda o: "")
     dropped = next(c for _, c in walk(spec_of("gpt-oss-20b").root) if c.program == "rope")

@@ -50,23 +50,28 @@ class ScoresOptions:
 # ---------------------------------------------------------------------------------------------- scores
 
 def scores(ctx: Ctx, o: ScoresOptions, *, d_qk: int, d_v: int, scale_latex: str, description: str,
-           citations: tuple[Citation, ...], weight_prefix: str = "", ranges: tuple[IndexRange, ...] = ()) -> Component:
-    """softmax(τ QKᵀ + M) V per head, with the KV repeat, window, sinks and soft-capping the options ask for."""
+           citations: tuple[Citation, ...], weight_prefix: str = "", ranges: tuple[IndexRange, ...] = (),
+           q_in: str = "Q", k_in: str = "K") -> Component:
+    """softmax(τ QKᵀ + M) V per head, with the KV repeat, window, sinks and soft-capping the options ask for.
+
+    q_in and k_in are the symbols of the queries and keys the scores read: the rotated (and normed) ones where the
+    attention computes them (issue 25: a step reads what the step before it produced)."""
     heads = Dim("heads", o.heads)
     kv = Dim("kv_heads", o.kv_heads)
     shape = Shape((B, heads, QUERIES, KEYS))
-    logits = rf"\tau\,{q('Q_h')}{k('K_h')}^{{\top}}"
+    k_h = "K_h" if o.groups > 1 else k_in + "_h"
+    logits = rf"\tau\,{q(q_in + '_h')}{k(k_h)}^{{\top}}"
     if o.softcap:
         logits = rf"{fmt_num(o.softcap)}\tanh\!\left({logits}/{fmt_num(o.softcap)}\right)"
     steps = [Step(scale_latex, None, "scale")]
     if o.groups > 1:
-        steps.append(Step(rf"{k('K_h')}={k('K')}_{{\lceil h/{o.groups}\rceil}},\quad {v('V_h')}={v('V')}_{{\lceil h/"
+        steps.append(Step(rf"{k('K_h')}={k(k_in)}_{{\lceil h/{o.groups}\rceil}},\quad {v('V_h')}={v('V')}_{{\lceil h/"
                           rf"{o.groups}\rceil}}", ctx.tokens(heads, Dim("d_head", d_qk)), "repeat"))
     if o.window:
         steps.append(Step(rf"M_{{ts}}=\begin{{cases}}0 & 0\le t-s<{o.window:,}\\ -\infty & \text{{otherwise}}"
                           rf"\end{{cases}}", Shape((QUERIES, KEYS)), "window"))
     if o.sinks:
-        steps.append(Step(rf"A_h=\operatorname{{softmax}}\!\left([{logits}+M;\ s_h]\right)_{{:T}}", shape, "softmax"))
+        steps.append(Step(rf"A_h=\operatorname{{softmax}}\!\left([{logits}+M;\ \kappa_h]\right)_{{:T}}", shape, "softmax"))
     else:
         steps.append(Step(rf"A_h=\operatorname{{softmax}}\!\left({logits}+M\right)", shape, "softmax"))
     steps.append(Step(rf"{ctx_colour('O_h')}=A_h{v('V_h')}", ctx.tokens(heads, Dim("d_v", d_v)), "context"))
@@ -74,7 +79,7 @@ def scores(ctx: Ctx, o: ScoresOptions, *, d_qk: int, d_v: int, scale_latex: str,
     return Component(
         key="scores", title="Scaled dot-product scores", kind="learned" if o.sinks else "computed",
         code="softmax(Q @ K.transpose(-1, -2) * scaling + mask) @ V", description=description,
-        inputs=(Port(q("Q"), ctx.tokens(heads, Dim("d_qk", d_qk)), "Q"), Port(k("K"), ctx.tokens(kv, Dim("d_qk", d_qk)), "K"),
+        inputs=(Port(q(q_in), ctx.tokens(heads, Dim("d_qk", d_qk)), "Q"), Port(k(k_in), ctx.tokens(kv, Dim("d_qk", d_qk)), "K"),
                 Port(v("V"), ctx.tokens(kv, Dim("d_v", d_v)), "V"), Port("M", Shape((QUERIES, KEYS)), "mask")),
         outputs=(Port(ctx_colour("O"), ctx.tokens(heads, Dim("d_v", d_v)), "O"),),
         equations=tuple(steps[-2:]), steps=tuple(steps), tensors=tensors,
@@ -179,7 +184,7 @@ def attention(ctx: Ctx, *, prefix: str, ranges: tuple[IndexRange, ...], x: Port,
                            else rf"\tau={so.scale:.6f}"),
                            description=f"Causal softmax attention of {n} query heads over {hd}-dimensional dot "
                                        f"products{groups}.", citations=citations[:1],
-                           weight_prefix=prefix, ranges=ranges))
+                           weight_prefix=prefix, ranges=ranges, q_in="Q^{R}", k_in="K^{R}"))
     o_in = Port(ctx_colour("O"), ctx.tokens(Dim("heads·d_head", n * hd)), "O")
     children.append(linear(ctx, "o_proj", "Output projection", weight=prefix + "o_proj.weight", ranges=ranges,
                            d_in=H * D, d_out="hidden_size", out_dim=ctx.dim("hidden_size"), x=o_in,

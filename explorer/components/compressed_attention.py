@@ -115,7 +115,7 @@ def compressor_steps(ctx: Ctx, o: CompressorOptions, x: str, width: Dim, sub: st
     return (
         Step(rf"{C}={x}W_{{\mathrm{{KV}}}}^{{{sub}}},\quad {Z}={x}W_{{\mathrm{{Z}}}}^{{{sub}}}", ctx.tokens(series),
              f"{sub.lower() or 'c'}-project"),
-        Step(pooled + rf"\quad(m={m},\ \text{{entries }}w<\lfloor T/{m}\rfloor)", Shape((B, n, width)),
+        Step(pooled + rf"\quad(\text{{ratio }}{m},\ \text{{entries }}w<\lfloor T/{m}\rfloor)", Shape((B, n, width)),
              f"{sub.lower() or 'c'}-pool"),
         Step(rf"c^{{{sub}}}_w=\operatorname{{RoPE}}_{{{m}w}}\big(\operatorname{{RMSNorm}}(\tilde c^{{{sub}}}_w)\big),\ \ "
              rf"\epsilon={fmt_eps(o.eps)}",
@@ -172,8 +172,8 @@ def indexer(ctx: Ctx, *, prefix: str, ranges: tuple[IndexRange, ...], x: Port, c
     heads, dI = Dim("index_heads", o.heads), Dim("d_index", o.head_dim)
     steps = compressor_steps(ctx, co, x.latex, dI, "I") + (
         Step(rf"q^{{I}}_{{t}}=\operatorname{{RoPE}}_t\big({cq.latex}W^{{I}}_{{Q}}\big)", ctx.tokens(heads, dI), "iq"),
-        Step(rf"w_{{t,h}}={x.latex}W^{{I}}_{{w}}/\sqrt{{{o.heads}}}", ctx.tokens(heads), "iw"),
-        Step(rf"I_{{t,s}}=\sum_{{h=1}}^{{{o.heads}}}w_{{t,h}}\operatorname{{ReLU}}\big(q^{{I}}_{{t,h}}\cdot "
+        Step(rf"w'_{{t,h}}={x.latex}W^{{I}}_{{w}}/\sqrt{{{o.heads}}}", ctx.tokens(heads), "iw"),
+        Step(rf"I_{{t,s}}=\sum_{{h=1}}^{{{o.heads}}}w'_{{t,h}}\operatorname{{ReLU}}\big(q^{{I}}_{{t,h}}\cdot "
              rf"c^{{I}}_s\big)/\sqrt{{{o.head_dim}}}", ctx.tokens(entries_dim(co.ratio)), "iscores"),
         Step(rf"\mathcal S_t=\operatorname{{top}}_{{{o.topk}}}\{{I_{{t,s}}:\ s<\lfloor(t+1)/{co.ratio}\rfloor\}}", None,
              "iselect"),
@@ -444,8 +444,8 @@ def sink_scores(ctx: Ctx, *, prefix: str, ranges: tuple[IndexRange, ...], o: V4A
         Step(rf"M_{{t,s}}=0\ \text{{if }}0\le t-s<{o.window}\text{{ (window)}}"
              + (r"\text{ or entry visible }(\mathcal V)" if m else "") + r",\ -\infty\text{ else}",
              Shape((B, T, keys)), "mask"),
-        Step(rf"A_h=\operatorname{{softmax}}\big([{QRh}{k('K')}^{{\top}}/\sqrt{{{dh}}}+M;\ \sigma_h]\big)"
-             r"_{\setminus\sigma}", Shape((B, Dim("heads", o.heads), T, keys)), "softmax"),
+        Step(rf"A_h=\operatorname{{softmax}}\big([{QRh}{k('K')}^{{\top}}/\sqrt{{{dh}}}+M;\ \kappa_h]\big)"
+             r"_{\setminus\kappa}", Shape((B, Dim("heads", o.heads), T, keys)), "softmax"),
         Step(rf"{ctx_colour('O_h')}=A_h{v_('V')}", hd, "context"),
     )
     return Component(

@@ -85,10 +85,10 @@ def indexer(ctx: Ctx, *, prefix: str, ranges: tuple[IndexRange, ...], x: Port, c
     k_norm = layernorm(ctx, "k_norm", "Indexer key LayerNorm", weight=p + "k_norm.weight", ranges=ranges,
                        size="index_head_dim", x=wk.outputs[0], y=Port(k_hat, ctx.tokens(d_idx), "k_idx_hat"),
                        code="self.k_norm(k)", eps=o.norm_eps, citations=citations[:1])
-    w_out = Port("w", ctx.tokens(heads), "w_idx")
+    w_out = Port(r"\tilde w", ctx.tokens(heads), "w_idx")
     weights = linear(ctx, "weights_proj", "Indexer head weights", weight=p + "weights_proj.weight", ranges=ranges,
                      d_in="hidden_size", d_out="index_n_heads", out_dim=heads, x=x, y=w_out,
-                     equation=rf"w={x.latex}W_{{w}}", quantize=False,
+                     equation=rf"\tilde w={x.latex}W_{{w}}", quantize=False,
                      description=f"One weight per indexer head for each query token ({n} outputs).",
                      code="self.weights_proj(hidden_states)")
     steps = _indexer_steps(ctx, o, c_q.latex, x.latex, heads, d_idx, q_dim)
@@ -117,8 +117,8 @@ def _indexer_steps(ctx: Ctx, o: IndexerOptions, c_q: str, x: str, heads: Dim, d_
     r = o.rope.dim
     tau, n = o.head_dim, o.heads
     qI, k_hat = q("Q^{I}"), k(r"\hat k^{I}")
-    pairs = (r",\ \ \text{pairs }(x_{2j},x_{2j+1})" if o.rope.pairing == "interleaved"
-             else rf",\ \ \text{{pairs }}(x_{{j}},x_{{j+{o.rope.pairs}}})")  # the indexer's own, maybe not the layer's
+    pairs = (r",\ \ \text{features }(2j,\,2j+1)\text{ paired}" if o.rope.pairing == "interleaved"
+             else rf",\ \ \text{{features }}(j,\,j+{o.rope.pairs})\text{{ paired}}")  # the indexer's own, maybe not the layer's
     return (
         Step(rf"{q('q^{I}')}={c_q}W_{{IQ}}", ctx.tokens(q_dim), "idx-q"),
         Step(rf"{qI}=\operatorname{{reshape}}({q('q^{I}')})", ctx.tokens(heads, d_idx), "idx-q-heads"),
@@ -154,6 +154,8 @@ def dsa(ctx: Ctx, *, prefix: str, ranges: tuple[IndexRange, ...], x: Port, o: ML
     steps = (*base.steps[:first], *idx.steps, mask, *(_sparse(s) for s in base.steps[first:]))
     sparse_scores = replace(scores_c, steps=tuple(_sparse(s) for s in scores_c.steps),
                             equations=tuple(_sparse(s) for s in scores_c.equations),
+                            inputs=tuple(replace(p, latex=r"M^{\mathrm{DSA}}") if p.name == "mask" else p
+                                         for p in scores_c.inputs),
                             description=scores_c.description.rstrip(".") + ", over only the keys the indexer "
                                         "selected for each query.")
     children = tuple(sparse_scores if c.key == "scores" else c for c in base.children)

@@ -101,9 +101,9 @@ def run_head(comp: Component, run: Run, x: torch.Tensor) -> list[torch.Tensor]:
 
 def positions(ctx: Ctx, key: str, title: str, *, weight: str, citations: tuple[Citation, ...] = ()) -> Component:
     """nn.Embedding(max_position_embeddings, hidden_size): one learned vector per absolute position 0..T-1."""
-    pos = Port("p", Shape((T,)), "positions")
+    pos = Port("t", Shape((T,)), "positions")
     y = Port("P", Shape((T, ctx.dim("hidden_size"))), "P")
-    step = Step(r"P_p=E_{\mathrm{pos}}[p],\quad p=0,\dots,T-1", y.shape, "positions")
+    step = Step(r"P_t=E_{\mathrm{pos}}[t],\quad t=0,\dots,T-1", y.shape, "positions")
     return Component(
         key=key, title=title, kind="learned", code="nn.Embedding(max_position_embeddings, hidden_size)",
         description=f"Look up a learned {ctx.size('hidden_size'):,}-feature vector for each position, up to "

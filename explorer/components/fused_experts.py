@@ -87,8 +87,8 @@ def clamped_steps(o: ClampedSwiGLUOptions, x: str, per_expert: Shape, both: Shap
         Step(split, per_expert, "split"),
         Step(rf"\hat g=\min(g,{lim}),\quad \hat u=\operatorname{{clamp}}(u,-{lim},{lim})", per_expert, "clamp"),
         Step(glu, per_expert, "glu"),
-        Step(rf"h={shifted}\odot a", per_expert, "product"),
-        Step(rf"E_e=h\,W^{{d}}_e{b_d}", out, "down"),
+        Step(rf"m={shifted}\odot a", per_expert, "product"),
+        Step(rf"E_e=m\,W^{{d}}_e{b_d}", out, "down"),
         Step(rf"y^{{\mathrm{{routed}}}}=\sum_{{e=1}}^{{{o.experts}}}G_e\,E_e", y, "routed-sum"),
     )
 
@@ -163,15 +163,15 @@ STEP_FINGERPRINTS: dict[str, str] = {
     "gpt-oss.split": "725b48e0ff0a74f9",
     "gpt-oss.clamp": "a439776ae81fb118",
     "gpt-oss.glu": "b9853e3323929059",
-    "gpt-oss.product": "578e72ed05dfd351",
-    "gpt-oss.down": "cfb8b3c144e047e4",
+    "gpt-oss.product": "6d801481c54371ee",
+    "gpt-oss.down": "3e83e9bf479440ad",
     "gpt-oss.routed-sum": "96fc45ed3f7f9c86",
     "halves.gate-up": "552da5495aa83861",
     "halves.split": "2c2d03bbb1369260",
     "halves.clamp": "5d2ae1d1d9af5573",
     "halves.glu": "54e8d48fb5361cfc",
-    "halves.product": "c19034830a28568b",
-    "halves.down": "19cf13121f93d181",
+    "halves.product": "1077e0be7169f86b",
+    "halves.down": "00780051a6a3804a",
     "halves.routed-sum": "96fc45ed3f7f9c86",
 }
 """sha256 (first 16 hex digits) of each step's LaTeX on CANONICAL_EXPERTS, by "variant.step": the program above

@@ -88,7 +88,7 @@ def gated_attention(ctx: Ctx, *, prefix: str, ranges: tuple[IndexRange, ...], x:
     children.append(scores(ctx, so, d_qk=hd, d_v=hd, scale_latex=rf"\tau=1/\sqrt{{{hd}}}={so.scale:.6f}",
                            description=f"Causal softmax attention of {n} query heads over {hd}-dimensional dot "
                                        f"products; each key/value head serves {so.groups} query heads.",
-                           citations=citations[:1], weight_prefix=prefix, ranges=ranges))
+                           citations=citations[:1], weight_prefix=prefix, ranges=ranges, q_in="Q^{R}", k_in="K^{R}"))
     gated_O = ctx_colour(r"\tilde O")
     o_in = Port(gated_O, ctx.tokens(Dim("heads·d_head", n * hd)), "O_gated")
     children.append(linear(ctx, "o_proj", "Output projection", weight=prefix + "o_proj.weight", ranges=ranges,

@@ -201,12 +201,12 @@ def gated_rmsnorm_component(ctx: Ctx, o: DeltaNetOptions, *, weight: str, ranges
     _, vh, _, dv = _dims(o)
     shape = ctx.tokens(vh, dv)
     step = Step(rf"\hat o=\frac{{{ctx_colour('o')}}}{{\sqrt{{\operatorname{{mean}}({ctx_colour('o')}^2)+"
-                rf"{fmt_eps(o.eps)}}}}}\odot\gamma\odot\operatorname{{SiLU}}(z)", shape, "gated-norm")
+                rf"{fmt_eps(o.eps)}}}}}\odot\gamma\odot\operatorname{{SiLU}}(g)", shape, "gated-norm")
     return Component(
         key="norm", title="Gated RMSNorm", kind="learned", code="Qwen3_5RMSNormGated(head_v_dim, eps=rms_norm_eps)",
         description=f"Normalise each head's {o.d_v} outputs to unit root mean square, scale by a learned gain shared "
-                    "by the heads, and multiply by SiLU of the output gate z.",
-        inputs=(Port(ctx_colour("o"), shape, "o"), Port("z", shape, "z")), outputs=(Port(r"\hat o", shape, "o_hat"),),
+                    "by the heads, and multiply by SiLU of the output gate g.",
+        inputs=(Port(ctx_colour("o"), shape, "o"), Port("g", shape, "z")), outputs=(Port(r"\hat o", shape, "o_hat"),),
         equations=(step,), steps=(step,), tensors=(ctx.tensor(weight, ranges, (ctx.sym("linear_value_head_dim"),)),),
         citations=citations, program="gated_rmsnorm", options=o,
         notes=("The gain is one vector of d_v, initialised to ones (not the 1 + w of the block's RMSNorms).",),
@@ -218,14 +218,14 @@ def conv_component(ctx: Ctx, o: DeltaNetOptions, *, weight: str, ranges: tuple[I
     """The short causal depthwise convolution over q, k and v, with SiLU; its last K−1 inputs are the conv state."""
     channels = Dim("conv_channels", o.conv_dim)
     K_ = o.conv_kernel
-    step = Step(rf"\tilde c_t=\operatorname{{SiLU}}\!\left(\textstyle\sum_{{j=0}}^{{{K_ - 1}}} w_{{j}}\odot "
-                rf"c_{{t-{K_ - 1}+j}}\right),\quad c_{{<1}}=\text{{conv state}}", ctx.tokens(channels), "conv")
+    step = Step(rf"\tilde\xi_t=\operatorname{{SiLU}}\!\left(\textstyle\sum_{{j=0}}^{{{K_ - 1}}} w_{{j}}\odot "
+                rf"\xi_{{t-{K_ - 1}+j}}\right),\quad \xi_{{<1}}=\text{{conv state}}", ctx.tokens(channels), "conv")
     return Component(
         key="conv1d", title="Causal convolution", kind="learned", code="nn.Conv1d(conv_dim, conv_dim, kernel_size, "
         "groups=conv_dim, padding=kernel_size - 1, bias=False)",
         description=f"Mix each of the {o.conv_dim:,} q, k, v channels with its own previous {K_ - 1} positions "
                     f"({K_} taps per channel), then SiLU. Decoding keeps the last {K_ - 1} inputs as the conv state.",
-        inputs=(Port("c", ctx.tokens(channels), "c"),), outputs=(Port(r"\tilde c", ctx.tokens(channels), "c_conv"),),
+        inputs=(Port(r"\xi", ctx.tokens(channels), "c"),), outputs=(Port(r"\tilde\xi", ctx.tokens(channels), "c_conv"),),
         equations=(step,), steps=(step,), tensors=(ctx.tensor(weight, ranges, shape),), citations=citations,
         program="causal_conv", reference="-",
         notes=("Depthwise: one kernel of linear_conv_kernel_dim taps per channel, stored [channels, 1, kernel], "
@@ -237,14 +237,14 @@ def decay_component(ctx: Ctx, o: DeltaNetOptions, *, prefix: str, ranges: tuple[
                     citations: tuple[Citation, ...]) -> Component:
     """The decay gate α_t = exp(−exp(A_log)·softplus(a_t + dt_bias)), one per token and value head."""
     vh = Dim("v_heads", o.v_heads)
-    step = Step(r"\alpha_t=\exp\!\left(-e^{A_{\log}}\operatorname{softplus}(a_t+b_{dt})\right)", ctx.tokens(vh),
+    step = Step(r"\alpha_t=\exp\!\left(-e^{A_{\log}}\operatorname{softplus}(\alpha^{\mathrm{raw}}_t+b_{dt})\right)", ctx.tokens(vh),
                 "decay")
     Hv = ctx.sym("linear_num_value_heads")
     return Component(
         key="decay", title="Decay gate", kind="learned", code="-self.A_log.float().exp() * F.softplus(a + self.dt_bias)",
         description=f"Turn each token's decay input into a factor in (0, 1] for each of the {o.v_heads} value heads: "
                     "the share of the state kept before the token writes.",
-        inputs=(Port("a", ctx.tokens(vh), "a"),), outputs=(Port(r"\log\alpha", ctx.tokens(vh), "log_alpha"),),
+        inputs=(Port(r"\alpha^{\mathrm{raw}}", ctx.tokens(vh), "a"),), outputs=(Port(r"\log\alpha", ctx.tokens(vh), "log_alpha"),),
         equations=(step,), steps=(step,),
         tensors=(ctx.tensor(prefix + "A_log", ranges, (Hv,)), ctx.tensor(prefix + "dt_bias", ranges, (Hv,))),
         citations=citations, program="decay_gate", reference="-",
@@ -269,13 +269,14 @@ def gated_deltanet(ctx: Ctx, *, prefix: str, ranges: tuple[IndexRange, ...], x: 
                       description=f"Project {d:,} features to {what}.", code=f"self.{key}(hidden_states)")
 
     children = (
-        proj("in_proj_qkv", "Query, key and value projection", 2 * Hk * Dk + Hv * Dv, conv_dim, "c",
+        proj("in_proj_qkv", "Query, key and value projection", 2 * Hk * Dk + Hv * Dv, conv_dim, r"\xi",
              f"queries and keys ({o.k_heads} heads of {o.d_k} each) and values ({o.v_heads} heads of {o.d_v}), "
              f"{o.conv_dim:,} channels in all"),
-        proj("in_proj_z", "Output-gate projection", Hv * Dv, Dim("v_heads·d_v", o.value_dim), "z",
+        proj("in_proj_z", "Output-gate projection", Hv * Dv, Dim("v_heads·d_v", o.value_dim), "g",
              f"the output gate, {o.value_dim:,} features"),
-        proj("in_proj_b", "Write-strength projection", Hv, vh, "b", "one write-strength logit per value head"),
-        proj("in_proj_a", "Decay projection", Hv, vh, "a", "one decay input per value head"),
+        proj("in_proj_b", "Write-strength projection", Hv, vh, r"\beta^{\mathrm{raw}}",
+             "one write-strength logit per value head"),
+        proj("in_proj_a", "Decay projection", Hv, vh, r"\alpha^{\mathrm{raw}}", "one decay input per value head"),
         conv_component(ctx, o, weight=prefix + "conv1d.weight", ranges=ranges, shape=(2 * Hk * Dk + Hv * Dv, 1, K),
                        citations=citations[1:2]),
         decay_component(ctx, o, prefix=prefix, ranges=ranges, citations=citations[1:2]),
@@ -295,21 +296,21 @@ def gated_deltanet(ctx: Ctx, *, prefix: str, ranges: tuple[IndexRange, ...], x: 
     steps = [
         children[0].steps[0], children[1].steps[0], children[2].steps[0], children[3].steps[0],
         children[4].steps[0],
-        Step(rf"[{q('q')};{k('k')};{v('v')}]=\tilde c\ \text{{split into}}\ {o.key_dim}+{o.key_dim}+{o.value_dim}"
+        Step(rf"[{q('q')};{k('k')};{v('v')}]=\tilde\xi\ \text{{split into}}\ {o.key_dim}+{o.key_dim}+{o.value_dim}"
              rf"\text{{, viewed as heads}}", ctx.tokens(vh, dv), "split"),
         Step(rf"{qn}=\frac{{{q('q')}}}{{\sqrt{{{o.d_k}}}\,\lVert {q('q')}\rVert}},\quad {kn}=\frac{{{k('k')}}}"
              rf"{{\lVert {k('k')}\rVert}}", ctx.tokens(kh, dk), "l2norm"),
-        Step(r"\beta_t=\sigma(b_t)", ctx.tokens(vh), "beta"),
+        Step(r"\beta_t=\sigma(\beta^{\mathrm{raw}}_t)", ctx.tokens(vh), "beta"),
         children[5].steps[0],
     ]
     if o.groups > 1:
         steps.append(Step(repeat, ctx.tokens(vh, dk), "repeat"))
     steps += [
-        Step(rf"{S}_t=\alpha_t\left(I-\beta_t {kn}_t {kn}_t^{{\top}}\right){S}_{{t-1}}+\beta_t {kn}_t {v('v')}_t^{{\top}},"
+        Step(rf"{S}_t=\alpha_t\left(\mathbf{{I}}-\beta_t {kn}_t {kn}_t^{{\top}}\right){S}_{{t-1}}+\beta_t {kn}_t {v('v')}_t^{{\top}},"
              rf"\quad {S}_t\in\mathbb{{R}}^{{{o.d_k}\times{o.d_v}}}\ \text{{per value head}}", state, "state"),
         Step(rf"{ctx_colour('o')}_t={S}_t^{{\top}}{qn}_t", ctx.tokens(vh, dv), "readout"),
         Step(rf"\Gamma_{{ij}}=\textstyle\prod_{{j<s\le i}}\alpha_s,\ \gamma_i=\Gamma_{{i0}}\ \text{{in each chunk of }}"
-             rf"{o.chunk}:\ (I+\operatorname{{tril}}(\operatorname{{diag}}(\beta)(\Gamma\odot "
+             rf"{o.chunk}:\ (\mathbf{{I}}+\operatorname{{tril}}(\operatorname{{diag}}(\beta)(\Gamma\odot "
              rf"{kn}{kn}^{{\top}}),-1))\,U=\operatorname{{diag}}(\beta)({v('V')}-\operatorname{{diag}}(\gamma){kn}{S}_0),"
              rf"\ {ctx_colour('O')}=\operatorname{{diag}}(\gamma){qn}{S}_0+\operatorname{{tril}}(\Gamma\odot{qn}{kn}"
              rf"^{{\top}})U", ctx.tokens(vh, dv), "chunked"),

@@ -25,7 +25,7 @@ def gated_shared_expert(ctx: Ctx, *, prefix: str, ranges: tuple[IndexRange, ...]
                         citations: tuple[Citation, ...]) -> Component:
     """y_shared = σ(x w_gate) · SwiGLU_shared(x); `prefix` is the MoE block's module ("...mlp.")."""
     w = ctx.size(width)
-    s = Port(r"s", x.shape, "shared_mlp_out")
+    s = Port(r"E_{\mathrm{sh}}", x.shape, "shared_mlp_out")
     mlp = gated_mlp(ctx, "shared_expert", "Shared expert", "Shared expert", prefix=prefix + "shared_expert.",
                     ranges=ranges, d_ff=ctx.sym(width), ff_dim=Dim("d_shared", w), x=x, y=s, sub=r"\mathrm{sh}",
                     description=f"A SwiGLU MLP of width {w:,} that every token runs.",
@@ -36,7 +36,7 @@ def gated_shared_expert(ctx: Ctx, *, prefix: str, ranges: tuple[IndexRange, ...]
                   y=Port(r"\eta", ctx.tokens(Dim("one", 1)), "eta"), equation=rf"\eta={x.latex}w_{{\mathrm{{gate}}}}",
                   description=f"One logit per token from its {ctx.size('hidden_size'):,} features.",
                   code="nn.Linear(hidden_size, 1, bias=False)")
-    out = Step(r"y^{\mathrm{shared}}=\sigma(\eta)\,s", x.shape, "gated")
+    out = Step(r"y^{\mathrm{shared}}=\sigma(\eta)\,E_{\mathrm{sh}}", x.shape, "gated")
     return Component(
         key="shared", title="Gated shared expert", crumb="Gated shared expert", kind="learned",
         code="shared_expert, shared_expert_gate", inputs=(x,), outputs=(Port(r"y^{\mathrm{shared}}", x.shape, "shared_out"),),

@@ -76,8 +76,8 @@ def patch_embedder(ctx: Ctx, *, prefix: str, o: Gemma4VisionOptions) -> Componen
     pixels = Port("p", _shape(ctx, "patch_values"), "pixel_values")
     z = Port("z_0", _shape(ctx), "z")
     steps = (Step(r"z_i=2\,(p_i-\tfrac12)\,W_{\mathrm{in}}", z.shape, "patches"),
-             Step(r"z_0=z+E^{x}_{\mathrm{pos}}[x_i]+E^{y}_{\mathrm{pos}}[y_i],\quad "
-                  rf"x_i=i\bmod {o.grid_width},\ y_i=\lfloor i/{o.grid_width}\rfloor", z.shape, "positions"))
+             Step(rf"z_0=z+E^{{x}}_{{\mathrm{{pos}}}}[i\bmod {o.grid_width}]+E^{{y}}_{{\mathrm{{pos}}}}"
+                  rf"[\lfloor i/{o.grid_width}\rfloor]", z.shape, "positions"))
     return Component(
         key="patch_embedder", title="Patch embedding (2-D position table)", kind="learned",
         code="Gemma4VisionPatchEmbedder(config)",
@@ -113,8 +113,8 @@ def encoder_block(ctx: Ctx, *, prefix: str, layers: int, o: Gemma4VisionOptions)
         Step(r"Q,K,V=z_{\mathrm{attn}}W_Q,\ z_{\mathrm{attn}}W_K,\ z_{\mathrm{attn}}W_V\ \text{(per head)}", shape, "qkv"),
         Step(rf"\hat Q,\hat K=\operatorname{{RMSNorm}}(Q),\operatorname{{RMSNorm}}(K),\quad \hat V=V/\sqrt{{\operatorname{{mean}}"
              rf"(V^2)+{eps}}}", shape, "qkv-norm"),
-        Step(r"\hat Q,\hat K\leftarrow\operatorname{RoPE}_{2D}(\cdot,x_i,y_i)\ \text{(first half of each head by }x\text{, "
-             rf"second by }}y\text{{)}},\ \omega_j={o.theta:g}^{{-4j/{o.head_dim}}}", shape, "rotate"),
+        Step(r"\hat Q,\hat K\leftarrow\operatorname{RoPE}_{2D}(\cdot,c_i,r_i)\ \text{(first half of each head by column }c"
+             rf"\text{{, second by row }}r\text{{)}},\ \omega_j={o.theta:g}^{{-4j/{o.head_dim}}}", shape, "rotate"),
         Step(rf"O_h=\operatorname{{softmax}}(\hat Q_h\hat K_h^{{\top}})\hat V_h,\ h=1,\dots,{o.heads},\quad "
              r"\Delta_{\mathrm{attn}}=[O_1;\dots]W_O",
              shape, "attend"),
@@ -149,7 +149,8 @@ def vision_tower(ctx: Ctx, *, prefix: str, layers: int, o: Gemma4VisionOptions) 
                   rf"(z_{{{layers}}})", out, "pool"))
     tensors: tuple[TensorSpec, ...] = ()
     if o.standardize:
-        steps += (Step(r"v=(u-b_{\mathrm{std}})\odot s_{\mathrm{std}}\quad\text{(stored buffers)}", out, "standardize"),)
+        steps += (Step(r"z_{\mathrm{out}}=(u-b_{\mathrm{std}})\odot s_{\mathrm{std}}\quad\text{(stored buffers)}", out,
+                       "standardize"),)
         tensors = tuple(TensorSpec(prefix + n, (ctx.sym("vision_hidden_size"),), (), role="buffer",
                                    storage=Dense(ctx.dtype)) for n in ("std_bias", "std_scale"))
     return Component(
@@ -158,7 +159,7 @@ def vision_tower(ctx: Ctx, *, prefix: str, layers: int, o: Gemma4VisionOptions) 
                     f"tokens of {ctx.size('vision_hidden_size'):,} features: patch embedding, {layers} encoder blocks, "
                     f"{o.pool}×{o.pool} average pooling scaled by √d" + (", and a stored standardisation." if
                                                                         o.standardize else "."),
-        inputs=embed.inputs, outputs=(Port("v", out, "v"),), equations=steps[-2:], steps=steps, tensors=tensors,
+        inputs=embed.inputs, outputs=(Port(r"z_{\mathrm{out}}" if o.standardize else "u", out, "v"),), equations=steps[-2:], steps=steps, tensors=tensors,
         children=(embed, block), notes=(NOTE,),
         citations=(cite("The vision model embeds patches, runs the encoder, pools k×k neighbourhoods scaled by "
                         "√hidden_size and, with standardize, subtracts std_bias and multiplies by std_scale.",
@@ -168,10 +169,11 @@ def vision_tower(ctx: Ctx, *, prefix: str, layers: int, o: Gemma4VisionOptions) 
 
 
 def embedder(ctx: Ctx, *, prefix: str, eps: float) -> Component:
-    v = Port("v", _shape(ctx, tokens="soft_tokens"), "v")
+    v = Port(r"z_{\mathrm{out}}", _shape(ctx, tokens="soft_tokens"), "v")
     e = Port("e", _shape(ctx, "hidden_size", "soft_tokens"), "e")
-    steps = (Step(rf"\hat v=v/\sqrt{{\operatorname{{mean}}(v^2)+{fmt_eps(eps)}}}", v.shape, "embedding_pre_projection_norm"),
-             Step(r"e=\hat v\,W_{\mathrm{emb}}", e.shape, "embedding_projection"))
+    steps = (Step(rf"\hat z_{{\mathrm{{out}}}}=z_{{\mathrm{{out}}}}/\sqrt{{\operatorname{{mean}}(z_{{\mathrm{{out}}}}^2)+{fmt_eps(eps)}}}",
+                  v.shape, "embedding_pre_projection_norm"),
+             Step(r"e=\hat z_{\mathrm{out}}\,W_{\mathrm{emb}}", e.shape, "embedding_projection"))
     return Component(
         key="embed_vision", title="Vision embedder", kind="learned", code="Gemma4MultimodalEmbedder(vision, text)",
         description=f"Scale each soft token to unit RMS (no gain) and project its {ctx.size('vision_hidden_size'):,} "

@@ -32,7 +32,7 @@ from .base import (
     run_child,
     worked_example,
 )
-from .moe import SCORE_LATEX, RouterOptions, RoutingMismatch, routing_example, scores
+from .moe import SCORE_LATEX, RouterOptions, RoutingMismatch, routing_example, score_symbol, scores
 
 
 def hash_router(ctx: Ctx, *, prefix: str, ranges: tuple[IndexRange, ...], x: Port, ids: Port, o: RouterOptions,
@@ -42,12 +42,13 @@ def hash_router(ctx: Ctx, *, prefix: str, ranges: tuple[IndexRange, ...], x: Por
     E, kk = o.experts, o.k
     experts = Dim("experts", E)
     scale = fmt_num(o.scaling) + r"\," if o.scaling != 1.0 else ""
+    sym = score_symbol(o.scoring)
     steps = (
         Step(rf"z={x.latex}W_{{r}}", ctx.tokens(experts), "logits"),
         Step(SCORE_LATEX[o.scoring], ctx.tokens(experts), "scores"),
         Step(rf"E^{{\mathrm{{sel}}}}_i=\big[\,i\in\mathrm{{tid2eid}}[{ids.latex}]\,\big]\ \ ({kk}\text{{ experts per "
              r"token id}})", ctx.tokens(experts), "select"),
-        Step(rf"G_{{i}}={scale}\frac{{s_i\,E^{{\mathrm{{sel}}}}_i}}{{\sum_{{j}}s_j\,E^{{\mathrm{{sel}}}}_j}}",
+        Step(rf"G_{{i}}={scale}\frac{{{sym}_i\,E^{{\mathrm{{sel}}}}_i}}{{\sum_{{j}}{sym}_j\,E^{{\mathrm{{sel}}}}_j}}",
              ctx.tokens(experts), "gates"),
     )
     tensors = (ctx.tensor(prefix + "weight", ranges, (ctx.sym("n_routed_experts"), ctx.sym("hidden_size"))),

@@ -62,10 +62,10 @@ def hyper_connection(ctx: Ctx, key: str, title: str, *, prefix: str, ranges: tup
         _norm_step(o, ctx, X.latex),
         Step(r"[a^{\mathrm{pre}};a^{\mathrm{post}};a^{\mathrm{res}}]=\hat X\,W_{\mathrm{hc}}^{\top}", ctx.tokens(coeffs),
              "hc-proj"),
-        Step(rf"\pi^{{\mathrm{{pre}}}}=\sigma(s_1a^{{\mathrm{{pre}}}}+b^{{\mathrm{{pre}}}})+{eps}", ctx.tokens(streams),
+        Step(rf"\pi^{{\mathrm{{pre}}}}=\sigma(\zeta_1a^{{\mathrm{{pre}}}}+b^{{\mathrm{{pre}}}})+{eps}", ctx.tokens(streams),
              "hc-pre"),
-        Step(r"\pi^{\mathrm{post}}=2\,\sigma(s_2a^{\mathrm{post}}+b^{\mathrm{post}})", ctx.tokens(streams), "hc-post"),
-        Step(rf"P^{{(0)}}=\operatorname{{softmax}}_{{\mathrm{{row}}}}(s_3A^{{\mathrm{{res}}}}+B^{{\mathrm{{res}}}})+{eps}",
+        Step(r"\pi^{\mathrm{post}}=2\,\sigma(\zeta_2a^{\mathrm{post}}+b^{\mathrm{post}})", ctx.tokens(streams), "hc-post"),
+        Step(rf"P^{{(0)}}=\operatorname{{softmax}}_{{\mathrm{{row}}}}(\zeta_3A^{{\mathrm{{res}}}}+B^{{\mathrm{{res}}}})+{eps}",
              ctx.tokens(streams, pair), "hc-comb"),
         Step(rf"P\leftarrow P/(\mathbf{{1}}^{{\top}}P+{eps})\ \text{{then {o.sinkhorn_iters - 1}}}\times\ "
              rf"\big(P\leftarrow P/(P\mathbf{{1}}+{eps}),\ P\leftarrow P/(\mathbf{{1}}^{{\top}}P+{eps})\big)",
@@ -152,9 +152,9 @@ def hyper_head(ctx: Ctx, *, prefix: str, X: Port, o: HyperOptions, citations: tu
     y = Port(r"x_{L}", ctx.tokens("hidden_size"), "x")
     steps = (
         _norm_step(o, ctx, X.latex),
-        Step(rf"\pi=\sigma\big(s\,\hat X\,W_{{\mathrm{{head}}}}^{{\top}}+b\big)+{fmt_eps(o.eps)}",
+        Step(rf"\pi^{{\mathrm{{head}}}}=\sigma\big(\zeta\,\hat X\,W_{{\mathrm{{head}}}}^{{\top}}+b\big)+{fmt_eps(o.eps)}",
              ctx.tokens(Dim("streams", n)), "hc-pre"),
-        Step(rf"{y.latex}=\textstyle\sum_{{i=1}}^{{{n}}}\pi_i\,{{{X.latex}}}_{{,i}}", y.shape, "hc-collapse"),
+        Step(rf"{y.latex}=\textstyle\sum_{{i=1}}^{{{n}}}\pi^{{\mathrm{{head}}}}_i\,{{{X.latex}}}_{{,i}}", y.shape, "hc-collapse"),
     )
     tensors = (TensorSpec(prefix + "hc_fn", (N, N * d), (), storage=Dense("F32")),
                TensorSpec(prefix + "hc_base", (N,), (), storage=Dense("F32")),

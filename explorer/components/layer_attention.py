@@ -221,8 +221,8 @@ def _scores(ctx: Ctx, o: LayerAttentionOptions, heads: Dim, kv: Dim, citations: 
         code="softmax(Q @ K.transpose(-1, -2) * scaling + mask) @ V",
         description=f"Causal softmax attention of {heads.size} query heads over {hd}-dimensional dot products"
                     + (f"; each key/value head serves {o.shape.groups} query heads" if o.shape.groups > 1 else "") + ".",
-        inputs=(Port(q("Q"), ctx.tokens(heads, dq), "Q"), Port(k("K"), ctx.tokens(kv, dq), "K"),
-                Port(v("V"), ctx.tokens(kv, dq), "V"), Port("M", Shape((QUERIES, KEYS)), "mask")),
+        inputs=(Port(q(Qn), ctx.tokens(heads, dq), "Q"), Port(k(Kn), ctx.tokens(kv, dq), "K"),
+                Port(v(Vn), ctx.tokens(kv, dq), "V"), Port("M", Shape((QUERIES, KEYS)), "mask")),
         outputs=(Port(ctx_colour("O"), ctx.tokens(heads, Dim("d_v", hd)), "O"),),
         equations=tuple(steps[-2:]), steps=tuple(steps), citations=citations,
         extras=(("softmax scale", f"{o.scale:.6f}"),) + ((("chunk", f"{o.chunk:,} positions"),) if o.chunk else ())

@@ -87,10 +87,10 @@ def mamba2(ctx: Ctx, *, prefix: str, ranges: tuple[IndexRange, ...], x: Port, y:
     inner, conv_dim = Dim("ssm_heads·d_ssm_head", o.inner), Dim("conv_dim", o.conv_dim)
     proj_dim = Dim("d_in_proj", 2 * o.inner + 2 * o.groups * o.state_size + o.heads)
     d = ctx.size("hidden_size")
-    zxbcdt = Port(r"[z;\,\xi;\,\delta]", ctx.tokens(proj_dim), "zxbcdt")
+    zxbcdt = Port(r"[g;\,\xi;\,\delta]", ctx.tokens(proj_dim), "zxbcdt")
     in_proj = linear(ctx, "in_proj", "Input projection", weight=prefix + "in_proj.weight", ranges=ranges,
                      d_in="hidden_size", d_out=2 * inner_sym + 2 * G * N + H, out_dim=proj_dim, x=x, y=zxbcdt,
-                     equation=rf"[z;\,\xi;\,\delta]={x.latex}W_{{\mathrm{{in}}}}", bias=o.proj_bias,
+                     equation=rf"[g;\,\xi;\,\delta]={x.latex}W_{{\mathrm{{in}}}}", bias=o.proj_bias,
                      code="self.in_proj(hidden_states)",
                      description=f"Project {d:,} features to the gate z ({o.inner:,}), the convolved stream ξ = "
                                  f"[x; B; C] ({o.conv_dim:,}) and one time step per head ({o.heads}).")
@@ -102,7 +102,7 @@ def mamba2(ctx: Ctx, *, prefix: str, ranges: tuple[IndexRange, ...], x: Port, y:
     y_ssm = Port("y", ctx.tokens(inner), "y")
     scan = ssd(ctx, prefix=prefix, ranges=ranges, xi=xi_conv, delta=delta, y=y_ssm, o=o, heads_sym=H,
                dims=(heads, head_dim, state), citations=citations)
-    z = Port("z", ctx.tokens(inner), "z")
+    z = Port("g", ctx.tokens(inner), "z")
     y_hat = Port(r"\hat y", ctx.tokens(inner), "y_hat")
     norm = gated_rmsnorm(ctx, prefix=prefix + "norm.", ranges=ranges, y=y_ssm, z=z, out=y_hat, o=o, size=inner_sym,
                          citations=citations[:1])
@@ -111,7 +111,7 @@ def mamba2(ctx: Ctx, *, prefix: str, ranges: tuple[IndexRange, ...], x: Port, y:
                       equation=rf"{y.latex}=\hat y\,W_{{\mathrm{{out}}}}", bias=o.proj_bias,
                       code="self.out_proj(scan_output)",
                       description=f"Map the {o.inner:,} normalised channels back to {d:,} features.")
-    split = Step(rf"z,\ \xi,\ \delta=\operatorname{{split}}([z;\,\xi;\,\delta];\ {o.inner},{o.conv_dim},{o.heads})",
+    split = Step(rf"g,\ \xi,\ \delta=\operatorname{{split}}([g;\,\xi;\,\delta];\ {o.inner},{o.conv_dim},{o.heads})",
                  ctx.tokens(conv_dim), "split")
     steps = (in_proj.steps[0], split, *conv.steps, *scan.steps, *norm.steps, out_proj.steps[0])
     return Component(
@@ -121,7 +121,7 @@ def mamba2(ctx: Ctx, *, prefix: str, ranges: tuple[IndexRange, ...], x: Port, y:
         inputs=(x,), outputs=(y,),
         equations=(Step(r"S_t=\bar a_t\,S_{t-1}+\Delta_t\,x_t B_t^{\top},\quad y_t=S_t C_t+D\odot x_t",
                         Shape((B, heads, head_dim, state)), "state"),
-                   Step(rf"{y.latex}=\big(\operatorname{{RMSNorm}}_{{G}}(y\odot\operatorname{{SiLU}}(z))\big)"
+                   Step(rf"{y.latex}=\big(\operatorname{{RMSNorm}}_{{G}}(y\odot\operatorname{{SiLU}}(g))\big)"
                         rf"W_{{\mathrm{{out}}}}", y.shape, "out_proj")),
         steps=steps, children=(in_proj, conv, scan, norm, out_proj), citations=citations, program="mamba2",
         options=o, extras=(("state per sequence", f"{o.heads} × {o.head_dim} × {o.state_size} = "
@@ -167,7 +167,7 @@ def ssd(ctx: Ctx, *, prefix: str, ranges: tuple[IndexRange, ...], xi: Port, delt
         Step(r"S_t=\bar a_t\,S_{t-1}+\Delta_t\,x_t B_t^{\top},\quad S_0=0", Shape((B, heads, head_dim, state)),
              "state"),
         Step(r"y_t=S_t C_t", hp, "read"),
-        Step(rf"\text{{in chunks of }}Q={o.chunk_size}:\ y_{{c}}=\big(C_cB_c^{{\top}}\odot L_c\big)(\Delta_c\odot x_c)"
+        Step(rf"\text{{in chunks of {o.chunk_size}}}:\ y_{{c}}=\big(C_cB_c^{{\top}}\odot L_c\big)(\Delta_c\odot x_c)"
              rf"+\big(C_c\odot e^{{\mathrm{{cumsum}}(\Delta A)}}\big)S_{{c-1}},\ \ L_{{c,ts}}=e^{{\sum_{{s<r\le t}}"
              rf"\Delta_r A}}\,[s\le t]", None, "chunks"),
         Step(r"y_t\leftarrow y_t+D\odot x_t", hp, "skip"),
@@ -194,11 +194,11 @@ def gated_rmsnorm(ctx: Ctx, *, prefix: str, ranges: tuple[IndexRange, ...], y: P
                   o: Mamba2Options, size: sympy.Expr, citations: tuple[Citation, ...]) -> Component:
     """RMSNorm of y ⊙ SiLU(z) over each of G groups of channels, times a learned gain."""
     group = o.inner // o.groups
-    step = Step(rf"\hat y=\operatorname{{RMSNorm}}_{{{o.groups}\times{group}}}\big(y\odot\operatorname{{SiLU}}(z)\big)"
+    step = Step(rf"\hat y=\operatorname{{RMSNorm}}_{{{o.groups}\times{group}}}\big(y\odot\operatorname{{SiLU}}(g)\big)"
                 rf"\odot\gamma,\ \ \epsilon={fmt_eps(o.eps)}", out.shape, "gate-norm")
     return Component(
         key="norm", title="Gated RMSNorm", kind="learned", code="NemotronHRMSNormGated(intermediate_size, group_size)",
-        description=f"Gate y by SiLU(z), then scale each group of {group:,} channels ({o.groups} groups) to unit "
+        description=f"Gate y by SiLU(g), then scale each group of {group:,} channels ({o.groups} groups) to unit "
                     "root mean square and by a learned gain.",
         inputs=(y, z), outputs=(out,), equations=(step,), steps=(step,),
         tensors=(ctx.tensor(prefix + "weight", ranges, (size,)),), citations=citations,

@@ -85,7 +85,8 @@ def mla(ctx: Ctx, *, prefix: str, ranges: tuple[IndexRange, ...], x: Port, o: ML
                   if rope_options.kind == "yarn" else f"{ctx.reference.prefix}RotaryEmbedding(config)",
                   prefix=prefix, ranges=ranges, buffer=True, citations=rope_citations)
     m, tau = softmax_scale(o.nope, o.rope, rope_options)
-    scale_latex = (rf"\tau=\frac{{m^2}}{{\sqrt{{{d_qk}}}}},\quad m=0.1\ln {rope_options.factor:g}+1={m:.4f},\quad "
+    scale_latex = (rf"\tau=\frac{{a_{{\mathrm{{YaRN}}}}^2}}{{\sqrt{{{d_qk}}}}},\quad a_{{\mathrm{{YaRN}}}}=0.1\ln "
+                   rf"{rope_options.factor:g}+1={m:.4f},\quad "
                    rf"\tau={tau:.6f}" if m != 1.0 else rf"\tau=1/\sqrt{{{d_qk}}}={tau:.6f}")
     sc = scores(ctx, ScoresOptions(n, n, tau), d_qk=d_qk, d_v=o.v, scale_latex=scale_latex,
                 description=f"Causal softmax attention per head over {d_qk}-dimensional query-key dot products"

@@ -132,7 +132,7 @@ def plain_mlp(ctx: Ctx, key: str, *, prefix: str, ranges: tuple[IndexRange, ...]
     """proj(act(x W_fc + b_fc)) + b_proj, as GPT-2's c_fc and c_proj."""
     fc_n, proj_n = names
     ff = Dim("d_ff", ctx.size("intermediate_size"))
-    h = Port("h", ctx.tokens(ff), "h")
+    h = Port("m", ctx.tokens(ff), "h")
     d = ctx.size("hidden_size")
     b1, b2 = (r"+b_{\mathrm{fc}}", r"+b_{\mathrm{proj}}") if bias else ("", "")
     fc = linear(ctx, fc_n, "Expansion", weight=prefix + fc_n + ".weight", ranges=ranges, d_in="hidden_size",
@@ -141,9 +141,9 @@ def plain_mlp(ctx: Ctx, key: str, *, prefix: str, ranges: tuple[IndexRange, ...]
                 layout=layout, description=f"Expand {d:,} features to {ff.size:,}.")
     proj = linear(ctx, proj_n, "Projection back", weight=prefix + proj_n + ".weight", ranges=ranges,
                   d_in="intermediate_size", d_out="hidden_size", out_dim=ctx.dim("hidden_size"), x=h, y=y,
-                  equation=rf"{y.latex}=hW_{{\mathrm{{proj}}}}{b2}", code=f"self.{proj_n}(hidden_states)", bias=bias,
+                  equation=rf"{y.latex}=mW_{{\mathrm{{proj}}}}{b2}", code=f"self.{proj_n}(hidden_states)", bias=bias,
                   layout=layout, description=f"Project {ff.size:,} activated features back to {d:,}.")
-    steps = (fc.steps[0], Step(ACT_LATEX[act].replace("a=", "h="), h.shape, "gelu"), proj.steps[0])
+    steps = (fc.steps[0], Step(ACT_LATEX[act].replace("a=", "m="), h.shape, "gelu"), proj.steps[0])
     return Component(
         key=key, title="MLP", kind="learned", code="MLP(intermediate_size, config)",
         description=f"Expand to {ff.size:,} features, apply {ACT_NAMES[act]}, and project back to {d:,}.",
@@ -167,9 +167,9 @@ def tower_mlp(ctx: Ctx, *, prefix: str, ranges: tuple[IndexRange, ...], x: Port,
                  out_dim=ff, x=x, y=g, equation=rf"g={x.latex}W_1+b_1", code=calls[0], bias=True,
                  description=f"Expand {d:,} features to {ff.size:,}.")
     fc2 = linear(ctx, names[1], "Projection back", weight=prefix + names[1] + ".weight", ranges=ranges, d_in=F_,
-                 d_out=D, out_dim=ctx.dim(sizes[0]), x=Port("h", g.shape, "h"), y=y, equation=rf"{y.latex}=hW_2+b_2",
+                 d_out=D, out_dim=ctx.dim(sizes[0]), x=Port("m", g.shape, "h"), y=y, equation=rf"{y.latex}=mW_2+b_2",
                  code=calls[1], bias=True, description=f"Project {ff.size:,} features back to {d:,}.")
-    steps = (fc1.steps[0], Step(r"h=\operatorname{GELU}_{\tanh}(g)", g.shape, "gelu"), fc2.steps[0])
+    steps = (fc1.steps[0], Step(r"m=\operatorname{GELU}_{\tanh}(g)", g.shape, "gelu"), fc2.steps[0])
     return Component(
         key="mlp", title="MLP", kind="learned", code=code,
         description=f"Expand to {ff.size:,} features, apply GELU (tanh approximation), project back to {d:,}.",

@@ -60,8 +60,14 @@ class RouterOptions:
     correction_bias_name: str = "e_score_correction_bias"
 
 
-SCORE_LATEX = {"sigmoid": r"s=\sigma(z)", "softmax": r"s=\operatorname{softmax}(z)",
-               "sqrtsoftplus": r"s=\sqrt{\operatorname{softplus}(z)}=\sqrt{\ln(1+e^{z})}"}
+SCORE_LATEX = {"sigmoid": r"\rho=\sigma(z)", "softmax": r"p=\operatorname{softmax}(z)",
+               "sqrtsoftplus": r"\rho=\sqrt{\operatorname{softplus}(z)}=\sqrt{\ln(1+e^{z})}"}
+
+
+def score_symbol(scoring: str) -> str:
+    """The router scores' symbol: p for probabilities (a softmax over the experts), ρ for affinities each expert
+    gets on its own (a sigmoid or √softplus of its logit); explorer/notation.py gives each one meaning."""
+    return "p" if scoring == "softmax" else r"\rho"
 
 
 def scores(z: torch.Tensor, scoring: str) -> torch.Tensor:
@@ -96,23 +102,24 @@ def router(ctx: Ctx, *, weight: str, ranges: tuple[IndexRange, ...], x: Port, o:
     else:
         steps.append(Step(SCORE_LATEX[o.scoring],
                           ctx.tokens(experts), "scores"))
-        choice = "s+b" if o.correction_bias else "s"
+        sym = score_symbol(o.scoring)
+        choice = f"{sym}+b" if o.correction_bias else sym
         if o.n_group > 1:
             steps.append(Step(rf"\mathcal{{G}}=\operatorname{{top}}_{{{o.topk_group}}}\Big(\textstyle\sum_{{\text{{top 2 in "
                               rf"group}}}}({choice})\Big)\ \text{{over {o.n_group} groups of {E // o.n_group}}}", None,
                               "groups"))
             # experts outside the kept groups are set to −∞ before the top-k, as the program and the reference do
-            # (a product with an indicator would differ wherever s + b < 0)
-            steps.append(Step(rf"E^{{\mathrm{{sel}}}}_i=\big[\,i\in\operatorname{{top}}_{{{kk}}}(m)\,\big],\quad "
-                              rf"m_i=\begin{{cases}}({choice})_i & \operatorname{{group}}(i)\in\mathcal{{G}}\\ -\infty & "
+            # (a product with an indicator would differ wherever ρ + b < 0)
+            steps.append(Step(rf"E^{{\mathrm{{sel}}}}_i=\big[\,i\in\operatorname{{top}}_{{{kk}}}(\chi)\,\big],\quad "
+                              rf"\chi_i=\begin{{cases}}({choice})_i & \operatorname{{group}}(i)\in\mathcal{{G}}\\ -\infty & "
                               r"\text{otherwise}\end{cases}", ctx.tokens(experts), "select"))
         else:
             paren = f"({choice})" if o.correction_bias else choice
             steps.append(Step(rf"E^{{\mathrm{{sel}}}}_i=\big[\,i\in\operatorname{{top}}_{{{kk}}}{paren}\,\big]",
                               ctx.tokens(experts), "select"))
         scale = fmt_num(o.scaling) + r"\," if o.scaling != 1.0 else ""
-        steps.append(Step(rf"G_{{i}}={scale}\frac{{s_i\,E^{{\mathrm{{sel}}}}_i}}{{\sum_{{j}}s_j\,E^{{\mathrm{{sel}}}}_j}}"
-                          if o.norm_topk_prob else rf"G_{{i}}={scale}s_i\,E^{{\mathrm{{sel}}}}_i", ctx.tokens(experts),
+        steps.append(Step(rf"G_{{i}}={scale}\frac{{{sym}_i\,E^{{\mathrm{{sel}}}}_i}}{{\sum_{{j}}{sym}_j\,E^{{\mathrm{{sel}}}}_j}}"
+                          if o.norm_topk_prob else rf"G_{{i}}={scale}{sym}_i\,E^{{\mathrm{{sel}}}}_i", ctx.tokens(experts),
                           "gates"))
     tensors = [ctx.tensor(weight, ranges, (ctx.sym(experts_sym), ctx.sym("hidden_size")))]
     prefix = weight.removesuffix("weight")
@@ -311,18 +318,18 @@ CANONICAL_ROUTERS = {
 
 STEP_FINGERPRINTS = {
     "grouped.logits": "002728efa9832e51",
-    "grouped.scores": "c24aa3a4f9b0fbcc",
-    "grouped.groups": "53b339e310d4f350",
-    "grouped.select": "da4541bd5f981269",
-    "grouped.gates": "c881fdf1428d8f7d",
+    "grouped.scores": "b5c66091fe1f977f",
+    "grouped.groups": "697152825be96f96",
+    "grouped.select": "2adf1258ffd18481",
+    "grouped.gates": "22899214f52bc2fd",
     "softmax.logits": "002728efa9832e51",
-    "softmax.scores": "d65649595bd7285c",
-    "softmax.select": "c191a9370df110e2",
-    "softmax.gates": "5df94929aaeceab5",
+    "softmax.scores": "99709be4ce27fc56",
+    "softmax.select": "ecc359285dd89384",
+    "softmax.gates": "ee6ff4a8e4c66bb1",
     "softmax-unnormalised.logits": "002728efa9832e51",
-    "softmax-unnormalised.scores": "d65649595bd7285c",
-    "softmax-unnormalised.select": "c191a9370df110e2",
-    "softmax-unnormalised.gates": "2b05f7e278532769",
+    "softmax-unnormalised.scores": "99709be4ce27fc56",
+    "softmax-unnormalised.select": "ecc359285dd89384",
+    "softmax-unnormalised.gates": "042cb337467e2024",
     "after-topk.logits": "13e4d7b6e7a85400",
     "after-topk.select": "5af5e0e1018ecd8d",
     "after-topk.gates": "cb07c13e829db8e3",

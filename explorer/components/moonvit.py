@@ -131,10 +131,10 @@ def attention(ctx: Ctx, *, prefix: str, ranges: tuple[IndexRange, ...], x: Port,
                 proj("v_proj", "Value projection", "v"),
                 proj("proj", "Output projection", "O", xp=Port("O", x.shape, "O"), y=out))
     hd, quarter = o.head_dim, o.head_dim // 4
-    rotate = Step(rf"\tilde q_{{n}}=R(c_n,r_n)\,q_n,\ \tilde k_{{n}}=R(c_n,r_n)\,k_n,\quad "
+    rotate = Step(rf"\tilde q_{{n}}=\operatorname{{R}}(c_n,r_n)\,q_n,\ \tilde k_{{n}}=\operatorname{{R}}(c_n,r_n)\,k_n,\quad "
                   rf"\theta_{{2i}}=c_n\omega_i,\ \theta_{{2i+1}}=r_n\omega_i,\ \omega_i={o.rope_theta:g}^{{-i/"
                   rf"{quarter}}},\ i<{quarter}", x.shape, "rotate")
-    attend = Step(rf"O_h=\operatorname{{softmax}}\!\left(\tilde Q_h\tilde K_h^{{\top}}/\sqrt{{{hd}}}\right)V_h,\quad "
+    attend = Step(rf"O_h=\operatorname{{softmax}}\!\left(\tilde q_h\tilde k_h^{{\top}}/\sqrt{{{hd}}}\right)v_h,\quad "
                   rf"h=1,\dots,{o.heads}", x.shape, "attend")
     steps = (children[0].steps[0], children[1].steps[0], children[2].steps[0], rotate, attend, children[3].steps[0])
     return Component(
@@ -201,14 +201,14 @@ def vision_tower(ctx: Ctx, *, prefix: str, layers: int, o: MoonViTOptions, eps: 
     shape = _hidden(ctx, o.grid)
     n, m, k = _dims(ctx, o.grid)
     post = layernorm(ctx, "final_layernorm", "Final LayerNorm", weight=prefix + "final_layernorm.weight", ranges=(),
-                     size="vision_hidden_size", x=Port(rf"z_{{{layers}}}", shape, "z"), y=Port("v", shape, "v"),
+                     size="vision_hidden_size", x=Port(rf"z_{{{layers}}}", shape, "z"), y=Port(r"z_{\mathrm{out}}", shape, "v"),
                      code="self.final_layernorm(hidden_states)", eps=eps,
                      citations=(kimi("The tower ends with a LayerNorm over the last block's output.",
                                      "Kimi_K25VisionModel"),))
     grouped = Port("u", Shape((m, k, ctx.dim("vision_hidden_size"))), "u")
     g = o.grid
-    group = Step(rf"u_{{m}}=\bigl(v_{{({g.merge_h}a+i)\,{g.w}+{g.merge_w}b+j}}\bigr)_{{i<{g.merge_h},\,j<{g.merge_w}}},"
-                 rf"\quad m=a\,{g.w // g.merge_w}+b",
+    group = Step(rf"u_{{{g.w // g.merge_w}a+b}}=\bigl(z_{{\mathrm{{out}},\,({g.merge_h}a+i)\,{g.w}+{g.merge_w}b+j}}\bigr)"
+                 rf"_{{i<{g.merge_h},\,j<{g.merge_w}}}",
                  grouped.shape, "merge")
     steps = (embed.steps[0], embed.steps[1],
              Step(rf"z_{{n+1}}=\operatorname{{Block}}_n(z_n),\quad n=0,\dots,{layers - 1}", shape, "encoder"),
@@ -233,7 +233,7 @@ def projector(ctx: Ctx, *, prefix: str, grid: ImageGrid, eps: float) -> Componen
     Dm, d = ctx.sym("merged_hidden_size"), ctx.sym("hidden_size")
     u = Port("u", Shape((m, k, ctx.dim("vision_hidden_size"))), "u")
     u_hat = Port(r"\hat u", u.shape, "u_hat")
-    cat = Port("s", Shape((m, ctx.dim("merged_hidden_size"))), "s")
+    cat = Port(r"\bar u", Shape((m, ctx.dim("merged_hidden_size"))), "s")
     g = Port("g", cat.shape, "g")
     a = Port("a", cat.shape, "a")
     e = Port("e", Shape((m, ctx.dim("hidden_size"))), "e")
@@ -244,7 +244,7 @@ def projector(ctx: Ctx, *, prefix: str, grid: ImageGrid, eps: float) -> Componen
                      size="vision_hidden_size", x=u, y=u_hat, code="self.pre_norm(hidden_states)", eps=eps,
                      citations=cite)
     in_proj = linear(ctx, "in_proj", "Merge projection", weight=prefix + "in_proj.weight", ranges=(), d_in=Dm, d_out=Dm,
-                     out_dim=ctx.dim("merged_hidden_size"), x=cat, y=g, equation=r"g=sW_{\mathrm{in}}+b_{\mathrm{in}}",
+                     out_dim=ctx.dim("merged_hidden_size"), x=cat, y=g, equation=r"g=\bar u\,W_{\mathrm{in}}+b_{\mathrm{in}}",
                      code="self.in_proj(hidden_states)", bias=True, citations=cite,
                      description=f"Mix the {k.size} concatenated patch vectors ({ctx.size(Dm):,} features).")
     out_proj = linear(ctx, "out_proj", "Projection to the text width", weight=prefix + "out_proj.weight", ranges=(),
@@ -252,7 +252,7 @@ def projector(ctx: Ctx, *, prefix: str, grid: ImageGrid, eps: float) -> Componen
                       equation=r"e=aW_{\mathrm{out}}+b_{\mathrm{out}}", code="self.out_proj(hidden_states)", bias=True,
                       citations=cite, description=f"Project {ctx.size(Dm):,} features to the text model's width "
                                                   f"{ctx.size(d):,}.")
-    concat = Step(rf"s_m=\bigl[\hat u_{{m,1}};\dots;\hat u_{{m,{k.size}}}\bigr]", cat.shape, "concat")
+    concat = Step(rf"\bar u_m=\bigl[\hat u_{{m,1}};\dots;\hat u_{{m,{k.size}}}\bigr]", cat.shape, "concat")
     gelu = Step(r"a=\operatorname{GELU}(g)", cat.shape, "gelu")
     steps = (norm.steps[0], concat, in_proj.steps[0], gelu, out_proj.steps[0])
     return Component(

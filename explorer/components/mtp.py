@@ -29,7 +29,7 @@ def mtp(ctx: Ctx, *, first_layer: int, count: int, block: Component, eps: float,
     ranges = layers(indices)
     p = "model.layers.{layer}."
     d = ctx.size("hidden_size")
-    h = Port("h_i", ctx.tokens("hidden_size"), "h")
+    h = Port("x_{L,i}", ctx.tokens("hidden_size"), "h")
     cat = Port(r"[e';h']", ctx.tokens(Dim("2d", 2 * d)), "concat")
     embed = embedding(ctx, "embed", "MTP token embedding", weight=p + "embed_tokens.weight", ranges=ranges,
                       notes=("Stored as a tensor of its own under the MTP layer's prefix.",))
@@ -47,7 +47,7 @@ def mtp(ctx: Ctx, *, first_layer: int, count: int, block: Component, eps: float,
                    code="self.norm(hidden_states)", eps=eps)
     out = head(ctx, "head", "MTP output head", weight=p + "shared_head.head.weight", ranges=ranges)
     steps = (
-        Step(r"h'=\operatorname{RMSNorm}(h_i),\quad e'=\operatorname{RMSNorm}(E_{\mathrm{tok}}[t_{i+1}])", h.shape,
+        Step(r"h'=\operatorname{RMSNorm}(x_{L,i}),\quad e'=\operatorname{RMSNorm}(E_{\mathrm{tok}}[t_{i+1}])", h.shape,
              "norms"),
         eh.steps[0],
         Step(r"h^{\mathrm{mtp}}=\operatorname{Block}(x_{\mathrm{mtp}})", h.shape, "block"),

@@ -53,7 +53,7 @@ def rmsnorm(ctx: Ctx, key: str, title: str, *, weight: str, ranges: tuple[IndexR
 def layernorm(ctx: Ctx, key: str, title: str, *, weight: str, ranges: tuple[IndexRange, ...], size: str, x: Port,
               y: Port, code: str, eps: float, citations: tuple[Citation, ...] = ()) -> Component:
     """LayerNorm: subtract the mean, divide by the standard deviation, scale by w and add b."""
-    detail = (rf"{y.latex}=\frac{{{x.latex}-\mu}}{{\sqrt{{\sigma^2+{fmt_eps(eps)}}}}}\odot\gamma+\beta,\quad "
+    detail = (rf"{y.latex}=\frac{{{x.latex}-\mu}}{{\sqrt{{\sigma^2+{fmt_eps(eps)}}}}}\odot\gamma+b,\quad "
               rf"\mu=\operatorname{{mean}}({x.latex}),\ \sigma^2=\operatorname{{var}}({x.latex})")
     return Component(
         key=key, title=title, kind="learned", code=code,

@@ -45,19 +45,19 @@ def scaled_router(ctx: Ctx, *, prefix: str, ranges: tuple[IndexRange, ...], x: P
                   experts_sym: str, citations: tuple[Citation, ...]) -> Component:
     """r = RMS(x) ⊙ s · d^-1/2; p = softmax(r W_r); the top k of p renormalised, times a per-expert scale."""
     experts, d = Dim("experts", o.experts), ctx.size("hidden_size")
-    steps = (Step(rf"r=\frac{{{x.latex}}}{{\sqrt{{\operatorname{{mean}}({x.latex}^2)+{fmt_eps(o.eps)}}}}}\odot "
-                  rf"s_{{r}}\cdot {d}^{{-1/2}}", x.shape, "router-norm"),
-             Step(r"z=r\,W_{r}", ctx.tokens(experts), "logits"),
+    steps = (Step(rf"x_{{\mathrm{{route}}}}=\frac{{{x.latex}}}{{\sqrt{{\operatorname{{mean}}({x.latex}^2)+{fmt_eps(o.eps)}}}}}\odot "
+                  rf"s_{{\mathrm{{r}}}}\cdot {d}^{{-1/2}}", x.shape, "router-norm"),
+             Step(r"z=x_{\mathrm{route}}\,W_{r}", ctx.tokens(experts), "logits"),
              Step(r"p=\operatorname{softmax}(z)", ctx.tokens(experts), "scores"),
              Step(rf"E^{{\mathrm{{sel}}}}_i=\big[\,i\in\operatorname{{top}}_{{{o.k}}}(p)\,\big]", ctx.tokens(experts),
                   "select"),
-             Step(r"G_i=\frac{p_i\,E^{\mathrm{sel}}_i}{\sum_j p_j\,E^{\mathrm{sel}}_j}\,c_i", ctx.tokens(experts),
+             Step(r"G_i=\frac{p_i\,E^{\mathrm{sel}}_i}{\sum_j p_j\,E^{\mathrm{sel}}_j}\,s^{E}_i", ctx.tokens(experts),
                   "gates"))
     E, D = ctx.sym(experts_sym), ctx.sym("hidden_size")
     return Component(
         key="router", title="Router (scaled, softmax top-k)", kind="learned", code="Gemma4TextRouter(config)",
         description=f"Normalise the residual stream, score all {o.experts} experts with a softmax, keep the top "
-                    f"{o.k}, renormalise them and multiply each by its learned per-expert scale c.",
+                    f"{o.k}, renormalise them and multiply each by its learned per-expert scale.",
         inputs=(x,), outputs=(Port("G", ctx.tokens(experts), "gates"),), equations=steps[-2:], steps=steps,
         tensors=(ctx.tensor(prefix + "scale", ranges, (D,)), ctx.tensor(prefix + "per_expert_scale", ranges, (E,)),
                  ctx.tensor(prefix + "proj.weight", ranges, (E, D))),
@@ -96,8 +96,8 @@ def halves_experts(ctx: Ctx, *, prefix: str, ranges: tuple[IndexRange, ...], x: 
     per_expert = Shape((B, T, experts, inner))
     steps = (Step(rf"[g\,u]_e={x.latex}W^{{gu}}_e,\quad g_e=[g\,u]_{{e,:I}},\ u_e=[g\,u]_{{e,I:}}",
                   Shape((B, T, experts, Dim("2·" + inner.label, 2 * ctx.size(width)))), "gate-up"),
-             Step(rf"h_e={ACT_OPERATOR[o.act]}(g_e)\odot u_e", per_expert, "product"),
-             Step(r"E_e=h_e W^{d}_e", Shape((B, T, experts, hidden)), "down"),
+             Step(rf"m_e={ACT_OPERATOR[o.act]}(g_e)\odot u_e", per_expert, "product"),
+             Step(r"E_e=m_e W^{d}_e", Shape((B, T, experts, hidden)), "down"),
              Step(rf"y^{{\mathrm{{routed}}}}=\sum_{{e=1}}^{{{o.experts}}}G_e\,E_e", x.shape, "routed-sum"))
     storage = Dense(ctx.dtype)
     return Component(

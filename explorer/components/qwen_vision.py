@@ -98,10 +98,10 @@ def vision_attention(ctx: Ctx, o: VisionOptions, *, prefix: str, ranges: tuple[I
                   description=f"Mix the {o.heads} heads' outputs back to {d:,} features.")
     heads = Shape((Dim("patches", o.patches), Dim("heads", o.heads), Dim("d_head", o.head_dim)))
     steps = (qkv.steps[0],
-             Step(rf"Q^R_i=\operatorname{{RoPE}}_{{2D}}(Q_i;\,r_i,c_i),\ K^R_i=\operatorname{{RoPE}}_{{2D}}(K_i;\,r_i,c_i)"
+             Step(rf"Q^R_i=\operatorname{{RoPE}}_{{2D}}(q_i;\,r_i,c_i),\ K^R_i=\operatorname{{RoPE}}_{{2D}}(k_i;\,r_i,c_i)"
                   rf",\quad \text{{angles}}\ (r_i\omega_j,\ c_i\omega_j),\ \omega_j={o.theta:g}^{{-4j/{o.head_dim}}}",
                   heads, "rotate"),
-             Step(rf"O_h=\operatorname{{softmax}}\!\left(Q^R_hK_h^{{R\top}}/\sqrt{{{o.head_dim}}}\right)V_h,\quad "
+             Step(rf"O_h=\operatorname{{softmax}}\!\left(Q^R_hK_h^{{R\top}}/\sqrt{{{o.head_dim}}}\right)v_h,\quad "
                   rf"h=1,\dots,{o.heads}", x.shape, "attend"),
              proj.steps[0])
     return Component(
@@ -167,10 +167,10 @@ def merger(ctx: Ctx, o: VisionOptions, *, prefix: str, cite: Citation) -> Compon
     out = Port("e", Shape((tokens, ctx.dim("vit_out_hidden_size"))), "e")
     fc2 = linear(ctx, "linear_fc2", "Projection to the text width", weight=prefix + "linear_fc2.weight", ranges=(),
                  d_in=M, d_out=ctx.sym("vit_out_hidden_size"), out_dim=ctx.dim("vit_out_hidden_size"),
-                 x=Port("h", merged, "h"), y=out, equation=r"e=hW_2+b_2", bias=True, code="self.linear_fc2(x)",
+                 x=Port("m", merged, "h"), y=out, equation=r"e=mW_2+b_2", bias=True, code="self.linear_fc2(x)",
                  description=f"Project to the text model's {ctx.size('vit_out_hidden_size'):,} features.")
     steps = (norm.steps[0], Step(rf"u_i=[\hat z_{{{m2}i}};\dots;\hat z_{{{m2}i+{m2 - 1}}}]", merged, "concat"),
-             fc1.steps[0], Step(r"h=\operatorname{GELU}(g)", merged, "gelu"), fc2.steps[0])
+             fc1.steps[0], Step(r"m=\operatorname{GELU}(g)", merged, "gelu"), fc2.steps[0])
     return Component(
         key="merger", title="Patch merger", kind="learned", code="Qwen3_5VisionPatchMerger(config)",
         description=f"Normalise each patch, concatenate each {o.merge}×{o.merge} neighbourhood ({m2} patches) into one "

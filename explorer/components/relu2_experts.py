@@ -40,7 +40,7 @@ def relu2_mlp(ctx: Ctx, key: str, title: str, crumb: str, *, prefix: str, ranges
               citations: tuple[Citation, ...], sub: str = "") -> Component:
     """down(ReLU(x W_up)²): two bias-free projections named up_proj and down_proj; `sub` indexes every symbol (the
     routed expert i, the shared expert "sh")."""
-    us, hs, ws = (f"u_{{{sub}}}", f"h_{{{sub}}}", f",{sub}") if sub else ("u", "h", "")
+    us, hs, ws = (f"u_{{{sub}}}", f"m_{{{sub}}}", f",{sub}") if sub else ("u", "m", "")
     d = ctx.size("hidden_size")
     u = Port(us, ctx.tokens(width_dim), "u")
     h = Port(hs, ctx.tokens(width_dim), "h")

@@ -205,10 +205,10 @@ def _frequency_steps(o: RopeOptions, pairs: Dim) -> tuple[Step, ...]:
     shape = Shape((pairs,))
     if o.kind == "yarn":
         low, high = yarn_bounds(o)
-        return (Step(rf"\gamma_j=\operatorname{{clamp}}\!\left(\frac{{j-j_{{\mathrm{{low}}}}}}{{j_{{\mathrm{{high}}}}"
+        return (Step(rf"\phi_j=\operatorname{{clamp}}\!\left(\frac{{j-j_{{\mathrm{{low}}}}}}{{j_{{\mathrm{{high}}}}"
                      rf"-j_{{\mathrm{{low}}}}}},0,1\right),\quad j_{{\mathrm{{low}}}}={fmt_num(low)},\ "
                      rf"j_{{\mathrm{{high}}}}={fmt_num(high)}", shape, "ramp"),
-                Step(rf"\omega_j=\gamma_j\,\frac{{\theta_j}}{{{fmt_num(o.factor)}}}+(1-\gamma_j)\,\theta_j", shape,
+                Step(rf"\omega_j=\phi_j\,\frac{{\theta_j}}{{{fmt_num(o.factor)}}}+(1-\phi_j)\,\theta_j", shape,
                      "inv-freq"))
     if o.kind == "linear":
         return (Step(rf"\omega_j=\theta_j/{fmt_num(o.factor)}", shape, "inv-freq"),)
@@ -216,8 +216,8 @@ def _frequency_steps(o: RopeOptions, pairs: Dim) -> tuple[Step, ...]:
         n = o.original_max_position_embeddings
         return (Step(rf"\omega_j=\begin{{cases}}\theta_j & \lambda_j<{n}/{fmt_num(o.high_freq_factor)}\\ "
                      rf"\theta_j/{fmt_num(o.factor)} & \lambda_j>{n}/{fmt_num(o.low_freq_factor)}\\ "
-                     rf"(1-\gamma_j)\,\theta_j/{fmt_num(o.factor)}+\gamma_j\,\theta_j & \text{{otherwise}}\end{{cases}},"
-                     rf"\quad \lambda_j=\frac{{2\pi}}{{\theta_j}},\ \gamma_j=\frac{{{n}/\lambda_j-"
+                     rf"(1-\phi_j)\,\theta_j/{fmt_num(o.factor)}+\phi_j\,\theta_j & \text{{otherwise}}\end{{cases}},"
+                     rf"\quad \lambda_j=\frac{{2\pi}}{{\theta_j}},\ \phi_j=\frac{{{n}/\lambda_j-"
                      rf"{fmt_num(o.low_freq_factor)}}}{{{fmt_num(o.high_freq_factor)}-{fmt_num(o.low_freq_factor)}}}",
                      shape, "inv-freq"),)
     return (Step(r"\omega_j=\theta_j", shape, "inv-freq"),)
@@ -225,7 +225,7 @@ def _frequency_steps(o: RopeOptions, pairs: Dim) -> tuple[Step, ...]:
 
 def _rotation_latex(o: RopeOptions) -> str:
     first, second = (r"x_{2j}", r"x_{2j+1}") if o.pairing == "interleaved" else ("x_{j}", rf"x_{{j+{o.pairs}}}")
-    scale, factor = ("a\\,", _attention_factor_latex(o)) if attention_factor(o) != 1.0 else ("", "")
+    scale, factor = (r"a_{\mathrm{YaRN}}\,", _attention_factor_latex(o)) if attention_factor(o) != 1.0 else ("", "")
     rotation = (rf"\operatorname{{RoPE}}(x,R_t)_{{j}}={scale}\begin{{pmatrix}}\cos t\omega_j & -\sin t\omega_j\\ "
                 rf"\sin t\omega_j & \cos t\omega_j\end{{pmatrix}}\begin{{pmatrix}}{first}\\ {second}\end{{pmatrix}}"
                 + factor)
@@ -241,8 +241,8 @@ def _attention_factor_latex(o: RopeOptions) -> str:
     top = rf"0.1\cdot{fmt_num(o.mscale)}\ln {s}+1" if o.mscale_all_dim else rf"0.1\ln {s}+1"
     value = rf"{attention_factor(o):.6f}"
     if o.mscale_all_dim:
-        return rf",\quad a=\frac{{{top}}}{{0.1\cdot{fmt_num(o.mscale_all_dim)}\ln {s}+1}}={value}"
-    return rf",\quad a={top}={value}"
+        return rf",\quad a_{{\mathrm{{YaRN}}}}=\frac{{{top}}}{{0.1\cdot{fmt_num(o.mscale_all_dim)}\ln {s}+1}}={value}"
+    return rf",\quad a_{{\mathrm{{YaRN}}}}={top}={value}"
 
 
 def _description(o: RopeOptions) -> str:

@@ -101,7 +101,7 @@ def shaped_attention(ctx: Ctx, *, prefix: str, ranges: tuple[IndexRange, ...], x
                            if abs(so.scale - dqk ** -0.5) < 1e-12 else rf"\tau={so.scale:.6f}",
                            description=f"Causal softmax attention of {n} query heads over {dqk}-dimensional dot "
                                        f"products, weighting {dv}-dimensional values{groups}.",
-                           citations=citations[:1], weight_prefix=prefix, ranges=ranges))
+                           citations=citations[:1], weight_prefix=prefix, ranges=ranges, q_in="Q^{R}", k_in="K^{R}"))
     o_in = Port(ctx_colour("O"), ctx.tokens(Dim("heads·d_v", n * dv)), "O")
     children.append(linear(ctx, "o_proj", "Output projection", weight=prefix + "o_proj.weight", ranges=ranges,
                            d_in=shape.heads * shape.v_head_dim, d_out="hidden_size", out_dim=ctx.dim("hidden_size"),

@@ -89,8 +89,8 @@ def input_gated_experts(ctx: Ctx, *, prefix: str, ranges: tuple[IndexRange, ...]
     steps = (Step(rf"\tilde x_e=G_e\,{x.latex}", Shape((B, T, experts, hidden)), "gated-input"),
              Step(r"[g\,u]_e=\tilde x_e W^{gu}_e,\quad g_e=[g\,u]_{e,:I},\ u_e=[g\,u]_{e,I:}",
                   Shape((B, T, experts, Dim("2·" + inner.label, 2 * ctx.size(width)))), "gate-up"),
-             Step(rf"h_e={ACT_OPERATOR[o.act]}(g_e)\odot u_e", per_expert, "product"),
-             Step(r"E_e=h_e W^{d}_e", Shape((B, T, experts, hidden)), "down"),
+             Step(rf"m_e={ACT_OPERATOR[o.act]}(g_e)\odot u_e", per_expert, "product"),
+             Step(r"E_e=m_e W^{d}_e", Shape((B, T, experts, hidden)), "down"),
              Step(rf"y^{{\mathrm{{routed}}}}=\sum_{{e=1}}^{{{o.experts}}}E_e", x.shape, "routed-sum"))
     return Component(
         key="experts", title="Routed experts (input-gated SwiGLU)", crumb="Routed experts", kind="learned", code=code,

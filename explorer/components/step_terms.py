@@ -18,7 +18,7 @@ from .attention import ScoresOptions
 from .base import fmt_eps, fmt_num
 from .embedding import EmbeddingOptions
 from .fused_experts import ClampedSwiGLUOptions
-from .moe import SCORE_LATEX, RouterOptions
+from .moe import SCORE_LATEX, RouterOptions, score_symbol
 from .norms import NormOptions
 from .rope import RopeOptions, attention_factor, yarn_bounds
 from .softcap import SoftcapOptions
@@ -75,13 +75,13 @@ def _router(o: RouterOptions) -> tuple[Term, ...]:
         return (*out, Term("softmax_after_topk", "gates", r"e^{z_i}"))
     out.append(Term("scoring", "scores", SCORE_LATEX[o.scoring]))
     if o.correction_bias:
-        out.append(Term("correction_bias", "select", "s+b"))
+        out.append(Term("correction_bias", "select", score_symbol(o.scoring) + "+b"))
     if o.n_group > 1:
         out += [Term("n_group", "groups", f"over {o.n_group} groups"),
                 Term("topk_group", "groups", rf"\operatorname{{top}}_{{{o.topk_group}}}"),
                 Term("n_group", "select", r"-\infty")]
     if o.norm_topk_prob:
-        out.append(Term("norm_topk_prob", "gates", r"\sum_{j}s_j"))
+        out.append(Term("norm_topk_prob", "gates", rf"\sum_{{j}}{score_symbol(o.scoring)}_j"))
     if o.scaling != 1.0:
         out.append(Term("scaling", "gates", fmt_num(o.scaling)))
     return tuple(out)
@@ -126,7 +126,7 @@ def _scores(o: ScoresOptions) -> tuple[Term, ...]:
     if o.window:
         out.append(Term("window", "", f"{o.window:,}"))
     if o.sinks:
-        out.append(Term("sinks", "softmax", "s_h"))
+        out.append(Term("sinks", "softmax", r"\kappa_h"))
     if o.softcap:
         out.append(Term("softcap", "", fmt_num(o.softcap)))
     return tuple(out)

@@ -221,7 +221,7 @@ def _pool_terms(o: CompressorOptions, field: str = "", sub: str = "c") -> list[T
     """The pooling's terms; field names the nested options field (an indexer's compressor) or "" for o's own."""
     m = o.ratio
     pooled = (rf"\sum_{{j=1}}^{{{2 * m}}}", r"C^{a}_{\text{window }w-1}") if o.overlap else (r"j\in\text{window }w",)
-    return [Term(field or "ratio", f"{sub}-pool", f"m={m}"), Term(field or "ratio", f"{sub}-entries", f"_{{{m}w}}"),
+    return [Term(field or "ratio", f"{sub}-pool", rf"\text{{ratio }}{m}"), Term(field or "ratio", f"{sub}-entries", f"_{{{m}w}}"),
             *[Term(field or "overlap", f"{sub}-pool", x) for x in pooled],
             Term(field or "rope", f"{sub}-entries", r"\operatorname{RoPE}"),
             Term(field or "eps", f"{sub}-entries", fmt_eps(o.eps))]
@@ -258,7 +258,7 @@ def _dsa_indexer(o: dsa.IndexerOptions) -> tuple[Term, ...]:
     (nested_mismatches checks they agree). The angles are the layer's; the indexer picks the features they
     turn (the first rope.dim) and how it pairs them."""
     r = o.rope
-    pairing = "(x_{2j},x_{2j+1})" if r.pairing == "interleaved" else f"(x_{{j}},x_{{j+{r.pairs}}})"
+    pairing = r"(2j,\,2j+1)" if r.pairing == "interleaved" else rf"(j,\,j+{r.pairs})"
     return (*[Term("rope", s, x) for s in ("idx-q-rotate", "idx-k-rotate") for x in (f"_{{t,:{r.dim}}}", pairing)],
             Term("heads", "idx-weights", rf"/\sqrt{{{o.heads}}}"),
             Term("head_dim", "idx-relu", rf"/\sqrt{{{o.head_dim}}}"),
@@ -367,7 +367,7 @@ def _mamba_scan(o: Mamba2Options) -> list[Term]:
     bc = o.groups * o.state_size
     return [*[Term(f, "heads", f"{o.inner},{bc},{bc}") for f in ("heads", "head_dim", "groups", "state_size")],
             Term("groups", "heads", rf"\lfloor h/{o.heads // o.groups}\rfloor"),
-            Term("dt_min", "dt", rf"{fmt_num(o.dt_min)}\big)"), Term("chunk_size", "chunks", f"Q={o.chunk_size}")]
+            Term("dt_min", "dt", rf"{fmt_num(o.dt_min)}\big)"), Term("chunk_size", "chunks", rf"\text{{in chunks of {o.chunk_size}}}")]
 
 
 def _mamba_norm(o: Mamba2Options) -> list[Term]:

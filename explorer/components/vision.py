@@ -108,7 +108,7 @@ def vision_attention(ctx: Ctx, *, prefix: str, ranges: tuple[IndexRange, ...], x
                        equation=r"\Delta_{\mathrm{attn}}=OW_O+b_O", description=f"Mix the {heads} heads' outputs.",
                        code="self.out_proj(attn_output)", bias=True))
     hd = d // heads
-    attend = Step(rf"O_h=\operatorname{{softmax}}\!\left(Q_hK_h^{{\top}}/\sqrt{{{hd}}}\right)V_h,\quad h=1,\dots,"
+    attend = Step(rf"O_h=\operatorname{{softmax}}\!\left(q_hk_h^{{\top}}/\sqrt{{{hd}}}\right)v_h,\quad h=1,\dots,"
                   rf"{heads}", x.shape, "attend")
     steps = (children[0].steps[0], children[1].steps[0], children[2].steps[0], attend, children[3].steps[0])
     return Component(
@@ -168,7 +168,7 @@ def vision_tower(ctx: Ctx, *, prefix: str, image_size: int, layers: int, heads: 
     block = vision_block(ctx, prefix=prefix, layers=layers, heads=heads, eps=eps)
     shape = _patch_shape(ctx)
     post = layernorm(ctx, "post_layernorm", "Final LayerNorm", weight=prefix + "post_layernorm.weight", ranges=(),
-                     size="vision_hidden_size", x=Port(rf"z_{{{layers}}}", shape, "z"), y=Port("v", shape, "v"),
+                     size="vision_hidden_size", x=Port(rf"z_{{{layers}}}", shape, "z"), y=Port(r"z_{\mathrm{out}}", shape, "v"),
                      code="self.post_layernorm(last_hidden_state)", eps=eps,
                      citations=(siglip("The vision model ends with a LayerNorm over the encoder's output.",
                                        "SiglipVisionModel"),))
@@ -207,14 +207,14 @@ def projector(ctx: Ctx, *, prefix: str, eps: float, patches_per_side: int, token
     # a bare parameter of the projector, not a module: its own program reads it by name, and it is checked as
     # part of the projector
     proj = replace(proj, reference="-", program="mm_projection")
-    pool = Step(rf"u=\operatorname{{AvgPool}}_{{{k_}\times{k_}}}(v),\ {patches_per_side}^2\to{tokens_per_side}^2"
+    pool = Step(rf"u=\operatorname{{AvgPool}}_{{{k_}\times{k_}}}(z_{{\mathrm{{out}}}}),\ {patches_per_side}^2\to{tokens_per_side}^2"
                 r"\text{ tokens}", pooled.shape, "pool")
     steps = (pool, norm.steps[0], proj.steps[0])
     return Component(
         key="projector", title="Multimodal projector", kind="learned", code="Gemma3MultiModalProjector(config)",
         description=f"Average {k_}×{k_} neighbourhoods of the {patches_per_side}×{patches_per_side} patch grid into "
                     f"{tokens.size} image tokens, normalise them and project each to the text model's width.",
-        inputs=(Port("v", _patch_shape(ctx), "v"),), outputs=(out,), equations=steps, steps=steps,
+        inputs=(Port(r"z_{\mathrm{out}}", _patch_shape(ctx), "v"),), outputs=(out,), equations=steps, steps=steps,
         children=(norm, proj), citations=citations, program="projector",
         options=ProjectorOptions(patches_per_side, tokens_per_side),
         notes=("The projection matrix is stored input by output, [d_vision, d], and applied as a matmul.",),

@@ -1,0 +1,257 @@
+"""Steps that read as computed, and one notation site-wide (issue 25, items 1 and 2).
+
+Every step of every component reads only what a port brings in or an earlier step computed, in the form the step
+before produced it (rotated, normed, clamped); every symbol any step uses is in the Notation registry, with one
+kind and one meaning. The expected parses below are written from the LaTeX by hand, not produced by the parser.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+from conftest import ROOT
+
+from explorer.families import load_model_spec
+from explorer.notation import undefined_reads
+from explorer.spec.types import walk
+from explorer.step_symbols import parse_step, symbols_of
+
+
+@pytest.fixture(scope="module")
+def all_specs():
+    from explorer.content import load_all_models
+
+    return [load_model_spec(m) for m in load_all_models(ROOT / "content")]
+
+
+def spec_of(slug: str):
+    from explorer.content import load_model_content
+
+    return load_model_spec(load_model_content(ROOT / "content/models" / slug))
+
+
+# ------------------------------------------------------------------------------------------- the parser
+
+@pytest.mark.parametrize("latex, defines, reads", [
+    (r"{\color{stream-q}{Q^{R}_t}}=\operatorname{RoPE}({\color{stream-q}{\hat Q}}_t,{\color{stream-context}{R_t}})",
+     {"Q^{R}"}, {r"\hat Q", "R"}),
+    (r"x_{\mathrm{attn}}=\frac{x_n}{\sqrt{\operatorname{mean}((x_n)^2)+10^{-6}}}\odot \gamma",
+     {r"x_{\mathrm{attn}}"}, {"x", r"\gamma"}),
+    (r"\hat c^{{\color{stream-q}{Q}}}=\operatorname{RMSNorm}({\color{stream-q}{c^{Q}}})", {r"\hat c^{Q}"}, {"c^{Q}"}),
+    (r"E_i=m_{i}W_{2,i}", {"E"}, {"m", "W"}),
+    (r"[{\color{stream-k}{k^{C}}};{\color{stream-v}{v}}]=\hat c^{KV}[W_{UK};W_{UV}]", {"k^{C}", "v"},
+     {r"\hat c^{KV}", "W_{UK}", "W_{UV}"}),
+    (r"\hat g=\min(g,7),\quad \hat u=\operatorname{clamp}(u,-7,7)", {r"\hat g", r"\hat u"}, {"g", "u"}),
+    (r"G_i=\frac{e^{z_i}E^{\mathrm{sel}}_i}{\sum_j e^{z_j}E^{\mathrm{sel}}_j}", {"G"}, {"z", r"E^{\mathrm{sel}}"}),
+    (r"{\color{stream-k}{K}}={\color{stream-v}{V}}=[{\color{stream-k}{k_1}};\dots;{\color{stream-k}{k_T}}]",
+     {"K", "V"}, {"k"}),
+    (r"x_t,\ B_t,\ C_t=\operatorname{split}(\tilde\xi_t;\ 4096,1024,1024)", {"x", "B", "C"}, {r"\tilde \xi"}),
+    (r"{\color{stream-v}{V}}\leftarrow 0.707\,{\color{stream-v}{V}}", {"V"}, {"V"}),
+])
+def test_a_step_defines_its_left_side_and_reads_its_right(latex, defines, reads):
+    parsed = parse_step(latex)
+    assert parsed.defines == defines
+    assert parsed.reads == reads
+
+
+def test_index_scripts_are_indices_not_reads():
+    parsed = parse_step(r"y^{\mathrm{routed}}=\sum_{e=1}^{128}G_e\,E_e")
+    assert parsed.reads == {"G", "E"}
+    assert "e" in parsed.indices
+    assert parse_step(r"[g\,u]_e=x_{\mathrm{moe}}W^{gu}_e,\quad g_e=[g\,u]_{e,:I}").reads == {
+        r"x_{\mathrm{moe}}", "W^{gu}"}
+
+
+def test_ports_name_their_symbols():
+    assert symbols_of(r"[{\color{stream-k}{k^{C}}};{\color{stream-v}{v}}]") == ["k^{C}", "v"]
+    assert symbols_of(r"x'_n") == ["x'"]
+
+
+# ------------------------------------------------------------------- steps read what the steps before produced
+
+KNOWN_GAPS = {
+    # Symbols that still mean two things: γ is also a DeltaNet decay and a head group; c is also a vision patch's
+    # column (a given, not a step's output); B is also the compressor's position bias; λ is also Llama 3's
+    # wavelength. The chunked DeltaNet step solves
+    # an equation for U (the parser reads only "LHS = RHS") and writes the chunk's values as V.
+    "gated_deltanet: step 'chunked' computes \\gamma, registered as a parameter",
+    "gated_deltanet: step 'chunked' reads U, V, which no input or earlier step gives",
+    "gemma4_vision_block: step 'rotate' reads c, which no input or earlier step gives",
+    "grouped_linear: step 'o-a' computes \\gamma, registered as a parameter",
+    "hc_block: step 'c-pool' reads B, which no input or earlier step gives",
+    "hc_block: step 'o-a' computes \\gamma, registered as a parameter",
+    "layer_block: step 'layer-scalar' reads \\lambda, which no input or earlier step gives",
+    "moonvit_attention: step 'rotate' reads c, which no input or earlier step gives",
+    "moonvit_block: step 'rotate' reads c, which no input or earlier step gives",
+    "qwen_positions: step 'positions' reads c, which no input or earlier step gives",
+    "qwen_vision_attention: step 'rotate' reads c, which no input or earlier step gives",
+    "qwen_vision_block: step 'rotate' reads c, which no input or earlier step gives",
+    "qwen_vision_tower: step 'positions' reads c, which no input or earlier step gives",
+    "recurrent_block: step 'chunked' computes \\gamma, registered as a parameter",
+    "recurrent_block: step 'chunked' reads U, V, which no input or earlier step gives",
+    "v4_attention: step 'c-pool' reads B, which no input or earlier step gives",
+    "v4_attention: step 'o-a' computes \\gamma, registered as a parameter",
+    "v4_compressor: step 'c-pool' reads B, which no input or earlier step gives",
+    "v4_pool: step 'c-pool' reads B, which no input or earlier step gives",
+    # Hyper-connections read the streams both as they are (to mix them) and flattened and normed (to compute the
+    # mixing weights): the normed form does not replace the streams.
+    "hc_block: step 'attn-hc-collapse' reads X, superseded by \\hat X",
+    "hc_block: step 'hc-expand-attn' reads X, superseded by \\hat X",
+    "hyper_connection: step 'hc-collapse' reads X, superseded by \\hat X",
+    "hyper_head: step 'hc-collapse' reads X, superseded by \\hat X",
+    # The compressor's overlapping halves C^a, C^b (and their logits) are named only inside the pooling step.
+    "hc_block: step 'c-pool' reads C^{a}, C^{b}, Z^{a}, Z^{b}, which no input or earlier step gives",
+    "hc_block: step 'i-pool' reads C^{a}, C^{b}, Z^{a}, Z^{b}, which no input or earlier step gives",
+    "v4_attention: step 'c-pool' reads C^{a}, C^{b}, Z^{a}, Z^{b}, which no input or earlier step gives",
+    "v4_attention: step 'i-pool' reads C^{a}, C^{b}, Z^{a}, Z^{b}, which no input or earlier step gives",
+    "v4_compressor: step 'c-pool' reads C^{a}, C^{b}, Z^{a}, Z^{b}, which no input or earlier step gives",
+    "v4_compressor: step 'i-pool' reads C^{a}, C^{b}, Z^{a}, Z^{b}, which no input or earlier step gives",
+    "v4_indexer: step 'i-pool' reads C^{a}, C^{b}, Z^{a}, Z^{b}, which no input or earlier step gives",
+    "v4_pool: step 'c-pool' reads C^{a}, C^{b}, Z^{a}, Z^{b}, which no input or earlier step gives",
+    # The merger reads the encoder's last stream, which the tower's steps call z_{n+1} of the last block.
+    "qwen_vision_tower: step 'norm' reads z_{\\mathrm{out}}, which no input or earlier step gives",
+}
+"""Known gaps, by library part: kept exact, so that fixing one (or adding one) updates this list."""
+
+
+def test_every_step_reads_what_a_port_or_an_earlier_step_gives(all_specs):
+    found = {f"{comp.program}: {p}" for spec in all_specs for _, comp in walk(spec.root) for p in undefined_reads(comp)}
+    assert found - KNOWN_GAPS == set()
+    assert KNOWN_GAPS - found == set()
+
+
+def _attention(slug: str):
+    spec = spec_of(slug)
+    return next(c for _, c in walk(spec.root) if c.program == "attention")
+
+
+@pytest.mark.parametrize("slug", ["llama-3.1-8b", "qwen3-8b", "gpt-oss-20b", "mixtral-8x7b"])
+def test_grouped_query_scores_read_the_rotated_queries_and_keys(slug):
+    """Issue 25: the scores step used the raw Q and K after the steps had rotated (and QK-normed) them."""
+    attn = _attention(slug)
+    softmax = next(s for s in attn.steps if s.name == "softmax")
+    assert "Q^{R}" in parse_step(softmax.latex).reads
+    repeat = [s for s in attn.steps if s.name == "repeat"]
+    assert all("K^{R}" in parse_step(s.latex).reads for s in repeat)
+    scores = attn.child("scores")
+    assert [p.latex for p in scores.inputs[:2]] == [r"{\color{stream-q}{Q^{R}}}", r"{\color{stream-k}{K^{R}}}"]
+    assert undefined_reads(attn) == []
+
+
+def _with_step(comp, name: str, latex: str):
+    return dataclasses.replace(comp, steps=tuple(dataclasses.replace(s, latex=latex) if s.name == name else s
+                                                 for s in comp.steps))
+
+
+def test_a_step_that_reads_the_raw_tensor_fails():
+    attn = _attention("qwen3-8b")
+    softmax = next(s for s in attn.steps if s.name == "softmax")
+    raw = _with_step(attn, "softmax", softmax.latex.replace("Q^{R}_h", "Q_h"))
+    assert raw.steps != attn.steps
+    assert any("reads Q, superseded by" in p for p in undefined_reads(raw))
+    normed_only = _with_step(attn, "softmax", softmax.latex.replace("Q^{R}_h", r"\hat Q_h"))
+    assert any(r"reads \hat Q, superseded by Q^{R}" in p for p in undefined_reads(normed_only))
+
+
+def test_a_step_that_reads_what_nothing_computed_fails():
+    mlp = next(c for _, c in walk(spec_of("kimi-k2").root) if c.program == "gated_mlp")
+    down = next(s for s in mlp.steps if s.name == "down_proj")
+    assert undefined_reads(mlp) == []
+    bad = _with_step(mlp, "down_proj", down.latex.replace("=m", r"=\hat m"))
+    assert bad.steps != mlp.steps
+    assert undefined_reads(bad) != []
+
+
+# ------------------------------------------------------------------------------------------ one notation
+
+def test_every_symbol_any_step_or_port_uses_is_in_the_registry(all_specs):
+    from explorer.notation import unregistered
+
+    missing = {f"{comp.program}: {s}" for spec in all_specs for _, comp in walk(spec.root) for s in unregistered(comp)}
+    assert missing == set()
+
+
+def test_the_registry_gives_each_symbol_one_entry_and_one_anchor():
+    from explorer.notation import SYMBOLS
+    from explorer.notation_page import symbol_anchor
+
+    latex = [s.latex for s in SYMBOLS]
+    assert len(latex) == len(set(latex))
+    assert len({symbol_anchor(x) for x in latex}) == len(latex)
+    assert all(s.meaning for s in SYMBOLS)
+
+
+def test_an_unregistered_symbol_fails():
+    from explorer.notation import unregistered
+
+    mlp = next(c for _, c in walk(spec_of("kimi-k2").root) if c.program == "gated_mlp")
+    product = next(s for s in mlp.steps if s.name == "product")
+    assert unregistered(mlp) == []
+    assert unregistered(_with_step(mlp, "product", product.latex.replace("m=", r"\psi="))) == [r"\psi"]
+
+
+def test_an_index_letter_used_as_a_tensor_fails():
+    """Issue 25: s meant a key position, the router's scores and gpt-oss's sink logits; the sinks are κ_h now, and
+    writing them s_h again is caught (s is registered as the key-position index)."""
+    attn = _attention("gpt-oss-20b")
+    softmax = next(s for s in attn.steps if s.name == "softmax")
+    assert r"\kappa_h" in softmax.latex
+    overloaded = _with_step(attn, "softmax", softmax.latex.replace(r"\kappa_h", "s_h"))
+    assert any("writes s with an index, registered as an index" in p for p in undefined_reads(overloaded))
+
+
+def test_a_step_that_computes_a_parameter_fails():
+    """γ is a norm's learned gain: a step that computes a γ gives it a second meaning."""
+    norm = next(c for _, c in walk(spec_of("kimi-k2").root) if c.program == "norm")
+    step = norm.steps[0]
+    assert undefined_reads(norm) == []
+    bad = _with_step(norm, step.name, step.latex + r",\quad \gamma=x_n")
+    assert any(r"computes \gamma, registered as a parameter" in p for p in undefined_reads(bad))
+
+
+def test_the_notation_page_renders_every_symbol_as_mathml_with_where_it_is_defined(all_specs):
+    from explorer.notation import SYMBOLS
+    from explorer.notation_page import notation_page
+
+    page = notation_page(all_specs, "<p>intro</p>")
+    entries = [e for sec in page.sections for e in sec.entries]
+    assert len(entries) == len(SYMBOLS)
+    assert all(e.mathml.startswith("<math ") for e in entries)
+    by_anchor = {e.anchor: e for e in entries}
+    # Kimi K2's router affinity: defined by the router's scores step (its own page, the leaf)
+    rho = by_anchor["sym-rho"].where
+    assert rho is not None and rho.href == "models/kimi-k2/blocks.moe.moe.router.html#step-scores"
+    assert rho.text == "defined on kimi-k2 › blocks.moe.moe.router"
+    # a learned matrix is not computed: its link says where it is first used
+    assert by_anchor["sym-W"].where.text.startswith("first used on ")
+    unused = [e.anchor for e in entries if e.where is None]
+    assert unused == []
+
+
+def test_the_seed_004_page_names_its_input_m_in_equation_and_box(all_specs):
+    """Kimi K2 › dense block › SwiGLU › down projection: the equation and the in/out box use one symbol, m."""
+    spec = next(s for s in all_specs if s.slug == "kimi-k2")
+    down = next(c for anc, c in walk(spec.root) if c.key == "down_proj" and [a.key for a in anc[-2:]] == ["dense", "mlp"])
+    assert [p.latex for p in down.inputs] == ["m"]
+    assert parse_step(down.equations[0].latex).reads == {"m", "W"}
+    mlp = next(c for anc, c in walk(spec.root) if c.program == "gated_mlp" and anc[-1].key == "dense")
+    product = next(s for s in mlp.steps if s.name == "product")
+    assert parse_step(product.latex).defines == {"m"}
+
+
+KNOWN_OVERLOADS = {"t", r"\Delta", "P", r"\lambda", "A", "S", "I", "C", "c", "z", "p", "u", r"\hat u", "i", "r",
+                   "e", "B", r"\sigma", r"\gamma"}
+"""Symbols the steps still write for a second thing, each stated on the Notation page: kept exact, so that a
+rename removes one here and a new double use must be declared."""
+
+
+def test_each_symbol_has_one_meaning_but_the_declared_overloads():
+    from explorer.notation import BY_LATEX, SYMBOLS
+
+    assert {s.latex for s in SYMBOLS if s.also} == KNOWN_OVERLOADS
+    # issue 25 named these: s was sigmoid scores, softmax scores and sink logits; h a head and a SwiGLU product;
+    # v the values and a vision output
+    assert not {"s", "h", "v", r"\rho", r"\kappa", "m", r"z_{\mathrm{out}}"} & KNOWN_OVERLOADS
+    assert [BY_LATEX[x].kind for x in ("s", "h", r"\rho", r"\kappa", "m", "v")] == [
+        "index", "index", "computed", "parameter", "computed", "computed"]
