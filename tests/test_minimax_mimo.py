@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from explorer.account import account
 from explorer.add_model import add_model
-from explorer.components import moe, shaped_attention
+from explorer.components import attention, layer_attention, moe
 from explorer.content import load_model_content
 from explorer.errors import ContentError, ExecutionError
 from explorer.execute import FREE_SIZES, check_equations, tiny_spec
@@ -88,7 +88,8 @@ def test_tiny_configs_keep_the_mechanisms(tiny):
     blocks = {b.key: b for b in mimo.root.child("blocks").children}
     assert list(blocks) == ["dense", "sliding", "full"]
     sliding, full = (blocks[k].child("attn").options for k in ("sliding", "full"))
-    assert sliding.kv_heads == 2 * full.kv_heads and sliding.v_head_dim < sliding.qk_head_dim
+    assert sliding.shape.kv_heads == 2 * full.shape.kv_heads
+    assert sliding.shape.v_head_dim < sliding.shape.qk_head_dim
     scores = {k: blocks[k].child("attn").child("scores").options for k in blocks}
     assert scores["sliding"].sinks and not scores["full"].sinks
     assert scores["sliding"].window < FREE_SIZES["T"] and scores["full"].window is None
@@ -105,7 +106,7 @@ def test_tiny_checks_pass(tiny, slug):
 
 def test_qk_norm_per_head_fails(tiny, monkeypatch):
     """Normalising each 16-feature head instead of the whole projection changes MiniMax-M2's attention."""
-    real = shaped_attention.apply_norm
+    real = layer_attention.apply_norm
 
     def per_head(run, name, x, opts, module):
         if x.dim() != 3:
@@ -114,28 +115,28 @@ def test_qk_norm_per_head_fails(tiny, monkeypatch):
         y = heads * torch.rsqrt(heads.pow(2).mean(-1, keepdim=True) + opts.eps)
         return run.rec(name, y.reshape(x.shape) * run.w(module + "weight"))
 
-    monkeypatch.setattr(shaped_attention, "apply_norm", per_head)
+    monkeypatch.setattr(layer_attention, "apply_norm", per_head)
     fails(*tiny["minimax-m2.5"], "blocks.moe.attn: max |Δ|")
 
 
 @pytest.mark.parametrize("slug", list(TOTALS))
 def test_rotating_the_wrong_features_fails(tiny, monkeypatch, slug):
     """Partial rotary turns the first rotary features of each head; turning the last ones instead fails."""
-    real = shaped_attention.rotate
-    monkeypatch.setattr(shaped_attention, "rotate", lambda x, a, o: torch.cat(
+    real = layer_attention.rotate
+    monkeypatch.setattr(layer_attention, "rotate", lambda x, a, o: torch.cat(
         [x[..., :-o.dim], real(x[..., -o.dim:], a, o)], dim=-1))
     fails(*tiny[slug], ".attn: max |Δ|")
 
 
 def test_mimo_without_sinks_fails(tiny, monkeypatch):
-    real = shaped_attention.attend
-    monkeypatch.setattr(shaped_attention, "attend", lambda run, o, *a: real(run, replace(o, sinks=False), *a))
+    real = attention.attend
+    monkeypatch.setattr(attention, "attend", lambda run, o, *a: real(run, replace(o, sinks=False), *a))
     fails(*tiny["mimo-v2-flash"], "blocks.sliding.attn: max |Δ|")
 
 
 def test_mimo_without_the_window_fails(tiny, monkeypatch):
-    real = shaped_attention.attend
-    monkeypatch.setattr(shaped_attention, "attend", lambda run, o, *a: real(run, replace(o, window=None), *a))
+    real = attention.attend
+    monkeypatch.setattr(attention, "attend", lambda run, o, *a: real(run, replace(o, window=None), *a))
     with pytest.raises(ExecutionError) as info:
         check_equations(*tiny["mimo-v2-flash"])
     assert "blocks.sliding.attn: max |Δ|" in str(info.value) and "blocks.full.attn:" not in str(info.value)

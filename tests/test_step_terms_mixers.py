@@ -140,6 +140,18 @@ def test_a_child_norm_that_shows_another_eps_than_the_program_applies_fails(slug
     assert [m for m in nested_mismatches(broken) if m.startswith(norm.key)]
 
 
+def test_shaped_attention_scores_other_than_its_layers_options_fail():
+    """The shaped_attention part's program runs attention.py's scores with the scores child's own options, whose
+    terms that child's steps answer for; they must be the ones its layer's options give."""
+    attn = comp_of("mimo-v2-flash", "blocks.sliding.attn")
+    assert nested_mismatches(attn) == []
+    scores = attn.child("scores")
+    for change in ({"sinks": False}, {"window": None}, {"scale": 1.0}, {"kv_heads": 1}):
+        other = dataclasses.replace(scores, options=dataclasses.replace(scores.options, **change))
+        broken = dataclasses.replace(attn, children=tuple(other if c is scores else c for c in attn.children))
+        assert [m for m in nested_mismatches(broken) if m.startswith("scores show")], change
+
+
 # ---------------------------------------------------------------------------------------------- DeepSeek V4
 
 V4 = "deepseek-v4-flash"
