@@ -113,7 +113,7 @@ def test_tiny_configs_keep_the_mechanisms(gemma, llama):
     assert la.window < T and ga.window is None
     assert (la.shape.kv_heads, la.shape.qk_head_dim) != (ga.shape.kv_heads, ga.shape.qk_head_dim)
     assert ga.keys_as_values and "v_proj" not in [c.key for c in glob.child("attn").children]
-    assert glob.child("attn").child("rope").options.unrotated_pairs > 0
+    assert glob.child("attn").child("rope").options.zero_frequency_pairs > 0
 
 
 def test_executed_checks_pass(gemma, llama):
@@ -214,7 +214,7 @@ def test_value_norm_left_out_fails(gemma, monkeypatch):
 def test_full_rotary_on_global_layers_fails(gemma, monkeypatch):
     """Deliberately wrong: every pair of the wider global head rotated (partial rotary left out)."""
     original = gemma4_module.RopeOptions
-    monkeypatch.setattr(gemma4_module, "RopeOptions", lambda *a, **k: original(*a, **{**k, "unrotated_pairs": 0}))
+    monkeypatch.setattr(gemma4_module, "RopeOptions", lambda *a, **k: original(*a, **{**k, "zero_frequency_pairs": 0}))
     fails(gemma, "blocks.global.attn.rope: max |Δ|", absent="blocks.local")
 
 

@@ -83,7 +83,7 @@ def test_a_per_head_qk_norm_does_not_balance():
 def test_tiny_configs_keep_the_mechanisms(tiny):
     _, mm = tiny["minimax-m2.5"]
     rope = mm.root.child("blocks").child("moe").child("attn").child("rope").options
-    assert 0 < rope.dim < rope.head_dim  # partial rotary
+    assert 0 < rope.dim < rope.head_width and rope.unrotated_tail  # partial rotary, leading layout
     _, mimo = tiny["mimo-v2-flash"]
     blocks = {b.key: b for b in mimo.root.child("blocks").children}
     assert list(blocks) == ["dense", "sliding", "full"]
@@ -314,3 +314,36 @@ def test_a_published_key_transformers_ignores_must_agree(tmp_path):
         FAMILIES["mimo_v2_flash"].build_spec("bad", raw, "config.json")
     text = str(info.value)
     assert "key 'hybrid_layer_pattern'" in text and "key 'swa_rope_theta'" in text
+
+
+# ------------------------------------------------------------------------------------------ partial rotary layouts
+
+def _unchanged_features(o) -> list[int]:
+    """The head features a rotation by o's angles at positions 1..4 leaves as they were."""
+    from explorer.components.base import Run
+    from explorer.components.rope import rotary_angles, rotate
+
+    x = torch.randn(4, 8, dtype=torch.float64)
+    angles = rotary_angles(Run({}), o, torch.arange(1, 5))
+    y = rotate(x, angles.double(), o)
+    return [i for i in range(8) if torch.equal(x[:, i], y[:, i])]
+
+
+def test_the_two_partial_rotary_layouts_leave_different_features_unrotated():
+    """MiniMax-M2 and MiMo-V2-Flash rotate the leading features of a head and pass the tail through (their
+    apply_rotary_pos_emb slices q[..., :rotary_dim]); Gemma 4's proportional RoPE pairs the whole head as rotate_half
+    does and gives the last pairs frequency 0, so with half pairing the tail of each half passes through."""
+    from explorer.components.rope import RopeOptions
+
+    leading = RopeOptions("default", 10000.0, 4, "half", unrotated_tail=4)
+    proportional = RopeOptions("default", 10000.0, 8, "half", zero_frequency_pairs=2)
+    assert _unchanged_features(leading) == [4, 5, 6, 7]
+    assert _unchanged_features(proportional) == [2, 3, 6, 7]
+    assert _unchanged_features(RopeOptions("default", 10000.0, 8, "half")) == []  # deliberately full: none pass
+
+
+def test_a_rotary_that_is_both_partial_layouts_is_refused():
+    from explorer.components.rope import RopeOptions
+
+    with pytest.raises(ValueError, match="not both"):
+        RopeOptions("default", 10000.0, 4, "half", unrotated_tail=4, zero_frequency_pairs=1)

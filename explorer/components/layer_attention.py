@@ -309,8 +309,8 @@ def _describe_shaped(o: LayerAttentionOptions, ro: RopeOptions | None) -> str:
     if o.qk_norm in ("per_head", "across_heads"):
         text += "; queries and keys are RMS-normalised " + ("across all heads, before the split into heads"
                                                           if o.qk_norm == "across_heads" else "per head")
-    if ro is not None and ro.head_dim > ro.dim:
-        text += f"; RoPE rotates the first {ro.dim} of {ro.head_dim} query/key features"
+    if ro is not None and ro.unrotated_tail:
+        text += f"; RoPE rotates the first {ro.dim} of {ro.head_width} query/key features"
     if o.value_scale != 1.0:
         text += f"; values are scaled by {fmt_num(o.value_scale)}"
     return text + "."

@@ -338,7 +338,7 @@ class Gemma4(Family):
             factor = lr.partial_rotary_factor if lr.rope_type == "proportional" and lr.partial_rotary_factor else 1.0
             rotated = int(factor * t.global_head_dim // 2)
             ro = RopeOptions("default", lr.rope_theta, t.global_head_dim, "half", layer_type=GLOBAL,
-                             unrotated_pairs=t.global_head_dim // 2 - rotated)
+                             zero_frequency_pairs=t.global_head_dim // 2 - rotated)
         o = LayerAttentionOptions(shape, 1.0, qk_norm="per_head", norm=NormOptions("rms", eps), eps=eps,
                                   keys_as_values=t.attention_k_eq_v and not sliding, value_norm=True,
                                   window=t.sliding_window if sliding else None)

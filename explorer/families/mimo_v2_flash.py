@@ -298,7 +298,7 @@ class MiMoV2Flash(Family):
         attn = layer_attention(
             ctx, prefix=prefix, ranges=ranges, x=x, o=o,
             rope_options=RopeOptions("default", ROPE_DEFAULTS[layer_type], rotary_width(c), "half",
-                                     head_dim=c.head_dim, layer_type=layer_type),
+                                     unrotated_tail=c.head_dim - rotary_width(c), layer_type=layer_type),
             citations=cites,
             title="Sliding-window attention with sinks" if sliding else "Global grouped-query attention")
         if not sliding or c.sliding_window_size is None:

@@ -171,7 +171,8 @@ class MiniMaxM2(Family):
                                   norm=NormOptions("rms", eps), part="shaped_attention")
         attn = layer_attention(
             ctx, prefix=p + "self_attn.", ranges=ranges, x=x_attn, o=o,
-            rope_options=RopeOptions("default", c.rope_theta, rotary_width(c), "half", head_dim=c.head_dim),
+            rope_options=RopeOptions("default", c.rope_theta, rotary_width(c), "half",
+                                     unrotated_tail=c.head_dim - rotary_width(c)),
             citations=(
                 REFERENCE.cite("Attention normalises the whole query and key projections with q_norm and k_norm "
                                "(RMSNorms over all heads' features), splits them into heads, rotates the first "
