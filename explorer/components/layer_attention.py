@@ -35,7 +35,7 @@ else:  # imported on first use: a build whose torch stages are cached never need
 
 from ..spec.types import Citation, Component, Dim, IndexRange, Port, Shape, Step
 from . import attention, chunked, keys_as_values, l2_qk_norm, nope
-from .attention import ScoresOptions, call_with_rotary, repeat_kv_heads, window_mask
+from .attention import ScoresOptions, call_with_rotary, per_head_qk_norms, repeat_kv_heads, window_mask
 from .base import B, Ctx, Run, ctx_colour, fmt_num, k, options, program, q, reference_call, run_child, v
 from .linear import linear
 from .norms import GAIN_SUBSCRIPT, NormOptions, apply_norm, rmsnorm
@@ -207,21 +207,18 @@ def _qk_norms(ctx: Ctx, o: LayerAttentionOptions, prefix: str, ranges: tuple[Ind
               dims: _Dims) -> list[Component]:
     if o.qk_norm not in ("per_head", "across_heads") or o.norm is None:
         return []
-    return [_qk_norm(ctx, o, key, prefix, ranges, dims) for key in ("q", "k")]
-
-
-def _qk_norm(ctx: Ctx, o: LayerAttentionOptions, s: str, prefix: str, ranges: tuple[IndexRange, ...],
-             dims: _Dims) -> Component:
-    """The query's or key's RMSNorm: over each head's features, or over the whole projection (all heads at once)."""
-    assert o.norm is not None
-    colour, letter, name = (q, "Q", "Query") if s == "q" else (k, "K", "Key")
-    h = dims.heads if s == "q" else dims.kv_heads
     if o.qk_norm == "per_head":
-        return rmsnorm(ctx, f"{s}_norm", f"{name} RMSNorm (per head)", weight=f"{prefix}{s}_norm.weight",
-                       ranges=ranges, size=str(o.shape.formulas[2]),
-                       x=Port(colour(letter), ctx.tokens(h, dims.d_qk), letter),
-                       y=Port(colour(rf"\hat {letter}"), ctx.tokens(h, dims.d_qk), letter + "_hat"),
-                       code=f"self.{s}_norm(...)", eps=o.norm.eps, gain=o.norm.gain)
+        return per_head_qk_norms(ctx, prefix=prefix, ranges=ranges, heads=dims.heads, kv_heads=dims.kv_heads,
+                                 d_head=dims.d_qk, eps=o.norm.eps, gain=o.norm.gain, size=str(o.shape.formulas[2]),
+                                 code="self.{key}(...)")
+    return [_across_heads_norm(ctx, o, key, prefix, ranges) for key in ("q", "k")]
+
+
+def _across_heads_norm(ctx: Ctx, o: LayerAttentionOptions, s: str, prefix: str,
+                       ranges: tuple[IndexRange, ...]) -> Component:
+    """The query's or key's RMSNorm over the whole projection (all heads at once, before the split into heads)."""
+    assert o.norm is not None
+    colour, name = (q, "Query") if s == "q" else (k, "Key")
     heads_f = o.shape.formulas[0 if s == "q" else 1]
     count = o.shape.heads if s == "q" else o.shape.kv_heads
     width = Dim("heads·d_head" if s == "q" else "kv_heads·d_head", count * o.shape.qk_head_dim)
