@@ -18,8 +18,8 @@ from typing import Any
 from .account import Ledger
 from .components.base import COMPARISON_ROLES
 from .components.hyper_connections import HyperOptions
+from .components.layer_attention import LayerAttentionOptions
 from .components.mla import MLAOptions
-from .components.shaped_attention import ShapedAttentionOptions
 from .figures import ROUTED, DerivedFigures
 from .spec.types import Component, ModelSpec, path_key, walk
 
@@ -160,8 +160,8 @@ def _head_widths(spec: ModelSpec, comp: Component) -> tuple[int | None, int | No
     o = comp.options
     if isinstance(o, MLAOptions):  # MLA (and DSA): a query/key head is the unrotated part and the rotary part
         return o.nope + o.rope, o.v, o.rope
-    if isinstance(o, ShapedAttentionOptions):
-        return o.qk_head_dim, o.v_head_dim, None
+    if isinstance(o, LayerAttentionOptions) and o.part == "shaped_attention":  # value heads narrower (MiMo)
+        return o.shape.qk_head_dim, o.shape.v_head_dim, None
     width = _option(comp, "head_dim")
     if width is None and isinstance(spec.values.get("head_dim"), int):
         width = int(spec.values["head_dim"])  # NoPE attention (Nemotron-H) keeps its width in the config only

@@ -111,9 +111,9 @@ def test_tiny_configs_keep_the_mechanisms(gemma, llama):
     local, glob = tiny.root.child("blocks").children
     la, ga = local.child("attn").options, glob.child("attn").options
     assert la.window < T and ga.window is None
-    assert (la.shape.kv_heads, la.shape.head_dim) != (ga.shape.kv_heads, ga.shape.head_dim)
+    assert (la.shape.kv_heads, la.shape.qk_head_dim) != (ga.shape.kv_heads, ga.shape.qk_head_dim)
     assert ga.keys_as_values and "v_proj" not in [c.key for c in glob.child("attn").children]
-    assert glob.child("attn").child("rope").options.unrotated_pairs > 0
+    assert glob.child("attn").child("rope").options.zero_frequency_pairs > 0
 
 
 def test_executed_checks_pass(gemma, llama):
@@ -214,12 +214,12 @@ def test_value_norm_left_out_fails(gemma, monkeypatch):
 def test_full_rotary_on_global_layers_fails(gemma, monkeypatch):
     """Deliberately wrong: every pair of the wider global head rotated (partial rotary left out)."""
     original = gemma4_module.RopeOptions
-    monkeypatch.setattr(gemma4_module, "RopeOptions", lambda *a, **k: original(*a, **{**k, "unrotated_pairs": 0}))
+    monkeypatch.setattr(gemma4_module, "RopeOptions", lambda *a, **k: original(*a, **{**k, "zero_frequency_pairs": 0}))
     fails(gemma, "blocks.global.attn.rope: max |Δ|", absent="blocks.local")
 
 
 def test_softmax_scale_of_one_over_sqrt_d_fails(gemma, monkeypatch):
-    _patched_options(monkeypatch, gemma4_module, scale=lambda o: o.shape.head_dim ** -0.5)
+    _patched_options(monkeypatch, gemma4_module, scale=lambda o: o.shape.qk_head_dim ** -0.5)
     fails(gemma, "blocks.local.attn: max |Δ|")
 
 

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from explorer.account import account
 from explorer.add_model import add_model
-from explorer.components import moe, shaped_attention
+from explorer.components import attention, layer_attention, moe
 from explorer.content import load_model_content
 from explorer.errors import ContentError, ExecutionError
 from explorer.execute import FREE_SIZES, check_equations, tiny_spec
@@ -83,12 +83,13 @@ def test_a_per_head_qk_norm_does_not_balance():
 def test_tiny_configs_keep_the_mechanisms(tiny):
     _, mm = tiny["minimax-m2.5"]
     rope = mm.root.child("blocks").child("moe").child("attn").child("rope").options
-    assert 0 < rope.dim < rope.head_dim  # partial rotary
+    assert 0 < rope.dim < rope.head_width and rope.unrotated_tail  # partial rotary, leading layout
     _, mimo = tiny["mimo-v2-flash"]
     blocks = {b.key: b for b in mimo.root.child("blocks").children}
     assert list(blocks) == ["dense", "sliding", "full"]
     sliding, full = (blocks[k].child("attn").options for k in ("sliding", "full"))
-    assert sliding.kv_heads == 2 * full.kv_heads and sliding.v_head_dim < sliding.qk_head_dim
+    assert sliding.shape.kv_heads == 2 * full.shape.kv_heads
+    assert sliding.shape.v_head_dim < sliding.shape.qk_head_dim
     scores = {k: blocks[k].child("attn").child("scores").options for k in blocks}
     assert scores["sliding"].sinks and not scores["full"].sinks
     assert scores["sliding"].window < FREE_SIZES["T"] and scores["full"].window is None
@@ -105,7 +106,7 @@ def test_tiny_checks_pass(tiny, slug):
 
 def test_qk_norm_per_head_fails(tiny, monkeypatch):
     """Normalising each 16-feature head instead of the whole projection changes MiniMax-M2's attention."""
-    real = shaped_attention.apply_norm
+    real = layer_attention.apply_norm
 
     def per_head(run, name, x, opts, module):
         if x.dim() != 3:
@@ -114,28 +115,28 @@ def test_qk_norm_per_head_fails(tiny, monkeypatch):
         y = heads * torch.rsqrt(heads.pow(2).mean(-1, keepdim=True) + opts.eps)
         return run.rec(name, y.reshape(x.shape) * run.w(module + "weight"))
 
-    monkeypatch.setattr(shaped_attention, "apply_norm", per_head)
+    monkeypatch.setattr(layer_attention, "apply_norm", per_head)
     fails(*tiny["minimax-m2.5"], "blocks.moe.attn: max |Δ|")
 
 
 @pytest.mark.parametrize("slug", list(TOTALS))
 def test_rotating_the_wrong_features_fails(tiny, monkeypatch, slug):
     """Partial rotary turns the first rotary features of each head; turning the last ones instead fails."""
-    real = shaped_attention.rotate
-    monkeypatch.setattr(shaped_attention, "rotate", lambda x, a, o: torch.cat(
+    real = layer_attention.rotate
+    monkeypatch.setattr(layer_attention, "rotate", lambda x, a, o: torch.cat(
         [x[..., :-o.dim], real(x[..., -o.dim:], a, o)], dim=-1))
     fails(*tiny[slug], ".attn: max |Δ|")
 
 
 def test_mimo_without_sinks_fails(tiny, monkeypatch):
-    real = shaped_attention.attend
-    monkeypatch.setattr(shaped_attention, "attend", lambda run, o, *a: real(run, replace(o, sinks=False), *a))
+    real = attention.attend
+    monkeypatch.setattr(attention, "attend", lambda run, o, *a: real(run, replace(o, sinks=False), *a))
     fails(*tiny["mimo-v2-flash"], "blocks.sliding.attn: max |Δ|")
 
 
 def test_mimo_without_the_window_fails(tiny, monkeypatch):
-    real = shaped_attention.attend
-    monkeypatch.setattr(shaped_attention, "attend", lambda run, o, *a: real(run, replace(o, window=None), *a))
+    real = attention.attend
+    monkeypatch.setattr(attention, "attend", lambda run, o, *a: real(run, replace(o, window=None), *a))
     with pytest.raises(ExecutionError) as info:
         check_equations(*tiny["mimo-v2-flash"])
     assert "blocks.sliding.attn: max |Δ|" in str(info.value) and "blocks.full.attn:" not in str(info.value)
@@ -313,3 +314,36 @@ def test_a_published_key_transformers_ignores_must_agree(tmp_path):
         FAMILIES["mimo_v2_flash"].build_spec("bad", raw, "config.json")
     text = str(info.value)
     assert "key 'hybrid_layer_pattern'" in text and "key 'swa_rope_theta'" in text
+
+
+# ------------------------------------------------------------------------------------------ partial rotary layouts
+
+def _unchanged_features(o) -> list[int]:
+    """The head features a rotation by o's angles at positions 1..4 leaves as they were."""
+    from explorer.components.base import Run
+    from explorer.components.rope import rotary_angles, rotate
+
+    x = torch.randn(4, 8, dtype=torch.float64)
+    angles = rotary_angles(Run({}), o, torch.arange(1, 5))
+    y = rotate(x, angles.double(), o)
+    return [i for i in range(8) if torch.equal(x[:, i], y[:, i])]
+
+
+def test_the_two_partial_rotary_layouts_leave_different_features_unrotated():
+    """MiniMax-M2 and MiMo-V2-Flash rotate the leading features of a head and pass the tail through (their
+    apply_rotary_pos_emb slices q[..., :rotary_dim]); Gemma 4's proportional RoPE pairs the whole head as rotate_half
+    does and gives the last pairs frequency 0, so with half pairing the tail of each half passes through."""
+    from explorer.components.rope import RopeOptions
+
+    leading = RopeOptions("default", 10000.0, 4, "half", unrotated_tail=4)
+    proportional = RopeOptions("default", 10000.0, 8, "half", zero_frequency_pairs=2)
+    assert _unchanged_features(leading) == [4, 5, 6, 7]
+    assert _unchanged_features(proportional) == [2, 3, 6, 7]
+    assert _unchanged_features(RopeOptions("default", 10000.0, 8, "half")) == []  # deliberately full: none pass
+
+
+def test_a_rotary_that_is_both_partial_layouts_is_refused():
+    from explorer.components.rope import RopeOptions
+
+    with pytest.raises(ValueError, match="not both"):
+        RopeOptions("default", 10000.0, 4, "half", unrotated_tail=4, zero_frequency_pairs=1)

@@ -186,7 +186,7 @@ def test_rotating_the_last_instead_of_the_first_features_fails(tiny_moe, monkeyp
     def last(x, angles, o):
         return torch.cat([x[..., :-o.dim], rotate(x[..., -o.dim:], angles, o)], dim=-1)
 
-    monkeypatch.setattr(gated_attention_module, "rotate_partial", last)
+    monkeypatch.setattr(gated_attention_module, "rotate", last)
     assert not within_tolerance(component_error(tiny_moe, "blocks.full.attn"))
 
 

@@ -140,6 +140,29 @@ def test_a_child_norm_that_shows_another_eps_than_the_program_applies_fails(slug
     assert [m for m in nested_mismatches(broken) if m.startswith(norm.key)]
 
 
+def test_partial_rotary_whose_unrotated_features_go_unshown_fails():
+    """Each layout of partial rotary names what it leaves unrotated: Gemma 4's zero-frequency pairs in θ_j, MiniMax-M2's
+    unrotated tail of the head in the rotation."""
+    proportional = comp_of("gemma-4-26b-a4b", "blocks.global.attn.rope")
+    assert unshown_terms(proportional) == []
+    assert reported(with_step(proportional, "theta", r"64\le j", r"0\le j"), "zero_frequency_pairs")
+    leading = comp_of("minimax-m2.5", "blocks.moe.attn.rope")
+    assert unshown_terms(leading) == []
+    assert reported(with_step(leading, "rotate", r"64\le i<128", r"64\le i<96"), "unrotated_tail")
+
+
+def test_shaped_attention_scores_other_than_its_layers_options_fail():
+    """The shaped_attention part's program runs attention.py's scores with the scores child's own options, whose
+    terms that child's steps answer for; they must be the ones its layer's options give."""
+    attn = comp_of("mimo-v2-flash", "blocks.sliding.attn")
+    assert nested_mismatches(attn) == []
+    scores = attn.child("scores")
+    for change in ({"sinks": False}, {"window": None}, {"scale": 1.0}, {"kv_heads": 1}):
+        other = dataclasses.replace(scores, options=dataclasses.replace(scores.options, **change))
+        broken = dataclasses.replace(attn, children=tuple(other if c is scores else c for c in attn.children))
+        assert [m for m in nested_mismatches(broken) if m.startswith("scores show")], change
+
+
 # ---------------------------------------------------------------------------------------------- DeepSeek V4
 
 V4 = "deepseek-v4-flash"

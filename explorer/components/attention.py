@@ -131,6 +131,22 @@ def run_scores(comp: Component, run: Run, Q, K, V, M) -> list[torch.Tensor]:
 
 # ------------------------------------------------------------------------------------------- GQA attention
 
+def per_head_qk_norms(ctx: Ctx, *, prefix: str, ranges: tuple[IndexRange, ...], heads: Dim, kv_heads: Dim,
+                      d_head: Dim, eps: float, gain: Gain, size: str = "head_dim",
+                      code: str = "self.{key}(...view(hidden_shape))") -> list[Component]:
+    """q_norm and k_norm: RMSNorms over each query and each key head's features (size: the config key of their
+    width; code: the reference's call, with {key} for the norm's name)."""
+    out = []
+    for key, colour, h in (("q_norm", q, heads), ("k_norm", k, kv_heads)):
+        letter = key[0].upper()
+        out.append(rmsnorm(ctx, key, f"{'Query' if key == 'q_norm' else 'Key'} RMSNorm (per head)",
+                           weight=prefix + key + ".weight", ranges=ranges, size=size,
+                           x=Port(colour(letter), ctx.tokens(h, d_head), letter),
+                           y=Port(colour(rf"\hat {letter}"), ctx.tokens(h, d_head), letter + "_hat"),
+                           code=code.format(key=key), eps=eps, gain=gain))
+    return out
+
+
 @dataclass(frozen=True, slots=True)
 class AttentionOptions:
     heads: int
@@ -167,14 +183,8 @@ def attention(ctx: Ctx, *, prefix: str, ranges: tuple[IndexRange, ...], x: Port,
     ]
     norm_opts = None
     if qk_norm_eps is not None:
-        for key, colour, kh in (("q_norm", q, heads), ("k_norm", k, kv_heads)):
-            letter = key[0].upper()
-            children.append(rmsnorm(ctx, key, f"{'Query' if key == 'q_norm' else 'Key'} RMSNorm (per head)",
-                                    weight=prefix + key + ".weight", ranges=ranges, size="head_dim",
-                                    x=Port(colour(letter), ctx.tokens(kh, d_head), letter),
-                                    y=Port(colour(rf"\hat {letter}"), ctx.tokens(kh, d_head), letter + "_hat"),
-                                    code=f"self.{key}(...view(hidden_shape))", eps=qk_norm_eps,
-                                    gain=qk_norm_gain))
+        children += per_head_qk_norms(ctx, prefix=prefix, ranges=ranges, heads=heads, kv_heads=kv_heads,
+                                      d_head=d_head, eps=qk_norm_eps, gain=qk_norm_gain)
         norm_opts = options(children[-1], NormOptions)
     children.append(replace(rope(ctx, rope_options, code=f"{ctx.reference.prefix}RotaryEmbedding(config)"),
                             reference=rope_reference))

@@ -22,10 +22,10 @@ else:  # imported on first use: a build whose torch stages are cached never need
     from ..torch_on_first_use import torch
 
 from ..spec.types import Citation, Component, Dim, IndexRange, Port, Step
-from .attention import ScoresOptions, attend, call_with_rotary, plain_memory, scores
+from .attention import ScoresOptions, attend, call_with_rotary, per_head_qk_norms, plain_memory, scores
 from .base import REFERENCE_CALLS, Ctx, Run, ctx_colour, k, options, program, q, run_child, v
 from .linear import linear
-from .norms import GAIN_SUBSCRIPT, Gain, NormOptions, apply_norm, rmsnorm
+from .norms import GAIN_SUBSCRIPT, Gain, NormOptions, apply_norm
 from .rope import RopeOptions, rope, rotate
 from .serving import layer_memory
 
@@ -36,11 +36,6 @@ class GatedAttentionOptions:
     kv_heads: int
     head_dim: int
     qk_norm: NormOptions
-
-
-def rotate_partial(x: torch.Tensor, angles: torch.Tensor, o: RopeOptions) -> torch.Tensor:
-    """Rotate the first o.dim features of each head; the rest pass through unrotated."""
-    return torch.cat([rotate(x[..., :o.dim], angles, o), x[..., o.dim:]], dim=-1)
 
 
 def output_gate(O: torch.Tensor, G: torch.Tensor) -> torch.Tensor:
@@ -72,13 +67,8 @@ def gated_attention(ctx: Ctx, *, prefix: str, ranges: tuple[IndexRange, ...], x:
         proj("v_proj", "Value projection", Hkv * D, Dim("kv_heads·d_head", kvh * hd), v("v"),
              f"{kvh} value heads of {hd} ({kvh * hd:,} outputs)"),
     ]
-    for key, colour, kh in (("q_norm", q, heads), ("k_norm", k, kv_heads)):
-        letter = key[0].upper()
-        children.append(rmsnorm(ctx, key, f"{'Query' if key == 'q_norm' else 'Key'} RMSNorm (per head)",
-                                weight=prefix + key + ".weight", ranges=ranges, size="head_dim",
-                                x=Port(colour(letter), ctx.tokens(kh, d_head), letter),
-                                y=Port(colour(rf"\hat {letter}"), ctx.tokens(kh, d_head), letter + "_hat"),
-                                code=f"self.{key}(...view(hidden_shape))", eps=eps, gain=gain))
+    children += per_head_qk_norms(ctx, prefix=prefix, ranges=ranges, heads=heads, kv_heads=kv_heads, d_head=d_head,
+                                  eps=eps, gain=gain)
     # the reference's text rotary module is {prefix}TextRotaryEmbedding (the vision tower has its own)
     rope_c = rope(ctx, ro, code=f"{ctx.reference.prefix}TextRotaryEmbedding(config)")
     rope_cite = ctx.reference.cite(f"The text rotary module computes the default inverse frequencies over "
@@ -145,8 +135,8 @@ def run_gated_attention(comp: Component, run: Run, x: torch.Tensor, angles: torc
     Q = apply_norm(run, "q_norm", Q, o.qk_norm, "q_norm.")
     K = apply_norm(run, "k_norm", K, o.qk_norm, "k_norm.")
     ro = options(comp.child("rope"), RopeOptions)
-    Q = run.rec("q-rotate", rotate_partial(Q, angles, ro))
-    K = run.rec("k-rotate", rotate_partial(K, angles, ro))
+    Q = run.rec("q-rotate", rotate(Q, angles, ro))  # partial rotary: the features after the first ro.dim pass
+    K = run.rec("k-rotate", rotate(K, angles, ro))
     O = attend(run, options(comp.child("scores"), ScoresOptions), Q, K, V, M)        # [B, T, H, d_head]
     gated = run.rec("gate", output_gate(O.reshape(B_, T_, -1), G.reshape(B_, T_, -1)))
     return [run_child(comp, "o_proj", run, gated)]
@@ -155,7 +145,7 @@ def run_gated_attention(comp: Component, run: Run, x: torch.Tensor, angles: torc
 REFERENCE_CALLS["gated_attention"] = call_with_rotary
 """The reference layer takes the rotary cos/sin and the mask as the plain attention's does."""
 
-__all__ = ["gated_attention", "GatedAttentionOptions", "rotate_partial", "output_gate"]
+__all__ = ["gated_attention", "GatedAttentionOptions", "output_gate"]
 
 
 layer_memory("gated_attention")(plain_memory)  # K and V of each key/value head, as plain attention caches them

@@ -1,14 +1,21 @@
 """Attention whose shape and mechanisms are set per layer kind: head counts and head widths that differ between
-layer kinds (Gemma 4's global layers: 2 key heads of 512 beside sliding layers' 8 of 256), keys that double as
-values, NoPE layers (no rotation, optionally a query temperature), QK-norm as an RMSNorm with a gain before the
-rotation or as a weightless L2 norm after it, and a mask that is causal, a sliding window or a chunk.
+layer kinds, each a formula in the config's sizes (Gemma 4's global layers: 2 key heads of 512 beside sliding
+layers' 8 of 256; MiMo-V2-Flash's sliding layers keep twice the key/value heads of its global layers, and its value
+heads are narrower than its query/key heads), keys that double as values, NoPE layers (no rotation, optionally a
+query temperature), QK-norm as an RMSNorm with a gain per head or across all heads before the rotation (MiniMax-M2
+normalises the whole query and the whole key projection, before the split into heads) or as a weightless L2 norm
+after it, values scaled to unit RMS or by a constant, sink logits, and a mask that is causal, a sliding window or a
+chunk.
 
-The sizes come from a `LayerShape` naming the config keys behind them, so the parameter formulas of each layer kind
-read in that kind's own keys (global_head_dim, num_global_key_value_heads).
+One options class and one program serve every family; `part` names the library part a layer is listed under
+("shaped_attention": MiniMax-M2, MiMo-V2-Flash; "layer_attention": Gemma 4, Llama 4). The parts differ in their
+scores child (attention.py's scores, with sink logits, against this module's, with a chunk and the normed q and k
+named) and in their pages' wording, not in what the program computes.
 
 References: "Attention Is All You Need" (arXiv:1706.03762); GQA (arXiv:2305.13245); transformers'
-models/llama4/modeling_llama4.py and models/gemma4/modeling_gemma4.py (the reference modules this is checked
-against); the mechanism modules chunked.py, nope.py, l2_qk_norm.py and keys_as_values.py.
+models/llama4/modeling_llama4.py, models/gemma4/modeling_gemma4.py, models/minimax_m2/modeling_minimax_m2.py and
+models/mimo_v2_flash/modeling_mimo_v2_flash.py (the reference modules this is checked against); the mechanism
+modules chunked.py, nope.py, l2_qk_norm.py and keys_as_values.py.
 """
 
 from __future__ import annotations
@@ -18,6 +25,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Literal
 
+import sympy
+
 if TYPE_CHECKING:
     import torch
     import torch.nn.functional as F
@@ -25,28 +34,38 @@ else:  # imported on first use: a build whose torch stages are cached never need
     from ..torch_on_first_use import F, torch
 
 from ..spec.types import Citation, Component, Dim, IndexRange, Port, Shape, Step
-from . import chunked, keys_as_values, l2_qk_norm, nope
-from .attention import repeat_kv_heads, window_mask
-from .base import B, Ctx, Run, ctx_colour, k, options, program, q, reference_call, run_child, v
+from . import attention, chunked, keys_as_values, l2_qk_norm, nope
+from .attention import ScoresOptions, call_with_rotary, per_head_qk_norms, repeat_kv_heads, window_mask
+from .base import B, Ctx, Run, ctx_colour, fmt_num, k, options, program, q, reference_call, run_child, v
 from .linear import linear
-from .norms import GAIN_SUBSCRIPT, Gain, NormOptions, apply_norm, rmsnorm
+from .norms import GAIN_SUBSCRIPT, NormOptions, apply_norm, rmsnorm
 from .rope import RopeOptions, reference_rotary, rope, rotate
 from .serving import LayerKind, layer_memory
 
 QUERIES, KEYS = Dim("queries", symbol="T"), Dim("keys", symbol="T")
-QKNorm = Literal["none", "rms", "l2"]
+QKNorm = Literal["none", "per_head", "across_heads", "l2"]
+Part = Literal["layer_attention", "shaped_attention"]
 
 
 @dataclass(frozen=True, slots=True)
 class LayerShape:
-    """One layer kind's attention sizes and the config keys they come from."""
+    """One layer kind's attention sizes, and the formulas in config symbols they come from (so the ledger and the
+    memory figures read in that kind's own keys: global_head_dim, num_global_key_value_heads)."""
 
     heads: int
     kv_heads: int
-    head_dim: int
-    heads_key: str = "num_attention_heads"
-    kv_heads_key: str = "num_key_value_heads"
-    head_dim_key: str = "head_dim"
+    qk_head_dim: int
+    v_head_dim: int
+    formulas: tuple[sympy.Expr, sympy.Expr, sympy.Expr, sympy.Expr]
+    """heads, kv_heads, qk_head_dim, v_head_dim as formulas."""
+
+    @classmethod
+    def of(cls, ctx: Ctx, heads: sympy.Expr, kv_heads: sympy.Expr, qk_head_dim: sympy.Expr,
+           v_head_dim: sympy.Expr | None = None) -> LayerShape:
+        """The sizes of these formulas under ctx's config; values as wide as queries and keys unless v_head_dim."""
+        formulas = (heads, kv_heads, qk_head_dim, qk_head_dim if v_head_dim is None else v_head_dim)
+        n, kvh, dqk, dv = (ctx.size(f) for f in formulas)
+        return cls(n, kvh, dqk, dv, formulas)
 
     @property
     def groups(self) -> int:
@@ -61,15 +80,41 @@ class LayerAttentionOptions:
     rope: bool = True
     """False: a NoPE layer (no rotation)."""
     qk_norm: QKNorm = "none"
-    """rms: per-head RMSNorm with a gain, before the rotation; l2: weightless, after it."""
-    qk_gain: Gain = "w"
+    """per_head: an RMSNorm with a gain over each head, before the rotation; across_heads: one over each whole
+    projection, before the split into heads; l2: weightless, per head, after the rotation."""
+    norm: NormOptions | None = None
+    """The RMS QK-norm's options (its q_norm child's; the program applies them to the keys as well)."""
     eps: float = 1e-6
+    """The weightless norms' eps (the value norm's and the L2 QK-norm's)."""
     keys_as_values: bool = False
     value_norm: bool = False
     """Scale values to unit RMS, no gain (Gemma 4's v_norm)."""
+    value_scale: float = 1.0
+    """Values are multiplied by this constant before the weighted sum (MiMo-V2-Flash's attention_value_scale)."""
     window: int | None = None
+    """Sliding window: a query attends to the `window` most recent keys (itself included)."""
     chunk: int | None = None
     temperature: nope.Temperature | None = None
+    sinks: str = ""
+    """The learned sink logits' tensor name ("" for none): one per head joins each softmax row as an extra column."""
+    part: Part = "layer_attention"
+    """The library part the layer is listed under: its scores child and its page's wording (see the module doc)."""
+
+    @property
+    def cache_tensors(self) -> int:
+        return keys_as_values.cache_tensors(self.keys_as_values)
+
+    @property
+    def cache_formula(self) -> str:
+        """"2 × num_key_value_heads × head_dim"; "… × (head_dim + v_head_dim)" with value heads of their own
+        width; no 2 × where the keys double as values."""
+        _, kv, dqk, dv = self.shape.formulas
+        kv_text = str(kv).replace("*", " × ")
+        if self.cache_tensors == 1:
+            return f"{kv_text} × {dqk}"
+        if dqk == dv:
+            return f"2 × {kv_text} × {dqk}"
+        return f"{kv_text} × ({dqk} + {dv})"
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,67 +138,130 @@ def _mask_step(o: LayerAttentionOptions) -> Step | None:
 
 # ------------------------------------------------------------------------------------------------ spec
 
+@dataclass(frozen=True, slots=True)
+class _Dims:
+    heads: Dim
+    kv_heads: Dim
+    d_qk: Dim
+    d_v: Dim
+
+
 def layer_attention(ctx: Ctx, *, prefix: str, ranges: tuple[IndexRange, ...], x: Port, o: LayerAttentionOptions,
-                    rope_options: RopeOptions | None, citations: tuple[Citation, ...], code: str,
+                    rope_options: RopeOptions | None, citations: tuple[Citation, ...], code: str = "",
                     rope_reference: str = "model.rotary_emb", title: str = "") -> Component:
     """q, k (and v) projections of this layer kind's shape, the norms and rotation it asks for, masked softmax
-    attention, and the output projection."""
-    s = o.shape
-    n, kvh, hd = s.heads, s.kv_heads, s.head_dim
-    heads, kv_heads, d_head = Dim("heads", n), Dim("kv_heads", kvh), Dim("d_head", hd)
-    H, Hkv, D = ctx.sym(s.heads_key), ctx.sym(s.kv_heads_key), ctx.sym(s.head_dim_key)
-    d = ctx.size("hidden_size")
-
-    def proj(key: str, title_: str, out_heads, count: int, latex: str, what: str) -> Component:
-        out_dim = Dim("heads·d_head" if key == "q_proj" else "kv_heads·d_head", count * hd)
-        return linear(ctx, key, title_, weight=prefix + key + ".weight", ranges=ranges, d_in="hidden_size",
-                      d_out=out_heads * D, out_dim=out_dim, x=x, y=Port(latex, ctx.tokens(out_dim), latex),
-                      equation=rf"{latex}={x.latex}W_{{{key[0].upper()}}}", code=f"self.{key}(hidden_states)",
-                      description=f"Project {d:,} features to {count} {what} heads of {hd} ({count * hd:,} outputs).")
-
-    children = [proj("q_proj", "Query projection", H, n, q("q"), "query"),
-                proj("k_proj", "Key projection" + (" (keys double as values)" if o.keys_as_values else ""),
-                     Hkv, kvh, k("k"), "key")]
-    if not o.keys_as_values:
-        children.append(proj("v_proj", "Value projection", Hkv, kvh, v("v"), "value"))
-    if o.qk_norm == "rms":
-        for key, colour, kh in (("q_norm", q, heads), ("k_norm", k, kv_heads)):
-            letter = key[0].upper()
-            children.append(rmsnorm(ctx, key, f"{'Query' if letter == 'Q' else 'Key'} RMSNorm (per head)",
-                                    weight=prefix + key + ".weight", ranges=ranges, size=s.head_dim_key,
-                                    x=Port(colour(letter), ctx.tokens(kh, d_head), letter),
-                                    y=Port(colour(rf"\hat {letter}"), ctx.tokens(kh, d_head), letter + "_hat"),
-                                    code=f"self.{key}(...)", eps=o.eps, gain=o.qk_gain))
+    attention, and the output projection. code: the reference module's constructor (default: the reference's
+    Attention)."""
+    s, shaped = o.shape, o.part == "shaped_attention"
+    dims = _Dims(Dim("heads", s.heads), Dim("kv_heads", s.kv_heads), Dim("d_head", s.qk_head_dim),
+                 Dim("d_v" if shaped else "d_head", s.v_head_dim))
+    children = _projections(ctx, o, prefix, ranges, x) + _qk_norms(ctx, o, prefix, ranges, dims)
     if rope_options is not None and o.rope:
         children.append(replace(rope(ctx, rope_options, code=f"{ctx.reference.prefix}RotaryEmbedding(config)"),
                                 reference=rope_reference))
-    children.append(_scores(ctx, o, heads, kv_heads, citations[:1], _final_names(o, rope_options is not None)))
-    o_in = Port(ctx_colour("O"), ctx.tokens(Dim("heads·d_head", n * hd)), "O")
-    children.append(linear(ctx, "o_proj", "Output projection", weight=prefix + "o_proj.weight", ranges=ranges,
-                           d_in=H * D, d_out="hidden_size", out_dim=ctx.dim("hidden_size"), x=o_in,
-                           y=Port(r"\Delta_{\mathrm{attn}}", x.shape, "delta_attn"),
-                           equation=rf"\Delta_{{\mathrm{{attn}}}}=[{ctx_colour('O_1')};\dots;"
-                                    rf"{ctx_colour(f'O_{{{n}}}')}]W_{{O}}",
-                           description=f"Mix the {n} heads' outputs ({n * hd:,} features) back to {d:,} features.",
-                           code="self.o_proj(attn_output)"))
+    children.append(_library_scores(ctx, o, prefix, ranges, citations[:1]) if shaped else
+                    _scores(ctx, o, dims, citations[:1], _final_names(o, rope_options is not None)))
+    children.append(_output(ctx, o, prefix, ranges, x))
     rope_c = next((c for c in children if c.program == "rope"), None)
     angles = rope_c.outputs[0] if rope_c is not None else Port(ctx_colour("R"), Shape((Dim("positions", symbol="T"),
                                                                                       Dim("pairs", 0))), "R")
     scores_c = next(c for c in children if c.key == "scores")
     return Component(
-        key="attn", title=title or _title(o), kind="learned", code=code, description=_describe(o),
+        key="attn", title=title or _title(o), kind="learned", code=code or f"{ctx.reference.prefix}Attention(config, "
+        "layer_idx)", description=_describe_shaped(o, rope_options) if shaped else _describe(o),
         inputs=(x, angles, scores_c.inputs[3]), outputs=(Port(r"\Delta_{\mathrm{attn}}", x.shape, "delta_attn"),),
         equations=(Step(r"\Delta_{\mathrm{attn}}=\operatorname{Attention}(x_{\mathrm{attn}})", x.shape, "attention"),),
-        steps=_steps(ctx, o, children, heads, kv_heads, d_head), children=tuple(children),
+        steps=_steps(ctx, o, children, dims), children=tuple(children),
         citations=citations + ((keys_as_values.CITATION,) if o.keys_as_values else ())
         + ((chunked.MASK_CITATION,) if o.chunk else ()),
-        program="layer_attention", options=o,
-        extras=(("heads / key-value heads / head width", f"{n} / {kvh} / {hd}"),)
-        + ((("positions", "none (NoPE layer)"),) if not o.rope else ()),
+        program=o.part, options=o, extras=_extras(o),
     )
 
 
+def _projections(ctx: Ctx, o: LayerAttentionOptions, prefix: str, ranges: tuple[IndexRange, ...],
+                 x: Port) -> list[Component]:
+    """q_proj, k_proj and (unless the keys double as values) v_proj, each to its heads at their width."""
+    s, shaped = o.shape, o.part == "shaped_attention"
+    H, Hkv, Dqk, Dv = s.formulas
+    d = ctx.size("hidden_size")
+    rows = [("q", "Query", q, H * Dqk, "heads·d_head", s.heads, s.qk_head_dim),
+            ("k", "Key", k, Hkv * Dqk, "kv_heads·d_head", s.kv_heads, s.qk_head_dim)]
+    if not o.keys_as_values:
+        rows.append(("v", "Value", v, Hkv * Dv, "kv_heads·d_v" if shaped else "kv_heads·d_head", s.kv_heads,
+                     s.v_head_dim))
+    out = []
+    for key, name, colour, width, label, count, hd in rows:
+        out_dim = Dim(label, count * hd)
+        latex = colour(key)
+        title = f"{name} projection" + (" (keys double as values)" if key == "k" and o.keys_as_values else "")
+        out.append(linear(ctx, f"{key}_proj", title, weight=f"{prefix}{key}_proj.weight", ranges=ranges,
+                          d_in="hidden_size", d_out=width, out_dim=out_dim, x=x,
+                          y=Port(latex, ctx.tokens(out_dim), key if shaped else latex),
+                          equation=rf"{latex}={x.latex}W_{{{key.upper()}}}", code=f"self.{key}_proj(hidden_states)",
+                          description=f"Project {d:,} features to {count} {name.lower()} heads of {hd} "
+                                      f"({count * hd:,} outputs)."))
+    return out
+
+
+def _qk_norms(ctx: Ctx, o: LayerAttentionOptions, prefix: str, ranges: tuple[IndexRange, ...],
+              dims: _Dims) -> list[Component]:
+    if o.qk_norm not in ("per_head", "across_heads") or o.norm is None:
+        return []
+    if o.qk_norm == "per_head":
+        return per_head_qk_norms(ctx, prefix=prefix, ranges=ranges, heads=dims.heads, kv_heads=dims.kv_heads,
+                                 d_head=dims.d_qk, eps=o.norm.eps, gain=o.norm.gain, size=str(o.shape.formulas[2]),
+                                 code="self.{key}(...)")
+    return [_across_heads_norm(ctx, o, key, prefix, ranges) for key in ("q", "k")]
+
+
+def _across_heads_norm(ctx: Ctx, o: LayerAttentionOptions, s: str, prefix: str,
+                       ranges: tuple[IndexRange, ...]) -> Component:
+    """The query's or key's RMSNorm over the whole projection (all heads at once, before the split into heads)."""
+    assert o.norm is not None
+    colour, name = (q, "Query") if s == "q" else (k, "Key")
+    heads_f = o.shape.formulas[0 if s == "q" else 1]
+    count = o.shape.heads if s == "q" else o.shape.kv_heads
+    width = Dim("heads·d_head" if s == "q" else "kv_heads·d_head", count * o.shape.qk_head_dim)
+    shape = ctx.tokens(width)
+    norm = rmsnorm(ctx, f"{s}_norm", f"{name} RMSNorm (across all heads)", weight=f"{prefix}{s}_norm.weight",
+                   ranges=ranges, size="hidden_size", x=Port(colour(s), shape, s),
+                   y=Port(colour(rf"\hat {s}"), shape, s + "_hat"), code=f"self.{s}_norm(self.{s}_proj(hidden_states))",
+                   eps=o.norm.eps, gain=o.norm.gain)
+    what = (f"the whole {width.size:,}-feature {name.lower()} projection (all {count} heads together, before the "
+            "split into heads)")
+    return replace(norm, tensors=(ctx.tensor(f"{prefix}{s}_norm.weight", ranges, (heads_f * o.shape.formulas[2],)),),
+                   description=f"Scale {what} to unit root mean square, then by a learned gain of {width.size:,} "
+                               "features.")
+
+
+def _output(ctx: Ctx, o: LayerAttentionOptions, prefix: str, ranges: tuple[IndexRange, ...], x: Port) -> Component:
+    s = o.shape
+    n, width = s.heads, s.heads * s.v_head_dim
+    label = "heads·d_v" if o.part == "shaped_attention" else "heads·d_head"
+    o_in = Port(ctx_colour("O"), ctx.tokens(Dim(label, width)), "O")
+    return linear(ctx, "o_proj", "Output projection", weight=prefix + "o_proj.weight", ranges=ranges,
+                  d_in=s.formulas[0] * s.formulas[3], d_out="hidden_size", out_dim=ctx.dim("hidden_size"), x=o_in,
+                  y=Port(r"\Delta_{\mathrm{attn}}", x.shape, "delta_attn"),
+                  equation=rf"\Delta_{{\mathrm{{attn}}}}=[{ctx_colour('O_1')};\dots;"
+                           rf"{ctx_colour(f'O_{{{n}}}')}]W_{{O}}",
+                  description=f"Mix the {n} heads' outputs ({width:,} features) back to {ctx.size('hidden_size'):,} "
+                              "features.",
+                  code="self.o_proj(attn_output)")
+
+
+def _extras(o: LayerAttentionOptions) -> tuple[tuple[str, str], ...]:
+    s = o.shape
+    if o.part == "shaped_attention":
+        return (("query / key head width", f"{s.qk_head_dim}"), ("value head width", f"{s.v_head_dim}"))
+    return ((("heads / key-value heads / head width", f"{s.heads} / {s.kv_heads} / {s.qk_head_dim}"),)
+            + ((("positions", "none (NoPE layer)"),) if not o.rope else ()))
+
+
 def _title(o: LayerAttentionOptions) -> str:
+    s = o.shape
+    if o.part == "shaped_attention":
+        kind = "multi-query" if s.kv_heads == 1 else ("grouped-query" if s.kv_heads < s.heads else "multi-head")
+        return f"{kind.capitalize()} attention"
     if o.keys_as_values:
         return "Attention with keys as values"
     if not o.rope:
@@ -167,7 +275,7 @@ def _title(o: LayerAttentionOptions) -> str:
 
 def _describe(o: LayerAttentionOptions) -> str:
     s = o.shape
-    parts = [f"{s.heads} query heads of {s.head_dim} features over {s.kv_heads} key/value head"
+    parts = [f"{s.heads} query heads of {s.qk_head_dim} features over {s.kv_heads} key/value head"
              f"{'s' if s.kv_heads > 1 else ''}"]
     if o.keys_as_values:
         parts.append("no value projection: each key head also serves as its value head")
@@ -184,10 +292,31 @@ def _describe(o: LayerAttentionOptions) -> str:
     return "; ".join(parts) + "."
 
 
+def _describe_shaped(o: LayerAttentionOptions, ro: RopeOptions | None) -> str:
+    s = o.shape
+    parts = [f"{s.heads} query heads of {s.qk_head_dim} features attend over {s.kv_heads} key/value "
+             f"head{'s' if s.kv_heads > 1 else ''}"]
+    if s.v_head_dim != s.qk_head_dim:
+        parts.append(f"whose values are {s.v_head_dim} wide")
+    if o.window:
+        parts.append(f"within a sliding window of {o.window:,} positions")
+    text = ", ".join(parts)
+    if o.sinks:
+        text += ", with a learned sink logit per head"
+    if o.qk_norm in ("per_head", "across_heads"):
+        text += "; queries and keys are RMS-normalised " + ("across all heads, before the split into heads"
+                                                          if o.qk_norm == "across_heads" else "per head")
+    if ro is not None and ro.unrotated_tail:
+        text += f"; RoPE rotates the first {ro.dim} of {ro.head_width} query/key features"
+    if o.value_scale != 1.0:
+        text += f"; values are scaled by {fmt_num(o.value_scale)}"
+    return text + "."
+
+
 def _final_names(o: LayerAttentionOptions, rotates: bool) -> tuple[str, str, str]:
     """The symbols of q, k and v as the scores read them, after every norm, rotation and scale the layer applies
     (so the scores' steps consume what the steps before them produced)."""
-    Q, K = ("Q", "K") if o.qk_norm != "rms" else (r"\hat Q", r"\hat K")
+    Q, K = ("Q", "K") if o.qk_norm != "per_head" else (r"\hat Q", r"\hat K")
     if o.rope and rotates:
         Q, K = "Q^{R}", "K^{R}"
     if o.qk_norm == "l2":
@@ -197,9 +326,32 @@ def _final_names(o: LayerAttentionOptions, rotates: bool) -> tuple[str, str, str
     return Q, K, (r"\hat V" if o.value_norm else "V")
 
 
-def _scores(ctx: Ctx, o: LayerAttentionOptions, heads: Dim, kv: Dim, citations: tuple[Citation, ...],
+def scores_options(o: LayerAttentionOptions) -> ScoresOptions:
+    """The options of attention.py's scores child (the shaped_attention part's): the KV repeat, scale, window and
+    sinks."""
+    s = o.shape
+    return ScoresOptions(s.heads, s.kv_heads, o.scale, o.window, sinks=bool(o.sinks), sink_name=o.sinks or "sinks")
+
+
+def _library_scores(ctx: Ctx, o: LayerAttentionOptions, prefix: str, ranges: tuple[IndexRange, ...],
+                    citations: tuple[Citation, ...]) -> Component:
+    """attention.py's scores, which also know sink logits (a tensor of their own)."""
+    s, so = o.shape, scores_options(o)
+    dqk = s.qk_head_dim
+    groups = f"; each key/value head serves {so.groups} query heads" if so.groups > 1 else ""
+    return attention.scores(ctx, so, d_qk=dqk, d_v=s.v_head_dim,
+                            scale_latex=rf"\tau=1/\sqrt{{{dqk}}}={so.scale:.6f}" if abs(so.scale - dqk ** -0.5) < 1e-12
+                            else rf"\tau={so.scale:.6f}",
+                            description=f"Causal softmax attention of {s.heads} query heads over {dqk}-dimensional "
+                                        f"dot products, weighting {s.v_head_dim}-dimensional values{groups}.",
+                            citations=citations, weight_prefix=prefix, ranges=ranges, q_in="Q^{R}", k_in="K^{R}")
+
+
+def _scores(ctx: Ctx, o: LayerAttentionOptions, dims: _Dims, citations: tuple[Citation, ...],
             names: tuple[str, str, str]) -> Component:
-    hd = o.shape.head_dim
+    """This module's scores: the KV repeat, scale and a window or chunk mask, reading the normed, rotated q and k."""
+    hd = o.shape.qk_head_dim
+    heads, kv = dims.heads, dims.kv_heads
     Qn, Kn, Vn = names
     shape = Shape((B, heads, QUERIES, KEYS))
     scale = (rf"\tau=1/\sqrt{{{hd}}}={o.scale:.6f}" if abs(o.scale - hd ** -0.5) < 1e-12 else
@@ -231,28 +383,35 @@ def _scores(ctx: Ctx, o: LayerAttentionOptions, heads: Dim, kv: Dim, citations: 
     )
 
 
-def _steps(ctx: Ctx, o: LayerAttentionOptions, children: list[Component], heads: Dim, kv_heads: Dim,
-           d_head: Dim) -> tuple[Step, ...]:
+def _steps(ctx: Ctx, o: LayerAttentionOptions, children: list[Component], dims: _Dims) -> tuple[Step, ...]:
     by_key = {c.key: c for c in children}
-    q_shape, kv_shape = ctx.tokens(heads, d_head), ctx.tokens(kv_heads, d_head)
-    steps = [by_key["q_proj"].steps[0], by_key["k_proj"].steps[0]]
+    q_shape, kv_shape = ctx.tokens(dims.heads, dims.d_qk), ctx.tokens(dims.kv_heads, dims.d_qk)
+    steps = [by_key[f"{s}_proj"].steps[0] for s in "qkv" if f"{s}_proj" in by_key]
+    gain = GAIN_SUBSCRIPT[o.norm.gain] if o.norm is not None else ""
+    src_q, src_k = q("q"), k("k")
+    if o.qk_norm == "across_heads":  # one norm over each whole projection, before the split into heads
+        q_hat, k_hat = q(r"\hat q"), k(r"\hat k")
+        steps += [Step(rf"{q_hat}=\operatorname{{RMSNorm}}{gain}({src_q})", by_key["q_norm"].outputs[0].shape, "q_norm"),
+                  Step(rf"{k_hat}=\operatorname{{RMSNorm}}{gain}({src_k})", by_key["k_norm"].outputs[0].shape, "k_norm")]
+        src_q, src_k = q_hat, k_hat
     if "v_proj" in by_key:
-        steps.append(by_key["v_proj"].steps[0])
-        steps.append(Step(rf"{q('Q')}=\operatorname{{reshape}}({q('q')}),\ {k('K')}=\operatorname{{reshape}}({k('k')}),"
+        steps.append(Step(rf"{q('Q')}=\operatorname{{reshape}}({src_q}),\ {k('K')}=\operatorname{{reshape}}({src_k}),"
                           rf"\ {v('V')}=\operatorname{{reshape}}({v('v')})", q_shape, "heads"))
     else:
-        steps.append(Step(rf"{q('Q')}=\operatorname{{reshape}}({q('q')}),\ {k('K')}=\operatorname{{reshape}}({k('k')})",
+        steps.append(Step(rf"{q('Q')}=\operatorname{{reshape}}({src_q}),\ {k('K')}=\operatorname{{reshape}}({src_k})",
                           q_shape, "heads"))
         steps.append(keys_as_values.values_step(kv_shape))
     Qn, Kn = q("Q"), k("K")
-    if o.qk_norm == "rms":
-        gain = GAIN_SUBSCRIPT[o.qk_gain]
-        q_hat, k_hat = q(r"\hat Q"), k(r"\hat K")
-        steps += [Step(rf"{q_hat}=\operatorname{{RMSNorm}}{gain}({Qn})", q_shape, "q_norm"),
-                  Step(rf"{k_hat}=\operatorname{{RMSNorm}}{gain}({Kn})", kv_shape, "k_norm")]
-        Qn, Kn = q(r"\hat Q"), k(r"\hat K")
+    if o.qk_norm == "per_head":
+        Q_hat, K_hat = q(r"\hat Q"), k(r"\hat K")
+        steps += [Step(rf"{Q_hat}=\operatorname{{RMSNorm}}{gain}({Qn})", q_shape, "q_norm"),
+                  Step(rf"{K_hat}=\operatorname{{RMSNorm}}{gain}({Kn})", kv_shape, "k_norm")]
+        Qn, Kn = Q_hat, K_hat
     if o.value_norm:
         steps.append(l2_qk_norm.unit_rms_step(v(r"\hat V"), v("V"), o.eps, kv_shape, "v_norm"))
+    if o.value_scale != 1.0:
+        steps.append(Step(rf"{v('V')}\leftarrow {fmt_num(o.value_scale)}\,{v('V')}",
+                          ctx.tokens(dims.kv_heads, dims.d_v), "v-scale"))
     if o.rope and "rope" in by_key:
         steps += [Step(rf"{q('Q^{R}_t')}=\operatorname{{RoPE}}({Qn}_t,{ctx_colour('R_t')})", q_shape, "q-rotate"),
                   Step(rf"{k('K^{R}_t')}=\operatorname{{RoPE}}({Kn}_t,{ctx_colour('R_t')})", kv_shape, "k-rotate")]
@@ -262,8 +421,9 @@ def _steps(ctx: Ctx, o: LayerAttentionOptions, children: list[Component], heads:
                   l2_qk_norm.unit_rms_step(k(r"\bar K"), Kn, o.eps, kv_shape, "k-l2")]
     if o.temperature is not None:
         steps.append(nope.temperature_step(o.temperature, q_shape, Qn))
-    steps += list(by_key["scores"].steps) + list(by_key["o_proj"].steps)
-    return tuple(steps)
+    # attention.py's scores open with their scale, which this layer's steps leave to the scores' own page
+    scores_steps = by_key["scores"].steps[1:] if o.part == "shaped_attention" else by_key["scores"].steps
+    return tuple(steps + list(scores_steps) + list(by_key["o_proj"].steps))
 
 
 # --------------------------------------------------------------------------------------------- programs
@@ -289,26 +449,40 @@ def run_layer_scores(comp: Component, run: Run, Q, K, V, M) -> list[torch.Tensor
     return [attend(run, options(comp, LayerAttentionOptions), Q, K, V, M)]
 
 
+def _attend_child(comp: Component, run: Run, Q: torch.Tensor, K: torch.Tensor, V: torch.Tensor,
+                  M: torch.Tensor) -> torch.Tensor:
+    """The scores child's computation, recorded in the layer's own run (the layer's steps include the scores')."""
+    scores_c = comp.child("scores")
+    if scores_c.program == "scores":
+        return attention.attend(run, options(scores_c, ScoresOptions), Q, K, V, M)   # [B, T, heads, d_v]
+    return attend(run, options(scores_c, LayerAttentionOptions), Q, K, V, M)
+
+
 @program("layer_attention", role="Attention")
+@program("shaped_attention", role="Attention")
 def run_layer_attention(comp: Component, run: Run, x: torch.Tensor, angles: torch.Tensor,
                         M: torch.Tensor) -> list[torch.Tensor]:
     o = options(comp, LayerAttentionOptions)
     s = o.shape
     B_, T_, _ = x.shape
-    Q = run_child(comp, "q_proj", run, x).view(B_, T_, s.heads, s.head_dim)                # [B, T, H, d_head]
-    K = run_child(comp, "k_proj", run, x).view(B_, T_, s.kv_heads, s.head_dim)             # [B, T, H_kv, d_head]
+    q_, k_ = run_child(comp, "q_proj", run, x), run_child(comp, "k_proj", run, x)        # [B, T, heads·d_head], …
+    v_ = None if o.keys_as_values else run_child(comp, "v_proj", run, x)                   # [B, T, kv_heads·d_v]
+    if o.qk_norm == "across_heads" and o.norm is not None:
+        q_ = apply_norm(run, "q_norm", q_, o.norm, "q_norm.")
+        k_ = apply_norm(run, "k_norm", k_, o.norm, "k_norm.")
+    Q = q_.view(B_, T_, s.heads, s.qk_head_dim)                                            # [B, T, H, d_head]
+    K = k_.view(B_, T_, s.kv_heads, s.qk_head_dim)                                         # [B, T, H_kv, d_head]
+    V = keys_as_values.values_from_keys(K) if v_ is None else v_.view(B_, T_, s.kv_heads, s.v_head_dim)
+    run.rec("heads", Q)
     if o.keys_as_values:
-        V = keys_as_values.values_from_keys(K)
-        run.rec("heads", Q), run.rec("values", V)
-    else:
-        V = run_child(comp, "v_proj", run, x).view(B_, T_, s.kv_heads, s.head_dim)
-        run.rec("heads", Q)
-    if o.qk_norm == "rms":
-        norm = options(comp.child("q_norm"), NormOptions)
-        Q = apply_norm(run, "q_norm", Q, norm, "q_norm.")
-        K = apply_norm(run, "k_norm", K, norm, "k_norm.")
+        run.rec("values", V)
+    if o.qk_norm == "per_head" and o.norm is not None:
+        Q = apply_norm(run, "q_norm", Q, o.norm, "q_norm.")
+        K = apply_norm(run, "k_norm", K, o.norm, "k_norm.")
     if o.value_norm:
         V = run.rec("v_norm", l2_qk_norm.unit_rms(V, o.eps))
+    if o.value_scale != 1.0:
+        V = run.rec("v-scale", V * o.value_scale)
     if o.rope and angles.shape[-1]:
         ro = options(comp.child("rope"), RopeOptions)
         Q = run.rec("q-rotate", rotate(Q, angles, ro))
@@ -319,8 +493,8 @@ def run_layer_attention(comp: Component, run: Run, x: torch.Tensor, angles: torc
     if o.temperature is not None:
         factors = nope.temperature_scales(torch.arange(T_, device=x.device), o.temperature)
         Q = run.rec("temperature", (Q * factors[None, :, None, None]).to(Q.dtype))
-    O = attend(run, options(comp.child("scores"), LayerAttentionOptions), Q, K, V, M)
-    return [run.rec("attention", run_child(comp, "o_proj", run, O.reshape(B_, T_, s.heads * s.head_dim)))]
+    O = _attend_child(comp, run, Q, K, V, M)                                               # [B, T, H, d_v]
+    return [run.rec("attention", run_child(comp, "o_proj", run, O.reshape(B_, T_, s.heads * s.v_head_dim)))]
 
 
 # ------------------------------------------------------------------------------------ reference calls
@@ -370,17 +544,20 @@ def call_layer_block(comp: Component, ref, model, inputs, run: Run, ours: torch.
     return ours, _call(ref, ref.self_attn, model, x, M), "rotary angles and mask from the reference model"
 
 
+reference_call("shaped_attention")(call_with_rotary)  # MiniMax-M2 and MiMo-V2-Flash take cos/sin and their model's mask
+
+
 # ---------------------------------------------------------------------------------------------- serving memory
 
 @layer_memory("layer_attention")
+@layer_memory("shaped_attention")
 def layer_memory_entry(comp: Component, values: Mapping[str, Any]) -> tuple[LayerKind, ...]:
-    """K and V of each key/value head at its own width, or K alone where the keys double as values (the values
+    """K and V of each key/value head at their own widths, or K alone where the keys double as values (the values
     follow from the cached keys' projection: one tensor, not two); capped by the layer's window or chunk."""
     o = comp.options
     assert isinstance(o, LayerAttentionOptions)
     s = o.shape
-    tensors = keys_as_values.cache_tensors(o.keys_as_values)
-    return (LayerKind(tensors * s.kv_heads * s.head_dim,
-                      f"{'2 × ' if tensors == 2 else ''}{s.kv_heads_key} × {s.head_dim_key}",
-                      flops_per_key=2 * s.heads * 2 * s.head_dim, mha_per_token=2 * s.heads * s.head_dim,
-                      window=o.window, chunk=o.chunk, by_kind=True),)
+    full = s.heads * (s.qk_head_dim + s.v_head_dim)
+    cached = s.kv_heads * (s.qk_head_dim + (s.v_head_dim if o.cache_tensors == 2 else 0))
+    return (LayerKind(cached, o.cache_formula, flops_per_key=2 * full, mha_per_token=full, window=o.window,
+                      chunk=o.chunk, by_kind=True),)

@@ -45,20 +45,37 @@ class RopeOptions:
     truncate: bool = True
     """YaRN: round the ramp's bounds outward to whole pairs (floor, ceil); gpt-oss publishes truncate: false and
     keeps the fractional bounds (modeling_rope_utils.find_correction_range)."""
-    head_dim: int = 0
-    """Partial rotary: the width of the head whose first `dim` features rotate, the rest passing through unrotated
-    (MiniMax-M2's rotary_dim, MiMo-V2-Flash's partial_rotary_factor); 0: the whole head rotates."""
+    unrotated_tail: int = 0
+    """Partial rotary, leading layout (MiniMax-M2's rotary_dim, MiMo-V2-Flash's partial_rotary_factor): the head is
+    dim + unrotated_tail wide; its first `dim` features rotate, paired within them with exponents over dim, and its
+    last `unrotated_tail` features pass through. 0: the head is `dim` wide."""
     layer_type: str = ""
     """The reference rotary module's layer type where one module serves several ("sliding_attention" in Gemma 3,
     whose local and global layers rotate with different bases); empty: the module has one set of frequencies."""
-    unrotated_pairs: int = 0
-    """Partial rotary, proportional layout (Gemma 4's global layers, partial_rotary_factor): the last
-    `unrotated_pairs` of the dim/2 pairs get angle 0 and pass through unchanged; the exponents keep dim as their
-    denominator, so the rotated pairs turn at the frequencies full rotary would give them."""
+    zero_frequency_pairs: int = 0
+    """Partial rotary, proportional layout (Gemma 4's global layers, partial_rotary_factor): the whole head (`dim`)
+    is paired as full rotary pairs it, but the last `zero_frequency_pairs` of the dim/2 pairs turn at frequency 0 and
+    pass through unchanged (with half pairing: the tail of each half, not the tail of the head); the exponents keep
+    dim as their denominator, so the rotated pairs turn at the frequencies full rotary would give them."""
+
+    def __post_init__(self) -> None:
+        if self.unrotated_tail and self.zero_frequency_pairs:
+            raise ValueError("partial rotary is either a leading layout (unrotated_tail) or a proportional one "
+                             "(zero_frequency_pairs), not both")
 
     @property
     def pairs(self) -> int:
         return self.dim // 2
+
+    @property
+    def head_width(self) -> int:
+        """The features of a head the rotation reads: the rotary features and the unrotated tail after them."""
+        return self.dim + self.unrotated_tail
+
+    @property
+    def rotated_pairs(self) -> int:
+        """The pairs that turn at a nonzero frequency."""
+        return self.pairs - self.zero_frequency_pairs
 
 
 # ------------------------------------------------------------------------------------------- the numbers
@@ -92,8 +109,8 @@ def attention_factor(o: RopeOptions) -> float:
 def inverse_frequencies(run: Run, o: RopeOptions, device: torch.device) -> torch.Tensor:
     """ω_j for each rotary pair, recording θ_j (and YaRN's ramp γ_j)."""
     theta = 1.0 / (o.theta ** (torch.arange(0, o.dim, 2, device=device).float() / o.dim))
-    if o.unrotated_pairs:  # partial rotary: the trailing pairs keep angle 0
-        theta = torch.cat([theta[:o.pairs - o.unrotated_pairs], torch.zeros(o.unrotated_pairs, device=device)])
+    if o.zero_frequency_pairs:  # proportional partial rotary: the trailing pairs keep angle 0
+        theta = torch.cat([theta[:o.rotated_pairs], torch.zeros(o.zero_frequency_pairs, device=device)])
     theta = run.rec("theta", theta)
     if o.kind == "linear":
         return run.rec("inv-freq", theta / o.factor)
@@ -128,7 +145,7 @@ def rotate(x: torch.Tensor, angles: torch.Tensor, o: RopeOptions) -> torch.Tenso
     Adjacent pairs come out as rotated evens then odds, as the reference's interleaved variant lays them out (q and
     k share the layout, so q·k is unchanged). angles: [T, pairs]; x: [T, d], [B, T, d] or [B, T, H, d].
     """
-    if x.shape[-1] > o.dim:  # partial rotary: the features after the first `dim` pass through
+    if x.shape[-1] > o.dim:  # leading partial rotary (unrotated_tail): the features after the first `dim` pass
         return torch.cat([rotate(x[..., :o.dim], angles, o), x[..., o.dim:]], dim=-1)
     factor = attention_factor(o)
     cos, sin = (angles.cos() * factor).to(x.dtype), (angles.sin() * factor).to(x.dtype)
@@ -177,15 +194,15 @@ def frequency_steps(o: RopeOptions) -> tuple[Step, ...]:
 
 def _theta_latex(o: RopeOptions) -> str:
     full = rf"\theta_j={fmt_num(o.theta)}^{{-2j/{o.dim}}}"
-    if not o.unrotated_pairs:
+    if not o.zero_frequency_pairs:
         return rf"{full},\quad j=0,\dots,{o.pairs - 1}"
-    rotated = o.pairs - o.unrotated_pairs
+    rotated = o.rotated_pairs
     return (rf"\theta_j=\begin{{cases}}{fmt_num(o.theta)}^{{-2j/{o.dim}}} & j<{rotated}\\ 0 & {rotated}\le j<"
             rf"{o.pairs}\end{{cases}}")
 
 
 def _reference_citation(ctx: Ctx, o: RopeOptions) -> Citation:
-    if o.unrotated_pairs:
+    if o.zero_frequency_pairs:
         return Citation("transformers' proportional RoPE keeps int(partial_rotary_factor × head_dim / 2) frequencies "
                         "with exponents over the whole head_dim and pads the rest with zeros.", "transformers",
                         "_compute_proportional_rope_parameters", ROPE_UTILS_FILE)
@@ -229,8 +246,8 @@ def _rotation_latex(o: RopeOptions) -> str:
     rotation = (rf"\operatorname{{RoPE}}(x,R_t)_{{j}}={scale}\begin{{pmatrix}}\cos t\omega_j & -\sin t\omega_j\\ "
                 rf"\sin t\omega_j & \cos t\omega_j\end{{pmatrix}}\begin{{pmatrix}}{first}\\ {second}\end{{pmatrix}}"
                 + factor)
-    if o.head_dim > o.dim:
-        rotation += rf",\quad \operatorname{{RoPE}}(x,R_t)_{{i}}=x_{{i}}\ \ ({o.dim}\le i<{o.head_dim})"
+    if o.unrotated_tail:
+        rotation += rf",\quad \operatorname{{RoPE}}(x,R_t)_{{i}}=x_{{i}}\ \ ({o.dim}\le i<{o.head_width})"
     return rotation
 
 
@@ -248,13 +265,13 @@ def _attention_factor_latex(o: RopeOptions) -> str:
 def _description(o: RopeOptions) -> str:
     pairs = "adjacent feature pairs" if o.pairing == "interleaved" else f"feature pairs (j, j + {o.pairs})"
     base = f"Rotate each of the {o.pairs} {pairs} by a position-dependent angle"
-    if o.head_dim > o.dim:
-        base = (f"Rotate only the first {o.dim} of each head's {o.head_dim} features (partial rotary), as "
-                f"{o.pairs} {pairs}, by a position-dependent angle; the other {o.head_dim - o.dim} pass through")
-    elif o.unrotated_pairs:
-        base = (f"Rotate the first {o.pairs - o.unrotated_pairs} of the {o.pairs} {pairs} by a position-dependent "
-                f"angle; the other {o.unrotated_pairs} pairs carry no position (partial rotary, "
-                f"{(o.pairs - o.unrotated_pairs) / o.pairs:g} of the pairs)")
+    if o.unrotated_tail:
+        base = (f"Rotate only the first {o.dim} of each head's {o.head_width} features (partial rotary), as "
+                f"{o.pairs} {pairs}, by a position-dependent angle; the other {o.unrotated_tail} pass through")
+    elif o.zero_frequency_pairs:
+        base = (f"Rotate the first {o.rotated_pairs} of the {o.pairs} {pairs} by a position-dependent "
+                f"angle; the other {o.zero_frequency_pairs} pairs carry no position (partial rotary, "
+                f"{o.rotated_pairs / o.pairs:g} of the pairs)")
     if o.kind == "yarn":
         return (f"Rotate each of the {o.pairs} pairs of rotary features by a position-dependent angle, with YaRN "
                 f"stretching long wavelengths {fmt_num(o.factor)}× for a "
@@ -272,8 +289,8 @@ def _description(o: RopeOptions) -> str:
 
 def _extras(o: RopeOptions) -> tuple[tuple[str, str], ...]:
     out = [("base θ", fmt_num(o.theta))]
-    if o.unrotated_pairs:
-        out.append(("rotated pairs", f"{o.pairs - o.unrotated_pairs} of {o.pairs}"))
+    if o.zero_frequency_pairs:
+        out.append(("rotated pairs", f"{o.rotated_pairs} of {o.pairs}"))
     if o.kind != "default":
         out.append(("scaling factor", fmt_num(o.factor)))
     if o.kind == "yarn":

@@ -91,10 +91,10 @@ def _router(o: RouterOptions) -> tuple[Term, ...]:
 def _rope(o: RopeOptions) -> tuple[Term, ...]:
     out = [Term("theta", "theta", fmt_num(o.theta)), Term("dim", "theta", f"/{o.dim}"),
            Term("pairing", "rotate", "x_{2j+1}" if o.pairing == "interleaved" else f"x_{{j+{o.pairs}}}")]
-    if o.unrotated_pairs:
-        out.append(Term("unrotated_pairs", "theta", rf"{o.pairs - o.unrotated_pairs}\le j"))
-    if o.head_dim > o.dim:
-        out.append(Term("head_dim", "rotate", rf"{o.dim}\le i<{o.head_dim}"))
+    if o.zero_frequency_pairs:
+        out.append(Term("zero_frequency_pairs", "theta", rf"{o.rotated_pairs}\le j"))
+    if o.unrotated_tail:
+        out.append(Term("unrotated_tail", "rotate", rf"{o.dim}\le i<{o.head_width}"))
     if o.kind in ("linear", "yarn", "llama3"):
         out.append(Term("factor", "inv-freq", fmt_num(o.factor)))
     if o.kind == "yarn":
@@ -183,7 +183,7 @@ def _all_terms(fn: TermsOf, o: Any) -> tuple[Term, ...]:
 _SWITCHES: dict[type, tuple[str, ...]] = {
     RouterOptions: ("router_bias", "softmax_after_topk", "scoring", "correction_bias", "n_group", "topk_group",
                     "norm_topk_prob", "scaling"),
-    RopeOptions: ("unrotated_pairs", "head_dim", "factor", "beta_fast", "beta_slow", "mscale", "mscale_all_dim",
+    RopeOptions: ("zero_frequency_pairs", "unrotated_tail", "factor", "beta_fast", "beta_slow", "mscale", "mscale_all_dim",
                   "original_max_position_embeddings", "low_freq_factor", "high_freq_factor", "truncate"),
     NormOptions: ("gain",),
     ScoresOptions: ("kv_heads", "window", "sinks", "softcap"),

@@ -21,13 +21,12 @@ from .fused_attention import FusedAttentionOptions
 from .gated_attention import GatedAttentionOptions
 from .gated_deltanet import DeltaNetOptions
 from .hyper_connections import HyperOptions
-from .layer_attention import LayerAttentionOptions
+from .layer_attention import LayerAttentionOptions, scores_options
 from .layer_blocks import LayerBlockOptions
 from .mamba2 import Mamba2Options
 from .mla import MLAOptions
 from .norms import GAIN_SUBSCRIPT, NormOptions
 from .rope import RopeOptions
-from .shaped_attention import ShapedAttentionOptions
 from .step_terms import TERMS, Term, registers
 
 
@@ -45,9 +44,8 @@ def _qk_norm_terms(field: str, n: NormOptions) -> tuple[Term, ...]:
 NESTED_NORMS: dict[type, dict[str, tuple[str, ...]]] = {
     AttentionOptions: {"qk_norm": ("q_norm", "k_norm")},
     GatedAttentionOptions: {"qk_norm": ("q_norm", "k_norm")},
-    ShapedAttentionOptions: {"norm": ("q_norm", "k_norm")},
     MLAOptions: {"norm": ("q_a_layernorm", "kv_a_layernorm")},
-    LayerAttentionOptions: {"eps": ("q_norm", "k_norm")},  # its program applies q_norm's options to K as well
+    LayerAttentionOptions: {"norm": ("q_norm", "k_norm")},
     V4AttentionOptions: {"eps": ("q_a_norm", "kv_norm")},
     dsa.IndexerOptions: {"norm_eps": ("k_norm",)},
 }
@@ -56,8 +54,9 @@ NESTED_NORMS: dict[type, dict[str, tuple[str, ...]]] = {
 
 
 def nested_mismatches(comp: Component) -> list[str]:
-    """Each child norm whose options differ from the norm comp's program applies in its place; and each compressor
-    (or indexer) of a V4 layer whose rotary differs from the layer's, whose steps show its frequencies."""
+    """Each child norm whose options differ from the norm comp's program applies in its place; each compressor (or
+    indexer) of a V4 layer whose rotary differs from the layer's, whose steps show its frequencies; and attention.py
+    scores whose options are not the ones their layer's options give."""
     out = []
     for field, keys in NESTED_NORMS.get(type(comp.options), {}).items():
         applied = getattr(comp.options, field)
@@ -67,6 +66,10 @@ def nested_mismatches(comp: Component) -> list[str]:
                 out.append(f"{child.key} shows {shown!r}, the program applies {applied!r}")
     if isinstance(comp.options, V4AttentionOptions):
         out += _compressor_rope_mismatches(comp, comp.options.rope)
+    if isinstance(comp.options, LayerAttentionOptions) and comp.options.part == "shaped_attention":
+        shown, applied = comp.child("scores").options, scores_options(comp.options)
+        if shown != applied:
+            out.append(f"scores show {shown!r}, the layer's options give {applied!r}")
     return out
 
 
@@ -98,26 +101,11 @@ def _fused_attention(o: FusedAttentionOptions) -> tuple[Term, ...]:
     return (Term("heads", "split", f"{w}:{2 * w}"), Term("head_dim", "split", f"{w}:{2 * w}"))
 
 
-@registers(ShapedAttentionOptions, structural=("heads", "kv_heads", "qk_head_dim", "v_head_dim", "cache_formula"),
-           switches=("qk_norm", "norm", "value_scale"))
-def _shaped_attention(o: ShapedAttentionOptions) -> tuple[Term, ...]:
-    """cache_formula only labels the memory figures; the norm runs over each whole projection (across_heads, on
-    q and k before the split) or over each head (per_head, on Q and K)."""
-    out = []
-    if o.qk_norm != "none" and o.norm is not None:
-        q_in, k_in = (q("q"), k("k")) if o.qk_norm == "across_heads" else (q("Q"), k("K"))
-        out += [Term("qk_norm", "q_norm", f"({q_in})"), Term("qk_norm", "k_norm", f"({k_in})"),
-                *_qk_norm_terms("norm", o.norm)]
-    if o.value_scale != 1.0:
-        out.append(Term("value_scale", "v-scale", rf"{fmt_num(o.value_scale)}\,{v('V')}"))
-    return tuple(out)
-
-
 _LAYER_SCORES_FIELDS = ("shape", "scale", "window", "chunk")
 
 
 def _layer_scores_terms(o: LayerAttentionOptions) -> list[Term]:
-    hd = o.shape.head_dim
+    hd = o.shape.qk_head_dim
     out = [Term("scale", "scale", f"{o.scale:.6f}" if abs(o.scale - hd ** -0.5) < 1e-12 else rf"\tau={o.scale:g}")]
     if o.shape.groups > 1:
         out.append(Term("shape", "repeat", rf"\lceil h/{o.shape.groups}\rceil"))
@@ -128,19 +116,26 @@ def _layer_scores_terms(o: LayerAttentionOptions) -> list[Term]:
     return out
 
 
-@registers(LayerAttentionOptions, switches=("shape", "window", "chunk", "rope", "qk_norm", "qk_gain", "eps",
-                                            "keys_as_values", "value_norm", "temperature"))
+@registers(LayerAttentionOptions, structural=("part",),
+           switches=("shape", "scale", "window", "chunk", "sinks", "rope", "qk_norm", "norm", "eps", "keys_as_values",
+                     "value_norm", "value_scale", "temperature"))
 def _layer_attention(o: LayerAttentionOptions) -> tuple[Term, ...]:
-    """The layer's own steps include its scores'. Its RMS QK-norm applies the q_norm child's options (that child
-    shows eps); eps here is the value norm's and the L2 norms'."""
-    out = _layer_scores_terms(o)
+    """The layer_attention part's steps include its scores'; the shaped_attention part's leave the scale, the KV
+    repeat, the window and the sinks to its scores child (attention.py's, built from these options and run by the
+    program with its own, whose ScoresOptions terms check them). The RMS QK-norm runs over each whole projection
+    (across_heads, on q and k before the split) or over each head (per_head, on Q and K), with the q_norm child's
+    options (nested_mismatches checks they are `norm`); eps is the value norm's and the L2 norms'."""
+    out = _layer_scores_terms(o) if o.part == "layer_attention" else []
     if o.keys_as_values:
         out.append(Term("keys_as_values", "values", f"{v('V')}={k('K')}"))
-    if o.qk_norm == "rms":
-        out += [Term("qk_norm", s, r"\operatorname{RMSNorm}") for s in ("q_norm", "k_norm")]
-        out += [Term("qk_gain", s, rf"\operatorname{{RMSNorm}}{GAIN_SUBSCRIPT[o.qk_gain]}(") for s in ("q_norm", "k_norm")]
+    if o.qk_norm in ("per_head", "across_heads") and o.norm is not None:
+        q_in, k_in = (q("q"), k("k")) if o.qk_norm == "across_heads" else (q("Q"), k("K"))
+        out += [Term("qk_norm", "q_norm", f"({q_in})"), Term("qk_norm", "k_norm", f"({k_in})"),
+                *_qk_norm_terms("norm", o.norm)]
     if o.value_norm:
         out += [Term("value_norm", "v_norm", r"\operatorname{mean}"), Term("eps", "v_norm", fmt_eps(o.eps))]
+    if o.value_scale != 1.0:
+        out.append(Term("value_scale", "v-scale", rf"{fmt_num(o.value_scale)}\,{v('V')}"))
     if o.rope:
         out += [Term("rope", s, r"\operatorname{RoPE}") for s in ("q-rotate", "k-rotate")]
     if o.qk_norm == "l2":
@@ -154,7 +149,8 @@ def _layer_attention(o: LayerAttentionOptions) -> tuple[Term, ...]:
 
 
 @registers(LayerAttentionOptions, program="layer_scores",
-           structural=("rope", "qk_norm", "qk_gain", "eps", "keys_as_values", "value_norm", "temperature"))
+           structural=("rope", "qk_norm", "norm", "eps", "keys_as_values", "value_norm", "value_scale",
+                       "temperature", "sinks", "part"))
 def _layer_scores(o: LayerAttentionOptions) -> tuple[Term, ...]:
     """The scores child carries its layer's options but applies only the KV repeat, the scale and the mask; the
     rest (listed structural here) is the layer's, whose own terms check them."""

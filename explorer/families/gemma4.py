@@ -28,7 +28,7 @@ from ..components.gemma4_vision import Gemma4VisionOptions, embedder, grid_width
 from ..components.layer_attention import LayerAttentionOptions, LayerShape, layer_attention
 from ..components.layer_blocks import layer_block
 from ..components.mlp import gated_mlp
-from ..components.norms import rmsnorm
+from ..components.norms import NormOptions, rmsnorm
 from ..components.parallel_moe import (
     HalvesExpertsOptions,
     ScaledRouterOptions,
@@ -327,20 +327,21 @@ class Gemma4(Family):
         x, x_attn, x_mid, x_ffn, d_attn, d_ffn = block_ports(ctx)
         eps, sliding = t.rms_norm_eps, kind == SLIDING
         if sliding:
-            shape = LayerShape(t.num_attention_heads, t.num_key_value_heads, t.head_dim)
+            shape = LayerShape.of(ctx, ctx.sym("num_attention_heads"), ctx.sym("num_key_value_heads"),
+                                  ctx.sym("head_dim"))
             lr = t.rope_parameters.sliding_attention
             ro = RopeOptions("default", lr.rope_theta, t.head_dim, "half", layer_type=SLIDING)
         else:
-            kvh, kv_key = global_kv_heads(t)
-            shape = LayerShape(t.num_attention_heads, kvh, t.global_head_dim, kv_heads_key=kv_key,
-                               head_dim_key="global_head_dim")
+            _, kv_key = global_kv_heads(t)
+            shape = LayerShape.of(ctx, ctx.sym("num_attention_heads"), ctx.sym(kv_key), ctx.sym("global_head_dim"))
             lr = t.rope_parameters.full_attention
             factor = lr.partial_rotary_factor if lr.rope_type == "proportional" and lr.partial_rotary_factor else 1.0
             rotated = int(factor * t.global_head_dim // 2)
             ro = RopeOptions("default", lr.rope_theta, t.global_head_dim, "half", layer_type=GLOBAL,
-                             unrotated_pairs=t.global_head_dim // 2 - rotated)
-        o = LayerAttentionOptions(shape, 1.0, qk_norm="rms", eps=eps, keys_as_values=t.attention_k_eq_v and not sliding,
-                                  value_norm=True, window=t.sliding_window if sliding else None)
+                             zero_frequency_pairs=t.global_head_dim // 2 - rotated)
+        o = LayerAttentionOptions(shape, 1.0, qk_norm="per_head", norm=NormOptions("rms", eps), eps=eps,
+                                  keys_as_values=t.attention_k_eq_v and not sliding, value_norm=True,
+                                  window=t.sliding_window if sliding else None)
         attn = layer_attention(ctx, prefix=p + "self_attn.", ranges=ranges, x=x_attn, o=o, rope_options=ro,
                                code="Gemma4TextAttention(config, layer_idx)",
                                rope_reference=self.prefix + "rotary_emb", citations=(
@@ -361,7 +362,7 @@ class Gemma4(Family):
                         citations=(REFERENCE.cite("The MLP is down(gelu_tanh(gate x) ⊙ up x).", "MLP"),))
         ffn = self.moe_beside(ctx, t, p, ranges, x_ffn, x_mid, d_ffn, mlp, norm) if t.enable_moe_block else mlp
         what = f"sliding-window attention over {t.sliding_window:,} positions" if sliding else (
-            f"global attention with {shape.kv_heads} key heads of {shape.head_dim}"
+            f"global attention with {shape.kv_heads} key heads of {shape.qk_head_dim}"
             + (" that double as values" if o.keys_as_values else ""))
         return layer_block(
             ctx, "local" if sliding else "global", "Sliding-window block" if sliding else "Global block",

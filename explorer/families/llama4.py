@@ -216,7 +216,8 @@ class Llama4(Family):
         eps = t.rms_norm_eps
         chunk = t.attention_chunk_size if uses_rope else None
         o = LayerAttentionOptions(
-            LayerShape(t.num_attention_heads, t.num_key_value_heads, t.head_dim), t.head_dim ** -0.5, rope=uses_rope,
+            LayerShape.of(ctx, *(ctx.sym(n) for n in ("num_attention_heads", "num_key_value_heads", "head_dim"))),
+            t.head_dim ** -0.5, rope=uses_rope,
             qk_norm="l2" if t.use_qk_norm and uses_rope else "none", eps=eps, chunk=chunk,
             temperature=Temperature(t.attn_scale, t.floor_scale) if t.attn_temperature_tuning and not uses_rope
             else None)

@@ -25,11 +25,11 @@ from ..components.attention import ScoresOptions
 from ..components.base import Port, layer_label, layers
 from ..components.blocks import block_ports, decoder_block, model_root, stack
 from ..components.embedding import embedding, head
+from ..components.layer_attention import LayerAttentionOptions, LayerShape, layer_attention
 from ..components.mlp import gated_mlp
 from ..components.moe import RouterOptions, moe, routed_experts, router
 from ..components.norms import rmsnorm
 from ..components.rope import RopeOptions
-from ..components.shaped_attention import AttentionShape, shaped_attention
 from ..spec.types import Component
 from .base import (
     DIM_LABELS,
@@ -283,10 +283,10 @@ class MiMoV2Flash(Family):
     def attention(self, ctx: Ctx, c: Any, layer_type: str, prefix: str, ranges, x: Port) -> Component:
         sliding = layer_type == "sliding_attention"
         H, Hkv, D, Dv = (ctx.sym(n) for n in ("num_attention_heads", "num_key_value_heads", "head_dim", "v_head_dim"))
-        kv = 2 * c.num_key_value_heads if sliding else c.num_key_value_heads
-        so = ScoresOptions(c.num_attention_heads, kv, c.head_dim ** -0.5, window=window(c) if sliding else None,
-                           sinks=sliding, sink_name="attention_sink_bias")
         scale = c.attention_value_scale if c.attention_value_scale is not None else 1.0
+        o = LayerAttentionOptions(LayerShape.of(ctx, H, 2 * Hkv if sliding else Hkv, D, Dv), c.head_dim ** -0.5,
+                                  value_scale=scale, window=window(c) if sliding else None,
+                                  sinks="attention_sink_bias" if sliding else "", part="shaped_attention")
         cites = (REFERENCE.cite("Attention projects queries and keys to head_dim-wide heads and values to v_head_dim-"
                                 "wide heads, scales the values by attention_value_scale, rotates the first rotary "
                                 "features of queries and keys and attends; sliding layers double the key/value "
@@ -295,11 +295,11 @@ class MiMoV2Flash(Family):
                                 "eager_attention_forward", prefixed=False),
                  REFERENCE.cite("The rotary module keeps one set of frequencies per layer type, over head_dim × "
                                 "partial_rotary_factor features.", "RotaryEmbedding.compute_default_rope_parameters"))
-        attn = shaped_attention(
-            ctx, prefix=prefix, ranges=ranges, x=x, shape=AttentionShape(H, 2 * Hkv if sliding else Hkv, D, Dv),
+        attn = layer_attention(
+            ctx, prefix=prefix, ranges=ranges, x=x, o=o,
             rope_options=RopeOptions("default", ROPE_DEFAULTS[layer_type], rotary_width(c), "half",
-                                     head_dim=c.head_dim, layer_type=layer_type),
-            scores_options=so, value_scale=scale, citations=cites,
+                                     unrotated_tail=c.head_dim - rotary_width(c), layer_type=layer_type),
+            citations=cites,
             title="Sliding-window attention with sinks" if sliding else "Global grouped-query attention")
         if not sliding or c.sliding_window_size is None:
             return attn

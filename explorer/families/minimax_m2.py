@@ -18,14 +18,13 @@ from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar
 
 from ..components import Ctx, Reference
-from ..components.attention import ScoresOptions
 from ..components.base import Port, layer_label, layers
 from ..components.blocks import block_ports, decoder_block, model_root, stack
 from ..components.embedding import embedding, head
+from ..components.layer_attention import LayerAttentionOptions, LayerShape, layer_attention
 from ..components.moe import RouterOptions, moe, routed_experts, router
-from ..components.norms import rmsnorm
+from ..components.norms import NormOptions, rmsnorm
 from ..components.rope import RopeOptions
-from ..components.shaped_attention import AttentionShape, shaped_attention
 from ..spec.types import Component
 from .base import (
     DIM_LABELS,
@@ -168,11 +167,13 @@ class MiniMaxM2(Family):
         x, x_attn, x_mid, x_ffn, _, delta = block_ports(ctx)
         eps = c.rms_norm_eps
         H, Hkv, D = (ctx.sym(n) for n in ("num_attention_heads", "num_key_value_heads", "head_dim"))
-        attn = shaped_attention(
-            ctx, prefix=p + "self_attn.", ranges=ranges, x=x_attn, shape=AttentionShape(H, Hkv, D, D),
-            rope_options=RopeOptions("default", c.rope_theta, rotary_width(c), "half", head_dim=c.head_dim),
-            scores_options=ScoresOptions(c.num_attention_heads, c.num_key_value_heads, c.head_dim ** -0.5),
-            qk_norm="across_heads", norm_eps=eps, citations=(
+        o = LayerAttentionOptions(LayerShape.of(ctx, H, Hkv, D), c.head_dim ** -0.5, qk_norm="across_heads",
+                                  norm=NormOptions("rms", eps), part="shaped_attention")
+        attn = layer_attention(
+            ctx, prefix=p + "self_attn.", ranges=ranges, x=x_attn, o=o,
+            rope_options=RopeOptions("default", c.rope_theta, rotary_width(c), "half",
+                                     unrotated_tail=c.head_dim - rotary_width(c)),
+            citations=(
                 REFERENCE.cite("Attention normalises the whole query and key projections with q_norm and k_norm "
                                "(RMSNorms over all heads' features), splits them into heads, rotates the first "
                                "rotary features of each head and attends.", "Attention"),
