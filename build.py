@@ -207,7 +207,7 @@ def record(project, args) -> int:
     index = replace(index, repo_id=ref.repo_id, revision=ref.revision, provenance=provenance)
     path = content.folder / MANIFEST_FILE
     write_manifest(index, path)
-    print(f"wrote {path}: {len(index.tensors):,} tensors")
+    print(f"wrote {path}: {index.tensor_count:,} tensors")
     return 0
 
 

@@ -7,6 +7,7 @@ data_offsets: [begin, end]}, "__metadata__": {str: str}}, then the data buffer t
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import os
@@ -633,15 +634,20 @@ def _factor(indices: list[tuple[int, ...]]) -> list[tuple[frozenset[int], ...]]:
 
 
 def check_index(index: CheckpointIndex, source: str) -> None:
-    """Validate an index from any source before it is recorded: names, dtypes, shapes and count."""
+    """Validate an index from any source before it is recorded: names, dtypes, shapes and count, group by group
+    (a group's names are its literal segments and decimal indices, so checking the literals checks every name:
+    a million tensors are not listed to be checked)."""
     if index.tensor_count > MAX_TENSORS:
         raise CheckpointError(source, f"{index.tensor_count:,} tensors, over the limit of {MAX_TENSORS:,}")
-    for name, t in index.tensors.items():
+    for g in index.groups:
+        if g.count == 0:
+            continue
+        name = g.box.first_name
         _check_name(name, source)
-        if t.name != name or not known_dtype(t.dtype) or not all(_is_count(s) for s in t.shape):
-            raise CheckpointError(source, f"tensor '{name}': not a valid entry ({t.dtype} {list(t.shape)})")
-        if t.shard:
-            _check_name(t.shard, source)
+        if not known_dtype(g.dtype) or not all(_is_count(s) for s in g.shape):
+            raise CheckpointError(source, f"tensor '{name}': not a valid entry ({g.dtype} {list(g.shape)})")
+        if g.shard:
+            _check_name(g.shard, source)
 
 
 def manifest_text(index: CheckpointIndex) -> str:
@@ -678,18 +684,13 @@ def _toml_scalar(value: Any) -> str:
     return _toml_string(value) if isinstance(value, str) else json.dumps(value)
 
 
+_TOML_ESCAPES = {ord(c): "\\" + c for c in '"\\'} | {c: f"\\u{c:04x}" for c in (*range(0x20), 0x7F)}
+
+
 def _toml_string(text: str) -> str:
     """A TOML basic string: backslash, quote and control characters escaped, all else (non-BMP too) verbatim,
     which is what TOML allows; json.dumps would write surrogate pairs that TOML rejects."""
-    out = []
-    for c in text:
-        if c in '"\\':
-            out.append("\\" + c)
-        elif ord(c) < 0x20 or ord(c) == 0x7F:
-            out.append(f"\\u{ord(c):04x}")
-        else:
-            out.append(c)
-    return '"' + "".join(out) + '"'
+    return '"' + text.translate(_TOML_ESCAPES) + '"'
 
 
 def write_manifest(index: CheckpointIndex, path: Path) -> None:
@@ -698,8 +699,8 @@ def write_manifest(index: CheckpointIndex, path: Path) -> None:
     check_index(index, str(path))
     text = manifest_text(index)
     back = manifest_index(tomllib.loads(text), str(path))
-    if (back.tensors, back.repo_id, back.revision, back.provenance, back.config) != (
-            index.tensors, index.repo_id, index.revision, index.provenance, index.config):
+    if (_group_rows(back), back.repo_id, back.revision, back.provenance, back.config) != (
+            _group_rows(index), index.repo_id, index.revision, index.provenance, index.config):
         raise CheckpointError(str(path), "the manifest would not read back as the index recorded; nothing written")
     try:
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
@@ -718,6 +719,12 @@ def write_manifest(index: CheckpointIndex, path: Path) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def _group_rows(index: CheckpointIndex) -> list[tuple[str, tuple[int, ...], str, str]]:
+    """An index as its manifest states it, group by group: a grouped name stands for exactly one set of names
+    (tensor_names.py), so equal rows are equal tensors, compared without listing a million names."""
+    return [(g.name, g.shape, g.dtype, g.shard) for g in index.groups]
 
 
 @dataclass(frozen=True, slots=True)
@@ -833,17 +840,35 @@ def read_listing(path: Path) -> CheckpointIndex:
     for key in ("repo_id", "provenance"):
         if not isinstance(data.get(key, ""), str):
             raise CheckpointError(source, f"key '{key}': expected a string")
-    entries = [_listing_entry(e, i, source) for i, e in enumerate(data["tensors"])]
+    repo_id, provenance = data.get("repo_id", ""), data.get("provenance", "")
+    entries = [_listing_entry(e, i, source) for i, e in enumerate(data.pop("tensors"))]
+    del data  # the parsed JSON (most of the memory a million entries take) is not needed past here
     total = sum(pattern_size(g.name) for g in entries)
     if total > MAX_TENSORS:
         raise CheckpointError(source, f"the entries stand for {total:,} tensors, over the limit of {MAX_TENSORS:,}")
-    stored = _stored_groups(entries)
-    if isinstance(stored, str):
-        raise CheckpointError(source, f"tensor '{stored}' is listed twice")
-    index = CheckpointIndex(stored, source=source, repo_id=data.get("repo_id", ""),
-                            provenance=data.get("provenance", ""))
+    index = CheckpointIndex(_listing_groups(entries, total, source), source=source, repo_id=repo_id,
+                            provenance=provenance)
     check_index(index, source)
     return index
+
+
+def _listing_groups(entries: list[ManifestGroup], total: int, source: str) -> tuple[TensorGroup, ...]:
+    """The entries regrouped as a header's tensors are, so that a listing of one entry per tensor records the
+    same few hundred groups as the checkpoint's own headers would (a million [[tensor]] tables are a manifest
+    no build reads quickly). A name listed twice is an error, named as the entries list it."""
+    groups = tuple(group_indexed(_indexed(entries)))
+    if sum(g.count for g in groups) != total or shared_name(g.box for g in groups) is not None:
+        twice = _stored_groups(entries)
+        assert isinstance(twice, str), "groups that overlap or lost a tensor come from a name listed twice"
+        raise CheckpointError(source, f"tensor '{twice}' is listed twice")
+    return groups
+
+
+def _indexed(entries: list[ManifestGroup]) -> Iterable[IndexedTensor]:
+    for g in entries:
+        box = pattern_box(g.name, MAX_TENSORS)
+        for indices in itertools.product(*(sorted(values) for values in box.slots)):
+            yield box.skeleton, indices, g.shape, g.dtype, g.shard
 
 
 def _listing_entry(entry: Any, i: int, source: str) -> ManifestGroup:
