@@ -11,8 +11,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from explorer.account import evaluate
-from explorer.checkpoint import MAX_TENSORS, CheckpointIndex, TensorGroup, TensorInfo, group_tensors, manifest_index
+from explorer.checkpoint import MAX_TENSORS, CheckpointIndex, TensorGroup, TensorInfo, group_tensors
 from explorer.errors import ContentError
+from explorer.manifest import manifest_index
 from explorer.reconcile import predicted_index, reconcile
 from explorer.spec.types import path_key, walk
 from explorer.tensor_names import NameBox, name_box, pattern_box, pattern_size, shared_name, template_boxes
