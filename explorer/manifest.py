@@ -79,8 +79,7 @@ def write_manifest(index: CheckpointIndex, path: Path) -> None:
     check_index(index, str(path))
     text = manifest_text(index)
     back = manifest_index(tomllib.loads(text), str(path))
-    if (_group_rows(back), back.repo_id, back.revision, back.provenance, back.config) != (
-            _group_rows(index), index.repo_id, index.revision, index.provenance, index.config):
+    if not _reads_back_as(back, index):
         raise CheckpointError(str(path), "the manifest would not read back as the index recorded; nothing written")
     try:
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
@@ -111,10 +110,15 @@ def _file_mode(path: Path) -> int:
         return 0o666 & ~mask
 
 
-def _group_rows(index: CheckpointIndex) -> list[tuple[str, tuple[int, ...], str, str]]:
-    """An index as its manifest states it, group by group: a grouped name stands for exactly one set of names
-    (tensor_names.py), so equal rows are equal tensors, compared without listing a million names."""
-    return [(g.name, g.shape, g.dtype, g.shard) for g in index.groups]
+def _reads_back_as(back: CheckpointIndex, index: CheckpointIndex) -> bool:
+    """Whether a manifest read back states the index, group by group: a grouped name stands for exactly one set
+    of names (tensor_names.py), so equal groups are equal tensors, compared without listing a million names (nor
+    a million rows at once)."""
+    if (back.repo_id, back.revision, back.provenance, back.config, len(back.groups)) != (
+            index.repo_id, index.revision, index.provenance, index.config, len(index.groups)):
+        return False
+    return all((a.name, a.shape, a.dtype, a.shard) == (b.name, b.shape, b.dtype, b.shard)
+               for a, b in zip(back.groups, index.groups))
 
 
 @dataclass(frozen=True, slots=True)
