@@ -183,14 +183,11 @@ def add(project, args) -> int:
 def record(project, args) -> int:
     from dataclasses import replace
 
-    from explorer.checkpoint import (
-        MANIFEST_FILE,
-        read_hub_checkpoint,
-        read_listing,
-        read_local_checkpoint,
-        write_manifest,
-    )
     from explorer.content import load_model_content, model_folder
+    from explorer.hub import read_hub_checkpoint
+    from explorer.listing import read_listing
+    from explorer.manifest import MANIFEST_FILE, write_manifest
+    from explorer.safetensors_headers import read_local_checkpoint
 
     content = load_model_content(model_folder(project.content, args.record_checkpoint))
     ref = content.checkpoint
@@ -214,7 +211,7 @@ def record(project, args) -> int:
     index = replace(index, repo_id=ref.repo_id, revision=ref.revision, provenance=provenance)
     path = content.folder / MANIFEST_FILE
     write_manifest(index, path)
-    print(f"wrote {path}: {len(index.tensors):,} tensors")
+    print(f"wrote {path}: {index.tensor_count:,} tensors")
     return 0
 
 

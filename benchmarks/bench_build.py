@@ -32,7 +32,7 @@ B0_CODE = "import torch, transformers; from transformers import DeepseekV3ForCau
 LEDGER_CODE = """
 import sys, time
 from pathlib import Path
-from explorer.checkpoint import read_manifest
+from explorer.manifest import read_manifest
 from explorer.content import load_model_content
 from explorer.families import load_model_spec
 from explorer.reconcile import reconcile

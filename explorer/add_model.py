@@ -17,12 +17,13 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from .checkpoint import MAX_HUB_FILE_BYTES, read_capped
 from .content import MODEL_FILE, SLUG, UNPINNED
 from .errors import CheckpointError, ContentError
 from .families import family_for
+from .hub import MAX_HUB_FILE_BYTES
 from .json_lines import key_lines
 from .published_keys import classify, without_unused
+from .safetensors_headers import read_capped
 from .sources import config_values_digest
 from .spec.types import ModelSpec, walk
 

@@ -145,17 +145,20 @@ def save(cache_dir: Path | None, spec: ModelSpec, reference: ReferenceModel, exe
 def _write(path: Path, text: str, stale: str, is_stale: Callable[[str], bool]) -> None:
     """Replace the entries matching `stale` with this one, written through a temporary file of this process's
     own (concurrent builds write the same entries), or not at all: a read-only or full cache costs the next
-    build the recomputation, not this build's result (issue 18)."""
+    build the recomputation, not this build's result (issue 18).
+
+    The entry is renamed over its old self and only then are the other stale entries deleted: deleting first
+    left a moment without the entry, in which a concurrent build found none and recomputed (issue 18)."""
     tmp = None
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        for old in path.parent.glob(stale):
-            if is_stale(old.name):
-                old.unlink(missing_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(text)
         os.replace(tmp, path)
+        for old in path.parent.glob(stale):
+            if old.name != path.name and is_stale(old.name):
+                old.unlink(missing_ok=True)
     except OSError as e:
         if tmp is not None:
             Path(tmp).unlink(missing_ok=True)

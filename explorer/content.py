@@ -7,6 +7,7 @@ collected and reported in one ContentError, each naming the file, the key and wh
 from __future__ import annotations
 
 import dataclasses
+import functools
 import re
 import tomllib
 import types
@@ -170,7 +171,7 @@ def parse_table(table: Any, cls: type, where: str, problems: list[str]) -> Any:
     if not isinstance(table, dict):
         problems.append(f"{where}: expected a table, got {_type_name(table)}")
         return None
-    hints = typing.get_type_hints(cls)
+    hints = _type_hints(cls)
     fields = {f.name: f for f in dataclasses.fields(cls)}
     before = len(problems)
     for key in sorted(set(table) - set(fields)):
@@ -186,6 +187,13 @@ def parse_table(table: Any, cls: type, where: str, problems: list[str]) -> Any:
     if len(problems) > before:
         return None
     return cls(**values)
+
+
+@functools.cache
+def _type_hints(cls: type) -> dict[str, Any]:
+    """A dataclass's resolved field types, once per class: resolving them evaluates every annotation's text, the
+    most of parsing a table when a manifest holds thousands of [[tensor]] tables."""
+    return typing.get_type_hints(cls)
 
 
 def _coerce(value: Any, hint: Any, where: str, problems: list[str]) -> Any:

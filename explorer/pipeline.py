@@ -12,13 +12,14 @@ from typing import Any, TypeVar
 from . import cache
 from .account import account
 from .api import api_file
-from .checkpoint import MANIFEST_FILE, CheckpointIndex, read_manifest
+from .checkpoint import CheckpointIndex
 from .compare_views import compare_data_file
 from .content import ModelContent, check_prose_paths, load_all_models, read_content_text
 from .errors import ContentError, ReconciliationError
 from .execution import RealWeightCheck
 from .families import FAMILIES, load_model_spec
 from .figures import derive, match_claim
+from .manifest import MANIFEST_FILE, read_manifest
 from .model_build import ModelBuild, PreparedModel, TorchResults
 from .parallel import run_in_order, started_in_order
 from .picture_routing import picture_routing

@@ -22,10 +22,11 @@ from typing import Any, Literal
 
 from huggingface_hub import try_to_load_from_cache
 
-from .checkpoint import MAX_HUB_FILE_BYTES, fetch_hub_file, load_json
 from .content import ModelContent
 from .errors import CheckpointError, ContentError, did_you_mean
+from .hub import MAX_HUB_FILE_BYTES, fetch_hub_file
 from .json_lines import key_lines
+from .safetensors_headers import load_json
 from .spec.types import Citation, ModelSpec, path_key, walk
 
 TRANSFORMERS_REPO_URL = "https://github.com/huggingface/transformers/blob/v{version}/src/transformers/{path}"

@@ -130,11 +130,15 @@ def pattern_runs(pattern: str) -> list[str | list[tuple[int, int]]]:
 
 def pattern_size(pattern: str) -> int:
     """How many names a grouped name stands for, counted from its runs (no name or value is listed)."""
+    if _is_one_name(pattern):
+        return 1
     return math.prod(sum(hi - lo + 1 for lo, hi in part) for part in pattern_runs(pattern) if isinstance(part, list))
 
 
 def pattern_box(pattern: str, limit: int) -> NameBox:
     """The box of a grouped name; ValueError past `limit` names, raised before any set of values is built."""
+    if _is_one_name(pattern) and LITERAL not in pattern and limit >= 1:  # a million plain names: no runs to parse
+        return name_box(pattern)
     size = pattern_size(pattern)
     if size > limit:
         raise ValueError(f"'{pattern}' stands for {size:,} tensors, over the limit of {limit:,}")
@@ -150,6 +154,11 @@ def pattern_box(pattern: str, limit: int) -> NameBox:
         else:
             skeleton.append(part)
     return NameBox(tuple(skeleton), tuple(slots))
+
+
+def _is_one_name(pattern: str) -> bool:
+    """Whether a grouped name has no runs: without "-" and "," every segment stands for one value."""
+    return "-" not in pattern and "," not in pattern
 
 
 def template_boxes(template: str, ranges: Mapping[str, Sequence[int]]) -> list[NameBox]:

@@ -123,3 +123,63 @@ def test_too_many_cached_tensors_are_refused_before_any_is_listed(tmp_path, spec
 
     monkeypatch.setattr(cache, "pattern_box", listed)
     assert cache.load(tmp_path, spec) is None
+
+
+WRITER = """
+import pickle, sys, time
+from pathlib import Path
+from explorer import cache
+folder, payload, go, rounds, me = Path(sys.argv[1]), Path(sys.argv[2]), Path(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
+specs, references, execution = pickle.loads(payload.read_bytes())
+while not go.exists():
+    time.sleep(0.005)
+for r in range(rounds):
+    cache.save(folder, specs[(r + me) % len(specs)], references[(3 * r + me) % len(references)], execution)
+"""
+"""One concurrent build's writes: the entries of two models, each round with another (complete, valid) content."""
+
+
+def test_concurrent_writers_never_expose_a_missing_torn_or_temporary_entry(tmp_path, spec):
+    """Issue 18 (concurrent cache writes): processes writing the same entry and other models' entries at once,
+    many rounds, while a reader loads both; every load finds a complete entry that one writer wrote, the entries
+    of a model whose slug extends another's survive, and no temporary file is left. Writing used to delete the
+    entry it was about to replace, so a concurrent reader found none in between."""
+    import dataclasses
+    import pickle
+    import subprocess
+    import sys
+    import time
+
+    folder = tmp_path / "cache"
+    specs = (spec, dataclasses.replace(spec, slug=f"{spec.slug}-variant"))  # a slug that extends the other's
+    references = [ReferenceModel(f"writer content {i}", CheckpointIndex.of(
+        {f"w.{j}": TensorInfo(f"w.{j}", "F32", (i + 1, j + 1)) for j in range(200)}, "test")) for i in range(5)]
+    execution = consistent_execution(spec)
+    stale = folder / f"{spec.slug}-{'0' * 32}.json"  # an entry for inputs that changed: replaced by the first write
+    folder.mkdir()
+    stale.write_text("{}")
+    for s in specs:
+        cache.save(folder, s, references[0], execution)
+    assert not stale.exists()
+    (tmp_path / "payload").write_bytes(pickle.dumps((specs, references, execution)))
+    go = tmp_path / "go"
+    writers = [subprocess.Popen([sys.executable, "-c", WRITER, str(folder), str(tmp_path / "payload"), str(go), "150",
+                                 str(me)], cwd=ROOT) for me in range(3)]
+    labels = {r.label for r in references}
+    try:
+        time.sleep(0.5)  # most of the writers' imports done; the rest overlaps the first reads
+        go.touch()
+        reads = 0
+        started = time.monotonic()
+        while any(w.poll() is None for w in writers) and time.monotonic() - started < 300:  # a hang guard only
+            for s in specs:
+                found = cache.load(folder, s)
+                assert found is not None, f"{s.slug}: no complete entry readable after {reads} reads"
+                assert found[0].label in labels and found[1] == execution
+                reads += 1
+        assert [w.wait(timeout=60) for w in writers] == [0, 0, 0]
+    finally:
+        for w in writers:
+            w.kill()
+    assert sorted(p.name for p in folder.iterdir()) == sorted(cache._entry(folder, s.slug, cache.execution_key(s)).name
+                                                              for s in specs)

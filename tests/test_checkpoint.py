@@ -15,21 +15,11 @@ from hub_server import FakeHub
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from explorer.checkpoint import (
-    MAX_HEADER_BYTES,
-    CheckpointIndex,
-    TensorInfo,
-    expand_name,
-    group_tensors,
-    parse_header,
-    read_hub_checkpoint,
-    read_hub_header,
-    read_local_checkpoint,
-    read_manifest,
-    read_safetensors_file,
-    write_manifest,
-)
+from explorer.checkpoint import CheckpointIndex, TensorInfo, expand_name, group_tensors
 from explorer.errors import CheckpointError
+from explorer.hub import read_hub_checkpoint, read_hub_header
+from explorer.manifest import read_manifest, write_manifest
+from explorer.safetensors_headers import MAX_HEADER_BYTES, parse_header, read_local_checkpoint, read_safetensors_file
 
 TENSORS = {"a.weight": ("BF16", [4, 8]), "a.weight_scale_inv": ("F32", [1, 1]), "b": ("F8_E4M3", [3])}
 
@@ -399,9 +389,9 @@ def test_hostile_header_json_gives_typed_errors(raw, reason):
 
 
 def test_tensor_count_is_capped_before_parsing_entries(monkeypatch):
-    import explorer.checkpoint as checkpoint
+    import explorer.safetensors_headers as safetensors_headers
 
-    monkeypatch.setattr(checkpoint, "MAX_TENSORS", 2)
+    monkeypatch.setattr(safetensors_headers, "MAX_TENSORS", 2)
     raw = header_bytes({f"t{i}": {"dtype": "F32", "shape": [1], "data_offsets": [4 * i, 4 * i + 4]}
                         for i in range(4)})[8:]
     with pytest.raises(CheckpointError, match="header lists 4 tensors, over the limit of 2"):
@@ -514,17 +504,76 @@ def listing(tmp_path: Path, data: object) -> Path:
      "tensors[0]: key 'shrad': unknown; did you mean 'shard'?"),
     ({"tensors": [{"name": "w.0-1", "dtype": "F32", "shape": [1]}, {"name": "w.1", "dtype": "F32", "shape": [1]}]},
      "tensor 'w.1' is listed twice"),
+    ({"tensors": [{"name": "w.1", "dtype": "F32", "shape": [1]}, {"name": "w.1", "dtype": "F32", "shape": [1]}]},
+     "tensor 'w.1' is listed twice"),                                    # one group once regrouped: still refused
+    ({"tensors": [{"name": "w.1", "dtype": "F32", "shape": [1]}, {"name": "w.0-2", "dtype": "F32", "shape": [2]}]},
+     "tensor 'w.1' is listed twice"),
     ({"tensors": [{"name": "l.0-999999999.w", "dtype": "F32", "shape": [1]}]},
      "the entries stand for 1,000,000,000 tensors, over the limit of 5,000,000"),
     ({"tensor": []}, "not a tensor listing: expected an object with a 'tensors' array"),
 ])
 def test_listing_is_validated(tmp_path, data, reason):
     """Issue 13, reproduction 6: --from-listing used to validate nothing."""
-    from explorer.checkpoint import read_listing
+    from explorer.listing import read_listing
 
     with pytest.raises(CheckpointError) as info:
         read_listing(listing(tmp_path, data))
     assert info.value.reason == reason
+
+
+def test_a_listing_of_one_entry_per_tensor_records_the_groups_of_its_headers(tmp_path):
+    """Issue 18: each entry of a listing was recorded as a [[tensor]] table of its own, so a listing that names
+    each tensor (as a header does) wrote a million tables for a million tensors, and took minutes to write and to
+    read back. Entries are now grouped as a header's tensors are."""
+    from explorer.listing import read_listing
+
+    entries = [{"name": f"model.layers.{layer}.experts.{e}.w", "dtype": "BF16", "shape": [2, 3]}
+               for layer in (2, 0, 1) for e in range(4)]
+    entries += [{"name": "lm_head.weight", "dtype": "F32", "shape": [5]}, {"name": "x.0-1.y", "dtype": "F32", "shape": []},
+                {"name": "x.2.y", "dtype": "F32", "shape": []}, {"name": "x.3.y", "dtype": "F32", "shape": [], "shard": "s"}]
+    index = read_listing(listing(tmp_path, {"tensors": entries}))
+    assert [(g.name, g.dtype, g.shape, g.shard) for g in index.groups] == [
+        ("lm_head.weight", "F32", (5,), ""), ("model.layers.0-2.experts.0-3.w", "BF16", (2, 3), ""),
+        ("x.0-2.y", "F32", (), ""), ("x.3.y", "F32", (), "s")]
+    assert index.tensor_count == 12 + 1 + 3 + 1
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.dictionaries(st.lists(_SEGMENTS.filter(lambda s: not any(c in s for c in "-,\\")), min_size=1,
+                                max_size=4).map(".".join).filter(bool),
+                       st.tuples(st.sampled_from(["BF16", "F32"]), st.lists(st.integers(0, 9), max_size=2),
+                                 st.sampled_from(["", "s1.safetensors"])),
+                       max_size=25))
+def test_a_listing_records_exactly_its_tensors(tmp_path_factory, entries):
+    """Regrouped or not, a listing of plain names (no runs to read) records exactly the tensors it names."""
+    from explorer.listing import read_listing
+
+    folder = tmp_path_factory.mktemp("l")
+    data = {"tensors": [{"name": n, "dtype": d, "shape": shape, "shard": shard}
+                        for n, (d, shape, shard) in entries.items()]}
+    index = read_listing(listing(folder, data))
+    assert index.tensors == {n: TensorInfo(n, d, tuple(shape), shard) for n, (d, shape, shard) in sorted(entries.items())}
+    write_manifest(index, folder / "checkpoint.toml")
+    assert read_manifest(folder / "checkpoint.toml").tensors == index.tensors
+
+
+def test_recording_checks_and_compares_groups_without_listing_names(tmp_path, monkeypatch):
+    """Issue 18: recording a million tensors listed every name three times over (to check it, and to compare the
+    manifest read back), each list a million objects. Checking and comparing are per group now."""
+    from explorer.listing import read_listing
+    from explorer.tensor_names import NameBox
+
+    entries = [{"name": f"l.{i}.e.{e}.w", "dtype": "BF16", "shape": [2]} for i in range(30) for e in range(30)]
+    path = listing(tmp_path, {"tensors": entries})
+    write_safetensors(tmp_path / "model.safetensors", {f"l.{i}.w": ("BF16", [2]) for i in range(900)})
+
+    def listed(self):
+        raise AssertionError("names were listed")
+
+    monkeypatch.setattr(NameBox, "names", listed)
+    for index in (read_listing(path), read_local_checkpoint(tmp_path)):
+        write_manifest(index, tmp_path / "checkpoint.toml")
+    assert "tensor_count = 900" in (tmp_path / "checkpoint.toml").read_text()
 
 
 def test_bad_listing_leaves_the_manifest_and_exits_1(project_copy, tmp_path):
@@ -566,7 +615,7 @@ def test_recording_a_folder_with_a_non_bmp_name_reads_back(project_copy, tmp_pat
 
 def test_whole_file_fetch_is_capped(hf_home):
     """--fetch-sources and --verify-hub download whole files: an endless one is cut at the byte cap."""
-    from explorer.checkpoint import fetch_hub_file
+    from explorer.hub import fetch_hub_file
 
     with FakeHub() as hub:
         hub.files[(REPO, REV, "config.json")] = b"{}"

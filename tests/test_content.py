@@ -285,7 +285,7 @@ def test_model_folder_name_must_be_a_slug(project_copy):
 @pytest.mark.parametrize("rel", [KIMI, "content/models/kimi-k2/prose/index.md", "content/models/kimi-k2/checkpoint.toml"])
 def test_non_utf8_content_names_file_and_byte_offset(project_copy, rel):
     """Issue 13, reproduction 7: non-UTF-8 bytes in a content file used to raise UnicodeDecodeError."""
-    from explorer.checkpoint import read_manifest
+    from explorer.manifest import read_manifest
 
     path = project_copy / rel
     data = path.read_bytes()

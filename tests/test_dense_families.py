@@ -14,13 +14,13 @@ import torch
 from conftest import ROOT
 
 from explorer.account import account
-from explorer.checkpoint import read_manifest
 from explorer.components import attention as attention_module
 from explorer.components import linear as linear_module
 from explorer.content import load_model_content
 from explorer.errors import ContentError, ExecutionError
 from explorer.execute import check_equations, tiny_spec
 from explorer.families import FAMILIES, load_model_spec
+from explorer.manifest import read_manifest
 from explorer.pipeline import stated_config_differences
 from explorer.reconcile import reconcile
 from explorer.reference import build_reference_model, reference_index, tiny_reference_model

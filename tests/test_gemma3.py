@@ -10,12 +10,13 @@ import pytest
 from conftest import ROOT
 
 from explorer.account import account
-from explorer.checkpoint import MANIFEST_FILE, CheckpointIndex, TensorInfo, read_manifest
+from explorer.checkpoint import CheckpointIndex, TensorInfo
 from explorer.content import load_model_content
 from explorer.errors import ExecutionError
 from explorer.execute import check_equations, tiny_spec
 from explorer.families import FAMILIES, load_model_spec
 from explorer.families import gemma3 as gemma3_module
+from explorer.manifest import MANIFEST_FILE, read_manifest
 from explorer.reconcile import reconcile
 from explorer.reference import build_reference_model, tiny_reference_model
 

@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from explorer import gguf as explorer_gguf
-from explorer.checkpoint import TensorInfo, parse_header, read_manifest
+from explorer.checkpoint import TensorInfo
 from explorer.errors import CheckpointError, ContentError
 from explorer.gguf import (
     config_differences,
@@ -28,6 +28,8 @@ from explorer.gguf import (
     read_gguf_header,
     unpermute_rotary_rows,
 )
+from explorer.manifest import read_manifest
+from explorer.safetensors_headers import parse_header
 
 Q8_0, Q4_1, F32, Q4_K = 8, 3, 0, 12  # GGML type ids
 

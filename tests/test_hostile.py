@@ -157,7 +157,7 @@ def test_a_hub_that_drips_its_headers_or_redirects_slowly_meets_the_deadline(hf_
     slow redirects took 169 s."""
     from hub_server import FakeHub
 
-    from explorer.checkpoint import fetch_hub_file, read_hub_checkpoint
+    from explorer.hub import fetch_hub_file, read_hub_checkpoint
 
     with FakeHub() as hub:
         hub.files[(*GPT2, "model.safetensors")] = b"{}"
@@ -468,7 +468,7 @@ def test_dev_zero_as_config_or_listing_is_read_only_up_to_the_cap(tmp_path):
     """Issue 18: /dev/zero (or a pipe) given as --config or --from-listing was read without limit: the caps
     looked at the file's size, which a device does not have."""
     from explorer.add_model import add_model
-    from explorer.checkpoint import read_listing
+    from explorer.listing import read_listing
 
     with deadline(30), pytest.raises(ContentError, match=r"/dev/zero: config.json is over the 10,000,000-byte cap"):
         add_model(tmp_path / "content", "m", Path("/dev/zero"), "o/n", "unpinned")
@@ -488,7 +488,8 @@ def test_add_model_is_linear_in_the_number_of_keys(tmp_path):
 
 def test_a_rewritten_manifest_keeps_its_mode(tmp_path):
     """Issue 18: checkpoint.toml was rewritten with mkstemp's mode 0600, private to its writer."""
-    from explorer.checkpoint import CheckpointIndex, TensorInfo, write_manifest
+    from explorer.checkpoint import CheckpointIndex, TensorInfo
+    from explorer.manifest import write_manifest
 
     index = CheckpointIndex.of({"w": TensorInfo("w", "BF16", (4, 2))}, "test", "org/name", "a" * 40, "a test")
     path = tmp_path / "checkpoint.toml"
@@ -814,7 +815,7 @@ def test_a_check_that_never_ran_is_not_shown_as_executed(tmp_path, kimi_entry, e
 ])
 def test_a_manifest_config_key_without_provenance_is_one_line(tmp_path, edit, message):
     """Issue 18: a [config] key of checkpoint.toml without its [config_provenance] gave a traceback."""
-    from explorer.checkpoint import read_manifest
+    from explorer.manifest import read_manifest
 
     path = tmp_path / "checkpoint.toml"
     path.write_text(edit((ROOT / "content/models/smollm2-135m/checkpoint.toml").read_text()))

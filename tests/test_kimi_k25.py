@@ -221,7 +221,7 @@ def _write_int4_checkpoint(tiny, folder, mutate=None):
 def test_synthetic_int4_checkpoint_reconciles_and_a_broken_one_names_the_tensor(tiny, tmp_path):
     import torch
 
-    from explorer.checkpoint import read_local_checkpoint
+    from explorer.safetensors_headers import read_local_checkpoint
 
     tiny_bf16 = FAMILIES["kimi_k25"].build_spec("k", {**_tiny_raw(tiny), "dtype": "bfloat16"}, "test")
     rec = reconcile(tiny_bf16, read_local_checkpoint(_write_int4_checkpoint(tiny, tmp_path / "good")))

@@ -215,7 +215,7 @@ def _nvfp4(weight):
 def test_synthetic_nvfp4_checkpoint_reconciles_and_a_broken_one_names_the_tensor(gemma_tiny, tmp_path):
     import torch
 
-    from explorer.checkpoint import read_local_checkpoint
+    from explorer.safetensors_headers import read_local_checkpoint
 
     variant = _variant_file(tmp_path, "NVFP4", GEMMA_EXCLUDE)
     spec = variant_spec(gemma_tiny, variant)
@@ -244,7 +244,7 @@ def test_synthetic_nvfp4_checkpoint_reconciles_and_a_broken_one_names_the_tensor
 def test_without_the_fused_experts_split_the_real_layout_does_not_reconcile(gemma_tiny, tmp_path, monkeypatch):
     """The mechanism, mutated: left fused, the prediction misses every per-expert tensor ModelOpt writes."""
     from explorer import quantization
-    from explorer.checkpoint import read_local_checkpoint
+    from explorer.safetensors_headers import read_local_checkpoint
 
     variant = _variant_file(tmp_path, "NVFP4", GEMMA_EXCLUDE)
     good = read_local_checkpoint(_write(gemma_tiny, tmp_path / "good", GEMMA_EXCLUDE, _nvfp4))
@@ -257,8 +257,8 @@ def test_synthetic_fp8_per_tensor_checkpoint_reconciles_and_a_broken_one_names_t
     import torch
 
     from explorer import fp8_tensor
-    from explorer.checkpoint import read_local_checkpoint
     from explorer.execute import tiny_spec
+    from explorer.safetensors_headers import read_local_checkpoint
 
     tiny = tiny_spec(load_model_spec(load_model_content(ROOT / "content/models/qwen3-8b")))
     exclude = ["lm_head", "model.layers.0.self_attn*"]
@@ -288,7 +288,7 @@ def test_synthetic_fp8_per_tensor_checkpoint_reconciles_and_a_broken_one_names_t
 def test_record_checkpoint_from_folder_reads_the_nvfp4_file(gemma_tiny, tmp_path):
     """build.py --record-checkpoint --from-folder is read_local_checkpoint plus a manifest: the U8 and F8_E4M3
     tensors come back with the shapes the export wrote."""
-    from explorer.checkpoint import read_local_checkpoint
+    from explorer.safetensors_headers import read_local_checkpoint
 
     index = read_local_checkpoint(_write(gemma_tiny, tmp_path / "f", GEMMA_EXCLUDE, _nvfp4))
     w = index.tensors["model.language_model.layers.0.experts.0.gate_proj.weight"]
@@ -319,8 +319,8 @@ def test_synthetic_nemotron_nvfp4_checkpoint_with_exclusions_at_some_layers(tmp_
     excluded at one Mamba layer and not at the other, attention excluded, per-expert up and down projections."""
     import torch
 
-    from explorer.checkpoint import read_local_checkpoint
     from explorer.execute import tiny_spec
+    from explorer.safetensors_headers import read_local_checkpoint
 
     tiny = tiny_spec(load_model_spec(load_model_content(ROOT / "content/models/nemotron-3-nano-30b-a3b")))
     exclude = ["lm_head", "backbone.layers.3.mixer.in_proj", "backbone.layers.3.mixer.out_proj",
@@ -347,8 +347,8 @@ def test_recorded_exclude_lists_on_the_tiny_model_reconcile(slug, tmp_path):
     on the torch model, is one the prediction quantizes, and no other."""
     import torch
 
-    from explorer.checkpoint import read_local_checkpoint
     from explorer.execute import tiny_spec
+    from explorer.safetensors_headers import read_local_checkpoint
 
     spec, variant = _base(slug)
     tiny = tiny_spec(spec)

@@ -11,11 +11,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from explorer.account import evaluate
-from explorer.checkpoint import MAX_TENSORS, CheckpointIndex, TensorGroup, TensorInfo, group_tensors, manifest_index
+from explorer.checkpoint import MAX_TENSORS, CheckpointIndex, TensorGroup, TensorInfo, group_tensors
 from explorer.errors import ContentError
+from explorer.manifest import manifest_index
 from explorer.reconcile import predicted_index, reconcile
 from explorer.spec.types import path_key, walk
-from explorer.tensor_names import NameBox, name_box, pattern_box, shared_name, template_boxes
+from explorer.tensor_names import NameBox, name_box, pattern_box, pattern_size, shared_name, template_boxes
 
 SEGMENTS = st.sampled_from(["model", "layers", "experts", "w", "0", "1", "2", "7", "12", "01", "a-b"])
 
@@ -40,6 +41,24 @@ def test_a_name_is_one_box_and_digits_with_a_leading_zero_stay_literal():
     assert name_box("a.03.b").skeleton == ("a", "03", "b")
     assert pattern_box("layers.1-60.experts.0-383.w", MAX_TENSORS).size == 60 * 384
     assert pattern_box("x.0,3-5", 10).names() == ["x.0", "x.3", "x.4", "x.5"]
+
+
+@pytest.mark.parametrize("name, skeleton, slots", [
+    ("a.7.b", ("a", None, "b"), ({7},)),
+    ("a.0.b.0", ("a", None, "b", None), ({0}, {0})),
+    ("a.01.b", ("a", "01", "b"), ()),                                          # a leading zero: a literal
+    ("x.123456789012345678", ("x", None), ({123456789012345678},)),            # 18 digits: an index
+    ("x.1234567890123456789", ("x", "1234567890123456789"), ()),               # 19: a literal
+    ("٣.w", ("٣", "w"), ()),                                                   # a digit, not a decimal index
+    ("a..b", ("a", "", "b"), ()),
+])
+def test_a_plain_name_is_its_own_pattern(name, skeleton, slots):
+    """Issue 18: a name without runs is boxed without parsing runs (a listing of a million names); the box is
+    the one its segments spell, each as the pattern syntax reads it."""
+    expected = NameBox(skeleton, tuple(frozenset(v) for v in slots))
+    assert pattern_box(name, MAX_TENSORS) == expected and pattern_size(name) == 1
+    with pytest.raises(ValueError, match="over the limit of 0"):
+        pattern_box(name, 0)
 
 
 def test_a_pattern_past_the_limit_is_refused_before_its_values_are_built():
