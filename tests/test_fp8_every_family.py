@@ -1,0 +1,113 @@
+"""Issue 19 item 5: a block-wise FP8 quantization_config (quant_method "fp8", weight_block_size,
+modules_to_not_convert) read by the families whose stored layout was decided last, with transformers' own FP8
+quantizer as the oracle.
+
+Each family's reference model is built on the meta device from the same config; FineGrainedFP8HfQuantizer's
+_process_model_before_weight_loading then does what from_pretrained does before loading a pre-quantized checkpoint
+(its default skips: the output embedding, tied and last modules when modules_to_not_convert is absent; the patterns
+given otherwise) and replace_with_fp8_linear swaps every plain nn.Linear it converts for FP8Linear (weight and
+weight_scale_inv) and every `.experts` module for FP8Experts. The family's predicted FP8 tensors, names and shapes,
+scales included, must be exactly the weights and scales of the swapped modules.
+"""
+
+from __future__ import annotations
+
+import re
+from functools import cache
+
+import pytest
+from conftest import ROOT
+
+from explorer.content import load_all_models
+from explorer.errors import ContentError
+from explorer.families import FAMILIES, load_model_spec
+from explorer.reconcile import predicted_index
+from explorer.reference import build_reference_model
+
+BLOCK = {"activation_scheme": "dynamic", "fmt": "e4m3", "quant_method": "fp8", "weight_block_size": [128, 128]}
+EXPERT = re.compile(r"(?P<module>.+\.experts)\.(?P<e>\d+)\.(?P<proj>gate|up|down)_proj\.weight(?P<scale>_scale_inv)?$")
+
+
+@cache
+def first_models() -> dict:
+    out: dict = {}
+    for content in load_all_models(ROOT / "content"):
+        out.setdefault(content.meta.family, content)
+    return out
+
+
+def quantized_config(family: str, block: dict) -> dict:
+    return {**first_models()[family].config, "quantization_config": block}
+
+
+def spec_with(family: str, block: dict):
+    return FAMILIES[family].build_spec("fp8", quantized_config(family, block), "test")
+
+
+def transformers_fp8(spec, block: dict) -> dict[str, tuple[int, ...]]:
+    """Name -> shape of every FP8 weight and scale the FP8 quantizer gives the reference model (meta device)."""
+    from transformers import FineGrainedFP8Config
+    from transformers.integrations.finegrained_fp8 import FP8Experts, FP8Linear
+    from transformers.quantizers.quantizer_finegrained_fp8 import FineGrainedFP8HfQuantizer
+
+    model = build_reference_model(spec)
+    options = {k: v for k, v in block.items() if k not in ("quant_method", "fmt")}
+    quantizer = FineGrainedFP8HfQuantizer(FineGrainedFP8Config(**options), pre_quantized=True)
+    quantizer._process_model_before_weight_loading(model)
+    out: dict[str, tuple[int, ...]] = {}
+    for name, module in model.named_modules():
+        if isinstance(module, (FP8Linear, FP8Experts)):
+            for leaf, tensor in module.named_parameters(recurse=False):
+                if tensor.dtype.itemsize == 1 or leaf.endswith("scale_inv"):  # not a bias
+                    out[f"{name}.{leaf}"] = tuple(tensor.shape)
+    return out
+
+
+def predicted_fp8(spec) -> dict[str, tuple[int, ...]]:
+    """Name -> shape of every FP8 weight and its scale in the family's predicted layout, under the reference's module
+    names; experts stored one per file entry are stacked as FP8Experts holds them (gate and up rows fused)."""
+    family = FAMILIES[spec.family]
+    stored = predicted_index(spec).tensors
+    fp8 = {n for n, t in stored.items() if t.dtype.startswith("F8_")}
+    out: dict[str, tuple[int, ...]] = {}
+    experts: dict[tuple[str, str], dict[int, dict[str, tuple[int, ...]]]] = {}
+    for name in sorted(fp8 | {n + "_scale_inv" for n in fp8}):
+        module, _, leaf = name.rpartition(".weight")[0].rpartition(".")[0::2], None, None
+        shape = tuple(stored[name].shape)
+        m = EXPERT.match(name)
+        if m:
+            kind = "down_proj" if m["proj"] == "down" else "gate_up_proj"
+            experts.setdefault((family.reference_module(m["module"]), kind + (m["scale"] and "_scale_inv" or "")),
+                               {}).setdefault(int(m["e"]), {})[m["proj"]] = shape
+            continue
+        base, suffix = (name[:-len(".weight_scale_inv")], ".weight_scale_inv") if name.endswith("_scale_inv") \
+            else (name[:-len(".weight")], ".weight")
+        out[family.reference_module(base) + suffix] = shape
+    for (module, leaf), per_expert in experts.items():
+        rows = [sum(p[k][0] for k in ("gate", "up", "down") if k in p) for p in per_expert.values()]
+        cols = {p[k][1] for p in per_expert.values() for k in p}
+        assert len(set(rows)) == 1 and len(cols) == 1
+        out[f"{module}.{leaf}"] = (len(per_expert), rows[0], cols.pop())
+    return out
+
+
+# ------------------------------------------------------------------------------------------------- the oracle
+
+EXCLUDING = {
+    "qwen3_5": [r"model\.visual", "lm_head", r"model\.language_model\.layers\.\d+\.linear_attn"],
+    "qwen3_5_moe": [r"model\.visual", "lm_head", "shared_expert_gate"],
+}
+"""modules_to_not_convert patterns a published checkpoint might give: the vision tower, the linear-attention mixers,
+a one-row gate."""
+FAMILIES_READING_FP8 = ("qwen3_5", "qwen3_5_moe")
+
+
+@pytest.mark.parametrize("family", FAMILIES_READING_FP8)
+@pytest.mark.parametrize("skip", ["default", "named"])
+def test_predicted_fp8_tensors_are_the_ones_transformers_quantizer_makes(family, skip):
+    block = BLOCK if skip == "default" else {**BLOCK, "modules_to_not_convert": EXCLUDING[family]}
+    spec = spec_with(family, block)
+    want = transformers_fp8(spec, block)
+    got = predicted_fp8(spec)
+    assert sorted(set(got) - set(want)) == [] and sorted(set(want) - set(got)) == []
+    assert got == want
