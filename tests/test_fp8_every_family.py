@@ -94,12 +94,13 @@ def predicted_fp8(spec) -> dict[str, tuple[int, ...]]:
 # ------------------------------------------------------------------------------------------------- the oracle
 
 EXCLUDING = {
+    "gemma3": [r"model\.vision_tower", "lm_head"],
     "qwen3_5": [r"model\.visual", "lm_head", r"model\.language_model\.layers\.\d+\.linear_attn"],
     "qwen3_5_moe": [r"model\.visual", "lm_head", "shared_expert_gate"],
 }
 """modules_to_not_convert patterns a published checkpoint might give: the vision tower, the linear-attention mixers,
 a one-row gate."""
-FAMILIES_READING_FP8 = ("qwen3_5", "qwen3_5_moe")
+FAMILIES_READING_FP8 = ("gemma3", "qwen3_5", "qwen3_5_moe")
 
 
 @pytest.mark.parametrize("family", FAMILIES_READING_FP8)
