@@ -72,7 +72,6 @@ def predicted_fp8(spec) -> dict[str, tuple[int, ...]]:
     out: dict[str, tuple[int, ...]] = {}
     experts: dict[tuple[str, str], dict[int, dict[str, tuple[int, ...]]]] = {}
     for name in sorted(fp8 | {n + "_scale_inv" for n in fp8}):
-        module, _, leaf = name.rpartition(".weight")[0].rpartition(".")[0::2], None, None
         shape = tuple(stored[name].shape)
         m = EXPERT.match(name)
         if m:
@@ -80,9 +79,9 @@ def predicted_fp8(spec) -> dict[str, tuple[int, ...]]:
             experts.setdefault((family.reference_module(m["module"]), kind + (m["scale"] and "_scale_inv" or "")),
                                {}).setdefault(int(m["e"]), {})[m["proj"]] = shape
             continue
-        base, suffix = (name[:-len(".weight_scale_inv")], ".weight_scale_inv") if name.endswith("_scale_inv") \
-            else (name[:-len(".weight")], ".weight")
-        out[family.reference_module(base) + suffix] = shape
+        weight = name.removesuffix("_scale_inv")
+        module, leaf = weight.rsplit(".", 1)
+        out[f"{family.reference_module(module)}.{leaf}{name[len(weight):]}"] = shape
     for (module, leaf), per_expert in experts.items():
         rows = [sum(p[k][0] for k in ("gate", "up", "down") if k in p) for p in per_expert.values()]
         cols = {p[k][1] for p in per_expert.values() for k in p}
@@ -95,12 +94,14 @@ def predicted_fp8(spec) -> dict[str, tuple[int, ...]]:
 
 EXCLUDING = {
     "gemma3": [r"model\.vision_tower", "lm_head"],
+    "gemma4": [r"model\.vision_tower", "lm_head", "router"],
+    "llama4": ["lm_head", r"model\.layers\.\d+\.feed_forward\.shared_expert"],
     "qwen3_5": [r"model\.visual", "lm_head", r"model\.language_model\.layers\.\d+\.linear_attn"],
     "qwen3_5_moe": [r"model\.visual", "lm_head", "shared_expert_gate"],
 }
 """modules_to_not_convert patterns a published checkpoint might give: the vision tower, the linear-attention mixers,
 a one-row gate."""
-FAMILIES_READING_FP8 = ("gemma3", "qwen3_5", "qwen3_5_moe")
+FAMILIES_READING_FP8 = ("gemma3", "llama4", "qwen3_5", "qwen3_5_moe")
 
 
 @pytest.mark.parametrize("family", FAMILIES_READING_FP8)

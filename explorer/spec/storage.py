@@ -108,8 +108,10 @@ class BlockFP8:
         return f", each scale a power of two ({self.scale_fmt})" if self.scale_fmt == "ue8m0" else ""
 
     def scale_shape(self, shape: tuple[int, ...]) -> tuple[int, ...]:
-        """[7168, 18432] with 128 × 128 blocks -> [56, 144]."""
-        return tuple(-(-s // b) for s, b in zip(shape, self.block))
+        """[7168, 18432] with 128 × 128 blocks -> [56, 144]; leading axes (experts stacked in one tensor) are kept:
+        [16, 16384, 5120] -> [16, 128, 40]."""
+        lead = len(shape) - len(self.block)
+        return tuple(shape[:lead]) + tuple(-(-s // b) for s, b in zip(shape[lead:], self.block))
 
     def expand(self, name: str, shape: tuple[int, ...], role: Role = "parameter") -> tuple[StoredTensor, ...]:
         return (_stored(name, shape, self.dtype, "parameter", math.prod(shape)),
