@@ -94,22 +94,64 @@ def predicted_fp8(spec) -> dict[str, tuple[int, ...]]:
 
 EXCLUDING = {
     "gemma3": [r"model\.vision_tower", "lm_head"],
-    "gemma4": [r"model\.vision_tower", "lm_head", "router"],
     "llama4": ["lm_head", r"model\.layers\.\d+\.feed_forward\.shared_expert"],
+    "nemotron_h": ["lm_head", r"model\.layers\.\d+\.mixer\.experts"],
     "qwen3_5": [r"model\.visual", "lm_head", r"model\.language_model\.layers\.\d+\.linear_attn"],
     "qwen3_5_moe": [r"model\.visual", "lm_head", "shared_expert_gate"],
 }
-"""modules_to_not_convert patterns a published checkpoint might give: the vision tower, the linear-attention mixers,
-a one-row gate."""
-FAMILIES_READING_FP8 = ("gemma3", "llama4", "qwen3_5", "qwen3_5_moe")
+"""modules_to_not_convert patterns a published checkpoint might give: the vision tower, a shared expert, the routed
+experts, the linear-attention mixers, a one-row gate (and lm_head, which an explicit list must name to keep)."""
+CASES = [(family, "default") for family in EXCLUDING if family != "nemotron_h"] + [
+    (family, "named") for family in EXCLUDING] + [("nemotron_h", "mamba")]
 
 
-@pytest.mark.parametrize("family", FAMILIES_READING_FP8)
-@pytest.mark.parametrize("skip", ["default", "named"])
+def block_for(family: str, skip: str) -> dict:
+    if skip == "default":
+        return BLOCK
+    extra = [r"model\.layers\.\d+\.mixer\.(in|out)_proj"] if skip == "mamba" else []
+    return {**BLOCK, "modules_to_not_convert": EXCLUDING[family] + extra}
+
+
+@pytest.mark.parametrize("family,skip", CASES)
 def test_predicted_fp8_tensors_are_the_ones_transformers_quantizer_makes(family, skip):
-    block = BLOCK if skip == "default" else {**BLOCK, "modules_to_not_convert": EXCLUDING[family]}
+    block = block_for(family, skip)
     spec = spec_with(family, block)
     want = transformers_fp8(spec, block)
     got = predicted_fp8(spec)
     assert sorted(set(got) - set(want)) == [] and sorted(set(want) - set(got)) == []
     assert got == want
+    assert len(got) > 0
+
+
+def test_the_mamba_mixers_named_stay_dense():
+    """Leaving out the Mamba-2 projections drops exactly their weights and scales from the FP8 tensors."""
+    named, mamba = (predicted_fp8(spec_with("nemotron_h", block_for("nemotron_h", s))) for s in ("named", "mamba"))
+    assert sorted(set(named) - set(mamba)) == sorted(
+        n for n in named if re.search(r"\.mixer\.(in|out)_proj\.weight", n))
+    assert set(mamba) < set(named)
+
+
+def test_the_oracle_sees_a_wrong_layout():
+    """A family that stored one more module in FP8 than transformers converts (the router), or one fewer, fails."""
+    spec = spec_with("qwen3_5_moe", BLOCK)
+    want = transformers_fp8(spec, BLOCK)
+    got = predicted_fp8(spec)
+    wrong = {**got, "model.language_model.layers.0.mlp.gate.weight": (256, 2048)}
+    assert wrong != want
+    fewer = {k: v for k, v in got.items() if "shared_expert_gate" not in k}
+    assert fewer != want and got == want
+
+
+def test_nemotron_h_fp8_must_leave_its_experts_to_the_models_dtype():
+    """transformers' FP8 quantizer cannot build NemotronH's experts (FP8Experts reads hidden_act, which
+    NemotronHConfig lacks): without modules_to_not_convert naming them the family refuses, in one line, naming the
+    key; the oracle fails the same way."""
+    with pytest.raises(ContentError) as info:
+        spec_with("nemotron_h", BLOCK)
+    assert len(info.value.problems) == 1
+    problem = info.value.problems[0]
+    assert "key 'quantization_config.modules_to_not_convert'" in problem and "\n" not in problem
+    assert "hidden_act" in problem
+    spec = spec_with("nemotron_h", block_for("nemotron_h", "named"))
+    with pytest.raises(AttributeError, match="hidden_act"):
+        transformers_fp8(spec, BLOCK)
