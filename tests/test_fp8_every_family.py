@@ -94,6 +94,7 @@ def predicted_fp8(spec) -> dict[str, tuple[int, ...]]:
 
 EXCLUDING = {
     "gemma3": [r"model\.vision_tower", "lm_head"],
+    "gemma4": [r"model\.vision_tower", "lm_head", "router"],
     "llama4": ["lm_head", r"model\.layers\.\d+\.feed_forward\.shared_expert"],
     "nemotron_h": ["lm_head", r"model\.layers\.\d+\.mixer\.experts"],
     "qwen3_5": [r"model\.visual", "lm_head", r"model\.language_model\.layers\.\d+\.linear_attn"],
