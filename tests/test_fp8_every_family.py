@@ -156,3 +156,15 @@ def test_nemotron_h_fp8_must_leave_its_experts_to_the_models_dtype():
     spec = spec_with("nemotron_h", block_for("nemotron_h", "named"))
     with pytest.raises(AttributeError, match="hidden_act"):
         transformers_fp8(spec, BLOCK)
+
+
+def test_gpt2_refuses_fp8_in_one_line_because_transformers_converts_nothing():
+    """GPT-2's projections are Conv1D, not nn.Linear, and its one Linear (lm_head, tied to wte) is kept by the
+    quantizer's default: transformers converts no module, so the family refuses the block, naming the key."""
+    spec = load_model_spec(first_models()["gpt2"])
+    assert transformers_fp8(spec, BLOCK) == {}
+    with pytest.raises(ContentError) as info:
+        spec_with("gpt2", BLOCK)
+    assert len(info.value.problems) == 1
+    problem = info.value.problems[0]
+    assert "key 'quantization_config'" in problem and "Conv1D" in problem and "\n" not in problem
