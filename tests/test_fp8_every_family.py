@@ -132,15 +132,17 @@ def test_the_mamba_mixers_named_stay_dense():
     assert set(mamba) < set(named)
 
 
-def test_the_oracle_sees_a_wrong_layout():
-    """A family that stored one more module in FP8 than transformers converts (the router), or one fewer, fails."""
-    spec = spec_with("qwen3_5_moe", BLOCK)
-    want = transformers_fp8(spec, BLOCK)
+def test_the_oracle_sees_a_layout_one_module_off():
+    """Gemma 4's embedder projection is the model's last parameter: transformers' default skips keep it, an explicit
+    list that leaves it out converts it. The layout predicted under one is not the oracle of the other."""
+    named = {**BLOCK, "modules_to_not_convert": ["lm_head"]}
+    want_default = transformers_fp8(spec_with("gemma4", BLOCK), BLOCK)
+    spec = spec_with("gemma4", named)
     got = predicted_fp8(spec)
-    wrong = {**got, "model.language_model.layers.0.mlp.gate.weight": (256, 2048)}
-    assert wrong != want
-    fewer = {k: v for k, v in got.items() if "shared_expert_gate" not in k}
-    assert fewer != want and got == want
+    assert got == transformers_fp8(spec, named)
+    projection = "model.embed_vision.embedding_projection.weight"
+    assert set(got) - set(want_default) == {projection, projection + "_scale_inv"}
+    assert set(want_default) < set(got)
 
 
 def test_nemotron_h_fp8_must_leave_its_experts_to_the_models_dtype():

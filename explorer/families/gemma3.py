@@ -24,7 +24,6 @@ from ..components.rope import RopeOptions
 from ..components.vision import projector, vision_tower
 from ..spec.storage import GGUF_MIXES, GGUFMix, Storage
 from ..spec.types import Citation, Component, Hyperparameters, ModelSpec, Step
-from .block_fp8 import FP8QuantizationConfig, fp8_block_storage, fp8_problems, keep_named_modules_dense
 from .base import (
     DIM_LABELS,
     Family,
@@ -36,6 +35,7 @@ from .base import (
     stored_dtype,
     tower_label,
 )
+from .block_fp8 import FP8QuantizationConfig, fp8_block_storage, fp8_problems, keep_named_modules_dense
 
 CONFIG_FILE = "models/gemma3/configuration_gemma3.py"
 GGUF_CITATION = Citation("transformers reads a GGUF file with the gguf package and dequantizes each tensor from its "

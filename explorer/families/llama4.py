@@ -34,7 +34,6 @@ from ..components.sigmoid_moe import (
     sigmoid_router,
 )
 from ..spec.types import Citation, Component, Hyperparameters
-from .block_fp8 import FP8QuantizationConfig, fp8_block_storage, fp8_problems, keep_named_modules_dense
 from .base import (
     DIM_LABELS,
     Family,
@@ -45,6 +44,7 @@ from .base import (
     rule_problems,
     stored_dtype,
 )
+from .block_fp8 import FP8QuantizationConfig, fp8_block_storage, fp8_problems, keep_named_modules_dense
 
 REFERENCE = Reference("models/llama4/modeling_llama4.py", "Llama4Text")
 CHUNKED, GLOBAL = "chunked_attention", "full_attention"
