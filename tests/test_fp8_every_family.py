@@ -170,3 +170,20 @@ def test_gpt2_refuses_fp8_in_one_line_because_transformers_converts_nothing():
     assert len(info.value.problems) == 1
     problem = info.value.problems[0]
     assert "key 'quantization_config'" in problem and "Conv1D" in problem and "\n" not in problem
+
+
+@pytest.mark.parametrize("family", ["llama4", "gemma4"])
+def test_an_fp8_config_builds_in_full(tmp_path, family):
+    """The stacked experts stored otherwise in FP8 (Llama 4's with their last two axes swapped) are still the
+    reference's logical weights: the full build (reference on meta, executed checks) balances."""
+    import json
+
+    from explorer.add_model import add_model
+    from explorer.content import load_model_content
+    from explorer.pipeline import build_model
+
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(quantized_config(family, BLOCK), indent=2) + "\n", encoding="utf-8")
+    toml = add_model(tmp_path / "content", "fp8", path, "org/fp8", "unpinned")
+    mb = build_model(load_model_content(toml.parent), progress=lambda message: None)
+    assert mb.reference.balanced

@@ -145,3 +145,7 @@ def test_block_fp8_scales_block_the_last_two_axes():
     scheme = BlockFP8("F8_E4M3", (128, 128))
     assert scheme.scale_shape((16, 16384, 5120)) == (16, 128, 40)
     assert scheme.scale_shape((7168, 18432)) == (56, 144) and scheme.scale_shape((129, 1)) == (2, 1)
+    swapped = BlockFP8("F8_E4M3", (128, 128), swap_last=True).expand("gate_up_proj", (16, 5120, 16384))
+    assert [(t.name, t.shape) for t in swapped] == [("gate_up_proj", (16, 16384, 5120)),
+                                                    ("gate_up_proj_scale_inv", (16, 128, 40))]
+    assert swapped[0].parameters == 16 * 5120 * 16384

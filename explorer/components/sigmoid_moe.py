@@ -9,7 +9,7 @@ References: "The Llama 4 herd" (Meta AI blog, April 2025); transformers' models/
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -109,10 +109,9 @@ def input_gated_experts(ctx: Ctx, *, prefix: str, ranges: tuple[IndexRange, ...]
 
 def _stacked(ctx: Ctx, name: str, E, d_in, d_out, ranges: tuple[IndexRange, ...]) -> TensorSpec:
     """All experts' weights in one tensor, [E, in, out] as torch.bmm reads it; a block-wise FP8 checkpoint stores
-    [E, out, in] with a scale per block of the last two axes, as transformers' FP8Experts holds them."""
-    if isinstance(ctx.quantized, BlockFP8):
-        return TensorSpec(name, (E, d_out, d_in), ranges, storage=ctx.quantized)
-    return TensorSpec(name, (E, d_in, d_out), ranges, storage=Dense(ctx.dtype), layout="in_out")
+    it [E, out, in] (the last two axes swapped) with a scale per block, as transformers' FP8Experts holds it."""
+    storage = replace(ctx.quantized, swap_last=True) if isinstance(ctx.quantized, BlockFP8) else Dense(ctx.dtype)
+    return TensorSpec(name, (E, d_in, d_out), ranges, storage=storage, layout="in_out")
 
 
 def expert_outputs(run: Run, o: InputGatedExpertsOptions, x: torch.Tensor, G: torch.Tensor) -> torch.Tensor:

@@ -91,6 +91,9 @@ class BlockFP8:
     scale_fmt: str = ""
     """quantization_config.scale_fmt where published: "ue8m0" rounds every scale to a power of two (an unsigned
     8-bit exponent's worth), still written in scale_dtype."""
+    swap_last: bool = False
+    """The checkpoint holds the weight with its last two axes swapped: Llama 4's stacked experts, [E, in, out] in
+    BF16, are [E, out, in] in FP8, as transformers' FP8Experts holds them."""
 
     @property
     def label(self) -> str:
@@ -114,6 +117,8 @@ class BlockFP8:
         return tuple(shape[:lead]) + tuple(-(-s // b) for s, b in zip(shape[lead:], self.block))
 
     def expand(self, name: str, shape: tuple[int, ...], role: Role = "parameter") -> tuple[StoredTensor, ...]:
+        if self.swap_last:
+            shape = (*shape[:-2], shape[-1], shape[-2])
         return (_stored(name, shape, self.dtype, "parameter", math.prod(shape)),
                 _stored(name + self.scale_suffix, self.scale_shape(shape), self.scale_dtype, "quant_scale", 0))
 
