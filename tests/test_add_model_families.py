@@ -84,8 +84,18 @@ QUANTIZED = {family: c.slug for family, c in originals().items()
              if "quantization_config" in c.config or "quantization_config" in (c.config.get("text_config") or {})}
 """Families whose first model publishes a quantization block (its own kind: FP8 blocks, MXFP4, compressed-tensors
 INT4, a GGUF mix): test_a_config_with_unknown_keys_adds_and_builds... adds and builds it as published."""
-FP8_FAMILIES = ("glm_moe_dsa", "llama", "mixtral", "qwen3", "qwen3_moe")
-"""Families that read a block-wise FP8 quantization_config although their first model publishes none."""
+FP8_FAMILIES = ("gemma3", "gemma4", "glm_moe_dsa", "llama", "llama4", "mixtral", "nemotron_h", "qwen3", "qwen3_5",
+                "qwen3_5_moe", "qwen3_moe")
+"""Families that read a block-wise FP8 quantization_config although their first model publishes none (their stored
+layouts checked against transformers' FP8 quantizer in test_fp8_every_family.py)."""
+FP8_BLOCKS = {"nemotron_h": {**FP8_BLOCK, "modules_to_not_convert": ["lm_head", r"model\.layers\.\d+\.mixer\.experts"]}}
+"""Where a family needs more than the bare block: transformers loads Nemotron-H in FP8 only with its experts kept."""
+NO_FP8 = ("gpt2",)
+"""Families in which transformers' FP8 quantizer converts nothing (GPT-2's Conv1D projections): the block is refused."""
+
+
+def test_every_family_reads_a_quantization_block_or_refuses_it():
+    assert set(QUANTIZED) | set(FP8_FAMILIES) | set(NO_FP8) == set(FAMILIES)
 
 
 def test_the_quantized_families_are_the_expected_ones():
@@ -115,7 +125,7 @@ def without_quantization(config: dict) -> dict:
 def test_a_quantization_block_adds_and_the_predicted_layout_uses_it(tmp_path, family):
     config = {**published(originals()[family]), **UNKNOWN}
     if family in FP8_FAMILIES:
-        config["quantization_config"] = FP8_BLOCK
+        config["quantization_config"] = FP8_BLOCKS.get(family, FP8_BLOCK)
     quantized = stored(added(tmp_path / "q", config))
     if family == "gemma3_text":
         return  # a GGUF mix: its blocks hold their scales inline, and its unquantized tensors are F32, not BF16
@@ -125,13 +135,14 @@ def test_a_quantization_block_adds_and_the_predicted_layout_uses_it(tmp_path, fa
     assert quantized["bytes"] < dense["bytes"]
 
 
-@pytest.mark.parametrize("family", sorted(set(FAMILIES) - set(QUANTIZED) - set(FP8_FAMILIES)))
+@pytest.mark.parametrize("family", [*NO_FP8, "nemotron_h"])
 def test_a_family_that_predicts_no_quantized_layout_refuses_the_block_in_one_line(tmp_path, family):
+    """GPT-2 refuses any FP8 block; Nemotron-H one that would convert its experts (transformers cannot)."""
     config = {**published(originals()[family]), "quantization_config": FP8_BLOCK}
     with pytest.raises(ContentError) as info:
         added(tmp_path, config)
     assert len(info.value.problems) == 1
-    assert "key 'quantization_config'" in info.value.problems[0] and "\n" not in info.value.problems[0]
+    assert "key 'quantization_config" in info.value.problems[0] and "\n" not in info.value.problems[0]
     assert not (tmp_path / "content" / "models" / "added").exists()
 
 

@@ -135,3 +135,17 @@ def test_memory_formats_count_their_scales():
         stored = schemes[key].expand("m.weight", (4096, 4096))
         per_tensor = sum(t.nbytes for t in stored if t.elements <= 2)  # the scalars and the shape vector
         assert sum(t.nbytes for t in stored) - per_tensor == 4096 * 4096 * size, key
+
+
+def test_block_fp8_scales_block_the_last_two_axes():
+    """Stacked experts [E, out, in] get one scale per block of each expert's matrix (transformers' FP8Experts):
+    16 experts of 2 × 8,192 rows by 5,120 columns -> [16, 128, 40]; a matrix keeps its ceil-divided [rows, cols]."""
+    from explorer.spec.storage import BlockFP8
+
+    scheme = BlockFP8("F8_E4M3", (128, 128))
+    assert scheme.scale_shape((16, 16384, 5120)) == (16, 128, 40)
+    assert scheme.scale_shape((7168, 18432)) == (56, 144) and scheme.scale_shape((129, 1)) == (2, 1)
+    swapped = BlockFP8("F8_E4M3", (128, 128), swap_last=True).expand("gate_up_proj", (16, 5120, 16384))
+    assert [(t.name, t.shape) for t in swapped] == [("gate_up_proj", (16, 16384, 5120)),
+                                                    ("gate_up_proj_scale_inv", (16, 128, 40))]
+    assert swapped[0].parameters == 16 * 5120 * 16384

@@ -85,7 +85,7 @@ def patch_embedder(ctx: Ctx, *, prefix: str, o: Gemma4VisionOptions) -> Componen
                     f"{ctx.size(D):,} features and add a learned row for its x and one for its y position (tables of "
                     f"{ctx.size(S):,} positions).",
         inputs=(pixels,), outputs=(z,), equations=steps, steps=steps,
-        tensors=(ctx.tensor(prefix + "input_proj.weight", (), (D, 3 * P * P)),
+        tensors=(ctx.tensor(prefix + "input_proj.weight", (), (D, 3 * P * P), quantize=True),
                  ctx.tensor(prefix + "position_embedding_table", (), (2, S, D))),
         citations=(cite("The patch embedder rescales pixels to 2(p − 0.5), projects them with a bias-free Linear and "
                         "adds x and y rows of position_embedding_table.", "Gemma4VisionPatchEmbedder"),),
@@ -99,11 +99,11 @@ def encoder_block(ctx: Ctx, *, prefix: str, layers: int, o: Gemma4VisionOptions)
     D, F_, Hd = ctx.sym("vision_hidden_size"), ctx.sym("vision_intermediate_size"), ctx.sym("vision_head_dim")
     H = ctx.sym("vision_heads")
     shape = _shape(ctx)
-    tensors = tuple(ctx.tensor(p + f"self_attn.{m}.linear.weight", ranges, s) for m, s in (
+    tensors = tuple(ctx.tensor(p + f"self_attn.{m}.linear.weight", ranges, s, quantize=True) for m, s in (
         ("q_proj", (H * Hd, D)), ("k_proj", (H * Hd, D)), ("v_proj", (H * Hd, D)), ("o_proj", (D, H * Hd))))
     tensors += (ctx.tensor(p + "self_attn.q_norm.weight", ranges, (Hd,)),
                 ctx.tensor(p + "self_attn.k_norm.weight", ranges, (Hd,)))
-    tensors += tuple(ctx.tensor(p + f"mlp.{m}.linear.weight", ranges, s) for m, s in (
+    tensors += tuple(ctx.tensor(p + f"mlp.{m}.linear.weight", ranges, s, quantize=True) for m, s in (
         ("gate_proj", (F_, D)), ("up_proj", (F_, D)), ("down_proj", (D, F_))))
     tensors += tuple(ctx.tensor(p + f"{n}.weight", ranges, (D,)) for n in (
         "input_layernorm", "post_attention_layernorm", "pre_feedforward_layernorm", "post_feedforward_layernorm"))
@@ -180,7 +180,7 @@ def embedder(ctx: Ctx, *, prefix: str, eps: float) -> Component:
                     f"features to the text width {ctx.size('hidden_size'):,}.",
         inputs=(v,), outputs=(e,), equations=steps, steps=steps,
         tensors=(ctx.tensor(prefix + "embedding_projection.weight", (), (ctx.sym("hidden_size"),
-                                                                         ctx.sym("vision_hidden_size"))),),
+                                                                         ctx.sym("vision_hidden_size")), quantize=True),),
         citations=(cite("The embedder applies an RMSNorm without scale and a bias-free Linear to the text width.",
                         "Gemma4MultimodalEmbedder"),),
         program="gemma4_vision_embedder", options=Gemma4VisionOptions(0, 0, eps, 0.0, 1, False),

@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 else:  # imported on first use: a build whose torch stages are cached never needs it
     from ..torch_on_first_use import F, torch
 
-from ..spec.storage import Dense
+from ..spec.storage import BlockFP8, Dense
 from ..spec.types import Citation, Component, Dim, IndexRange, Port, Shape, Step, TensorSpec
 from . import moe as moe_lib
 from .base import B, Ctx, Run, T, fmt_eps, options, prefixed, program, reference_call, relative_module, run_child
@@ -60,7 +60,7 @@ def scaled_router(ctx: Ctx, *, prefix: str, ranges: tuple[IndexRange, ...], x: P
                     f"{o.k}, renormalise them and multiply each by its learned per-expert scale.",
         inputs=(x,), outputs=(Port("G", ctx.tokens(experts), "gates"),), equations=steps[-2:], steps=steps,
         tensors=(ctx.tensor(prefix + "scale", ranges, (D,)), ctx.tensor(prefix + "per_expert_scale", ranges, (E,)),
-                 ctx.tensor(prefix + "proj.weight", ranges, (E, D))),
+                 ctx.tensor(prefix + "proj.weight", ranges, (E, D), quantize=True)),  # an nn.Linear
         citations=citations, program="scaled_router", options=o,
         notes=("The router reads the residual stream before either branch's pre-norm and normalises it itself "
                "(an RMS without gain, then its own scale s_r).",),
@@ -99,7 +99,7 @@ def halves_experts(ctx: Ctx, *, prefix: str, ranges: tuple[IndexRange, ...], x: 
              Step(rf"m_e={ACT_OPERATOR[o.act]}(g_e)\odot u_e", per_expert, "product"),
              Step(r"E_e=m_e W^{d}_e", Shape((B, T, experts, hidden)), "down"),
              Step(rf"y^{{\mathrm{{routed}}}}=\sum_{{e=1}}^{{{o.experts}}}G_e\,E_e", x.shape, "routed-sum"))
-    storage = Dense(ctx.dtype)
+    storage = ctx.quantized if isinstance(ctx.quantized, BlockFP8) else Dense(ctx.dtype)  # as FP8Experts holds them
     return Component(
         key="experts", title="Routed experts (fused GeGLU)", crumb="Routed experts", kind="learned", code=code,
         description=f"{o.experts} GeGLU experts of width {inner.size:,}, stored as one gate_up and one down tensor per "

@@ -191,6 +191,7 @@ def qwen_vision_tower(ctx: Ctx, o: VisionOptions, *, prefix: str, depth: int, re
     embed = linear(ctx, "patch_embed", "Patch embedding", weight=prefix + "patch_embed.proj.weight", ranges=(),
                    d_in="vit_patch_values", d_out=D, out_dim=ctx.dim("vit_hidden_size"), x=pixels, y=z0,
                    equation=r"z_0=PW_{\mathrm{patch}}+b_{\mathrm{patch}}", bias=True,
+                   quantize=False,  # a Conv3d: FP8 quantizers convert only nn.Linear
                    code="Qwen3_5VisionPatchEmbed(config)",
                    description=f"A Conv3d whose kernel equals its stride: each patch's {P:,} pixel values (channels × "
                                f"frames × rows × columns) map to {d:,} features.",

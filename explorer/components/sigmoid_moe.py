@@ -9,7 +9,7 @@ References: "The Llama 4 herd" (Meta AI blog, April 2025); transformers' models/
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -18,7 +18,7 @@ if TYPE_CHECKING:
 else:  # imported on first use: a build whose torch stages are cached never needs it
     from ..torch_on_first_use import F, torch
 
-from ..spec.storage import Dense
+from ..spec.storage import BlockFP8, Dense
 from ..spec.types import Citation, Component, Dim, IndexRange, Port, Shape, Step, TensorSpec
 from .base import B, Ctx, Run, T, options, prefixed, program, reference_call, relative_module, run_child
 from .mlp import ACT_OPERATOR, Activation, activation
@@ -99,14 +99,19 @@ def input_gated_experts(ctx: Ctx, *, prefix: str, ranges: tuple[IndexRange, ...]
                     "not keep (gate 0) contributes nothing.",
         inputs=(x, gates), outputs=(Port(r"y^{\mathrm{routed}}", x.shape, "routed"),),
         equations=(steps[0], steps[-1]), steps=steps,
-        tensors=(TensorSpec(prefix + "gate_up_proj", (E, d, 2 * I), ranges, storage=Dense(ctx.dtype),
-                            layout="in_out"),
-                 TensorSpec(prefix + "down_proj", (E, I, d), ranges, storage=Dense(ctx.dtype),
-                            layout="in_out")),
+        tensors=(_stacked(ctx, prefix + "gate_up_proj", E, d, 2 * I, ranges),
+                 _stacked(ctx, prefix + "down_proj", E, I, d, ranges)),
         citations=citations, program="input_gated_experts", options=o,
         notes=("The gate multiplies the expert's input, not its output: with SiLU, E(G·x) ≠ G·E(x).",
                "Each weight is stored [experts, in, out] (input axis first), as torch.bmm reads it."),
     )
+
+
+def _stacked(ctx: Ctx, name: str, E, d_in, d_out, ranges: tuple[IndexRange, ...]) -> TensorSpec:
+    """All experts' weights in one tensor, [E, in, out] as torch.bmm reads it; a block-wise FP8 checkpoint stores
+    it [E, out, in] (the last two axes swapped) with a scale per block, as transformers' FP8Experts holds it."""
+    storage = replace(ctx.quantized, swap_last=True) if isinstance(ctx.quantized, BlockFP8) else Dense(ctx.dtype)
+    return TensorSpec(name, (E, d_in, d_out), ranges, storage=storage, layout="in_out")
 
 
 def expert_outputs(run: Run, o: InputGatedExpertsOptions, x: torch.Tensor, G: torch.Tensor) -> torch.Tensor:

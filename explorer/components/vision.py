@@ -201,6 +201,7 @@ def projector(ctx: Ctx, *, prefix: str, eps: float, patches_per_side: int, token
     proj = linear(ctx, "mm_input_projection", "Input projection", weight=prefix + "mm_input_projection_weight",
                   ranges=(), d_in="vision_hidden_size", d_out="hidden_size", out_dim=ctx.dim("hidden_size"),
                   x=normed, y=out, equation=r"e=\hat u\,W_{\mathrm{mm}}", layout="in_out",
+                  quantize=False,  # a bare parameter, not an nn.Linear: FP8 quantizers leave it
                   code="torch.matmul(normed, self.mm_input_projection_weight)", citations=citations,
                   description=f"Project {ctx.size('vision_hidden_size'):,} features to the text width "
                               f"{ctx.size('hidden_size'):,}.")

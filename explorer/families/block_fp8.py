@@ -62,12 +62,15 @@ def names_module(pattern: str, module: str) -> bool:
 
 
 def keep_named_modules_dense(root: Component, q: FP8QuantizationConfig | None, dtype: str,
-                             reference_module: Callable[[str], str], where: str) -> Component:
+                             reference_module: Callable[[str], str], where: str,
+                             default_kept: tuple[str, ...] = ()) -> Component:
     """The tree with every FP8 weight whose module a modules_to_not_convert pattern names stored in `dtype`.
 
     `reference_module` maps a checkpoint module name to the reference's (the names transformers matches against);
-    a pattern that names a block kind's module at some of its layers but not all is refused (ContentError)."""
-    patterns = (q.modules_to_not_convert or ()) if q is not None else ()
+    a pattern that names a block kind's module at some of its layers but not all is refused (ContentError).
+    `default_kept`: the Linear modules transformers' quantizer keeps when modules_to_not_convert is absent
+    (get_keys_to_not_convert: the output embedding, tied weights, and the module of the model's last parameter)."""
+    patterns = () if q is None else (default_kept if q.modules_to_not_convert is None else q.modules_to_not_convert)
     if not patterns:
         return root
 

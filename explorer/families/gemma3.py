@@ -35,6 +35,7 @@ from .base import (
     stored_dtype,
     tower_label,
 )
+from .block_fp8 import FP8QuantizationConfig, fp8_block_storage, fp8_problems, keep_named_modules_dense
 
 CONFIG_FILE = "models/gemma3/configuration_gemma3.py"
 GGUF_CITATION = Citation("transformers reads a GGUF file with the gguf package and dequantizes each tensor from its "
@@ -142,6 +143,10 @@ class Gemma3Hyperparameters(Hyperparameters):
     boi_token_index: int = 255_999
     eoi_token_index: int = 256_000
     image_token_index: int = 262_144
+    quantization_config: FP8QuantizationConfig | None = None
+    """Block-wise FP8: every nn.Linear transformers' FP8 quantizer converts (the text blocks' and the SigLIP
+    tower's projections) in FP8 with a scale per block; embeddings, norms, the patch convolution and the
+    projector's matrix (a bare parameter) stay in the model's dtype."""
     initializer_range: float = 0.02
     eos_token_id: Any = None
     architectures: tuple[str, ...] = ()
@@ -275,8 +280,8 @@ class Gemma3Text(Family):
                               "to zero.", "RMSNorm"),)
 
     def _quantize(self, ctx: Ctx, comp: Component) -> Component:
-        """GGUF files quantize the token embedding too (the library stores it dense)."""
-        if ctx.quantized is None:
+        """GGUF files quantize the token embedding too (the library stores it dense); FP8 leaves it (not a Linear)."""
+        if not isinstance(ctx.quantized, GGUFMix):
             return comp
         return replace(comp, tensors=tuple(replace(t, storage=ctx.quantized) for t in comp.tensors))
 
@@ -392,7 +397,7 @@ class Gemma3(Gemma3Text):
              f"must be a square whose side divides the {side}-patch grid side"),
             (c.tie_word_embeddings == c.text_config.tie_word_embeddings, "tie_word_embeddings",
              "must agree with text_config.tie_word_embeddings"),
-        ])
+        ]) + fp8_problems(c.quantization_config)
 
     def defaulted(self, raw: dict[str, Any]) -> tuple[str, ...]:
         text, vision = raw.get("text_config", {}), raw.get("vision_config", {})
@@ -405,7 +410,7 @@ class Gemma3(Gemma3Text):
 
     def build(self, c: Any, values: dict[str, int | float]) -> Component:
         dtype, _ = self.storage(c)
-        ctx = Ctx(values, {**DIM_LABELS, **VISION_LABELS}, self.ref, dtype)
+        ctx = Ctx(values, {**DIM_LABELS, **VISION_LABELS}, self.ref, dtype, fp8_block_storage(c.quantization_config))
         v, t = c.vision_config, c.text_config
         text = self.text_children(ctx, replace(t, torch_dtype=c.torch_dtype))
         tower = vision_tower(ctx, prefix="model.vision_tower.", image_size=v.image_size, layers=v.num_hidden_layers,
@@ -416,9 +421,10 @@ class Gemma3(Gemma3Text):
                              "The projector average-pools the patch grid, applies a Gemma RMSNorm and multiplies by "
                              "mm_input_projection_weight.", "MultiModalProjector"),))
         root = self.root(ctx, c, text)
-        return replace(root, children=root.children + (tower, proj),
+        root = replace(root, children=root.children + (tower, proj),
                        description=root.description + f" Beside it, a {v.num_hidden_layers}-block SigLIP vision tower "
                        f"and a projector turn an image into {c.mm_tokens_per_image} soft tokens of the text width.")
+        return keep_named_modules_dense(root, c.quantization_config, dtype, self.reference_module, f"{self.name} config")
 
     def tiny_label_towers(self, tiny: ModelSpec) -> tuple[str, ...]:
         return (tower_label(tiny, "vision_hidden_size"),)
@@ -429,7 +435,7 @@ class Gemma3(Gemma3Text):
         raw["vision_config"] = {**_as_dict(c.vision_config), "hidden_size": 32, "intermediate_size": 48,
                                 "num_hidden_layers": 2, "num_attention_heads": 4, "image_size": 16, "patch_size": 4}
         raw.update(mm_tokens_per_image=4, torch_dtype="float32", eos_token_id=1, boi_token_index=90,
-                   eoi_token_index=91, image_token_index=92)
+                   eoi_token_index=91, image_token_index=92, quantization_config=None)
         return raw
 
 

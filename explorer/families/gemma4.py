@@ -40,6 +40,7 @@ from ..components.rope import RopeOptions
 from ..components.softcap import softcapped
 from ..spec.types import Citation, Component, Hyperparameters, ModelSpec
 from .base import DIM_LABELS, Family, ReferenceBinding, rule_problems, stored_dtype, tower_label
+from .block_fp8 import FP8QuantizationConfig, fp8_block_storage, fp8_problems, keep_named_modules_dense
 
 REFERENCE = Reference("models/gemma4/modeling_gemma4.py", "Gemma4Text")
 MODEL_REFERENCE = Reference("models/gemma4/modeling_gemma4.py", "Gemma4")
@@ -166,6 +167,9 @@ class Gemma4Hyperparameters(Hyperparameters):
     vision_soft_tokens_per_image: int = 280
     tie_word_embeddings: bool = True
     dtype: str = "bfloat16"
+    quantization_config: FP8QuantizationConfig | None = None
+    """Block-wise FP8: every nn.Linear transformers' FP8 quantizer converts (projections, routers, experts, the
+    vision tower's) in FP8 with a scale per block."""
     audio_config: None = None
     architectures: tuple[str, ...] = ()
     model_type: str = "gemma4"
@@ -260,7 +264,7 @@ class Gemma4(Family):
             (v.rope_parameters.rope_type in ("axial", "default"), "vision_config.rope_parameters.rope_type",
              "must be 'axial' (published as 'default', which Gemma4VisionConfig reads as its axial rotary)"),
         ]
-        return rule_problems(rules)
+        return rule_problems(rules) + fp8_problems(c.quantization_config)
 
     def defaulted(self, raw: dict[str, Any]) -> tuple[str, ...]:
         text, vision = raw.get("text_config", {}), raw.get("vision_config", {})
@@ -277,7 +281,8 @@ class Gemma4(Family):
 
     def build(self, c: Any, values: dict[str, int | float]) -> Component:
         t, v = c.text_config, c.vision_config
-        ctx = Ctx(values, LABELS, REFERENCE, stored_dtype(c.dtype), citations={"rmsnorm": _norm_citation()})
+        ctx = Ctx(values, LABELS, REFERENCE, stored_dtype(c.dtype), fp8_block_storage(c.quantization_config),
+                  citations={"rmsnorm": _norm_citation()})
         L, p = t.num_hidden_layers, self.prefix
         types = layer_types(t)
         blocks = tuple(self.block(ctx, t, kind, tuple(i for i, k in enumerate(types) if k == kind))
@@ -318,9 +323,12 @@ class Gemma4(Family):
                                  grid_width(c.vision_soft_tokens_per_image, v.pooling_kernel_size))
         tower = vision_tower(ctx, prefix="model.vision_tower.", layers=v.num_hidden_layers, o=vo)
         emb = embedder(ctx, prefix="model.embed_vision.", eps=v.rms_norm_eps)
-        return replace(root, children=root.children + (tower, emb),
+        root = replace(root, children=root.children + (tower, emb),
                        description=root.description + f" Beside it, a {v.num_hidden_layers}-block vision tower and an "
                        f"embedder turn an image into {c.vision_soft_tokens_per_image} soft tokens of the text width.")
+        # the embedder's projection is the model's last parameter: transformers keeps it by default
+        return keep_named_modules_dense(root, c.quantization_config, stored_dtype(c.dtype), self.reference_module,
+                                        f"{self.name} config", default_kept=("model.embed_vision.embedding_projection",))
 
     def block(self, ctx: Ctx, t: Gemma4TextHyperparameters, kind: str, indices: tuple[int, ...]) -> Component:
         ranges, p = layers(indices), self.prefix + "layers.{layer}."
@@ -433,7 +441,7 @@ class Gemma4(Family):
         raw = _as_dict(c)
         raw.update(text_config={k: x for k, x in text.items() if x is not None},
                    vision_config={k: x for k, x in vision.items() if x is not None}, vision_soft_tokens_per_image=4,
-                   dtype="float32", audio_config=None)
+                   dtype="float32", audio_config=None, quantization_config=None)
         return {k: x for k, x in raw.items() if x is not None}
 
     def tiny_label_towers(self, tiny: ModelSpec) -> tuple[str, ...]:

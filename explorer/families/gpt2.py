@@ -25,6 +25,7 @@ from ..components.norms import layernorm
 from ..spec.storage import Dense
 from ..spec.types import Component, Hyperparameters, Layout, TensorSpec
 from .base import DIM_LABELS, Family, ReferenceBinding, rule_problems
+from .block_fp8 import FP8QuantizationConfig
 from .renames import strip_prefix
 
 ACTIVATIONS: dict[str, Activation] = {"gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "gelu": "gelu"}
@@ -51,6 +52,8 @@ class GPT2Hyperparameters(Hyperparameters):
     tie_word_embeddings: bool = True
     torch_dtype: str = "float32"
     """GPT-2's config.json publishes no torch_dtype; its weights are float32."""
+    quantization_config: FP8QuantizationConfig | None = None
+    """Read only to be refused (GPT2.check): transformers' FP8 quantizer converts nothing of GPT-2."""
     # Informational keys: recorded as published, not used by the spec.
     architectures: tuple[str, ...] = ()
     model_type: str = ""
@@ -69,6 +72,13 @@ class GPT2Hyperparameters(Hyperparameters):
     bos_token_id: int | None = 50256
     eos_token_id: int | None = 50256
     pad_token_id: int | None = None
+
+
+NO_FP8 = ("must be absent: GPT-2's projections are Conv1D, which transformers' FP8 quantizer (replace_with_fp8_linear) "
+          "does not convert, and its one nn.Linear, lm_head, is tied to wte and kept by default, so an FP8 "
+          "checkpoint would store nothing in FP8")
+"""transformers' FineGrainedFP8HfQuantizer on GPT2LMHeadModel: every projection is a Conv1D (not nn.Linear) and
+get_keys_to_not_convert keeps lm_head; it warns that no linear modules were found."""
 
 
 class GPT2(Family):
@@ -106,6 +116,7 @@ class GPT2(Family):
             (not c.scale_attn_by_inverse_layer_idx, "scale_attn_by_inverse_layer_idx",
              "must be false: per-layer score scaling is not in this family"),
             (not c.add_cross_attention, "add_cross_attention", "must be false: GPT-2 here is a decoder only"),
+            (c.quantization_config is None, "quantization_config", NO_FP8),
         ])
 
     # ------------------------------------------------------------------------------------------------ build

@@ -44,6 +44,7 @@ from .base import (
     rule_problems,
     stored_dtype,
 )
+from .block_fp8 import FP8QuantizationConfig, fp8_block_storage, fp8_problems, keep_named_modules_dense
 
 REFERENCE = Reference("models/llama4/modeling_llama4.py", "Llama4Text")
 CHUNKED, GLOBAL = "chunked_attention", "full_attention"
@@ -106,6 +107,9 @@ class Llama4Hyperparameters(Hyperparameters):
     architectures: tuple[str, ...] = ()
     model_type: str = "llama4"
     torch_dtype: str = "bfloat16"
+    quantization_config: FP8QuantizationConfig | None = None
+    """Block-wise FP8: every nn.Linear transformers' FP8 quantizer converts, and the routed experts, in FP8 with a
+    scale per block; the router (a Linear subclass) stays in the model's dtype."""
     transformers_version: str = ""
 
 
@@ -166,7 +170,7 @@ class Llama4(Family):
              w + "layer_types", "must name RoPE layers chunked_attention and NoPE layers full_attention"),
             (t.attention_chunk_size is None or t.attention_chunk_size >= 1, w + "attention_chunk_size", "must be >= 1"),
             (t.floor_scale >= 1, w + "floor_scale", "must be >= 1"),
-        ]) + rope_scaling_problems(t.rope_scaling, w + "rope_scaling")
+        ]) + rope_scaling_problems(t.rope_scaling, w + "rope_scaling") + fp8_problems(c.quantization_config)
 
     def defaulted(self, raw: dict[str, Any]) -> tuple[str, ...]:
         text = raw.get("text_config", {})
@@ -181,7 +185,8 @@ class Llama4(Family):
 
     def build(self, c: Any, values: dict[str, int | float]) -> Component:
         t = c.text_config
-        ctx = Ctx(values, LABELS, REFERENCE, stored_dtype(c.torch_dtype or t.torch_dtype))
+        dtype = stored_dtype(c.torch_dtype or t.torch_dtype)
+        ctx = Ctx(values, LABELS, REFERENCE, dtype, fp8_block_storage(c.quantization_config))
         L, kinds = t.num_hidden_layers, layer_kinds(t)
         blocks = tuple(self.block(ctx, t, kind, tuple(i for i in range(L) if kinds[i] == kind))
                        for kind in sorted(set(kinds), key=kinds.index))
@@ -203,10 +208,11 @@ class Llama4(Family):
                 Reference("models/llama4/modeling_llama4.py", "Llama4").cite(
                     "lm_head is a separate bias-free Linear from hidden_size to vocab_size.", "ForCausalLM.__init__"),)),
         )
-        return model_root(ctx, children, code="Llama4ForCausalLM(text_config)", layers=L, citations=cite,
+        root = model_root(ctx, children, code="Llama4ForCausalLM(text_config)", layers=L, citations=cite,
                           description=f"The text model of a Llama 4 checkpoint: token embedding, {L} transformer "
                                       "blocks, a final RMSNorm and an untied LM head. The published config holds no "
                                       "vision_config, so the vision tower is not described here.")
+        return keep_named_modules_dense(root, c.quantization_config, dtype, self.reference_module, f"{self.name} config")
 
     def block(self, ctx: Ctx, t: Llama4TextHyperparameters, kind: tuple[bool, bool],
               indices: tuple[int, ...]) -> Component:

@@ -38,6 +38,13 @@ from ..components.relu2_experts import relu2_experts, relu2_mlp, relu2_moe
 from ..execution import FREE_SIZES
 from ..spec.types import Component, Dim, ModelSpec, Port, Shape
 from .base import DIM_LABELS, Family, PublishedMetadata, ReferenceBinding, rule_problems, stored_dtype
+from .block_fp8 import (
+    FP8QuantizationConfig,
+    fp8_block_storage,
+    fp8_problems,
+    keep_named_modules_dense,
+    names_module,
+)
 
 REFERENCE = Reference("models/nemotron_h/modeling_nemotron_h.py", "NemotronH")
 LABELS = {**DIM_LABELS, "moe_shared_expert_intermediate_size": "d_shared", "mamba_num_heads": "ssm_heads",
@@ -104,6 +111,10 @@ class NemotronHHyperparameters(PublishedMetadata):
     num_nextn_predict_layers: int = 0
     tie_word_embeddings: bool = False
     torch_dtype: str = "bfloat16"
+    quantization_config: FP8QuantizationConfig | None = None
+    """Block-wise FP8: every nn.Linear transformers' FP8 quantizer converts (the Mamba-2 in and out projections,
+    attention, the MLPs and shared experts) in FP8 with a scale per block; modules_to_not_convert must name the
+    routed experts (see experts_kept_problems)."""
     # Informational keys beyond PublishedMetadata's: recorded as published, not used by the spec.
     bos_token_id: int | None = 1
     eos_token_id: int | None = 2
@@ -141,6 +152,21 @@ def pattern_of(c: NemotronHHyperparameters) -> LayerPattern:
     if c.layers_block_type is not None:
         return read_pattern(c.layers_block_type, NEMOTRON_H_TYPES)
     return read_pattern(c.hybrid_override_pattern or "", NEMOTRON_H_LETTERS)
+
+
+def experts_kept_problems(c: NemotronHHyperparameters) -> list[str]:
+    """transformers' FP8 quantizer swaps every `.experts` module for FP8Experts, whose constructor reads
+    hidden_act, which NemotronHConfig does not define (it has mlp_hidden_act): an FP8 checkpoint of this family loads
+    only with its routed experts left unconverted, so modules_to_not_convert must name them."""
+    q, moe = c.quantization_config, pattern_of(c).indices("moe") if c.quantization_config is not None else ()
+    if q is None or not moe:
+        return []
+    experts = f"model.layers.{moe[0]}.mixer.experts"
+    if any(names_module(p, experts) for p in q.modules_to_not_convert or ()):
+        return []
+    return [f"key 'quantization_config.modules_to_not_convert': must name the routed experts ({experts}): "
+            "transformers' FP8 quantizer cannot build NemotronH's FP8 experts (FP8Experts reads hidden_act, which "
+            "NemotronHConfig does not define)"]
 
 
 class NemotronH(Family):
@@ -190,12 +216,13 @@ class NemotronH(Family):
              "must be false: NemotronHForCausalLM never ties lm_head to the embedding"),
             (c.num_nextn_predict_layers == 0, "num_nextn_predict_layers",
              "must be 0: multi-token-prediction layers are not built by this family yet"),
-        ])
+        ]) + fp8_problems(c.quantization_config) + experts_kept_problems(c)
 
     # ------------------------------------------------------------------------------------------------ build
 
     def build(self, c: NemotronHHyperparameters, values: dict[str, int | float]) -> Component:
-        ctx = Ctx(values, LABELS, REFERENCE, stored_dtype(c.torch_dtype), citations={"rmsnorm": (
+        ctx = Ctx(values, LABELS, REFERENCE, stored_dtype(c.torch_dtype), fp8_block_storage(c.quantization_config),
+                  citations={"rmsnorm": (
             REFERENCE.cite("RMSNorm divides by the root mean square over the last dimension (plus eps) and "
                            "multiplies by a learned weight, in float32.", "RMSNorm"),)})
         pattern = pattern_of(c)
@@ -219,9 +246,11 @@ class NemotronH(Family):
                 REFERENCE.cite("lm_head is a separate bias-free Linear from hidden_size to vocab_size.",
                                "ForCausalLM.__init__"),)),
         )
-        return model_root(ctx, children, code="NemotronHForCausalLM(config)", layers=L, citations=(model_cite,),
+        root = model_root(ctx, children, code="NemotronHForCausalLM(config)", layers=L, citations=(model_cite,),
                           description=f"Token embedding, {L} hybrid layers ({counts}), a final RMSNorm and an "
                                       "untied LM head.")
+        return keep_named_modules_dense(root, c.quantization_config, stored_dtype(c.torch_dtype),
+                                        self.reference_module, f"{self.name} config")
 
     def block(self, ctx: Ctx, c: NemotronHHyperparameters, kind: str, indices: tuple[int, ...]) -> Component:
         """One layer kind: RMSNorm, then that kind's mixer, added to the residual stream; over `indices`."""
@@ -324,7 +353,7 @@ class NemotronH(Family):
                    chunk_size=2, intermediate_size=96, moe_intermediate_size=32,
                    moe_shared_expert_intermediate_size=48, n_routed_experts=n_group * per_group,
                    num_experts_per_tok=k, n_group=n_group, topk_group=topk_group, max_position_embeddings=64,
-                   bos_token_id=0, eos_token_id=1, pad_token_id=None)
+                   bos_token_id=0, eos_token_id=1, pad_token_id=None, quantization_config=None)
         return raw
 
     def tiny_label_parts(self, tiny: ModelSpec) -> tuple[str, ...]:

@@ -31,6 +31,7 @@ from ..components.qwen_vision import VisionOptions, qwen_vision_tower
 from ..components.rope import RopeOptions
 from ..spec.types import Component, Hyperparameters, ModelSpec
 from .base import DIM_LABELS, Family, ReferenceBinding, rule_problems, stored_dtype, tower_label
+from .block_fp8 import FP8QuantizationConfig, fp8_block_storage, fp8_problems, keep_named_modules_dense
 from .renames import split_fused_experts
 
 LINEAR, FULL = "linear_attention", "full_attention"
@@ -147,6 +148,9 @@ class Qwen3_5Hyperparameters(Hyperparameters):
     video_token_id: int = 248_057
     vision_start_token_id: int = 248_053
     vision_end_token_id: int = 248_054
+    quantization_config: FP8QuantizationConfig | None = None
+    """Block-wise FP8: every nn.Linear transformers' FP8 quantizer converts (text and vision tower alike) in FP8
+    with a scale per block; embeddings, norms, the DeltaNet convolution and the routers stay in the model's dtype."""
     architectures: tuple[str, ...] = ()
     model_type: str = "qwen3_5"
     transformers_version: str = ""
@@ -210,7 +214,7 @@ class Qwen3_5(Family):
             (v.hidden_size % v.num_heads == 0 and (v.hidden_size // v.num_heads) % 4 == 0, "vision_config.num_heads",
              "must divide hidden_size into heads whose size is a multiple of 4 (2-D rotary)"),
             (not v.deepstack_visual_indexes, "vision_config.deepstack_visual_indexes", "must be empty"),
-        ])
+        ]) + fp8_problems(c.quantization_config)
 
     def build_spec(self, slug: str, raw: dict[str, Any], where: str) -> ModelSpec:
         spec = super().build_spec(slug, raw, where)
@@ -229,7 +233,7 @@ class Qwen3_5(Family):
 
     def build(self, c: Any, values: dict[str, int | float]) -> Component:
         t, v = c.text_config, c.vision_config
-        ctx = Ctx(values, LABELS, self.ref, stored_dtype(t.dtype))
+        ctx = Ctx(values, LABELS, self.ref, stored_dtype(t.dtype), fp8_block_storage(c.quantization_config))
         p, L = self.prefix, t.num_hidden_layers
         pattern = layer_pattern(t)
         blocks = tuple(self.block(ctx, t, kind, pattern.indices(kind)) for kind in pattern.present())
@@ -258,7 +262,8 @@ class Qwen3_5(Family):
         side = round(v.num_position_embeddings ** 0.5)
         vo = VisionOptions(side, v.spatial_merge_size, v.num_heads, v.hidden_size // v.num_heads)
         tower = qwen_vision_tower(ctx, vo, prefix="model.visual.", depth=v.depth, ref=self.ref)
-        return replace(root, children=root.children + (tower,))
+        return keep_named_modules_dense(replace(root, children=root.children + (tower,)), c.quantization_config,
+                                        stored_dtype(t.dtype), self.reference_module, f"{self.name} config")
 
     def _norm_citation(self):
         return (self.ref.cite("Qwen3.5's RMSNorm multiplies by (1 + weight), in float32, with the weight "
@@ -348,7 +353,8 @@ class Qwen3_5(Family):
         raw["vision_config"] = {**raw["vision_config"], "depth": 2, "hidden_size": 32, "intermediate_size": 48,
                                 "num_heads": 4, "patch_size": 2, "temporal_patch_size": 2, "spatial_merge_size": 2,
                                 "num_position_embeddings": 16, "out_hidden_size": 64}
-        raw.update(image_token_id=90, video_token_id=91, vision_start_token_id=92, vision_end_token_id=93)
+        raw.update(image_token_id=90, video_token_id=91, vision_start_token_id=92, vision_end_token_id=93,
+                   quantization_config=None)
         return raw
 
     def tiny_label_parts(self, tiny: ModelSpec) -> tuple[str, ...]:

@@ -91,6 +91,9 @@ class BlockFP8:
     scale_fmt: str = ""
     """quantization_config.scale_fmt where published: "ue8m0" rounds every scale to a power of two (an unsigned
     8-bit exponent's worth), still written in scale_dtype."""
+    swap_last: bool = False
+    """The checkpoint holds the weight with its last two axes swapped: Llama 4's stacked experts, [E, in, out] in
+    BF16, are [E, out, in] in FP8, as transformers' FP8Experts holds them."""
 
     @property
     def label(self) -> str:
@@ -108,10 +111,14 @@ class BlockFP8:
         return f", each scale a power of two ({self.scale_fmt})" if self.scale_fmt == "ue8m0" else ""
 
     def scale_shape(self, shape: tuple[int, ...]) -> tuple[int, ...]:
-        """[7168, 18432] with 128 × 128 blocks -> [56, 144]."""
-        return tuple(-(-s // b) for s, b in zip(shape, self.block))
+        """[7168, 18432] with 128 × 128 blocks -> [56, 144]; leading axes (experts stacked in one tensor) are kept:
+        [16, 16384, 5120] -> [16, 128, 40]."""
+        lead = len(shape) - len(self.block)
+        return tuple(shape[:lead]) + tuple(-(-s // b) for s, b in zip(shape[lead:], self.block))
 
     def expand(self, name: str, shape: tuple[int, ...], role: Role = "parameter") -> tuple[StoredTensor, ...]:
+        if self.swap_last:
+            shape = (*shape[:-2], shape[-1], shape[-2])
         return (_stored(name, shape, self.dtype, "parameter", math.prod(shape)),
                 _stored(name + self.scale_suffix, self.scale_shape(shape), self.scale_dtype, "quant_scale", 0))
 
