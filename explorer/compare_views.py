@@ -16,7 +16,7 @@ from typing import Any
 from .compare import NAMED_ROLES, ROLES, RoleTotals, config_differences, role_totals
 from .compare_facts import ArchFact, architecture_facts, changes, facts_data
 from .model_build import ModelBuild
-from .views import Link, PageBase, fmt, page_href
+from .view_basics import Link, PageBase, fmt, page_href
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,7 +14,7 @@ from .mathml import to_mathml
 from .notation import SYMBOLS, Symbol, lookup
 from .spec.types import Component, ModelSpec, Step, path_key, walk
 from .step_symbols import parse_step
-from .views import Link, PageBase, page_href
+from .view_basics import Link, PageBase, page_href
 
 _GREEK = {"α": "alpha", "β": "beta", "γ": "gamma", "δ": "delta", "ζ": "zeta", "η": "eta", "θ": "theta",
           "κ": "kappa", "λ": "lambda", "μ": "mu", "ξ": "xi", "π": "pi", "ρ": "rho", "σ": "sigma", "τ": "tau",

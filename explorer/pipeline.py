@@ -16,6 +16,7 @@ from .checkpoint import CheckpointIndex
 from .compare_views import compare_data_file
 from .content import ModelContent, check_prose_paths, load_all_models, read_content_text
 from .errors import ContentError, ReconciliationError
+from .evidence_views import Excerpt, highlight_citations, remember_highlights
 from .execution import RealWeightCheck
 from .families import FAMILIES, load_model_spec
 from .figures import derive, match_claim
@@ -31,7 +32,6 @@ from .site import site_page_groups
 from .sources import absent_files, check_recorded_config, resolve_citations
 from .spec.types import ModelSpec, path_key, walk
 from .variants import load_variants, stored_as
-from .views import Excerpt, highlight_citations, remember_highlights
 
 Progress = Callable[[str], None]
 __all__ = ["Project", "build_all", "build_model", "build_site", "check_failures"]

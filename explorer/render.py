@@ -17,7 +17,8 @@ from .errors import OutputError
 from .notation_page import NotationPage
 from .parallel import run_in_order
 from .publish import check_output, publish, stage
-from .views import ComponentPage, IndexPage, PageBase, PageGroup, PartPage, ProsePage
+from .view_basics import PageBase
+from .views import ComponentPage, IndexPage, PageGroup, PartPage, ProsePage
 
 TEMPLATES = {IndexPage: "index.html", ProsePage: "prose.html", ComponentPage: "component.html",
              ComparePage: "compare.html", CompareIndexPage: "compare_index.html",

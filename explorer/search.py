@@ -20,7 +20,7 @@ import sympy
 from .compare_views import compare_path, static_pairs
 from .model_build import ModelBuild
 from .spec.types import Component, path_key, walk
-from .views import crumb_texts, page_href
+from .view_basics import crumb_texts, page_href
 
 SYNONYMS: dict[str, tuple[str, ...]] = {
     "kv cache": ("latent attention", "attention"),

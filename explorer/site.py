@@ -9,21 +9,11 @@ from __future__ import annotations
 from .compare_views import compare_index, compare_page, related_links, static_pairs
 from .content import render_markdown
 from .model_build import ModelBuild
+from .model_views import budget_preview, model_card
 from .notation_page import notation_page
 from .spec.types import path_key, walk
-from .views import (
-    IndexPage,
-    Link,
-    PageBase,
-    PageGroup,
-    PartPage,
-    ProsePage,
-    budget_preview,
-    component_page,
-    model_card,
-    page_href,
-    part_path,
-)
+from .view_basics import Link, PageBase, page_href
+from .views import IndexPage, PageGroup, PartPage, ProsePage, component_page, part_path
 
 PartEntries = dict[tuple[str, str], list[tuple[ModelBuild, str, str, str]]]
 """(program, key) -> (model, component path, title, breadcrumb) of every component built from that library part."""

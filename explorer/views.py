@@ -1,38 +1,49 @@
-"""View models: every string a template shows, formatted here, so templates hold no arithmetic."""
+"""View models of the pages: every string a template shows, formatted here, so templates hold no arithmetic.
+
+This module assembles a component page; the model-level views (ledger, figures, checks, variants) are in
+model_views.py, the citations and their excerpts in evidence_views.py, and what they all share in view_basics.py."""
 
 from __future__ import annotations
 
-import datetime
-import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
-
-from pygments import highlight
-from pygments.formatters import HtmlFormatter
-from pygments.lexers import JsonLexer, PythonLexer
 
 from .account import AccountRow, ComponentAccount, TensorAccount
 from .calculator import CalculatorView, calculator_view
 from .components.rope import RopeOptions
 from .content import render_markdown
-from .diagrams import FlowNode, budget_svg, flow_svg
-from .execution import RealWeightCheck
+from .diagrams import FlowNode, flow_svg
+from .evidence_views import CitationView, ExcerptView, citation_views, evidence, excerpt_views
 from .families import FAMILIES
 from .flows import layout
 from .mathml import STREAMS, numbers_mathml, product_mathml, to_mathml
 from .model_build import ModelBuild
 from .model_picture import describe, draw
-from .sources import ResolvedCitation
+from .model_views import (
+    CheckView,
+    DefaultView,
+    FiguresView,
+    LedgerView,
+    ModelCardView,
+    RealCheckView,
+    RoutingView,
+    UnusedKeyView,
+    VariantView,
+    check_view,
+    defaults_view,
+    figures_view,
+    ledger_view,
+    real_check_view,
+    routing_view,
+    tiny_config,
+    unused_view,
+    variant_views,
+)
 from .spec.storage import MXFP4, BlockFP8
 from .spec.types import Component, Port, Shape, Step, TensorSpec, path_key, walk
 from .symbols import symbol_text
 from .term_links import IN, OUT, TermLink, page_links, part_id, tag_terms
-
-
-@dataclass(frozen=True, slots=True)
-class Link:
-    text: str
-    href: str
+from .view_basics import Link, PageBase, crumb_texts, fmt, month, page_href
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,38 +97,6 @@ class CardView:
 
 
 @dataclass(frozen=True, slots=True)
-class ExcerptView:
-    """One cited range of one file, shown once per page however many claims cite it."""
-
-    anchor: str
-    """Id of the excerpt on its page ("code-1"), which the claims citing it link to."""
-    file: str
-    lines: str
-    source: str
-    revision_short: str
-    url: str
-    html: str
-    """Highlighted lines, each with its own line number, or "" when the file is not at hand."""
-    note: str
-    """How the text was obtained, or why it is not shown, in reader terms ("" for an installed package)."""
-    note_link: Link | None = None
-    """Where to read lines that are not shown (the pinned file on Hugging Face)."""
-
-
-@dataclass(frozen=True, slots=True)
-class CitationView:
-    claim: str
-    scope: str
-    source: str
-    file: str
-    revision_short: str
-    url: str
-    lines: str
-    excerpt: Link
-    """The excerpt on this page that holds the cited lines (its caption and anchor)."""
-
-
-@dataclass(frozen=True, slots=True)
 class HeaderView:
     """The model banner on every page of a model."""
 
@@ -153,18 +132,6 @@ class OutlineNode:
     params: str
     repeat: str
     children: tuple[OutlineNode, ...] = ()
-
-
-@dataclass(frozen=True, slots=True)
-class PageBase:
-    """Fields every page has."""
-
-    title: str
-    description: str
-    root: str
-    """Relative prefix to the site root ("" or "../../")."""
-    path: str
-    """Output path relative to the site root."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -227,144 +194,6 @@ class ComponentPage(PageBase):
 
 
 @dataclass(frozen=True, slots=True)
-class DefaultView:
-    """A config key the published config omits: the value the model is built with, and whose default it is."""
-
-    key: str
-    value: str
-    source: str
-
-
-@dataclass(frozen=True, slots=True)
-class UnusedKeyView:
-    """A published config key nothing reads, with its value as published."""
-
-    key: str
-    value: str
-
-
-@dataclass(frozen=True, slots=True)
-class CheckView:
-    """The equation check line: what the step program was compared with, and the error measured."""
-
-    status: str
-    text: str
-    link: Link | None
-    config: Link | None = None
-    """Where the tiny test configuration is described (once per model, on its overview page)."""
-    tail: str = ""
-    """What follows the configuration: the verdict and tolerance."""
-    measured: str = ""
-    """The max |Δ| this machine measured: its last digits depend on the CPU's kernels, so it is marked as such on
-    the page (golden texts leave it out, issue 18)."""
-    after: str = ""
-    """What follows the measured value."""
-
-
-@dataclass(frozen=True, slots=True)
-class RealCheckView:
-    """A real-weight check line: the verdict, the measured max |Δ| (machine-dependent digits) and the rest."""
-
-    text: str
-    measured: str
-    after: str
-
-
-@dataclass(frozen=True, slots=True)
-class RoutingCellView:
-    text: str
-    selected: bool
-
-
-@dataclass(frozen=True, slots=True)
-class RoutingView:
-    """A router's worked example: one token's values per expert, from the executed check."""
-
-    caption: str
-    experts: tuple[RoutingCellView, ...]
-    rows: tuple[tuple[str, tuple[RoutingCellView, ...]], ...]
-    summary: str
-
-
-@dataclass(frozen=True, slots=True)
-class LedgerRowView:
-    role: str
-    dtype: str
-    tensors: str
-    parameters: str
-    """Logical parameters the row's tensors carry ("—" for scales and buffers)."""
-    elements: str
-    bytes: str
-
-
-@dataclass(frozen=True, slots=True)
-class LedgerView:
-    source: str
-    rows: tuple[LedgerRowView, ...]
-    total_tensors: str
-    total_parameters: str
-    total_elements: str
-    total_bytes: str
-    parameters: str
-    scales: str
-    buffers: str
-    status: str
-    balanced: bool
-    reference: str
-    predicted: bool = False
-    """The rows are the storage schemes' prediction, not a reconciled listing."""
-
-
-@dataclass(frozen=True, slots=True)
-class VariantView:
-    """A published variant's "Stored as" section: where it is, how it stores the weights, and its numbers."""
-
-    name: str
-    repo_url: str
-    revision: str
-    storage: str
-    rows: tuple[LedgerRowView, ...]
-    tensors: tuple[tuple[str, str, str, str], ...]
-    """(name pattern, dtype, shape, bytes per tensor)."""
-    tensors_summary: str
-    parameters: str
-    header_elements: str
-    bytes: str
-    reason: str
-    notes: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True, slots=True)
-class FigureRowView:
-    label: str
-    value: str
-    readable: str
-    """The value in words a reader scans ("32.9 billion", "9.2 GB"); the exact integer stays beside it."""
-    formula: str
-    definition: str
-
-
-@dataclass(frozen=True, slots=True)
-class FiguresView:
-    rows: tuple[FigureRowView, ...]
-    claim: str
-    """How the lab's published active-parameter figure is reproduced ("" when none is recorded)."""
-    claim_matched: bool
-
-
-@dataclass(frozen=True, slots=True)
-class ModelCardView:
-    name: str
-    href: str
-    meta: str
-    tagline: str
-    params: str
-    facts: tuple[tuple[str, str], ...]
-    checked: str
-    preview_svg: str = ""
-
-
-@dataclass(frozen=True, slots=True)
 class IndexPage(PageBase):
     models: tuple[ModelCardView, ...]
 
@@ -382,42 +211,6 @@ class PartPage(PageBase):
     heading: str
     entries: tuple[tuple[Link, Link, str], ...]
     """(model, component page, breadcrumb) in site order."""
-
-
-ROLE_NAMES = {"parameter": "parameters", "quant_scale": "FP8 block scales", "buffer": "stored buffers"}
-STORED_AS = {("parameter", "U8"): "MXFP4 blocks: packed FP4 values, two per byte",
-             ("quant_scale", "U8"): "MXFP4 scales: one E8M0 exponent per 32 values",
-             ("parameter", "I32"): "INT4 packed words: eight 4-bit values per int32 (compressed-tensors)",
-             ("quant_scale", "BF16"): "INT4 group scales: one per group of input values",
-             ("quant_scale", "I64"): "shapes of the packed weights (weight_shape, two integers each)",
-             ("quant_scale", "F8_E4M3"): "NVFP4 block scales: one FP8 E4M3 per 16 values"}
-"""Ledger row labels where a dtype says what the bytes hold (U8 stores MXFP4, the only U8 scheme)."""
-
-
-def crumb_texts(chain: Sequence[Component]) -> list[str]:
-    """Breadcrumb words for a chain of components: a dense model's one block kind is counted like the whole stack
-    ("32 transformer blocks"), so a crumb that would repeat the one before it names the component by its title."""
-    texts: list[str] = []
-    for comp in chain:
-        text = comp.crumb or comp.title
-        texts.append(comp.title if texts and text == texts[-1] else text)
-    return texts
-
-
-def page_href(path: str) -> str:
-    """File name of a component page inside its model folder."""
-    return "index.html" if path == "" else f"{path}.html"
-
-
-def month(released: str) -> str:
-    """"2025-07" -> "Jul 2025"; an unrecorded release month is said so."""
-    if not released:
-        return "release month not recorded"
-    return datetime.date.fromisoformat(released + "-01").strftime("%b %Y")
-
-
-def fmt(n: int) -> str:
-    return f"{n:,}"
 
 
 # ----------------------------------------------------------------------------------------- small parts
@@ -438,87 +231,6 @@ def step_view(step: Step, traced: dict[str, tuple[int, ...]], prefix: str = "",
 
 def port_view(port: Port, traced: tuple[int, ...] | None, links: tuple[TermLink, ...] = ()) -> PortView:
     return PortView(tag_terms(to_mathml(port.latex), links), traced_display(traced, port.shape))
-
-
-Excerpt = tuple[tuple[str, ...], int, str]
-"""Cited lines, the number of the first, and the file's name."""
-_highlighted: dict[Excerpt, str] = {}
-"""highlight_lines' results in this process; a build adds those a worker made (highlight_citations)."""
-
-
-def highlight_lines(lines: tuple[str, ...], first: int, file: str) -> str:
-    """Pygments HTML, one element per line holding its own line number, so numbers cannot drift from lines."""
-    key = (lines, first, file)
-    if key not in _highlighted:
-        _highlighted[key] = _highlight(*key)
-    return _highlighted[key]
-
-
-def highlight_citations(citations: dict[str, tuple[ResolvedCitation, ...]]) -> dict[Excerpt, str]:
-    """The excerpts of a model's citations, highlighted as its pages will show them: made where a core is idle
-    and handed to remember_highlights in the process that forks the page writers (highlighting is a third of
-    the time pages take)."""
-    return {(c.lines, c.first, c.file): highlight_lines(c.lines, c.first, c.file)
-            for cits in citations.values() for c in cits if c.lines is not None}
-
-
-def remember_highlights(highlighted: dict[Excerpt, str]) -> None:
-    _highlighted.update(highlighted)
-
-
-def _highlight(lines: tuple[str, ...], first: int, file: str) -> str:
-    lexer = JsonLexer() if file.endswith(".json") else PythonLexer()
-    body = highlight("\n".join(lines) + "\n", lexer, HtmlFormatter(nowrap=True))
-    # HtmlFormatter closes every token's span at a line end, so each split line is well-formed on its own
-    rows = body.rstrip("\n").split("\n")
-    numbered = "".join(f'<span class="line"><span class="ln" aria-hidden="true">{first + i}</span>{row}</span>'
-                       for i, row in enumerate(rows))
-    return f'<pre class="code"><code>{numbered}</code></pre>'
-
-
-def _revision_short(cit: ResolvedCitation) -> str:
-    return "v" + cit.revision if cit.source == "transformers" else cit.revision[:12]
-
-
-def excerpt_note(cit: ResolvedCitation, config_sha256: str) -> str:
-    """Where the excerpt's text comes from, or why it is not shown, for the reader."""
-    if cit.origin == "regenerated":
-        return (f"Regenerated from the configuration values recorded for {cit.revision[:7]}, and verified: the "
-                f"regenerated file's sha256 ({config_sha256[:12]}…) equals the recorded hash of the published file.")
-    if cit.origin == "absent":
-        return "The pinned file is not bundled with this site; read"
-    if cit.origin == "cache":
-        return f"Read from the pinned file at {cit.revision[:7]}."
-    return ""
-
-
-def excerpt_views(mb: ModelBuild, cits: list[tuple[ResolvedCitation, str]]) -> tuple[ExcerptView, ...]:
-    """Each distinct cited range once: the checkpoint's own files first, then transformers."""
-    ordered = sorted({(c.source == "transformers", c.file, c.first, c.last): c for c, _ in cits}.items())
-    sha = mb.content.checkpoint.config_sha256
-    return tuple(ExcerptView(f"code-{i}", c.file, f"{c.first}–{c.last}", c.source, _revision_short(c), c.url,
-                             highlight_lines(c.lines, c.first, c.file) if c.lines is not None else "",
-                             excerpt_note(c, sha), _read_at(c))
-                 for i, (_, c) in enumerate(ordered, 1))
-
-
-def _read_at(cit: ResolvedCitation) -> Link | None:
-    if cit.origin != "absent":
-        return None
-    return Link(f"lines {cit.first}–{cit.last} at {cit.revision[:7]} on Hugging Face ↗", cit.url)
-
-
-def citation_views(cits: list[tuple[ResolvedCitation, str]], excerpts: tuple[ExcerptView, ...],
-                   ) -> tuple[CitationView, ...]:
-    """The claims, each linked to the excerpt that holds its lines."""
-    by_range = {(e.file, e.lines): e for e in excerpts}
-    out = []
-    for c, scope in cits:
-        lines = f"{c.first}–{c.last}"
-        ex = by_range[(c.file, lines)]
-        out.append(CitationView(c.claim, scope, c.source, c.file, _revision_short(c), c.url, lines,
-                                Link(f"{c.file} {lines}", f"#{ex.anchor}")))
-    return tuple(out)
 
 
 def calculation(row: AccountRow) -> str:
@@ -658,21 +370,6 @@ def _stored(mb: ModelBuild, t: TensorSpec):
     return mb.checkpoint_index.group_of(t.first_name)
 
 
-# --------------------------------------------------------------------------------------------- evidence
-
-def evidence(mb: ModelBuild, ancestors: tuple[Component, ...], comp: Component,
-             ) -> list[tuple[ResolvedCitation, str]]:
-    """The component's own citations, then the nearest ancestor's (the module that defines it), with scopes."""
-    path = path_key(ancestors, comp)
-    found = [(c, comp.key or "model") for c in mb.citations.get(path, ())]
-    chain = list(ancestors)
-    while chain and len(found) < 2:
-        parent = chain.pop()
-        parent_path = path_key(tuple(chain), parent)
-        found += [(c, parent.key or "model") for c in mb.citations.get(parent_path, ())]
-    return found
-
-
 # ---------------------------------------------------------------------------------------------- pages
 
 def children_cards(mb: ModelBuild, path: str, comp: Component) -> tuple[CardView, ...]:
@@ -706,86 +403,6 @@ def outline(mb: ModelBuild, comp: Component, path: str = "") -> OutlineNode:
     return OutlineNode(comp.crumb or comp.title if path else mb.content.meta.name, page_href(path),
                        fmt(acc.per_instance) if acc.per_instance else "",
                        f"× {fmt(comp.repeat)}" if comp.repeat > 1 else "", kids)
-
-
-def ledger_view(mb: ModelBuild) -> LedgerView:
-    rec = mb.checkpoint or mb.predicted or mb.reference
-    rows = tuple(LedgerRowView(STORED_AS.get((t.role, t.dtype), ROLE_NAMES[t.role]), t.dtype, fmt(t.tensors),
-                               fmt(t.parameters) if t.parameters else "—", fmt(t.elements), fmt(t.bytes))
-                 for t in rec.totals)
-    problems = (f"{len(rec.unowned)} unowned, {len(rec.owned_twice)} owned twice, {len(rec.missing)} missing, "
-                f"{len(rec.shape_mismatch)} shape mismatches, {len(rec.dtype_mismatch)} dtype mismatches")
-    if rec is mb.predicted:
-        problems = "Predicted, not read: with no listing to compare against, nothing here is reconciled"
-    ref = (f"Against the reference implementation ({mb.reference_label}): "
-           f"{fmt(mb.reference.role_total('parameter')[0])} parameter tensors, "
-           f"{fmt(mb.reference.role_total('parameter')[1])} elements, "
-           + (f"and {fmt(mb.reference.role_total('buffer')[0])} persistent buffers of "
-              f"{fmt(mb.reference.role_total('buffer')[1])} elements beside them, "
-              if mb.reference.role_total('buffer')[0] else "")
-           + f"{'balanced' if mb.reference.balanced else 'NOT balanced'}"
-           + (f"; modules it does not build: {', '.join(mb.reference_skips)}." if mb.reference_skips else "."))
-    if mb.checkpoint_index is not None:
-        source = (f"Checkpoint headers of {mb.content.checkpoint.at}, "
-                  f"from the recorded manifest ({mb.checkpoint_index.provenance})")
-    else:
-        source = ("No checkpoint tensor listing is recorded for this model: the stored layout below is predicted "
-                  "from the config (each weight's storage scheme, from torch_dtype and any quantization_config, "
-                  "gives its stored tensors' names, shapes and dtypes), not read from the checkpoint. Its "
-                  "parameters are checked against the reference implementation.")
-    return LedgerView(
-        source=source, rows=rows, total_tensors=fmt(sum(t.tensors for t in rec.totals)),
-        total_parameters=fmt(sum(t.parameters for t in rec.totals)),
-        total_elements=fmt(sum(t.elements for t in rec.totals)), total_bytes=fmt(sum(t.bytes for t in rec.totals)),
-        parameters=fmt(rec.role_total("parameter")[1]), scales=fmt(rec.role_total("quant_scale")[1]),
-        buffers=fmt(rec.role_total("buffer")[1]), status=problems, balanced=rec.balanced, reference=ref,
-        predicted=rec is mb.predicted)
-
-
-def readable(value: int, unit: str) -> str:
-    """1,026,408,232,448 -> "1.03 trillion"; bytes -> "9.21 GB" (decimal units)."""
-    if unit == "bytes":
-        for scale, name in ((1e12, "TB"), (1e9, "GB"), (1e6, "MB"), (1e3, "kB")):
-            if value >= scale:
-                return f"{value / scale:.3g} {name}"
-        return f"{value} bytes"
-    for scale, name in ((1e15, "quadrillion"), (1e12, "trillion"), (1e9, "billion"), (1e6, "million")):
-        if value >= scale:
-            return f"{value / scale:.3g} {name}"
-    return fmt(value)
-
-
-def figures_view(mb: ModelBuild) -> FiguresView:
-    rows = tuple(FigureRowView(f.label, fmt(f.value), readable(f.value, "bytes" if "bytes" in f.key else ""),
-                               f.formula, f.definition) for f in mb.figures.figures)
-    claim, matched = "", False
-    if mb.claim is not None:
-        m = mb.claim.matched
-        matched = m is not None
-        stated = ("which, cut to the precision the lab writes, is" if mb.claim.rounding == "down" else "which rounds to")
-        claim = (f"Published: {mb.claim.claim} active parameters ({mb.claim.source}). "
-                 + (f"What the lab counts: {mb.claim.evidence} " if mb.claim.evidence else "")
-                 + (f"Reproduced by “{m.label.lower()}” ({m.definition.rstrip('.')}): {fmt(m.value)}, {stated} "
-                    f"{mb.claim.claim}." if m else "No definition derived here reproduces it within its rounding."))
-    return FiguresView(rows, claim, matched)
-
-
-def routing_view(mb: ModelBuild, path: str) -> RoutingView | None:
-    """The worked example a router's executed check recorded, formatted per expert."""
-    example = mb.checks[path].example
-    if example is None:
-        return None
-    chosen = set(example.selected)
-    n = len(example.rows[0][1])
-    experts = tuple(RoutingCellView(f"expert {i + 1}", i in chosen) for i in range(n))
-    rows = tuple((label, tuple(RoutingCellView(f"{v:.4f}", i in chosen) for i, v in enumerate(values)))
-                 for label, values in example.rows)
-    names = ", ".join(str(i + 1) for i in example.selected)
-    return RoutingView(
-        caption=f"Routing of one token ({example.token}) in the executed check, {mb.checks[path].config}.",
-        experts=experts, rows=rows,
-        summary=f"Selected: expert{'s' if len(chosen) > 1 else ''} {names} (highlighted); transformers' router "
-                f"selected the same experts with the same gates, within the tolerance {mb.checks[path].tolerance:g}.")
 
 
 def component_page(mb: ModelBuild, ancestors: tuple[Component, ...], comp: Component, related: tuple[Link, ...] = (),
@@ -848,115 +465,6 @@ def component_page(mb: ModelBuild, ancestors: tuple[Component, ...], comp: Compo
         calculator=calculator_view(mb.figures.serving, mb.figures.get("max_context").formula) if is_model else None)
 
 
-VARIANT_STORED_AS = {
-    "NVFP4": {("parameter", "U8"): "NVFP4 values: two FP4 (E2M1) per byte",
-              ("quant_scale", "F32"): "per-tensor scales (weight_scale_2, input_scale)"},
-    "FP8PerTensor": {("quant_scale", "F32"): "per-tensor scales (weight_scale, input_scale)"},
-}
-"""Row labels where a variant's scheme says what a dtype holds (U8 is NVFP4 here, not MXFP4)."""
-
-
-def variant_views(mb: ModelBuild) -> tuple[VariantView, ...]:
-    """Each published variant's predicted layout and numbers, formatted (explorer/variants.py computes them)."""
-    out = []
-    for s in mb.variants:
-        m = s.variant.meta
-        names = {**STORED_AS, **VARIANT_STORED_AS.get(s.scheme, {})}
-        rows = tuple(LedgerRowView(names.get((r.role, r.dtype), ROLE_NAMES[r.role]), r.dtype, fmt(r.tensors),
-                                   fmt(r.parameters) if r.parameters else "—", fmt(r.elements), fmt(r.bytes))
-                     for r in s.rows)
-        tensors = tuple((name, dtype, "[" + ", ".join(f"{d:,}" for d in shape) + "]", fmt(nbytes))
-                        for name, dtype, shape, nbytes in s.tensors)
-        revision = m.revision if m.revision != "unpinned" else f"revision not pinned: {m.revision_note}"
-        out.append(VariantView(m.name, f"https://huggingface.co/{m.repo_id}", revision, s.storage_label, rows, tensors,
-                               f"Every stored tensor ({len(tensors)} name patterns)", fmt(s.parameters), fmt(s.header_elements), fmt(s.bytes), s.naive_count_reason,
-                               s.notes))
-    return tuple(out)
-
-
-def defaults_view(mb: ModelBuild) -> tuple[DefaultView, ...]:
-    """Each defaulted key with the value the spec was built with and the reference config class it comes from."""
-    family = FAMILIES[mb.spec.family]
-    return tuple(DefaultView(key, config_display(_config_value(mb.spec.config, key)), family.default_source(key))
-                 for key in mb.spec.defaulted)
-
-
-def unused_view(mb: ModelBuild) -> tuple[UnusedKeyView, ...]:
-    """Each published key recorded as unused, with its value as config.json writes it."""
-    out = []
-    for key in mb.content.checkpoint.config_unused:
-        value: object = mb.content.config
-        for part in key.split("."):  # "text_config.some_key": a key inside a nested table
-            value = value[part]  # type: ignore[index]
-        written = value is None or isinstance(value, (dict, list))  # published null is null, not "unset"
-        shown = json.dumps(value, ensure_ascii=False) if written else config_display(value)
-        out.append(UnusedKeyView(key, shown))
-    return tuple(out)
-
-
-def _config_value(config: object, key: str) -> object:
-    value = config
-    for part in key.split("."):
-        value = getattr(value, part)
-    return value
-
-
-def config_display(value: object) -> str:
-    """A config value as config.json writes it (true, null, 1e-06)."""
-    if value is None:
-        return "null (unset)"
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, str):
-        return json.dumps(value)
-    return repr(value) if isinstance(value, (int, float)) else str(value)
-
-
-def check_view(mb: ModelBuild, path: str) -> CheckView:
-    """The check line; the tiny configuration is spelled out on the model page only, and linked from the rest."""
-    check = mb.checks[path]
-    if check.status == "checked":
-        detail = f"; {check.detail}" if check.detail else ""
-        lead = f"Equations executed and checked against {check.reference} on the"
-        return CheckView("checked", lead, None, Link("tiny test configuration", "index.html#tiny-config"),
-                         f": within the tolerance {check.tolerance:g} (max |Δ| = ", measured(check.max_abs_error),
-                         f" on the machine that built this page){detail}.")
-    if check.status == "part":
-        title = _title_of(mb, check.part_of)
-        return CheckView("part", f"Equations executed and checked as part of {title}: its step program runs "
-                         "these steps and matches the reference there.", Link(title, page_href(check.part_of)))
-    return CheckView("unchecked", f"Equations traced but not checked against a reference: {check.detail}.", None)
-
-
-def tiny_config(mb: ModelBuild) -> str:
-    """The model page's one description of the configuration every equation check runs on."""
-    configs = sorted({c.config for c in mb.checks.values() if c.config})
-    if not configs:
-        return ""
-    return ("Every equation check on these pages runs the page's step program and the reference implementation "
-            f"on the same input, at the family's {'; '.join(configs)}. Small widths keep a check fast; the "
-            "routing, scaling and rotary settings are the model's own.")
-
-
-def real_check_view(c: RealWeightCheck) -> RealCheckView:
-    return RealCheckView(
-        f"Checked on the checkpoint’s real weights: block {c.layer + 1} run with the weights stored in {c.source} "
-        f"and compared with {c.reference}: within the tolerance {c.tolerance:g} (max |Δ| = ",
-        measured(c.max_abs_error), f" on the machine that built this page); {c.detail}.")
-
-
-def measured(error: float) -> str:
-    """A measured max |Δ| as the page prints it."""
-    return f"{error:.1e}"
-
-
-def _title_of(mb: ModelBuild, path: str) -> str:
-    for anc, comp in walk(mb.spec.root):
-        if path_key(anc, comp) == path:
-            return comp.title if path else mb.content.meta.name
-    return path
-
-
 def flow_diagram(mb: ModelBuild, path: str, comp: Component, traced) -> str:
     """SVG: inputs → the component's flow (every child, with its parameters) → outputs, with traced shapes."""
     rows = {r.child: r for r in mb.ledger.accounts[path].rows if r.child}
@@ -980,27 +488,6 @@ def flow_diagram(mb: ModelBuild, path: str, comp: Component, traced) -> str:
     outputs = FlowNode("out", tuple(f"{symbol_text(p.latex)} {traced_display(t, p.shape)}"
                                     for p, t in zip(comp.outputs, traced.outputs)), light=OUT)
     return flow_svg(comp.title if path else mb.content.meta.name, inputs, layout(comp, node), outputs)
-
-
-def budget_preview(mb: ModelBuild) -> str:
-    """Index preview: the share of parameters in each top-level part of the model."""
-    segments = []
-    for ch in mb.spec.root.children:
-        acc = mb.ledger.accounts[ch.key]
-        if ch.children and ch.kind == "group":
-            for sub in ch.children:
-                sub_acc = mb.ledger.accounts[f"{ch.key}.{sub.key}"]
-                segments.append((sub.crumb or sub.title, sub_acc.total))
-        elif acc.total:
-            segments.append((ch.title, acc.total))
-    return budget_svg(mb.content.meta.name, segments)
-
-
-def model_card(mb: ModelBuild, preview_svg: str = "") -> ModelCardView:
-    facts = mb.spec.facts
-    return ModelCardView(mb.content.meta.name, f"models/{mb.slug}/index.html",
-                         f"{mb.content.meta.lab} · {month(mb.content.meta.released)}", mb.content.meta.tagline,
-                         fmt(mb.ledger.total), facts, mb.check_phrase, preview_svg)
 
 
 @dataclass(frozen=True, slots=True)

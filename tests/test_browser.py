@@ -285,7 +285,7 @@ def test_compare_picker_shows_the_python_numbers_for_any_pair(browser, built_sit
     is the one Python computes for the same pair from the same data, rows and Δ alike."""
     from explorer.compare import role_totals
     from explorer.compare_views import compare_data, compare_rows
-    from explorer.views import fmt
+    from explorer.view_basics import fmt
 
     def signed(n: int) -> str:
         return f"+{fmt(n)}" if n > 0 else ("0" if n == 0 else f"−{fmt(-n)}")

@@ -134,7 +134,7 @@ def test_defaulted_keys_are_named_with_their_source(gemma_27b, gemma_270m):
 
 
 def test_defaults_view_shows_value_used(gemma_27b):
-    from explorer.views import config_display, defaults_view
+    from explorer.model_views import config_display, defaults_view
 
     class Build:  # the fields defaults_view reads
         spec = gemma_27b

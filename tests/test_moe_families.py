@@ -189,7 +189,7 @@ def test_experts_named_in_modules_to_not_convert_stay_dense():
 
 
 def test_gpt_oss_ledger_labels_parameters_fp4_values_and_bytes(builds):
-    from explorer.views import ledger_view, routing_view
+    from explorer.model_views import ledger_view, routing_view
 
     mb = builds["gpt-oss-20b"]
     ledger = ledger_view(mb)

@@ -130,7 +130,7 @@ def test_api_entry_and_section_of_each_recorded_variant(slug):
     from types import SimpleNamespace
 
     from explorer.api import _variant
-    from explorer.views import variant_views
+    from explorer.model_views import variant_views
 
     spec, variant = _base(slug)
     _, s = _layout(spec, variant)

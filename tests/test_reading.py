@@ -10,7 +10,8 @@ from conftest import ROOT
 from explorer.content import load_model_content
 from explorer.families import load_model_spec
 from explorer.spec.types import path_key, walk
-from explorer.views import _unused_rotary_buffer_note, crumb_texts
+from explorer.view_basics import crumb_texts
+from explorer.views import _unused_rotary_buffer_note
 
 
 def chain_to(spec, path: str):

@@ -100,7 +100,7 @@ def test_model_page_and_api_show_each_variant(tmp_path, base):
 def test_nvfp4_rows_are_not_called_mxfp4(tmp_path, base):
     from types import SimpleNamespace
 
-    from explorer.views import variant_views
+    from explorer.model_views import variant_views
 
     content = _content(tmp_path)
     add_variant(content, BASE, _modelopt(tmp_path, "NVFP4", ["lm_head"]), "nvidia/Qwen3-8B-NVFP4", "unpinned", "x")
