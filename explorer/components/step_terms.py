@@ -203,5 +203,5 @@ def registered() -> tuple[type, ...]:
     return tuple(TERMS)
 
 
-from . import step_terms_ffn  # noqa: E402,F401  # registers the feed-forward, head and vision options' terms
-from . import step_terms_mixers  # noqa: E402,F401  # registers the token mixers' terms
+# Each registers its options' terms on import: feed-forward, head and vision; the token mixers.
+from . import step_terms_ffn, step_terms_mixers  # noqa: E402,F401
