@@ -465,6 +465,7 @@ def transformers_smollm2():
     return AutoModelForCausalLM.from_pretrained(str(SMOLLM2.parent), gguf_file=SMOLLM2.name)
 
 
+@pytest.mark.slow  # transformers dequantizes the whole 135M-parameter file
 def test_layer_zero_matches_transformers_gguf_loading(transformers_smollm2):
     import torch
 
