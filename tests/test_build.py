@@ -209,7 +209,8 @@ def test_sitemap_and_api(built_site):
 @pytest.fixture(scope="module")
 def one_process_build(built_site, tmp_path_factory):
     """The real site built again, by one process (the fixture's build used a pool of two), from the full cache that
-    build left; its last line of output says whether it imported torch (three tests share this one build)."""
+    build left; its last line of output says whether it imported torch (three tests share this one build, a
+    whole-site build: the slow tier)."""
     out = tmp_path_factory.mktemp("again") / "site"
     code = ("import sys, build; code = build.main(['--out', sys.argv[1], '--jobs', '1']); "
             "print(code, 'torch' in sys.modules)")
@@ -219,6 +220,7 @@ def one_process_build(built_site, tmp_path_factory):
     return out, result
 
 
+@pytest.mark.slow
 def test_two_builds_are_byte_identical(built_site, one_process_build):
     """A build in one process writes the same bytes as the fixture's build by a pool of two."""
     again, _ = one_process_build
@@ -236,6 +238,7 @@ def test_two_builds_are_byte_identical(built_site, one_process_build):
             assert page.read_bytes() == (again / page.relative_to(built_site)).read_bytes(), page
 
 
+@pytest.mark.slow
 def test_build_shows_progress(one_process_build):
     _, result = one_process_build
     assert "kimi-k2: spec, accounting" in result.stderr and re.search(r"rendered \d+ pages", result.stderr)
@@ -302,6 +305,7 @@ def test_build_workers_run_torch_on_one_thread(monkeypatch):
             torch.set_num_threads(previous)
 
 
+@pytest.mark.slow
 def test_a_build_from_a_full_cache_never_imports_torch(one_process_build):
     """Issue 14: with every torch stage cached, the build builds specs and pages only; importing torch would be a
     third of its time."""

@@ -64,8 +64,9 @@ def test_no_tensor_is_expected_twice(builds):
         assert shared_name(e.box for e in expected_groups(mb.spec)) is None
 
 
-def test_check_passes_offline():
-    result = run_build("--check", env={**os.environ, "HF_HUB_OFFLINE": "1"})
+def test_check_passes_offline(small_project_copy):
+    project = small_project_copy("kimi-k2", "deepseek-v3")  # a manifest, and a model checked by the reference only
+    result = run_build("--check", "--content", str(project), env={**os.environ, "HF_HUB_OFFLINE": "1"})
     assert result.returncode == 0, result.stdout + result.stderr
     assert ("kimi-k2: 139,644 tensors against the checkpoint manifest; parameters 1,026,408,232,448, "
             "scales 62,495,192, buffers 3,416; balanced") in result.stdout
