@@ -98,13 +98,21 @@ def _product(shape: tuple[sympy.Expr, ...]) -> sympy.Expr:
     return out
 
 
-def param_formula(component: Component) -> sympy.Expr:
-    """Symbolic parameter count of one instance: own parameter tensors plus children times repeats."""
+def param_formula(component: Component, memo: dict[int, sympy.Expr] | None = None) -> sympy.Expr:
+    """Symbolic parameter count of one instance: own parameter tensors plus children times repeats. `memo` (by
+    id, for components that outlive it) keeps each subtree's formula: account asks for every component's, and
+    building them again at every level was a quarter of its time."""
+    if memo is not None and id(component) in memo:
+        return memo[id(component)]
     own = sum((_product(t.shape) for t in component.tensors if t.is_parameter and t.shape is not None),
               sympy.Integer(0))
-    return own + sum((child.repeat * param_formula(child) for child in component.children), sympy.Integer(0))
+    formula = own + sum((child.repeat * param_formula(child, memo) for child in component.children), sympy.Integer(0))
+    if memo is not None:
+        memo[id(component)] = formula
+    return formula
 
 
+@lru_cache(maxsize=4096)
 def show_formula(expr: sympy.Expr) -> str:
     """Readable formula in config names: "n_routed_experts × hidden_size"."""
     return str(expr).replace("**", "^").replace("*", " × ")
@@ -132,8 +140,9 @@ def _tensor_row(t: TensorSpec, values: dict[str, int | float]) -> AccountRow:
                       tensors=(t.pattern,))
 
 
-def _child_row(child: Component, ancestors_path: str, values: dict[str, int | float]) -> AccountRow:
-    expr = param_formula(child)
+def _child_row(child: Component, ancestors_path: str, values: dict[str, int | float],
+               memo: dict[int, sympy.Expr] | None = None) -> AccountRow:
+    expr = param_formula(child, memo)
     per = evaluate(expr, values)
     path = f"{ancestors_path}.{child.key}" if ancestors_path else child.key
     label = child.row_label or child.title
@@ -144,12 +153,12 @@ def _child_row(child: Component, ancestors_path: str, values: dict[str, int | fl
     return AccountRow(label, show_formula(expr), (per,), per, child=path, across_children=has_rows)
 
 
-def account_component(ancestors: tuple[Component, ...], component: Component,
-                      values: dict[str, int | float]) -> ComponentAccount:
+def account_component(ancestors: tuple[Component, ...], component: Component, values: dict[str, int | float],
+                      memo: dict[int, sympy.Expr] | None = None) -> ComponentAccount:
     """Rows, per-instance total and instance count of one component."""
     path = path_key(ancestors, component)
     rows = [_tensor_row(t, values) for t in component.tensors if t.is_parameter]
-    rows += [_child_row(ch, path, values) for ch in component.children if param_formula(ch) != 0]
+    rows += [_child_row(ch, path, values, memo) for ch in component.children if param_formula(ch, memo) != 0]
     chain = ancestors + (component,)
     factors = tuple((c.repeat, c.repeat_label) for c in chain if c.repeat_label)
     instances = 1
@@ -158,7 +167,7 @@ def account_component(ancestors: tuple[Component, ...], component: Component,
     label = next((c.repeat_label for c in reversed(chain) if c.repeat_label), "instances")
     return ComponentAccount(
         path=path, rows=tuple(rows), per_instance=sum(r.value for r in rows), instances=instances,
-        instances_label=label, instances_factors=factors, formula=show_formula(param_formula(component)),
+        instances_label=label, instances_factors=factors, formula=show_formula(param_formula(component, memo)),
         tensors=tuple(tensor_account(t, values) for t in component.tensors),
     )
 
@@ -175,5 +184,6 @@ def tensor_account(t: TensorSpec, values: dict[str, int | float]) -> TensorAccou
 
 def account(spec: ModelSpec) -> Ledger:
     """Return the exact accounting of every component of a model."""
-    accounts = {path_key(anc, comp): account_component(anc, comp, spec.values) for anc, comp in walk(spec.root)}
+    memo: dict[int, sympy.Expr] = {}  # the spec holds every component while it is used
+    accounts = {path_key(anc, comp): account_component(anc, comp, spec.values, memo) for anc, comp in walk(spec.root)}
     return Ledger(spec.slug, accounts)

@@ -9,7 +9,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
 
-from . import cache
+from . import cache, highlight_cache
 from .account import account
 from .api import api_file
 from .checkpoint import CheckpointIndex
@@ -255,6 +255,7 @@ def build_site(project: Project, out_dir: Path, progress: Progress = stderr_prog
     failures = check_failures(builds)
     if failures:
         raise ReconciliationError("stored tensors and spec disagree:\n" + "\n".join(failures))
+    highlight_cache.prime(project.highlights if use_cache else None, builds)  # before the page writers fork
     pages = site_page_groups(builds, how_to_read, glossary)
     files = [*(partial(api_file, mb) for mb in builds), *(partial(compare_data_file, mb) for mb in builds),
              partial(search_file, builds)]

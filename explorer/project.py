@@ -31,8 +31,13 @@ class Project:
         return self.root / ".cache" / "execute"
 
     @property
+    def highlights(self) -> Path:
+        """Highlighted excerpts kept between builds (explorer/highlight_cache.py)."""
+        return self.root / ".cache" / "highlight"
+
+    @property
     def protected(self) -> tuple[Protected, ...]:
         """Folders an output folder may not replace (it may lie inside the project, as site/ does)."""
         return (Protected("the project", self.root, may_hold_output=True), Protected("the content", self.content),
                 Protected("the templates", self.templates), Protected("the static files", self.static),
-                Protected("the cache", self.cache))
+                Protected("the cache", self.cache), Protected("the cache", self.highlights))

@@ -91,9 +91,14 @@ def hub_env(tmp_path: Path, endpoint: str) -> dict[str, str]:
     return env
 
 
-def _copy_project(dest: Path, with_cache: bool) -> Path:
+def _copy_project(dest: Path, with_cache: bool, models: tuple[str, ...] | None = None) -> Path:
+    """content/ (all its models, or only `models`), templates/ and static/ copied to dest."""
     for name in ("content", "templates", "static"):
-        shutil.copytree(ROOT / name, dest / name)
+        shutil.copytree(ROOT / name, dest / name, ignore=None if models is None else shutil.ignore_patterns("models"))
+    if models is not None:
+        (dest / "content/models").mkdir()
+    for slug in models or ():
+        shutil.copytree(ROOT / "content/models" / slug, dest / "content/models" / slug)
     if with_cache:  # the real build's torch stages, keyed by inputs: a test that changes a config still misses
         shutil.copytree(ROOT / ".cache" / "execute", dest / ".cache" / "execute")
     return dest
@@ -103,6 +108,14 @@ def _copy_project(dest: Path, with_cache: bool) -> Path:
 def project_copy(tmp_path: Path, built_site: Path) -> Path:
     """A copy of content/, templates/ and static/ that a test may break, with the real build's cache."""
     return _copy_project(tmp_path, with_cache=True)
+
+
+@pytest.fixture
+def small_project_copy(tmp_path: Path, built_site: Path):
+    """Makes a project copy holding only the named models (name the models they follow too; none at all is
+    allowed), with the real build's cache: for a build subprocess whose behaviour one or two models show, at a
+    fraction of the whole site's cost."""
+    return lambda *models: _copy_project(tmp_path / "small-project", with_cache=True, models=models)
 
 
 @pytest.fixture

@@ -10,6 +10,8 @@ import pytest
 from conftest import ROOT
 from test_browser import CHROMIUM
 
+pytestmark = pytest.mark.slow  # Chromium and axe-core over every kind of page, four times
+
 AXE = ROOT / ".axe" / "node_modules" / "axe-core" / "axe.min.js"
 PAGES = {  # one of every kind
     "index": "index.html",

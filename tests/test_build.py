@@ -8,11 +8,13 @@ import html
 import json
 import os
 import re
+import subprocess
+import sys
 from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, run_build
+from conftest import ROOT
 
 
 def text_of(page: Path) -> str:
@@ -206,14 +208,20 @@ def test_sitemap_and_api(built_site):
 
 
 @pytest.fixture(scope="module")
-def one_process_build(tmp_path_factory):
-    """The real site built again, by one process (the fixture's build used a pool of two)."""
+def one_process_build(built_site, tmp_path_factory):
+    """The real site built again, by one process (the fixture's build used a pool of two), from the full cache that
+    build left; its last line of output says whether it imported torch (three tests share this one build, a
+    whole-site build: the slow tier)."""
     out = tmp_path_factory.mktemp("again") / "site"
-    result = run_build("--out", str(out), "--jobs", "1")
-    assert result.returncode == 0, result.stderr
+    code = ("import sys, build; code = build.main(['--out', sys.argv[1], '--jobs', '1']); "
+            "print(code, 'torch' in sys.modules)")
+    result = subprocess.run([sys.executable, "-c", code, str(out)], cwd=ROOT, capture_output=True, text=True,
+                            timeout=600)
+    assert result.returncode == 0 and result.stdout.splitlines()[-1].startswith("0 "), result.stdout + result.stderr
     return out, result
 
 
+@pytest.mark.slow
 def test_two_builds_are_byte_identical(built_site, one_process_build):
     """A build in one process writes the same bytes as the fixture's build by a pool of two."""
     again, _ = one_process_build
@@ -231,6 +239,7 @@ def test_two_builds_are_byte_identical(built_site, one_process_build):
             assert page.read_bytes() == (again / page.relative_to(built_site)).read_bytes(), page
 
 
+@pytest.mark.slow
 def test_build_shows_progress(one_process_build):
     _, result = one_process_build
     assert "kimi-k2: spec, accounting" in result.stderr and re.search(r"rendered \d+ pages", result.stderr)
@@ -297,16 +306,11 @@ def test_build_workers_run_torch_on_one_thread(monkeypatch):
             torch.set_num_threads(previous)
 
 
-def test_a_build_from_a_full_cache_never_imports_torch(project_copy, tmp_path):
+@pytest.mark.slow
+def test_a_build_from_a_full_cache_never_imports_torch(one_process_build):
     """Issue 14: with every torch stage cached, the build builds specs and pages only; importing torch would be a
     third of its time."""
-    import subprocess
-    import sys
-
-    code = ("import sys, build; code = build.main(['--content', sys.argv[1], '--out', sys.argv[2], '--jobs', '1']); "
-            "print(code, 'torch' in sys.modules)")
-    result = subprocess.run([sys.executable, "-c", code, str(project_copy), str(tmp_path / "site")], cwd=ROOT,
-                            capture_output=True, text=True)
+    _, result = one_process_build
     assert result.stdout.splitlines()[-1] == "0 False", result.stdout + result.stderr
 
 

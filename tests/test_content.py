@@ -19,6 +19,8 @@ from explorer.families.deepseek_v3 import TRANSFORMERS_FILE
 from explorer.spec.types import Citation, walk
 
 KIMI = "content/models/kimi-k2/model.toml"
+KIMI_AND_FOLLOWED = ("kimi-k2", "deepseek-v3")
+"""The models a build about Kimi K2 needs: it names DeepSeek-V3 as the model it follows."""
 
 
 def edit(root: Path, rel: str, old: str, new: str) -> Path:
@@ -146,7 +148,8 @@ def test_citations_parse_each_file_once_and_read_the_version_once(tmp_path, monk
     assert versions.count("transformers") == 1
 
 
-def test_failed_build_exits_1_and_leaves_the_previous_site(project_copy, tmp_path):
+def test_failed_build_exits_1_and_leaves_the_previous_site(small_project_copy, tmp_path):
+    project_copy = small_project_copy(*KIMI_AND_FOLLOWED)
     out = tmp_path / "sites" / "out"
     out.mkdir(parents=True)
     (out / ".explorer-site").write_text("")
@@ -190,14 +193,14 @@ def fake_hf_cache(root: Path, repo_id: str, revision: str, files: dict[str, str]
     return root
 
 
-def test_checkpoint_file_in_cache_is_excerpted(tmp_path):
+def test_checkpoint_file_in_cache_is_excerpted(tmp_path, small_project_copy):
     content = load_model_content(ROOT / "content/models/kimi-k2")
     ref = content.checkpoint
     cache = fake_hf_cache(tmp_path / "hub", ref.repo_id, ref.revision,
                           {ref.modeling_file: synth_module(ref.source_lines)})
     out = tmp_path / "site"
     env = {**os.environ, "HF_HUB_CACHE": str(cache), "HF_HUB_OFFLINE": "1"}
-    result = run_build("--out", str(out), env=env)
+    result = run_build("--content", str(small_project_copy(*KIMI_AND_FOLLOWED)), "--out", str(out), env=env)
     assert result.returncode == 0, result.stderr
     page = (out / "models/kimi-k2/blocks.dense.mlp.html").read_text()
     assert "Excerpt unavailable offline: modeling_deepseek.py" not in page
@@ -207,7 +210,8 @@ def test_checkpoint_file_in_cache_is_excerpted(tmp_path):
     assert ">374<" in card and ">390<" in card
 
 
-def test_cited_range_that_no_longer_holds_its_symbol_fails(tmp_path, project_copy):
+def test_cited_range_that_no_longer_holds_its_symbol_fails(tmp_path, small_project_copy):
+    project_copy = small_project_copy(*KIMI_AND_FOLLOWED)
     content = load_model_content(ROOT / "content/models/kimi-k2")
     ref = content.checkpoint
     shifted = "\n" + synth_module(ref.source_lines)  # every symbol one line lower

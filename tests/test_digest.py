@@ -30,12 +30,16 @@ def test_unchanged_build_stops_before_importing_torch(built_site, tmp_path):
     assert result.stdout.splitlines()[-1] == "0 []"
 
 
-def test_changed_input_rebuilds_end_to_end(built_site, project_copy, tmp_path):
-    out = tmp_path / "out"
-    shutil.copytree(built_site, out)  # a copy holds the same inputs: the digest names no folder
-    args = ("--content", str(project_copy), "--out", str(out))
+def test_changed_input_rebuilds_end_to_end(small_project_copy, tmp_path):
+    project = small_project_copy("gpt2")  # one model shows it; the whole site would be rebuilt for the change
+    first = tmp_path / "first"
+    assert run_build("--content", str(project), "--out", str(first)).returncode == 0
+    moved, out = tmp_path / "moved", tmp_path / "out"
+    shutil.copytree(project, moved)  # copies hold the same inputs and outputs: the digest names no folder
+    shutil.copytree(first, out)
+    args = ("--content", str(moved), "--out", str(out))
     assert "is up to date" in run_build(*args).stdout
-    css = project_copy / "static/style.css"
+    css = moved / "static/style.css"
     css.write_text(css.read_text() + "\n/* changed */\n")
     again = run_build(*args)
     assert again.returncode == 0 and again.stdout.startswith("built"), again.stdout + again.stderr

@@ -252,6 +252,7 @@ def our_view(header):
     return [(t.name, t.ggml_type, t.dims, t.offset, t.elements, t.nbytes) for t in header.tensors]
 
 
+@pytest.mark.slow  # gguf's reader over the real 135M-parameter file
 def test_smollm2_header_agrees_with_the_gguf_reader(smollm2_header):
     from gguf import GGUFReader
 
@@ -294,6 +295,7 @@ def test_tensors_lie_back_to_back_with_exact_byte_counts(request, header_name):
         assert after.offset == -(-(before.offset + before.nbytes) // 32) * 32, (before.name, after.name)
 
 
+@pytest.mark.slow  # transformers reads the real file
 def test_smollm2_config_agrees_with_transformers_gguf_loading():
     import numpy as np
     from transformers.modeling_gguf_pytorch_utils import load_gguf_checkpoint
@@ -467,6 +469,7 @@ def transformers_smollm2():
     return AutoModelForCausalLM.from_pretrained(str(SMOLLM2.parent), gguf_file=SMOLLM2.name)
 
 
+@pytest.mark.slow  # transformers dequantizes the whole 135M-parameter file
 def test_layer_zero_matches_transformers_gguf_loading(transformers_smollm2):
     import torch
 

@@ -64,18 +64,20 @@ def test_no_tensor_is_expected_twice(builds):
         assert shared_name(e.box for e in expected_groups(mb.spec)) is None
 
 
-def test_check_passes_offline():
-    result = run_build("--check", env={**os.environ, "HF_HUB_OFFLINE": "1"})
+def test_check_passes_offline(small_project_copy):
+    project = small_project_copy("kimi-k2", "deepseek-v3")  # a manifest, and a model checked by the reference only
+    result = run_build("--check", "--content", str(project), env={**os.environ, "HF_HUB_OFFLINE": "1"})
     assert result.returncode == 0, result.stdout + result.stderr
     assert ("kimi-k2: 139,644 tensors against the checkpoint manifest; parameters 1,026,408,232,448, "
             "scales 62,495,192, buffers 3,416; balanced") in result.stdout
     assert "deepseek-v3: " in result.stdout and "reference implementation only" in result.stdout
 
 
-def test_check_fails_when_a_config_value_changes(project_copy):
+def test_check_fails_when_a_config_value_changes(small_project_copy):
     """Issue 3's mutation test: moe_intermediate_size 2048 -> 1024 breaks every expert tensor's shape. The
     recorded sha256 is blanked, as for a config with no published file: with it, the edit fails earlier, as
     values that no longer hash to it (issue 18, tests/test_hostile.py)."""
+    project_copy = small_project_copy("kimi-k2", "deepseek-v3")  # the model and the one it follows
     toml = project_copy / "content/models/kimi-k2/model.toml"
     text = re.sub(r"^config_sha256 = .*$", 'config_sha256 = ""', toml.read_text(), flags=re.M)
     toml.write_text(re.sub(r"^moe_intermediate_size = 2048", "moe_intermediate_size = 1024", text, flags=re.M))
@@ -141,7 +143,8 @@ def write_shards(folder, tensors):
     (folder / "model.safetensors.index.json").write_text(json.dumps({"weight_map": weight_map}))
 
 
-def test_record_from_a_local_folder_then_check(project_copy, tmp_path):
+def test_record_from_a_local_folder_then_check(small_project_copy, tmp_path):
+    project_copy = small_project_copy()  # the small model alone
     folder, tensors = tiny_project(project_copy)
     ckpt = tmp_path / "ckpt"
     ckpt.mkdir()
@@ -156,7 +159,8 @@ def test_record_from_a_local_folder_then_check(project_copy, tmp_path):
     assert f"tiny: {len(tensors)} tensors against the checkpoint manifest" in check.stdout
 
 
-def test_record_from_the_hub_through_hf_endpoint(project_copy, tmp_path):
+def test_record_from_the_hub_through_hf_endpoint(small_project_copy, tmp_path):
+    project_copy = small_project_copy()  # the small model alone
     folder, tensors = tiny_project(project_copy)
     ckpt = tmp_path / "ckpt"
     ckpt.mkdir()
@@ -171,7 +175,8 @@ def test_record_from_the_hub_through_hf_endpoint(project_copy, tmp_path):
     assert run_build("--check", "--content", str(project_copy)).returncode == 0
 
 
-def test_manifest_for_another_revision_is_refused(project_copy):
+def test_manifest_for_another_revision_is_refused(small_project_copy):
+    project_copy = small_project_copy("kimi-k2", "deepseek-v3")  # the model and the one it follows
     manifest = project_copy / "content/models/kimi-k2/checkpoint.toml"
     manifest.write_text(manifest.read_text().replace("fd1984e2b7a3350dbf7305fe73a4ede25c14de50", "b" * 40, 1))
     result = run_build("--check", "--content", str(project_copy))

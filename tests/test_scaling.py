@@ -7,7 +7,10 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
+import pytest
 from conftest import run_build
+
+pytestmark = pytest.mark.slow  # two builds of the site, at two sizes
 
 SMALL = ("gpt2", "mixtral-8x7b", "qwen3-8b", "deepseek-v3")
 LARGE = (*SMALL, "kimi-k2", "llama-3.1-8b", "smollm2-135m", "gemma-3-270m")

@@ -7,6 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from conftest import ROOT
 
 MYPY_CACHE = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "explorer" / "mypy"
@@ -19,6 +20,7 @@ def test_ruff_finds_nothing():
     assert result.returncode == 0, result.stdout
 
 
+@pytest.mark.slow  # mypy over the package and what it imports: half a minute on a busy machine
 def test_mypy_finds_nothing():
     result = subprocess.run([sys.executable, "-m", "mypy", "--cache-dir", str(MYPY_CACHE)], cwd=ROOT,
                             capture_output=True, text=True, timeout=300)
