@@ -18,8 +18,8 @@ from pathlib import Path
 
 from .cache import _write as write_replacing
 from .digest import package_digest
+from .evidence_views import Excerpt, highlight_lines, remember_highlights
 from .model_build import ModelBuild
-from .views import Excerpt, highlight_lines, remember_highlights
 
 FORMAT = 1
 _OPEN, _CLOSE = '<pre class="code"><code>', "</code></pre>"

@@ -8,7 +8,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from explorer import highlight_cache, views
+from explorer import evidence_views as views
+from explorer import highlight_cache
 from explorer.highlight_cache import holds, prime
 
 EXCERPTS = [(("class A:", "    x = '<b>' & 1", "    y = 2"), 12, "modeling_a.py"), (('{', '  "a": 1', '}'), 3, "config.json")]
