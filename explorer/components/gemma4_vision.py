@@ -113,8 +113,9 @@ def encoder_block(ctx: Ctx, *, prefix: str, layers: int, o: Gemma4VisionOptions)
         Step(r"Q,K,V=z_{\mathrm{attn}}W_Q,\ z_{\mathrm{attn}}W_K,\ z_{\mathrm{attn}}W_V\ \text{(per head)}", shape, "qkv"),
         Step(rf"\hat Q,\hat K=\operatorname{{RMSNorm}}(Q),\operatorname{{RMSNorm}}(K),\quad \hat V=V/\sqrt{{\operatorname{{mean}}"
              rf"(V^2)+{eps}}}", shape, "qkv-norm"),
-        Step(r"\hat Q,\hat K\leftarrow\operatorname{RoPE}_{2D}(\cdot,c_i,r_i)\ \text{(first half of each head by column }c"
-             rf"\text{{, second by row }}r\text{{)}},\ \omega_j={o.theta:g}^{{-4j/{o.head_dim}}}", shape, "rotate"),
+        Step(r"\hat Q,\hat K\leftarrow\operatorname{RoPE}_{2D}(\cdot,\operatorname{col}(i),\operatorname{row}(i))\ "
+             r"\text{(first half of each head by the column of patch }i\text{, second by its row)},"
+             rf"\ \ \omega_j={o.theta:g}^{{-4j/{o.head_dim}}}", shape, "rotate"),
         Step(rf"O_h=\operatorname{{softmax}}(\hat Q_h\hat K_h^{{\top}})\hat V_h,\ h=1,\dots,{o.heads},\quad "
              r"\Delta_{\mathrm{attn}}=[O_1;\dots]W_O",
              shape, "attend"),

@@ -168,8 +168,8 @@ def ssd(ctx: Ctx, *, prefix: str, ranges: tuple[IndexRange, ...], xi: Port, delt
              "state"),
         Step(r"y_t=S_t C_t", hp, "read"),
         Step(rf"\text{{in chunks of {o.chunk_size}}}:\ y_{{c}}=\big(C_cB_c^{{\top}}\odot L_c\big)(\Delta_c\odot x_c)"
-             rf"+\big(C_c\odot e^{{\mathrm{{cumsum}}(\Delta A)}}\big)S_{{c-1}},\ \ L_{{c,ts}}=e^{{\sum_{{s<r\le t}}"
-             rf"\Delta_r A}}\,[s\le t]", None, "chunks"),
+             rf"+\big(C_c\odot e^{{\mathrm{{cumsum}}(\Delta A)}}\big)S_{{c-1}},\ \ L_{{c,ts}}=e^{{\sum_{{s<j\le t}}"
+             rf"\Delta_j A}}\,[s\le t]", None, "chunks"),
         Step(r"y_t\leftarrow y_t+D\odot x_t", hp, "skip"),
     )
     H = heads_sym

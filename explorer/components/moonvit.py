@@ -131,9 +131,10 @@ def attention(ctx: Ctx, *, prefix: str, ranges: tuple[IndexRange, ...], x: Port,
                 proj("v_proj", "Value projection", "v"),
                 proj("proj", "Output projection", "O", xp=Port("O", x.shape, "O"), y=out))
     hd, quarter = o.head_dim, o.head_dim // 4
-    rotate = Step(rf"\tilde q_{{n}}=\operatorname{{R}}(c_n,r_n)\,q_n,\ \tilde k_{{n}}=\operatorname{{R}}(c_n,r_n)\,k_n,\quad "
-                  rf"\theta_{{2i}}=c_n\omega_i,\ \theta_{{2i+1}}=r_n\omega_i,\ \omega_i={o.rope_theta:g}^{{-i/"
-                  rf"{quarter}}},\ i<{quarter}", x.shape, "rotate")
+    col, row = r"\operatorname{col}(i)", r"\operatorname{row}(i)"
+    rotate = Step(rf"\tilde q_{{i}}=\operatorname{{R}}({col},{row})\,q_i,\ \tilde k_{{i}}=\operatorname{{R}}({col},{row})\,k_i,"
+                  rf"\quad \theta_{{2j}}={col}\,\omega_j,\ \theta_{{2j+1}}={row}\,\omega_j,\ \omega_j="
+                  rf"{o.rope_theta:g}^{{-j/{quarter}}},\ j<{quarter}", x.shape, "rotate")
     attend = Step(rf"O_h=\operatorname{{softmax}}\!\left(\tilde q_h\tilde k_h^{{\top}}/\sqrt{{{hd}}}\right)v_h,\quad "
                   rf"h=1,\dots,{o.heads}", x.shape, "attend")
     steps = (children[0].steps[0], children[1].steps[0], children[2].steps[0], rotate, attend, children[3].steps[0])

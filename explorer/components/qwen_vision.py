@@ -35,6 +35,8 @@ LABELS = {"vit_hidden_size": "d_vision", "vit_intermediate_size": "d_ff_vision",
 """Short names of the vision sizes in shapes."""
 LN_EPS = 1e-6
 """The reference hard-codes the LayerNorms' epsilon."""
+ROW, COL = r"\operatorname{row}(i)", r"\operatorname{col}(i)"
+"""The row and column of patch i in its image (the 2D rotary angles and the position table read them)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,8 +100,8 @@ def vision_attention(ctx: Ctx, o: VisionOptions, *, prefix: str, ranges: tuple[I
                   description=f"Mix the {o.heads} heads' outputs back to {d:,} features.")
     heads = Shape((Dim("patches", o.patches), Dim("heads", o.heads), Dim("d_head", o.head_dim)))
     steps = (qkv.steps[0],
-             Step(rf"Q^R_i=\operatorname{{RoPE}}_{{2D}}(q_i;\,r_i,c_i),\ K^R_i=\operatorname{{RoPE}}_{{2D}}(k_i;\,r_i,c_i)"
-                  rf",\quad \text{{angles}}\ (r_i\omega_j,\ c_i\omega_j),\ \omega_j={o.theta:g}^{{-4j/{o.head_dim}}}",
+             Step(rf"Q^R_i=\operatorname{{RoPE}}_{{2D}}(q_i;\,{ROW},{COL}),\ K^R_i=\operatorname{{RoPE}}_{{2D}}(k_i;\,{ROW},"
+                  rf"{COL}),\quad \text{{angles}}\ ({ROW}\,\omega_j,\ {COL}\,\omega_j),\ \omega_j={o.theta:g}^{{-4j/{o.head_dim}}}",
                   heads, "rotate"),
              Step(rf"O_h=\operatorname{{softmax}}\!\left(Q^R_hK_h^{{R\top}}/\sqrt{{{o.head_dim}}}\right)v_h,\quad "
                   rf"h=1,\dots,{o.heads}", x.shape, "attend"),
@@ -199,7 +201,7 @@ def qwen_vision_tower(ctx: Ctx, o: VisionOptions, *, prefix: str, depth: int, re
     embed = _conv3d_shape(ctx, embed, prefix)
     cite = ref.cite("Each vision block adds attention (fused biased qkv, 2-D rotary, no mask) and a GELU MLP, each "
                     "after a LayerNorm.", "VisionBlock")
-    pos = Step(rf"z^{{+}}_i=z_{{0,i}}+E_{{\mathrm{{pos}}}}[{o.side}r_i+c_i]", z0.shape, "positions")
+    pos = Step(rf"z^{{+}}_i=z_{{0,i}}+E_{{\mathrm{{pos}}}}[{o.side}\,{ROW}+{COL}]", z0.shape, "positions")
     positions = Component(
         key="pos_embed", title="Learned positions", kind="learned", code="nn.Embedding(num_position_embeddings, "
         "hidden_size)", description=f"Add to each patch the table row of its grid position (row r, column c of "
