@@ -106,8 +106,9 @@ def compressor_steps(ctx: Ctx, o: CompressorOptions, x: str, width: Dim, sub: st
     m = o.ratio
     n = entries_dim(m)
     series = Dim(("2·" if o.overlap else "") + width.label, s * (width.size or 0))
-    C, Z = f"C^{{{sub}}}", f"Z^{{{sub}}}"
-    pooled = (rf"\tilde c^{{{sub}}}_w=\sum_{{j\in\text{{window }}w}}\operatorname{{softmax}}_j(Z_j+B^{{\mathrm{{pos}}}}_j)\odot C_j"
+    C, Z = "C^{" + (sub or r"\mathrm{kv}") + "}", f"Z^{{{sub}}}"  # C alone is Mamba-2's read-out vector
+    pooled = (rf"\tilde c^{{{sub}}}_w=\sum_{{j\in\text{{window }}w}}\operatorname{{softmax}}_j({Z}_j+B^{{\mathrm{{pos}}}}_j)"
+              rf"\odot {C}_j"
               if not o.overlap else
               rf"\tilde c^{{{sub}}}_w=\sum_{{j=1}}^{{{2 * m}}}\operatorname{{softmax}}_j(\mathcal Z_{{w,j}})\odot "
               rf"\mathcal C_{{w,j}},\ \ \mathcal C_{{w}}=[C^{{a}}_{{\text{{window }}w-1}};C^{{b}}_{{\text{{window }}w}}],\ "

@@ -47,8 +47,8 @@ def scaled_router(ctx: Ctx, *, prefix: str, ranges: tuple[IndexRange, ...], x: P
     experts, d = Dim("experts", o.experts), ctx.size("hidden_size")
     steps = (Step(rf"x_{{\mathrm{{route}}}}=\frac{{{x.latex}}}{{\sqrt{{\operatorname{{mean}}({x.latex}^2)+{fmt_eps(o.eps)}}}}}\odot "
                   rf"s_{{\mathrm{{r}}}}\cdot {d}^{{-1/2}}", x.shape, "router-norm"),
-             Step(r"z=x_{\mathrm{route}}\,W_{r}", ctx.tokens(experts), "logits"),
-             Step(r"p=\operatorname{softmax}(z)", ctx.tokens(experts), "scores"),
+             Step(r"r=x_{\mathrm{route}}\,W_{r}", ctx.tokens(experts), "logits"),
+             Step(r"p=\operatorname{softmax}(r)", ctx.tokens(experts), "scores"),
              Step(rf"E^{{\mathrm{{sel}}}}_i=\big[\,i\in\operatorname{{top}}_{{{o.k}}}(p)\,\big]", ctx.tokens(experts),
                   "select"),
              Step(r"G_i=\frac{p_i\,E^{\mathrm{sel}}_i}{\sum_j p_j\,E^{\mathrm{sel}}_j}\,s^{E}_i", ctx.tokens(experts),
@@ -94,7 +94,8 @@ def halves_experts(ctx: Ctx, *, prefix: str, ranges: tuple[IndexRange, ...], x: 
     E, I, d = ctx.sym(experts_sym), ctx.sym(width), ctx.sym("hidden_size")
     experts, inner, hidden = Dim("experts", o.experts), ctx.dim(width), ctx.dim("hidden_size")
     per_expert = Shape((B, T, experts, inner))
-    steps = (Step(rf"[g\,u]_e={x.latex}W^{{gu}}_e,\quad g_e=[g\,u]_{{e,:I}},\ u_e=[g\,u]_{{e,I:}}",
+    steps = (Step(rf"[g\,u]_e={x.latex}W^{{gu}}_e,\quad g_e=[g\,u]_{{e,:{inner.size}}},\ "
+                  rf"u_e=[g\,u]_{{e,{inner.size}:}}",
                   Shape((B, T, experts, Dim("2·" + inner.label, 2 * ctx.size(width)))), "gate-up"),
              Step(rf"m_e={ACT_OPERATOR[o.act]}(g_e)\odot u_e", per_expert, "product"),
              Step(r"E_e=m_e W^{d}_e", Shape((B, T, experts, hidden)), "down"),

@@ -163,15 +163,15 @@ def merger(ctx: Ctx, o: VisionOptions, *, prefix: str, cite: Citation) -> Compon
                      size="vit_hidden_size", x=x, y=Port(r"\hat z", x.shape, "z_hat"), code="self.norm(x)",
                      eps=LN_EPS, citations=(cite,))
     fc1 = linear(ctx, "linear_fc1", "Merger expansion", weight=prefix + "linear_fc1.weight", ranges=(), d_in=M,
-                 d_out=M, out_dim=ctx.dim("vit_merged_size"), x=Port("u", merged, "u"),
-                 y=Port("g", merged, "g"), equation=r"g=uW_1+b_1", bias=True, code="self.linear_fc1(x)",
+                 d_out=M, out_dim=ctx.dim("vit_merged_size"), x=Port(r"\bar z", merged, "u"),
+                 y=Port("g", merged, "g"), equation=r"g=\bar z\,W_1+b_1", bias=True, code="self.linear_fc1(x)",
                  description=f"Mix the {m2} concatenated patches' {ctx.size('vit_merged_size'):,} features.")
-    out = Port("e", Shape((tokens, ctx.dim("vit_out_hidden_size"))), "e")
+    out = Port(r"x_{\mathrm{img}}", Shape((tokens, ctx.dim("vit_out_hidden_size"))), "e")
     fc2 = linear(ctx, "linear_fc2", "Projection to the text width", weight=prefix + "linear_fc2.weight", ranges=(),
                  d_in=M, d_out=ctx.sym("vit_out_hidden_size"), out_dim=ctx.dim("vit_out_hidden_size"),
-                 x=Port("m", merged, "h"), y=out, equation=r"e=mW_2+b_2", bias=True, code="self.linear_fc2(x)",
+                 x=Port("m", merged, "h"), y=out, equation=r"x_{\mathrm{img}}=mW_2+b_2", bias=True, code="self.linear_fc2(x)",
                  description=f"Project to the text model's {ctx.size('vit_out_hidden_size'):,} features.")
-    steps = (norm.steps[0], Step(rf"u_i=[\hat z_{{{m2}i}};\dots;\hat z_{{{m2}i+{m2 - 1}}}]", merged, "concat"),
+    steps = (norm.steps[0], Step(rf"\bar z_i=[\hat z_{{{m2}i}};\dots;\hat z_{{{m2}i+{m2 - 1}}}]", merged, "concat"),
              fc1.steps[0], Step(r"m=\operatorname{GELU}(g)", merged, "gelu"), fc2.steps[0])
     return Component(
         key="merger", title="Patch merger", kind="learned", code="Qwen3_5VisionPatchMerger(config)",
@@ -188,11 +188,11 @@ def qwen_vision_tower(ctx: Ctx, o: VisionOptions, *, prefix: str, depth: int, re
     """The whole tower: patch embedding, positions, the encoder blocks and the merger."""
     D = ctx.sym("vit_hidden_size")
     d, P = ctx.size("vit_hidden_size"), ctx.size("vit_patch_values")
-    pixels = Port("P", Shape((Dim("patches", o.patches), ctx.dim("vit_patch_values"))), "pixels")
+    pixels = Port(r"\mathcal{P}", Shape((Dim("patches", o.patches), ctx.dim("vit_patch_values"))), "pixels")
     z0 = Port("z_0", _patches(ctx, o), "z0")
     embed = linear(ctx, "patch_embed", "Patch embedding", weight=prefix + "patch_embed.proj.weight", ranges=(),
                    d_in="vit_patch_values", d_out=D, out_dim=ctx.dim("vit_hidden_size"), x=pixels, y=z0,
-                   equation=r"z_0=PW_{\mathrm{patch}}+b_{\mathrm{patch}}", bias=True,
+                   equation=r"z_0=\mathcal{P}\,W_{\mathrm{patch}}+b_{\mathrm{patch}}", bias=True,
                    code="Qwen3_5VisionPatchEmbed(config)",
                    description=f"A Conv3d whose kernel equals its stride: each patch's {P:,} pixel values (channels × "
                                f"frames × rows × columns) map to {d:,} features.",

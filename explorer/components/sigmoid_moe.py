@@ -38,12 +38,12 @@ class InputGatedExpertsOptions:
 
 def sigmoid_router(ctx: Ctx, *, weight: str, ranges: tuple[IndexRange, ...], x: Port, o: SigmoidTopKOptions,
                    experts_sym: str, code: str, citations: tuple[Citation, ...]) -> Component:
-    """z = x W_r; keep the top k logits; G_i = σ(z_i) for the kept experts, 0 for the others."""
+    """r = x W_r; keep the top k logits; G_i = σ(r_i) for the kept experts, 0 for the others."""
     experts = Dim("experts", o.experts)
-    steps = (Step(rf"z={x.latex}W_{{r}}", ctx.tokens(experts), "logits"),
-             Step(rf"E^{{\mathrm{{sel}}}}_i=\big[\,i\in\operatorname{{top}}_{{{o.k}}}(z)\,\big]", ctx.tokens(experts),
+    steps = (Step(rf"r={x.latex}W_{{r}}", ctx.tokens(experts), "logits"),
+             Step(rf"E^{{\mathrm{{sel}}}}_i=\big[\,i\in\operatorname{{top}}_{{{o.k}}}(r)\,\big]", ctx.tokens(experts),
                   "select"),
-             Step(r"G_i=\sigma(z_i)\,E^{\mathrm{sel}}_i\quad\text{(not normalised over experts)}", ctx.tokens(experts),
+             Step(r"G_i=\sigma(r_i)\,E^{\mathrm{sel}}_i\quad\text{(not normalised over experts)}", ctx.tokens(experts),
                   "gates"))
     pick = "the expert with the highest logit" if o.k == 1 else f"the {o.k} experts with the highest logits"
     return Component(
@@ -87,7 +87,8 @@ def input_gated_experts(ctx: Ctx, *, prefix: str, ranges: tuple[IndexRange, ...]
     experts, inner, hidden = Dim("experts", o.experts), ctx.dim(width), ctx.dim("hidden_size")
     per_expert = Shape((B, T, experts, inner))
     steps = (Step(rf"\tilde x_e=G_e\,{x.latex}", Shape((B, T, experts, hidden)), "gated-input"),
-             Step(r"[g\,u]_e=\tilde x_e W^{gu}_e,\quad g_e=[g\,u]_{e,:I},\ u_e=[g\,u]_{e,I:}",
+             Step(rf"[g\,u]_e=\tilde x_e W^{{gu}}_e,\quad g_e=[g\,u]_{{e,:{inner.size}}},\ "
+                  rf"u_e=[g\,u]_{{e,{inner.size}:}}",
                   Shape((B, T, experts, Dim("2·" + inner.label, 2 * ctx.size(width)))), "gate-up"),
              Step(rf"m_e={ACT_OPERATOR[o.act]}(g_e)\odot u_e", per_expert, "product"),
              Step(r"E_e=m_e W^{d}_e", Shape((B, T, experts, hidden)), "down"),
