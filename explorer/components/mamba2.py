@@ -92,8 +92,8 @@ def mamba2(ctx: Ctx, *, prefix: str, ranges: tuple[IndexRange, ...], x: Port, y:
                      d_in="hidden_size", d_out=2 * inner_sym + 2 * G * N + H, out_dim=proj_dim, x=x, y=zxbcdt,
                      equation=rf"[g;\,\xi;\,\delta]={x.latex}W_{{\mathrm{{in}}}}", bias=o.proj_bias,
                      code="self.in_proj(hidden_states)",
-                     description=f"Project {d:,} features to the gate z ({o.inner:,}), the convolved stream ξ = "
-                                 f"[x; B; C] ({o.conv_dim:,}) and one time step per head ({o.heads}).")
+                     description=f"Project {d:,} features to the gate g ({o.inner:,}), the convolved stream ξ = "
+                                 f"[x; B; C] ({o.conv_dim:,}) and one raw time step δ per head ({o.heads}).")
     xi = Port(r"\xi", ctx.tokens(conv_dim), "xi")
     xi_conv = Port(r"\tilde\xi", ctx.tokens(conv_dim), "xi_conv")
     conv = causal_conv(ctx, prefix=prefix + "conv1d.", ranges=ranges, x=xi, y=xi_conv, o=o, channels=conv_sym, K=K,

@@ -204,7 +204,7 @@ def qwen_vision_tower(ctx: Ctx, o: VisionOptions, *, prefix: str, depth: int, re
     pos = Step(rf"z^{{+}}_i=z_{{0,i}}+E_{{\mathrm{{pos}}}}[{o.side}\,{ROW}+{COL}]", z0.shape, "positions")
     positions = Component(
         key="pos_embed", title="Learned positions", kind="learned", code="nn.Embedding(num_position_embeddings, "
-        "hidden_size)", description=f"Add to each patch the table row of its grid position (row r, column c of "
+        "hidden_size)", description=f"Add to each patch i the table row of its grid position (row(i), col(i) in "
                                     f"{o.side}×{o.side}).",
         inputs=(z0,), outputs=(Port("z^{+}", z0.shape, "z_pos"),), equations=(pos,), steps=(pos,),
         tensors=(ctx.tensor(prefix + "pos_embed.weight", (), (ctx.sym("vit_positions"), D)),),
