@@ -33,8 +33,8 @@ class Symbol:
     meaning: str
     section: Section
     also: str = ""
-    """A second use the steps still make of the symbol: a known overload, to be renamed (tests/test_notation.py
-    keeps the list exact), shown on the Notation page as such."""
+    """A second use the steps make of the symbol, kept by convention with its reason (σ the sigmoid and σ² the
+    variance): a declared overload (tests/test_notation.py keeps the list exact), shown on the Notation page."""
 
 
 def _s(latex: str, kind: Kind, meaning: str, section: Section, also: str = "") -> Symbol:
@@ -255,7 +255,7 @@ SYMBOLS: tuple[Symbol, ...] = (
     _s(r"\epsilon", "constant", "a norm's small constant", _PAR),
     _s(r"\mu", "computed", "LayerNorm: the mean of the features", _PAR),
     _s(r"\sigma", "function", "the logistic sigmoid, 1/(1+e^{−x})", _PAR,
-       also="in LayerNorm, σ² is the variance (kept: both are universal, and no step uses both)"),
+       also="in LayerNorm, σ² is the variance; kept: both are universal, and no step uses both"),
     _s(r"A_{\log}", "parameter", "the log of a learned decay rate per head (Mamba-2, DeltaNet)", _REC),
     _s(r"T", "constant", "the number of positions", _IDX),
     # ---------------------------------------------------------------- vision
