@@ -181,8 +181,8 @@ SYMBOLS: tuple[Symbol, ...] = (
     _s(r"j_{\mathrm{low}}", "computed", "YaRN: the last frequency kept as is", _POS),
     _s(r"j_{\mathrm{high}}", "computed", "YaRN: the first frequency fully interpolated", _POS),
     # ---------------------------------------------------------------- experts and MLPs
-    _s(r"r", "computed", "router logits, one per routed expert (r_i), from the router matrix W_r", _EXP),
-    _s(r"z", "computed", "vision: the patch stream (z_n enters vision block n, z_i is patch i)", _VIS),
+    _s(r"z", "computed", "router logits, one per routed expert (z_i), from the router matrix W_r", _EXP,
+       also="in vision towers, the patch stream (z_n enters vision block n, z_i is patch i)"),
     _s(r"z'", "computed", "a vision block's stream after attention's addition", _VIS),
     _s(r"\rho", "computed", "the router's affinity for each routed expert, scored on its own (a sigmoid or √softplus "
        "of its logit) and not normalised over the experts", _EXP),

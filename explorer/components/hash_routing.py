@@ -44,7 +44,7 @@ def hash_router(ctx: Ctx, *, prefix: str, ranges: tuple[IndexRange, ...], x: Por
     scale = fmt_num(o.scaling) + r"\," if o.scaling != 1.0 else ""
     sym = score_symbol(o.scoring)
     steps = (
-        Step(rf"r={x.latex}W_{{r}}", ctx.tokens(experts), "logits"),
+        Step(rf"z={x.latex}W_{{r}}", ctx.tokens(experts), "logits"),
         Step(SCORE_LATEX[o.scoring], ctx.tokens(experts), "scores"),
         Step(rf"E^{{\mathrm{{sel}}}}_i=\big[\,i\in\mathrm{{tid2eid}}[{ids.latex}]\,\big]\ \ ({kk}\text{{ experts per "
              r"token id}})", ctx.tokens(experts), "select"),

@@ -43,7 +43,7 @@ class RouterOptions:
     experts: int
     k: int
     scoring: Literal["sigmoid", "softmax", "sqrtsoftplus"]
-    """sqrtsoftplus: ρ = √softplus(r), DeepSeek-V4's affinity."""
+    """sqrtsoftplus: ρ = √softplus(z), DeepSeek-V4's affinity."""
     norm_topk_prob: bool
     scaling: float = 1.0
     correction_bias: bool = False
@@ -60,8 +60,8 @@ class RouterOptions:
     correction_bias_name: str = "e_score_correction_bias"
 
 
-SCORE_LATEX = {"sigmoid": r"\rho=\sigma(r)", "softmax": r"p=\operatorname{softmax}(r)",
-               "sqrtsoftplus": r"\rho=\sqrt{\operatorname{softplus}(r)}=\sqrt{\ln(1+e^{r})}"}
+SCORE_LATEX = {"sigmoid": r"\rho=\sigma(z)", "softmax": r"p=\operatorname{softmax}(z)",
+               "sqrtsoftplus": r"\rho=\sqrt{\operatorname{softplus}(z)}=\sqrt{\ln(1+e^{z})}"}
 
 
 def score_symbol(scoring: str) -> str:
@@ -93,11 +93,11 @@ def router(ctx: Ctx, *, weight: str, ranges: tuple[IndexRange, ...], x: Port, o:
     E, kk = o.experts, o.k
     experts = Dim("experts", E)
     bias_latex = r"+b_r" if o.router_bias else ""
-    steps = [Step(rf"r={x.latex}W_{{r}}{bias_latex}", ctx.tokens(experts), "logits")]
+    steps = [Step(rf"z={x.latex}W_{{r}}{bias_latex}", ctx.tokens(experts), "logits")]
     if o.softmax_after_topk:
-        steps += [Step(rf"E^{{\mathrm{{sel}}}}_i=\big[\,i\in\operatorname{{top}}_{{{kk}}}(r)\,\big]", ctx.tokens(experts),
+        steps += [Step(rf"E^{{\mathrm{{sel}}}}_i=\big[\,i\in\operatorname{{top}}_{{{kk}}}(z)\,\big]", ctx.tokens(experts),
                        "select"),
-                  Step(r"G_i=\frac{e^{r_i}E^{\mathrm{sel}}_i}{\sum_j e^{r_j}E^{\mathrm{sel}}_j}",
+                  Step(r"G_i=\frac{e^{z_i}E^{\mathrm{sel}}_i}{\sum_j e^{z_j}E^{\mathrm{sel}}_j}",
                        ctx.tokens(experts), "gates")]
     else:
         steps.append(Step(SCORE_LATEX[o.scoring],
@@ -187,10 +187,10 @@ def routing_example(comp: Component, run: Run) -> RoutingExample:
     rows: list[tuple[str, torch.Tensor]] = []
     if o.router_bias:
         rows.append(("router bias b_r (learned, added to every token's logits)", run.w("bias")))
-    rows.append(("logit r = x W_r" + (" + b_r" if o.router_bias else ""), rec["logits"][0, t]))
+    rows.append(("logit z = x W_r" + (" + b_r" if o.router_bias else ""), rec["logits"][0, t]))
     if "scores" in rec:
-        rows.append(({"sigmoid": "affinity ρ = σ(r)", "sqrtsoftplus": "affinity ρ = √softplus(r)"}.get(
-                         o.scoring, "probability p = softmax(r) over all experts"),
+        rows.append(({"sigmoid": "affinity ρ = σ(z)", "sqrtsoftplus": "affinity ρ = √softplus(z)"}.get(
+                         o.scoring, "probability p = softmax(z) over all experts"),
                      rec["scores"][0, t]))
     if o.correction_bias:
         rows.append(("correction bias b (selection only)", run.w(o.correction_bias_name)))
@@ -317,22 +317,22 @@ CANONICAL_ROUTERS = {
 """Options that take every branch of route() once."""
 
 STEP_FINGERPRINTS = {
-    "grouped.logits": "b45484c56f201b35",
-    "grouped.scores": "1f17ca308b5c4f07",
+    "grouped.logits": "002728efa9832e51",
+    "grouped.scores": "b5c66091fe1f977f",
     "grouped.groups": "697152825be96f96",
     "grouped.select": "2adf1258ffd18481",
     "grouped.gates": "22899214f52bc2fd",
-    "softmax.logits": "b45484c56f201b35",
-    "softmax.scores": "fbb84e09602d09d5",
+    "softmax.logits": "002728efa9832e51",
+    "softmax.scores": "99709be4ce27fc56",
     "softmax.select": "ecc359285dd89384",
     "softmax.gates": "ee6ff4a8e4c66bb1",
-    "softmax-unnormalised.logits": "b45484c56f201b35",
-    "softmax-unnormalised.scores": "fbb84e09602d09d5",
+    "softmax-unnormalised.logits": "002728efa9832e51",
+    "softmax-unnormalised.scores": "99709be4ce27fc56",
     "softmax-unnormalised.select": "ecc359285dd89384",
     "softmax-unnormalised.gates": "042cb337467e2024",
-    "after-topk.logits": "78f2ef6284ac4514",
-    "after-topk.select": "be71c510513472cb",
-    "after-topk.gates": "38952736cd58ea61",
+    "after-topk.logits": "13e4d7b6e7a85400",
+    "after-topk.select": "5af5e0e1018ecd8d",
+    "after-topk.gates": "cb07c13e829db8e3",
     "routed-sum": "ce4401fb65e62631",
 }
 """sha256 (first 16 hex digits) of each router step's and the routed sum's LaTeX on CANONICAL_ROUTERS: route()

@@ -47,8 +47,8 @@ def scaled_router(ctx: Ctx, *, prefix: str, ranges: tuple[IndexRange, ...], x: P
     experts, d = Dim("experts", o.experts), ctx.size("hidden_size")
     steps = (Step(rf"x_{{\mathrm{{route}}}}=\frac{{{x.latex}}}{{\sqrt{{\operatorname{{mean}}({x.latex}^2)+{fmt_eps(o.eps)}}}}}\odot "
                   rf"s_{{\mathrm{{r}}}}\cdot {d}^{{-1/2}}", x.shape, "router-norm"),
-             Step(r"r=x_{\mathrm{route}}\,W_{r}", ctx.tokens(experts), "logits"),
-             Step(r"p=\operatorname{softmax}(r)", ctx.tokens(experts), "scores"),
+             Step(r"z=x_{\mathrm{route}}\,W_{r}", ctx.tokens(experts), "logits"),
+             Step(r"p=\operatorname{softmax}(z)", ctx.tokens(experts), "scores"),
              Step(rf"E^{{\mathrm{{sel}}}}_i=\big[\,i\in\operatorname{{top}}_{{{o.k}}}(p)\,\big]", ctx.tokens(experts),
                   "select"),
              Step(r"G_i=\frac{p_i\,E^{\mathrm{sel}}_i}{\sum_j p_j\,E^{\mathrm{sel}}_j}\,s^{E}_i", ctx.tokens(experts),

@@ -38,12 +38,12 @@ class InputGatedExpertsOptions:
 
 def sigmoid_router(ctx: Ctx, *, weight: str, ranges: tuple[IndexRange, ...], x: Port, o: SigmoidTopKOptions,
                    experts_sym: str, code: str, citations: tuple[Citation, ...]) -> Component:
-    """r = x W_r; keep the top k logits; G_i = σ(r_i) for the kept experts, 0 for the others."""
+    """z = x W_r; keep the top k logits; G_i = σ(z_i) for the kept experts, 0 for the others."""
     experts = Dim("experts", o.experts)
-    steps = (Step(rf"r={x.latex}W_{{r}}", ctx.tokens(experts), "logits"),
-             Step(rf"E^{{\mathrm{{sel}}}}_i=\big[\,i\in\operatorname{{top}}_{{{o.k}}}(r)\,\big]", ctx.tokens(experts),
+    steps = (Step(rf"z={x.latex}W_{{r}}", ctx.tokens(experts), "logits"),
+             Step(rf"E^{{\mathrm{{sel}}}}_i=\big[\,i\in\operatorname{{top}}_{{{o.k}}}(z)\,\big]", ctx.tokens(experts),
                   "select"),
-             Step(r"G_i=\sigma(r_i)\,E^{\mathrm{sel}}_i\quad\text{(not normalised over experts)}", ctx.tokens(experts),
+             Step(r"G_i=\sigma(z_i)\,E^{\mathrm{sel}}_i\quad\text{(not normalised over experts)}", ctx.tokens(experts),
                   "gates"))
     pick = "the expert with the highest logit" if o.k == 1 else f"the {o.k} experts with the highest logits"
     return Component(

@@ -72,7 +72,7 @@ def _router(o: RouterOptions) -> tuple[Term, ...]:
     if o.router_bias:
         out.append(Term("router_bias", "logits", "+b_r"))
     if o.softmax_after_topk:
-        return (*out, Term("softmax_after_topk", "gates", r"e^{r_i}"))
+        return (*out, Term("softmax_after_topk", "gates", r"e^{z_i}"))
     out.append(Term("scoring", "scores", SCORE_LATEX[o.scoring]))
     if o.correction_bias:
         out.append(Term("correction_bias", "select", score_symbol(o.scoring) + "+b"))
