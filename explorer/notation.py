@@ -33,8 +33,9 @@ class Symbol:
     meaning: str
     section: Section
     also: str = ""
-    """A second use the steps make of the symbol, kept by convention with its reason (σ the sigmoid and σ² the
-    variance): a declared overload (tests/test_notation.py keeps the list exact), shown on the Notation page."""
+    """A second use the steps make of the symbol, with why it stays (σ the sigmoid and σ² the variance, a
+    convention) or that it is to be renamed: a declared overload (tests/test_notation.py keeps the list exact), shown
+    on the Notation page."""
 
 
 def _s(latex: str, kind: Kind, meaning: str, section: Section, also: str = "") -> Symbol:
@@ -182,7 +183,8 @@ SYMBOLS: tuple[Symbol, ...] = (
     _s(r"j_{\mathrm{high}}", "computed", "YaRN: the first frequency fully interpolated", _POS),
     # ---------------------------------------------------------------- experts and MLPs
     _s(r"z", "computed", "router logits, one per routed expert (z_i), from the router matrix W_r", _EXP,
-       also="in vision towers, the patch stream (z_n enters vision block n, z_i is patch i)"),
+       also="in vision towers, the patch stream (z_n enters vision block n, z_i is patch i); to be renamed: the "
+            "seed's router keeps z"),
     _s(r"z'", "computed", "a vision block's stream after attention's addition", _VIS),
     _s(r"\rho", "computed", "the router's affinity for each routed expert, scored on its own (a sigmoid or √softplus "
        "of its logit) and not normalised over the experts", _EXP),
