@@ -33,8 +33,9 @@ class Symbol:
     meaning: str
     section: Section
     also: str = ""
-    """A second use the steps still make of the symbol: a known overload, to be renamed (tests/test_notation.py
-    keeps the list exact), shown on the Notation page as such."""
+    """A second use the steps make of the symbol, with why it stays (σ the sigmoid and σ² the variance, a
+    convention) or that it is to be renamed: a declared overload (tests/test_notation.py keeps the list exact), shown
+    on the Notation page."""
 
 
 def _s(latex: str, kind: Kind, meaning: str, section: Section, also: str = "") -> Symbol:
@@ -53,7 +54,8 @@ _IDX: Section = "Indices and sizes"
 SYMBOLS: tuple[Symbol, ...] = (
     # ---------------------------------------------------------------- the residual stream and blocks
     _s(r"t", "constant", "the token ids at the input (t_{i+1}: the next token's)", _IDX,
-       also="inside attention and RoPE, a position (the query's)"),
+       also="inside attention and RoPE, a position (the query's); kept: no step uses both, and both are the "
+            "seed pages' own"),
     _s(r"x", "computed", "the residual stream: x_n enters block n, x_1 is the embedding, x_L leaves the last block",
        _STREAM),
     _s(r"x'", "computed", "the stream after attention's addition, before the feed-forward network's", _STREAM),
@@ -73,8 +75,7 @@ SYMBOLS: tuple[Symbol, ...] = (
     _s(r"\bar \Delta_{\mathrm{attn}}", "computed", "attention's addition after its post-norm", _STREAM),
     _s(r"\bar \Delta_{\mathrm{ffn}}", "computed", "the FFN's addition after its post-norm", _STREAM),
     _s(r"\bar \Delta_{\mathrm{mlp}}", "computed", "the dense MLP's output after its post-norm", _STREAM),
-    _s(r"\Delta", "computed", "what a block's one mixer adds to the stream (Δ_n)", _STREAM,
-       also="in Mamba-2, the step size Δ_t"),
+    _s(r"\Delta_{\mathrm{mix}}", "computed", "what a hybrid block's one mixer adds to the stream", _STREAM),
     _s(r"\ell", "computed", "logits over the vocabulary", _STREAM),
     _s(r"\ell_{\mathrm{raw}}", "computed", "logits before the final soft cap", _STREAM),
     _s(r"\ell^{\mathrm{mtp}}", "computed", "the multi-token-prediction module's logits for the token after next",
@@ -93,10 +94,10 @@ SYMBOLS: tuple[Symbol, ...] = (
        _STREAM),
     _s(r"\pi^{\mathrm{head}}", "computed", "hyper-connections: the final collapse weights before the head", _STREAM),
     _s(r"\pi", "constant", "the circle constant", _IDX),
-    _s(r"P", "computed", "hyper-connections: the doubly stochastic stream-mixing matrix (Sinkhorn)", _STREAM,
-       also="in GPT-2, the learned position rows (P_t); in Qwen's vision tower, the pixels"),
-    _s(r"\lambda", "computed", "a stored per-layer scalar (λ_n)", _STREAM,
-       also="in Llama 3 RoPE, a wavelength λ_j"),
+    _s(r"P", "computed", "hyper-connections: the doubly stochastic stream-mixing matrix (Sinkhorn)", _STREAM),
+    _s(r"x^{\mathrm{pos}}", "computed", "GPT-2: the learned position vectors, one per position (x^{pos}_t)", _STREAM),
+    _s(r"s_{\mathrm{layer}}", "parameter", "a stored per-layer scalar that multiplies the block's output (Gemma 4)",
+       _PAR),
     # ---------------------------------------------------------------- attention
     _s(r"q", "computed", "queries, all heads side by side", _ATT),
     _s(r"k", "computed", "keys, all key heads side by side", _ATT),
@@ -131,11 +132,11 @@ SYMBOLS: tuple[Symbol, ...] = (
     _s(r"k^{R}", "computed", "MLA: the rotated shared rotary key", _ATT),
     _s(r"\tau", "constant", "the softmax scale, from the config (the scores page derives it)", _ATT),
     _s(r"M", "computed", "the attention mask: 0 where a query may see a key, −∞ where it may not", _ATT),
-    _s(r"A", "computed", "attention weights, the softmax over keys (A_h per head)", _ATT,
-       also="in Mamba-2, the decay rate"),
+    _s(r"A", "computed", "attention weights, the softmax over keys (A_h per head)", _ATT),
     _s(r"O", "computed", "each head's context: its attention weights applied to the values (O_h)", _ATT),
     _s(r"\tilde O", "computed", "the context after its output gate (or un-rotation)", _ATT),
     _s(r"O^{\mathrm{grp}}", "computed", "the context in groups of heads for a grouped output projection", _ATT),
+    _s(r"O^{A}", "computed", "each head group's context projected by its own matrix (O^{A}_j for group j)", _ATT),
     _s(r"\kappa", "parameter", "a learned attention-sink logit per head (κ_h): a column every query may attend to "
        "that carries no value", _ATT),
     _s(r"G", "computed", "gate values: per routed expert (G_i), or an attention output gate", _ATT),
@@ -147,14 +148,13 @@ SYMBOLS: tuple[Symbol, ...] = (
     _s(r"Q^{IR}", "computed", "sparse-attention indexer: rotated queries", _ATT),
     _s(r"K^{I}", "computed", "sparse-attention indexer: the rotated key", _ATT),
     _s(r"w'", "computed", "sparse-attention indexer: per-head weights (w'_{t,h})", _ATT),
-    _s(r"S", "computed", "indexer scores per head (S_{t,h,s})", _ATT,
-       also="in a recurrent mixer, the state (S_t)"),
-    _s(r"I", "computed", "indexer scores per key position (I_{t,s})", _ATT,
-       also="as a subscript (:I), an expert's width"),
+    _s(r"\tilde I", "computed", "sparse-attention indexer: its scores per head (Ĩ_{t,h,s}), before the weighted "
+       "sum over heads", _ATT),
+    _s(r"I", "computed", "indexer scores per key position (I_{t,s})", _ATT),
     _s(r"M^{\mathrm{sel}}", "computed", "sparse attention: the mask that keeps the selected keys", _ATT),
     _s(r"M^{\mathrm{DSA}}", "computed", "sparse attention: the causal mask plus the selection mask", _ATT),
-    _s(r"C", "computed", "compressed attention: projected entries before pooling", _ATT,
-       also="in Mamba-2, the read-out vector C_t"),
+    _s(r"C^{\mathrm{kv}}", "computed", "compressed attention: projected entries before pooling", _ATT),
+    _s(r"C", "computed", "Mamba-2: the read-out vector C_t", _REC),
     _s(r"Z", "computed", "compressed attention: pooling logits", _ATT),
     _s(r"C^{I}", "computed", "compressed indexer: projected entries", _ATT),
     _s(r"Z^{I}", "computed", "compressed indexer: pooling logits", _ATT),
@@ -163,8 +163,7 @@ SYMBOLS: tuple[Symbol, ...] = (
     _s(r"\mathcal{Z}", "computed", "compressed attention: a window's pooling logits", _ATT),
     _s(r"\tilde c", "computed", "compressed attention: a pooled entry, before its norm and rotation", _ATT),
     _s(r"\tilde c^{I}", "computed", "compressed indexer: a pooled entry", _ATT),
-    _s(r"c", "computed", "compressed attention: an entry (c_w)", _ATT,
-       also="in vision, a patch's column (c_i)"),
+    _s(r"c", "computed", "compressed attention: an entry (c_w)", _ATT),
     _s(r"c^{I}", "computed", "compressed indexer: an entry", _ATT),
     _s(r"\mathcal{S}", "computed", "compressed indexer: the entries each query selects", _ATT),
     _s(r"\mathcal{V}", "computed", "compressed attention: which entries a query may see", _ATT),
@@ -177,25 +176,33 @@ SYMBOLS: tuple[Symbol, ...] = (
     _s(r"a_{\mathrm{YaRN}}", "constant", "YaRN's magnitude factor, 0.1·ln s + 1 for a stretch s: it multiplies cos and "
        "sin, and MLA's softmax scale by its square", _POS),
     _s(r"\omega", "computed", "RoPE frequencies after any scaling (ω_j)", _POS),
+    _s(r"\lambda", "computed", "Llama 3 RoPE: the wavelength of frequency j, λ_j = 2π/θ_j", _POS),
     _s(r"\phi", "computed", "RoPE scaling: the weight φ_j that blends frequency j's original and stretched values "
        "(YaRN's ramp, Llama 3's smoothing factor)", _POS),
     _s(r"j_{\mathrm{low}}", "computed", "YaRN: the last frequency kept as is", _POS),
     _s(r"j_{\mathrm{high}}", "computed", "YaRN: the first frequency fully interpolated", _POS),
     # ---------------------------------------------------------------- experts and MLPs
-    _s(r"z", "computed", "router logits, one per routed expert", _EXP,
-       also="in vision towers, the patch stream z_n"),
+    _s(r"z", "computed", "router logits, one per routed expert (z_i), from the router matrix W_r", _EXP,
+       also="in vision towers, the patch stream (z_n enters vision block n, z_i is patch i); to be renamed: the "
+            "seed's router keeps z"),
     _s(r"z'", "computed", "a vision block's stream after attention's addition", _VIS),
     _s(r"\rho", "computed", "the router's affinity for each routed expert, scored on its own (a sigmoid or √softplus "
        "of its logit) and not normalised over the experts", _EXP),
-    _s(r"p", "computed", "the router's probabilities, a softmax over the routed experts", _EXP,
-       also="in vision, a patch p_i"),
+    _s(r"p", "computed", "the router's probabilities, a softmax over the routed experts", _EXP),
+    _s(r"\mathcal{P}", "constant", "vision: the image's pixel values (𝒫_i: patch i's)", _VIS),
     _s(r"\chi", "computed", "the router's affinities with the experts outside the kept groups set to −∞", _EXP),
     _s(r"x_{\mathrm{route}}", "computed", "the router's normalised, scaled input (Gemma 4)", _EXP),
     _s(r"s_{\mathrm{r}}", "parameter", "the router's learned scale per feature (Gemma 4)", _PAR),
     _s(r"s^{E}", "parameter", "the router's learned scale per expert (Gemma 4)", _PAR),
     _s(r"\zeta", "parameter", "hyper-connections: learned scales of the pre, post and mixing logits (ζ_1, ζ_2, ζ_3)",
        _PAR),
-    _s(r"\bar u", "computed", "vision: a group of normalised patch vectors, concatenated", _VIS),
+    _s(r"\bar z", "computed", "vision: a group of normalised patch vectors, concatenated (one image token)", _VIS),
+    _s(r"z^{\mathrm{grp}}", "computed", "vision: a group of neighbouring patch vectors (MoonViT)", _VIS),
+    _s(r"\hat z^{\mathrm{grp}}", "computed", "vision: a group's patch vectors, each normalised", _VIS),
+    _s(r"z^{\mathrm{pool}}", "computed", "vision: the patch grid average-pooled to the image's tokens", _VIS),
+    _s(r"\hat z^{\mathrm{pool}}", "computed", "vision: the pooled image tokens, normalised", _VIS),
+    _s(r"x_{\mathrm{img}}", "computed", "vision: the image tokens a vision tower hands to the language model, in its "
+       "width", _VIS),
     _s(r"E^{\mathrm{sel}}", "computed", "1 for the experts selected for a token, 0 for the rest", _EXP),
     _s(r"\mathcal{G}", "computed", "the expert groups a token may pick from", _EXP),
     _s(r"E", "computed", "the output of routed expert i (E_i)", _EXP),
@@ -206,35 +213,32 @@ SYMBOLS: tuple[Symbol, ...] = (
     _s(r"\eta", "computed", "the shared expert's gate logit", _EXP),
     _s(r"\tilde x", "computed", "an expert's input scaled by its gate", _EXP),
     _s(r"g", "computed", "the gate projection (g_i for expert i)", _EXP),
-    _s(r"u", "computed", "the up projection (u_i for expert i)", _EXP,
-       also="in vision, merged patches; in DeepSeek-V4, a head group's output (u_γ)"),
+    _s(r"u", "computed", "the up projection (u_i for expert i)", _EXP),
     _s(r"a", "computed", "the activated gate: SiLU(g) or GELU(g)", _EXP),
     _s(r"m", "computed", "an MLP's hidden activation, the one its down projection reads: a ⊙ u in a gated MLP, "
        "GELU(g) or ReLU(u)² in a plain one (m_i for expert i)", _EXP),
     _s(r"h", "index", "indexes a head (Q_h, A_h, O_h)", _IDX),
-    _s(r"i", "index", "indexes a routed expert (G_i, E_i)", _IDX, also="in vision, a patch; in a chunk, a position"),
-    _s(r"j", "index", "indexes a feature pair (θ_j), or the experts a sum runs over", _IDX),
+    _s(r"i", "index", "indexes a routed expert (G_i, E_i), a patch (row(i), col(i): its row and column in the "
+       "image) or a position in a chunk", _IDX),
+    _s(r"j", "index", "indexes a feature pair (θ_j), the experts a sum runs over, or a head group (O^{A}_j)", _IDX),
     _s(r"n", "index", "indexes a block (x_n enters block n)", _IDX),
     _s(r"s", "index", "indexes a key position (M_{ts}: query t, key s)", _IDX),
-    _s(r"r", "constant", "a patch's row in its image (r_i)", _IDX, also="as a subscript, a position inside a chunk"),
     _s(r"\hat g", "computed", "the clamped gate projection", _EXP),
-    _s(r"\hat u", "computed", "the clamped up projection", _EXP,
-       also="in vision, the normalised merged patches"),
+    _s(r"\hat u", "computed", "the clamped up projection", _EXP),
     _s(r"g_{\mathrm{sh}}", "computed", "the shared expert's gate projection", _EXP),
     _s(r"u_{\mathrm{sh}}", "computed", "the shared expert's up projection", _EXP),
     _s(r"a_{\mathrm{sh}}", "computed", "the shared expert's activated gate", _EXP),
     _s(r"m_{\mathrm{sh}}", "computed", "the shared expert's gated product", _EXP),
     _s(r"\hat g_{\mathrm{sh}}", "computed", "the shared expert's clamped gate projection", _EXP),
     _s(r"\hat u_{\mathrm{sh}}", "computed", "the shared expert's clamped up projection", _EXP),
-    _s(r"e", "computed", "the embedding a vision tower hands to the language model", _VIS,
-       also="as a subscript, a routed expert (E_e, G_e)"),
+    _s(r"e", "index", "indexes a routed expert in experts stored as one tensor (G_e, E_e, W^{gu}_e)", _IDX),
     # ---------------------------------------------------------------- recurrent mixers
     _s(r"\xi", "computed", "a recurrent mixer's convolution input: x, B, C together (Mamba-2), q, k, v together "
        "(DeltaNet)", _REC),
     _s(r"\tilde \xi", "computed", "a recurrent mixer's convolved input", _REC),
     _s(r"\delta", "computed", "Mamba-2: the raw step size", _REC),
-    _s(r"B", "computed", "Mamba-2: the write vector B_t", _REC,
-       also="in DeepSeek-V4's compressor, a learned position bias (B_j)"),
+    _s(r"\Delta", "computed", "Mamba-2: the step size Δ_t, softplus of δ_t plus a bias", _REC),
+    _s(r"B", "computed", "Mamba-2: the write vector B_t", _REC),
     _s(r"\bar a", "computed", "Mamba-2: the per-step decay", _REC),
     _s(r"y", "computed", "Mamba-2: the read-out y_t", _REC),
     _s(r"\hat y", "computed", "Mamba-2: the gated, normed read-out", _REC),
@@ -243,15 +247,17 @@ SYMBOLS: tuple[Symbol, ...] = (
     _s(r"\beta", "computed", "DeltaNet: the write strength β_t, how much of the correction is written", _REC),
     _s(r"\beta^{\mathrm{raw}}", "computed", "DeltaNet: the write-strength logit before its sigmoid", _REC),
     _s(r"\alpha^{\mathrm{raw}}", "computed", "DeltaNet: the decay input before its softplus", _REC),
+    _s(r"S", "computed", "a recurrent mixer's state (S_t after position t)", _REC),
     _s(r"\Gamma", "computed", "DeltaNet: cumulative decays within a chunk", _REC),
-    _s(r"\gamma", "parameter", "a norm's learned gain per feature", _PAR,
-       also="in DeltaNet, the decay since the chunk's start (γ_i); in DeepSeek-V4, a head group (u_γ)"),
-    _s(r"U", "computed", "DeltaNet: the chunk's corrected values", _REC),
+    _s(r"\gamma", "parameter", "a norm's learned gain per feature", _PAR),
+    _s(r"\bar \alpha", "computed", "DeltaNet: the decay since the chunk's start (ᾱ_i, the product of the α before "
+       "position i)", _REC),
+    _s(r"U", "computed", "DeltaNet: the chunk's corrected values, from one triangular solve", _REC),
     _s(r"D", "parameter", "Mamba-2: the learned skip weight per head", _REC),
     _s(r"\epsilon", "constant", "a norm's small constant", _PAR),
     _s(r"\mu", "computed", "LayerNorm: the mean of the features", _PAR),
-    _s(r"\sigma", "function", "the logistic sigmoid, 1/(1+e^{−z})", _PAR,
-       also="in LayerNorm, σ² is the variance"),
+    _s(r"\sigma", "function", "the logistic sigmoid, 1/(1+e^{−x})", _PAR,
+       also="in LayerNorm, σ² is the variance; kept: both are universal, and no step uses both"),
     _s(r"A_{\log}", "parameter", "the log of a learned decay rate per head (Mamba-2, DeltaNet)", _REC),
     _s(r"T", "constant", "the number of positions", _IDX),
     # ---------------------------------------------------------------- vision
@@ -276,6 +282,8 @@ SYMBOLS: tuple[Symbol, ...] = (
     _s(r"B^{\mathrm{res}}", "parameter", "hyper-connections: the learned mixing bias", _PAR),
     _s(r"B^{a}", "parameter", "compressed attention: the learned position bias of the first half", _PAR),
     _s(r"B^{b}", "parameter", "compressed attention: the learned position bias of the second half", _PAR),
+    _s(r"B^{\mathrm{pos}}", "parameter", "compressed attention: the learned bias of each position in a window "
+       "(B^{pos}_j)", _PAR),
     _s(r"C^{a}", "computed", "compressed attention: the first half of an entry's projection", _ATT),
     _s(r"C^{b}", "computed", "compressed attention: the second half of an entry's projection", _ATT),
     _s(r"Z^{a}", "computed", "compressed attention: the first half's pooling logits", _ATT),

@@ -265,7 +265,7 @@ def test_block_whose_residual_hides_or_invents_a_post_norm_fails():
 def test_layer_block_without_its_layer_scalar_fails():
     block = comp_of("gemma-4-26b-a4b", "blocks.local")
     assert unshown_terms(block) == []
-    assert reported(with_step(block, "layer-scalar", r"\lambda_n\,", ""), "layer_scalar")
+    assert reported(with_step(block, "layer-scalar", r"s_{\mathrm{layer}}\,", ""), "layer_scalar")
     assert reported(with_step(block, "residual-ffn", r"\bar\Delta", r"\Delta"), "post_ffn_norm")
 
 

@@ -106,8 +106,9 @@ def compressor_steps(ctx: Ctx, o: CompressorOptions, x: str, width: Dim, sub: st
     m = o.ratio
     n = entries_dim(m)
     series = Dim(("2·" if o.overlap else "") + width.label, s * (width.size or 0))
-    C, Z = f"C^{{{sub}}}", f"Z^{{{sub}}}"
-    pooled = (rf"\tilde c^{{{sub}}}_w=\sum_{{j\in\text{{window }}w}}\operatorname{{softmax}}_j(Z_j+B_j)\odot C_j"
+    C, Z = "C^{" + (sub or r"\mathrm{kv}") + "}", f"Z^{{{sub}}}"  # C alone is Mamba-2's read-out vector
+    pooled = (rf"\tilde c^{{{sub}}}_w=\sum_{{j\in\text{{window }}w}}\operatorname{{softmax}}_j({Z}_j+B^{{\mathrm{{pos}}}}_j)"
+              rf"\odot {C}_j"
               if not o.overlap else
               rf"\tilde c^{{{sub}}}_w=\sum_{{j=1}}^{{{2 * m}}}\operatorname{{softmax}}_j(\mathcal Z_{{w,j}})\odot "
               rf"\mathcal C_{{w,j}},\ \ \mathcal C_{{w}}=[C^{{a}}_{{\text{{window }}w-1}};C^{{b}}_{{\text{{window }}w}}],\ "
@@ -320,9 +321,9 @@ def grouped_output(ctx: Ctx, *, prefix: str, ranges: tuple[IndexRange, ...], o: 
     g, per = o.o_groups, o.heads * o.head_dim // o.o_groups
     H, dh, G, r = (ctx.sym(s) for s in ("num_attention_heads", "head_dim", "o_groups", "o_lora_rank"))
     x = Port(ctx_colour(r"O^{\mathrm{grp}}"), ctx.tokens(Dim("groups", g), Dim("heads·d_head/groups", per)), "O_groups")
-    y = Port("u", ctx.tokens(Dim("groups", g), ctx.dim("o_lora_rank")), "u")
-    o_g = ctx_colour(r"O^{\mathrm{grp}}_{\gamma}")
-    step = Step(rf"u_{{\gamma}}={o_g}W^{{A}}_{{\gamma}},\ \ \gamma=1,\dots,{g}",
+    y = Port(ctx_colour("O^{A}"), ctx.tokens(Dim("groups", g), ctx.dim("o_lora_rank")), "u")
+    o_g = ctx_colour(r"O^{\mathrm{grp}}_{j}")
+    step = Step(rf"{ctx_colour('O^{A}_{j}')}={o_g}W^{{A}}_{{j}},\ \ j=1,\dots,{g}",
                 y.shape, "o-a")
     return Component(
         key="o_a_proj", title="Grouped output projection", kind="learned",
@@ -334,8 +335,8 @@ def grouped_output(ctx: Ctx, *, prefix: str, ranges: tuple[IndexRange, ...], o: 
         citations=(_cite("GroupedLinear views its weight as o_groups blocks and multiplies each head group by its "
                          "own block.", "GroupedLinear"),),
         program="grouped_linear", options=o,
-        notes=("The weight is stored as one [o_groups·o_lora_rank, heads·head_dim/o_groups] matrix: block γ is rows "
-               "γ·o_lora_rank to (γ+1)·o_lora_rank.",),
+        notes=("The weight is stored as one [o_groups·o_lora_rank, heads·head_dim/o_groups] matrix: block j is rows "
+               "j·o_lora_rank to (j+1)·o_lora_rank.",),
     )
 
 
@@ -377,8 +378,8 @@ def v4_attention(ctx: Ctx, *, prefix: str, ranges: tuple[IndexRange, ...], x: Po
     o_a = grouped_output(ctx, prefix=prefix, ranges=ranges, o=o)
     o_b = linear(ctx, "o_b_proj", "Output mixing projection", weight=prefix + "o_b_proj.weight", ranges=ranges,
                  d_in=ctx.sym("o_groups") * ctx.sym("o_lora_rank"), d_out="hidden_size", out_dim=ctx.dim("hidden_size"),
-                 x=Port("u", ctx.tokens(Dim("groups·d_og", o.o_groups * o.o_lora_rank)), "u_flat"),
-                 y=Port(r"\Delta_{\mathrm{attn}}", x.shape, "delta_attn"), equation=r"\Delta_{\mathrm{attn}}=[u_1;\dots;u_{"
+                 x=Port(ctx_colour("O^{A}"), ctx.tokens(Dim("groups·d_og", o.o_groups * o.o_lora_rank)), "u_flat"),
+                 y=Port(r"\Delta_{\mathrm{attn}}", x.shape, "delta_attn"), equation=r"\Delta_{\mathrm{attn}}=[O^{A}_1;\dots;O^{A}_{"
                  + str(o.o_groups) + r"}]W_{OB}", code="self.o_b_proj(grouped)",
                  description=f"Mix the {o.o_groups} groups' {o.o_lora_rank:,} features each back to "
                              f"{ctx.size('hidden_size'):,} features.")

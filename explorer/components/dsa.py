@@ -129,9 +129,9 @@ def _indexer_steps(ctx: Ctx, o: IndexerOptions, c_q: str, x: str, heads: Dim, d_
         Step(rf"{k('K^{I}_t')}=[\operatorname{{RoPE}}({k_hat}_{{t,:{r}}},{ctx_colour('R_t')});\,"
              rf"{k_hat}_{{t,{r}:}}]{pairs}", ctx.tokens(d_idx), "idx-k-rotate"),
         Step(rf"w'={x}W_{{w}}\,/\sqrt{{{n}}}", ctx.tokens(heads), "idx-weights"),
-        Step(rf"S_{{t,h,s}}=\operatorname{{ReLU}}\!\left({q('Q^{IR}_{t,h}')}\cdot{k('K^{I}_s')}/\sqrt{{{tau}}}\right)",
+        Step(rf"\tilde I_{{t,h,s}}=\operatorname{{ReLU}}\!\left({q('Q^{IR}_{t,h}')}\cdot{k('K^{I}_s')}/\sqrt{{{tau}}}\right)",
              Shape((B, QUERIES, heads, KEYS)), "idx-relu"),
-        Step(r"I_{t,s}=\textstyle\sum_{h}w'_{t,h}\,S_{t,h,s}+M_{t,s}", SCORES, "idx-scores"),
+        Step(r"I_{t,s}=\textstyle\sum_{h}w'_{t,h}\,\tilde I_{t,h,s}+M_{t,s}", SCORES, "idx-scores"),
         Step(rf"M^{{\mathrm{{sel}}}}_{{t,s}}=\begin{{cases}}0 & s\in\operatorname{{top}}_{{{o.topk}}}(I_t)\\ -\infty & "
              r"\text{otherwise}\end{cases}", SCORES, "idx-select"),
     )

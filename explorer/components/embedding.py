@@ -102,8 +102,8 @@ def run_head(comp: Component, run: Run, x: torch.Tensor) -> list[torch.Tensor]:
 def positions(ctx: Ctx, key: str, title: str, *, weight: str, citations: tuple[Citation, ...] = ()) -> Component:
     """nn.Embedding(max_position_embeddings, hidden_size): one learned vector per absolute position 0..T-1."""
     pos = Port("t", Shape((T,)), "positions")
-    y = Port("P", Shape((T, ctx.dim("hidden_size"))), "P")
-    step = Step(r"P_t=E_{\mathrm{pos}}[t],\quad t=0,\dots,T-1", y.shape, "positions")
+    y = Port(r"x^{\mathrm{pos}}", Shape((T, ctx.dim("hidden_size"))), "P")
+    step = Step(r"x^{\mathrm{pos}}_t=E_{\mathrm{pos}}[t],\quad t=0,\dots,T-1", y.shape, "positions")
     return Component(
         key=key, title=title, kind="learned", code="nn.Embedding(max_position_embeddings, hidden_size)",
         description=f"Look up a learned {ctx.size('hidden_size'):,}-feature vector for each position, up to "
@@ -123,7 +123,7 @@ def embedding_with_positions(ctx: Ctx, tokens: Component, pos: Component, *, cit
                              ) -> Component:
     """x_1 = E_tok[t] + E_pos[0..T-1]: the token embedding plus learned absolute positions (GPT-2's wte + wpe)."""
     x = Port("x_1", ctx.tokens("hidden_size"), "x")
-    total = Step(r"x_1=E_{\mathrm{tok}}[t]+P", x.shape, "embed-sum")
+    total = Step(r"x_1=E_{\mathrm{tok}}[t]+x^{\mathrm{pos}}", x.shape, "embed-sum")
     return Component(
         key="embed", title="Token and position embeddings", crumb="Embeddings", kind="learned",
         code="wte(input_ids) + wpe(position_ids)",

@@ -309,10 +309,10 @@ def gated_deltanet(ctx: Ctx, *, prefix: str, ranges: tuple[IndexRange, ...], x: 
         Step(rf"{S}_t=\alpha_t\left(\mathbf{{I}}-\beta_t {kn}_t {kn}_t^{{\top}}\right){S}_{{t-1}}+\beta_t {kn}_t {v('v')}_t^{{\top}},"
              rf"\quad {S}_t\in\mathbb{{R}}^{{{o.d_k}\times{o.d_v}}}\ \text{{per value head}}", state, "state"),
         Step(rf"{ctx_colour('o')}_t={S}_t^{{\top}}{qn}_t", ctx.tokens(vh, dv), "readout"),
-        Step(rf"\Gamma_{{ij}}=\textstyle\prod_{{j<s\le i}}\alpha_s,\ \gamma_i=\Gamma_{{i0}}\ \text{{in each chunk of }}"
-             rf"{o.chunk}:\ (\mathbf{{I}}+\operatorname{{tril}}(\operatorname{{diag}}(\beta)(\Gamma\odot "
-             rf"{kn}{kn}^{{\top}}),-1))\,U=\operatorname{{diag}}(\beta)({v('V')}-\operatorname{{diag}}(\gamma){kn}{S}_0),"
-             rf"\ {ctx_colour('O')}=\operatorname{{diag}}(\gamma){qn}{S}_0+\operatorname{{tril}}(\Gamma\odot{qn}{kn}"
+        Step(rf"\Gamma_{{ij}}=\textstyle\prod_{{j<s\le i}}\alpha_s,\ \bar\alpha_i=\Gamma_{{i0}}\ \text{{in each chunk of }}"
+             rf"{o.chunk}:\quad U=(\mathbf{{I}}+\operatorname{{tril}}(\operatorname{{diag}}(\beta)(\Gamma\odot "
+             rf"{kn}{kn}^{{\top}}),-1))^{{-1}}\operatorname{{diag}}(\beta)({v('v')}-\operatorname{{diag}}(\bar\alpha){kn}{S}_0),"
+             rf"\ {ctx_colour('O')}=\operatorname{{diag}}(\bar\alpha){qn}{S}_0+\operatorname{{tril}}(\Gamma\odot{qn}{kn}"
              rf"^{{\top}})U", ctx.tokens(vh, dv), "chunked"),
         children[6].steps[0], children[7].steps[0],
     ]

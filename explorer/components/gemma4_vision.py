@@ -73,9 +73,9 @@ def _shape(ctx: Ctx, width: str = "vision_hidden_size", tokens: str = "num_patch
 
 def patch_embedder(ctx: Ctx, *, prefix: str, o: Gemma4VisionOptions) -> Component:
     D, P, S = (ctx.sym(n) for n in ("vision_hidden_size", "patch_size", "position_embedding_size"))
-    pixels = Port("p", _shape(ctx, "patch_values"), "pixel_values")
+    pixels = Port(r"\mathcal{P}", _shape(ctx, "patch_values"), "pixel_values")
     z = Port("z_0", _shape(ctx), "z")
-    steps = (Step(r"z_i=2\,(p_i-\tfrac12)\,W_{\mathrm{in}}", z.shape, "patches"),
+    steps = (Step(r"z_i=2\,(\mathcal{P}_i-\tfrac12)\,W_{\mathrm{in}}", z.shape, "patches"),
              Step(rf"z_0=z+E^{{x}}_{{\mathrm{{pos}}}}[i\bmod {o.grid_width}]+E^{{y}}_{{\mathrm{{pos}}}}"
                   rf"[\lfloor i/{o.grid_width}\rfloor]", z.shape, "positions"))
     return Component(
@@ -113,8 +113,9 @@ def encoder_block(ctx: Ctx, *, prefix: str, layers: int, o: Gemma4VisionOptions)
         Step(r"Q,K,V=z_{\mathrm{attn}}W_Q,\ z_{\mathrm{attn}}W_K,\ z_{\mathrm{attn}}W_V\ \text{(per head)}", shape, "qkv"),
         Step(rf"\hat Q,\hat K=\operatorname{{RMSNorm}}(Q),\operatorname{{RMSNorm}}(K),\quad \hat V=V/\sqrt{{\operatorname{{mean}}"
              rf"(V^2)+{eps}}}", shape, "qkv-norm"),
-        Step(r"\hat Q,\hat K\leftarrow\operatorname{RoPE}_{2D}(\cdot,c_i,r_i)\ \text{(first half of each head by column }c"
-             rf"\text{{, second by row }}r\text{{)}},\ \omega_j={o.theta:g}^{{-4j/{o.head_dim}}}", shape, "rotate"),
+        Step(r"\hat Q,\hat K\leftarrow\operatorname{RoPE}_{2D}(\cdot,\operatorname{col}(i),\operatorname{row}(i))\ "
+             r"\text{(first half of each head by the column of patch }i\text{, second by its row)},"
+             rf"\ \ \omega_j={o.theta:g}^{{-4j/{o.head_dim}}}", shape, "rotate"),
         Step(rf"O_h=\operatorname{{softmax}}(\hat Q_h\hat K_h^{{\top}})\hat V_h,\ h=1,\dots,{o.heads},\quad "
              r"\Delta_{\mathrm{attn}}=[O_1;\dots]W_O",
              shape, "attend"),
@@ -170,10 +171,10 @@ def vision_tower(ctx: Ctx, *, prefix: str, layers: int, o: Gemma4VisionOptions) 
 
 def embedder(ctx: Ctx, *, prefix: str, eps: float) -> Component:
     v = Port(r"z_{\mathrm{out}}", _shape(ctx, tokens="soft_tokens"), "v")
-    e = Port("e", _shape(ctx, "hidden_size", "soft_tokens"), "e")
+    e = Port(r"x_{\mathrm{img}}", _shape(ctx, "hidden_size", "soft_tokens"), "e")
     steps = (Step(rf"\hat z_{{\mathrm{{out}}}}=z_{{\mathrm{{out}}}}/\sqrt{{\operatorname{{mean}}(z_{{\mathrm{{out}}}}^2)+{fmt_eps(eps)}}}",
                   v.shape, "embedding_pre_projection_norm"),
-             Step(r"e=\hat z_{\mathrm{out}}\,W_{\mathrm{emb}}", e.shape, "embedding_projection"))
+             Step(r"x_{\mathrm{img}}=\hat z_{\mathrm{out}}\,W_{\mathrm{emb}}", e.shape, "embedding_projection"))
     return Component(
         key="embed_vision", title="Vision embedder", kind="learned", code="Gemma4MultimodalEmbedder(vision, text)",
         description=f"Scale each soft token to unit RMS (no gain) and project its {ctx.size('vision_hidden_size'):,} "

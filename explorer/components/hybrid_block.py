@@ -24,7 +24,7 @@ TAKES_MASK = ("nope_attention",)
 def mixer_ports(ctx: Ctx) -> tuple[Port, Port, Port]:
     """The block's input, its normalised input (the mixer's input), and the mixer's output."""
     x = Port("x_n", ctx.tokens("hidden_size"), "x")
-    return x, Port(r"x_{\mathrm{mix}}", x.shape, "x_mix"), Port(r"\Delta_n", x.shape, "delta")
+    return x, Port(r"x_{\mathrm{mix}}", x.shape, "x_mix"), Port(r"\Delta_{\mathrm{mix}}", x.shape, "delta")
 
 
 def mixer_block(ctx: Ctx, key: str, title: str, *, layer_indices: tuple[int, ...], norm: Component, mixer: Component,

@@ -43,7 +43,7 @@ def layer_block(ctx: Ctx, key: str, title: str, *, ranges: tuple[IndexRange, ...
     steps, tensors = block.steps, block.tensors
     if scalar_name:
         x = block.outputs[0]
-        steps = steps + (Step(r"x_{n+1}\leftarrow \lambda_n\,x_{n+1}\quad(\lambda_n\text{: the stored layer scalar})",
+        steps = steps + (Step(r"x_{n+1}\leftarrow s_{\mathrm{layer}}\,x_{n+1}\quad(s_{\mathrm{layer}}\text{: the stored layer scalar})",
                               x.shape, "layer-scalar"),)
         tensors = tensors + (TensorSpec(scalar_name, (1,), ranges, role="buffer", storage=Dense(ctx.dtype)),)
     return replace(block, steps=steps, tensors=tensors, program="layer_block", options=o)

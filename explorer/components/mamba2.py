@@ -92,8 +92,8 @@ def mamba2(ctx: Ctx, *, prefix: str, ranges: tuple[IndexRange, ...], x: Port, y:
                      d_in="hidden_size", d_out=2 * inner_sym + 2 * G * N + H, out_dim=proj_dim, x=x, y=zxbcdt,
                      equation=rf"[g;\,\xi;\,\delta]={x.latex}W_{{\mathrm{{in}}}}", bias=o.proj_bias,
                      code="self.in_proj(hidden_states)",
-                     description=f"Project {d:,} features to the gate z ({o.inner:,}), the convolved stream ξ = "
-                                 f"[x; B; C] ({o.conv_dim:,}) and one time step per head ({o.heads}).")
+                     description=f"Project {d:,} features to the gate g ({o.inner:,}), the convolved stream ξ = "
+                                 f"[x; B; C] ({o.conv_dim:,}) and one raw time step δ per head ({o.heads}).")
     xi = Port(r"\xi", ctx.tokens(conv_dim), "xi")
     xi_conv = Port(r"\tilde\xi", ctx.tokens(conv_dim), "xi_conv")
     conv = causal_conv(ctx, prefix=prefix + "conv1d.", ranges=ranges, x=xi, y=xi_conv, o=o, channels=conv_sym, K=K,
@@ -163,13 +163,13 @@ def ssd(ctx: Ctx, *, prefix: str, ranges: tuple[IndexRange, ...], xi: Port, delt
              rf"{o.groups * o.state_size}),\ \ B_{{h,t}}=B_{{\lfloor h/{per_group}\rfloor,t}}", hp, "heads"),
         Step(rf"\Delta_t=\max\!\big(\operatorname{{softplus}}(\delta_t+b_{{\Delta}}),\ {fmt_num(o.dt_min)}\big)",
              ctx.tokens(heads), "dt"),
-        Step(r"\bar a_t=\exp(\Delta_t A),\quad A=-\exp(A_{\log})", ctx.tokens(heads), "decay"),
+        Step(r"\bar a_t=\exp\!\big(-\Delta_t\,e^{A_{\log}}\big)", ctx.tokens(heads), "decay"),
         Step(r"S_t=\bar a_t\,S_{t-1}+\Delta_t\,x_t B_t^{\top},\quad S_0=0", Shape((B, heads, head_dim, state)),
              "state"),
         Step(r"y_t=S_t C_t", hp, "read"),
         Step(rf"\text{{in chunks of {o.chunk_size}}}:\ y_{{c}}=\big(C_cB_c^{{\top}}\odot L_c\big)(\Delta_c\odot x_c)"
-             rf"+\big(C_c\odot e^{{\mathrm{{cumsum}}(\Delta A)}}\big)S_{{c-1}},\ \ L_{{c,ts}}=e^{{\sum_{{s<r\le t}}"
-             rf"\Delta_r A}}\,[s\le t]", None, "chunks"),
+             rf"+\big(C_c\odot e^{{-e^{{A_{{\log}}}}\mathrm{{cumsum}}(\Delta)}}\big)S_{{c-1}},\ \ "
+             rf"L_{{c,ts}}=e^{{-e^{{A_{{\log}}}}\sum_{{s<j\le t}}\Delta_j}}\,[s\le t]", None, "chunks"),
         Step(r"y_t\leftarrow y_t+D\odot x_t", hp, "skip"),
     )
     H = heads_sym
@@ -178,14 +178,14 @@ def ssd(ctx: Ctx, *, prefix: str, ranges: tuple[IndexRange, ...], xi: Port, delt
     return Component(
         key="ssm", title="Selective state-space scan", kind="learned",
         code="mamba2_chunk_scan(...) (one token: mamba2_selective_state_update)",
-        description=f"Per head, decay the {o.head_dim} × {o.state_size} state by exp(Δ·A), add the token's x "
+        description=f"Per head, decay the {o.head_dim} × {o.state_size} state by exp(−Δ·exp(A_log)), add the token's x "
                     f"outer B, and read it with C; over a sequence, computed in chunks of {o.chunk_size}.",
         inputs=(xi, delta), outputs=(y,),
         equations=(steps[3], steps[4]), steps=steps, tensors=tensors, citations=citations,
         notes=(f"B and C are shared by the {per_group} heads of a group ({o.groups} groups).",
                "The reference's one-token path (mamba2_selective_state_update) does not clamp Δ below; the "
                "chunked path clamps it at time_step_min. Both are otherwise the same recurrence.",
-               "A_log, D and b_Δ are per-head vectors; A = −exp(A_log) keeps every decay in (0, 1)."),
+               "A_log, D and b_Δ are per-head vectors; the decay rate −exp(A_log) < 0 keeps every decay in (0, 1)."),
         program="ssd", options=o, reference="-",
     )
 

@@ -43,7 +43,7 @@ class RouterOptions:
     experts: int
     k: int
     scoring: Literal["sigmoid", "softmax", "sqrtsoftplus"]
-    """sqrtsoftplus: s = √softplus(z), DeepSeek-V4's affinity."""
+    """sqrtsoftplus: ρ = √softplus(z), DeepSeek-V4's affinity."""
     norm_topk_prob: bool
     scaling: float = 1.0
     correction_bias: bool = False
@@ -189,8 +189,8 @@ def routing_example(comp: Component, run: Run) -> RoutingExample:
         rows.append(("router bias b_r (learned, added to every token's logits)", run.w("bias")))
     rows.append(("logit z = x W_r" + (" + b_r" if o.router_bias else ""), rec["logits"][0, t]))
     if "scores" in rec:
-        rows.append(("score s = " + {"sigmoid": "σ(z)", "sqrtsoftplus": "√softplus(z)"}.get(
-                         o.scoring, "softmax(z) over all experts"),
+        rows.append(({"sigmoid": "affinity ρ = σ(z)", "sqrtsoftplus": "affinity ρ = √softplus(z)"}.get(
+                         o.scoring, "probability p = softmax(z) over all experts"),
                      rec["scores"][0, t]))
     if o.correction_bias:
         rows.append(("correction bias b (selection only)", run.w(o.correction_bias_name)))

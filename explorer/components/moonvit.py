@@ -91,10 +91,10 @@ def patch_embedding(ctx: Ctx, *, prefix: str, grid: ImageGrid, o: MoonViTOptions
     Hp, Wp = ctx.sym("pos_emb_height"), ctx.sym("pos_emb_width")
     n, _, _ = _dims(ctx, grid)
     patch = Dim("pixels", ctx.size(P))
-    pixels = Port("p", Shape((n, ctx.dim("num_channels"), patch, patch)), "pixel_values")
+    pixels = Port(r"\mathcal{P}", Shape((n, ctx.dim("num_channels"), patch, patch)), "pixel_values")
     z = Port("z_0", _hidden(ctx, grid), "z")
     gh, gw = ctx.size(Hp), ctx.size(Wp)
-    steps = (Step(r"z_i=W_{\mathrm{patch}}\operatorname{vec}(p_i)+b_{\mathrm{patch}}", z.shape, "patches"),
+    steps = (Step(r"z_i=W_{\mathrm{patch}}\operatorname{vec}(\mathcal{P}_i)+b_{\mathrm{patch}}", z.shape, "patches"),
              Step(rf"z_0=z+\operatorname{{Bicubic}}_{{{gh}\times{gw}\to{grid.h}\times{grid.w}}}(E_{{\mathrm{{pos}}}})",
                   z.shape, "positions"))
     return Component(
@@ -131,9 +131,10 @@ def attention(ctx: Ctx, *, prefix: str, ranges: tuple[IndexRange, ...], x: Port,
                 proj("v_proj", "Value projection", "v"),
                 proj("proj", "Output projection", "O", xp=Port("O", x.shape, "O"), y=out))
     hd, quarter = o.head_dim, o.head_dim // 4
-    rotate = Step(rf"\tilde q_{{n}}=\operatorname{{R}}(c_n,r_n)\,q_n,\ \tilde k_{{n}}=\operatorname{{R}}(c_n,r_n)\,k_n,\quad "
-                  rf"\theta_{{2i}}=c_n\omega_i,\ \theta_{{2i+1}}=r_n\omega_i,\ \omega_i={o.rope_theta:g}^{{-i/"
-                  rf"{quarter}}},\ i<{quarter}", x.shape, "rotate")
+    col, row = r"\operatorname{col}(i)", r"\operatorname{row}(i)"
+    rotate = Step(rf"\tilde q_{{i}}=\operatorname{{R}}({col},{row})\,q_i,\ \tilde k_{{i}}=\operatorname{{R}}({col},{row})\,k_i,"
+                  rf"\quad \theta_{{2j}}={col}\,\omega_j,\ \theta_{{2j+1}}={row}\,\omega_j,\ \omega_j="
+                  rf"{o.rope_theta:g}^{{-j/{quarter}}},\ j<{quarter}", x.shape, "rotate")
     attend = Step(rf"O_h=\operatorname{{softmax}}\!\left(\tilde q_h\tilde k_h^{{\top}}/\sqrt{{{hd}}}\right)v_h,\quad "
                   rf"h=1,\dots,{o.heads}", x.shape, "attend")
     steps = (children[0].steps[0], children[1].steps[0], children[2].steps[0], rotate, attend, children[3].steps[0])
@@ -205,9 +206,9 @@ def vision_tower(ctx: Ctx, *, prefix: str, layers: int, o: MoonViTOptions, eps: 
                      code="self.final_layernorm(hidden_states)", eps=eps,
                      citations=(kimi("The tower ends with a LayerNorm over the last block's output.",
                                      "Kimi_K25VisionModel"),))
-    grouped = Port("u", Shape((m, k, ctx.dim("vision_hidden_size"))), "u")
+    grouped = Port(r"z^{\mathrm{grp}}", Shape((m, k, ctx.dim("vision_hidden_size"))), "u")
     g = o.grid
-    group = Step(rf"u_{{{g.w // g.merge_w}a+b}}=\bigl(z_{{\mathrm{{out}},\,({g.merge_h}a+i)\,{g.w}+{g.merge_w}b+j}}\bigr)"
+    group = Step(rf"z^{{\mathrm{{grp}}}}_{{{g.w // g.merge_w}a+b}}=\bigl(z_{{\mathrm{{out}},\,({g.merge_h}a+i)\,{g.w}+{g.merge_w}b+j}}\bigr)"
                  rf"_{{i<{g.merge_h},\,j<{g.merge_w}}}",
                  grouped.shape, "merge")
     steps = (embed.steps[0], embed.steps[1],
@@ -231,12 +232,12 @@ def projector(ctx: Ctx, *, prefix: str, grid: ImageGrid, eps: float) -> Componen
     """LayerNorm each patch vector, concatenate a group's vectors, GELU MLP to the text width."""
     n, m, k = _dims(ctx, grid)
     Dm, d = ctx.sym("merged_hidden_size"), ctx.sym("hidden_size")
-    u = Port("u", Shape((m, k, ctx.dim("vision_hidden_size"))), "u")
-    u_hat = Port(r"\hat u", u.shape, "u_hat")
-    cat = Port(r"\bar u", Shape((m, ctx.dim("merged_hidden_size"))), "s")
+    u = Port(r"z^{\mathrm{grp}}", Shape((m, k, ctx.dim("vision_hidden_size"))), "u")
+    u_hat = Port(r"\hat z^{\mathrm{grp}}", u.shape, "u_hat")
+    cat = Port(r"\bar z", Shape((m, ctx.dim("merged_hidden_size"))), "s")
     g = Port("g", cat.shape, "g")
     a = Port("a", cat.shape, "a")
-    e = Port("e", Shape((m, ctx.dim("hidden_size"))), "e")
+    e = Port(r"x_{\mathrm{img}}", Shape((m, ctx.dim("hidden_size"))), "e")
     cite = (kimi("The projector applies pre_norm to each patch vector, views each group of merge_kernel_size patches "
                  "as one vector of vision width × 4, and runs in_proj, GELU and out_proj.",
                  "Kimi_K25MultimodalProjection"),)
@@ -244,15 +245,15 @@ def projector(ctx: Ctx, *, prefix: str, grid: ImageGrid, eps: float) -> Componen
                      size="vision_hidden_size", x=u, y=u_hat, code="self.pre_norm(hidden_states)", eps=eps,
                      citations=cite)
     in_proj = linear(ctx, "in_proj", "Merge projection", weight=prefix + "in_proj.weight", ranges=(), d_in=Dm, d_out=Dm,
-                     out_dim=ctx.dim("merged_hidden_size"), x=cat, y=g, equation=r"g=\bar u\,W_{\mathrm{in}}+b_{\mathrm{in}}",
+                     out_dim=ctx.dim("merged_hidden_size"), x=cat, y=g, equation=r"g=\bar z\,W_{\mathrm{in}}+b_{\mathrm{in}}",
                      code="self.in_proj(hidden_states)", bias=True, citations=cite,
                      description=f"Mix the {k.size} concatenated patch vectors ({ctx.size(Dm):,} features).")
     out_proj = linear(ctx, "out_proj", "Projection to the text width", weight=prefix + "out_proj.weight", ranges=(),
                       d_in=Dm, d_out=d, out_dim=ctx.dim("hidden_size"), x=a, y=e,
-                      equation=r"e=aW_{\mathrm{out}}+b_{\mathrm{out}}", code="self.out_proj(hidden_states)", bias=True,
+                      equation=r"x_{\mathrm{img}}=aW_{\mathrm{out}}+b_{\mathrm{out}}", code="self.out_proj(hidden_states)", bias=True,
                       citations=cite, description=f"Project {ctx.size(Dm):,} features to the text model's width "
                                                   f"{ctx.size(d):,}.")
-    concat = Step(rf"\bar u_m=\bigl[\hat u_{{m,1}};\dots;\hat u_{{m,{k.size}}}\bigr]", cat.shape, "concat")
+    concat = Step(rf"\bar z_m=\bigl[\hat z^{{\mathrm{{grp}}}}_{{m,1}};\dots;\hat z^{{\mathrm{{grp}}}}_{{m,{k.size}}}\bigr]", cat.shape, "concat")
     gelu = Step(r"a=\operatorname{GELU}(g)", cat.shape, "gelu")
     steps = (norm.steps[0], concat, in_proj.steps[0], gelu, out_proj.steps[0])
     return Component(

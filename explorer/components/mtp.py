@@ -34,7 +34,7 @@ def mtp(ctx: Ctx, *, first_layer: int, count: int, block: Component, eps: float,
     embed = embedding(ctx, "embed", "MTP token embedding", weight=p + "embed_tokens.weight", ranges=ranges,
                       notes=("Stored as a tensor of its own under the MTP layer's prefix.",))
     enorm = rmsnorm(ctx, "enorm", "Embedding RMSNorm", weight=p + "enorm.weight", ranges=ranges, size="hidden_size",
-                    x=Port("e_{i+1}", h.shape, "e"), y=Port("e'", h.shape, "e_norm"), code="self.enorm(embeds)", eps=eps)
+                    x=Port(r"E_{\mathrm{tok}}[t_{i+1}]", h.shape, "e"), y=Port("e'", h.shape, "e_norm"), code="self.enorm(embeds)", eps=eps)
     hnorm = rmsnorm(ctx, "hnorm", "Hidden-state RMSNorm", weight=p + "hnorm.weight", ranges=ranges, size="hidden_size",
                     x=h, y=Port("h'", h.shape, "h_norm"), code="self.hnorm(hidden)", eps=eps)
     eh = linear(ctx, "eh_proj", "Combining projection", weight=p + "eh_proj.weight", ranges=ranges,

@@ -94,7 +94,8 @@ def halves_experts(ctx: Ctx, *, prefix: str, ranges: tuple[IndexRange, ...], x: 
     E, I, d = ctx.sym(experts_sym), ctx.sym(width), ctx.sym("hidden_size")
     experts, inner, hidden = Dim("experts", o.experts), ctx.dim(width), ctx.dim("hidden_size")
     per_expert = Shape((B, T, experts, inner))
-    steps = (Step(rf"[g\,u]_e={x.latex}W^{{gu}}_e,\quad g_e=[g\,u]_{{e,:I}},\ u_e=[g\,u]_{{e,I:}}",
+    steps = (Step(rf"[g\,u]_e={x.latex}W^{{gu}}_e,\quad g_e=[g\,u]_{{e,:{inner.size}}},\ "
+                  rf"u_e=[g\,u]_{{e,{inner.size}:}}",
                   Shape((B, T, experts, Dim("2·" + inner.label, 2 * ctx.size(width)))), "gate-up"),
              Step(rf"m_e={ACT_OPERATOR[o.act]}(g_e)\odot u_e", per_expert, "product"),
              Step(r"E_e=m_e W^{d}_e", Shape((B, T, experts, hidden)), "down"),

@@ -35,6 +35,8 @@ LABELS = {"vit_hidden_size": "d_vision", "vit_intermediate_size": "d_ff_vision",
 """Short names of the vision sizes in shapes."""
 LN_EPS = 1e-6
 """The reference hard-codes the LayerNorms' epsilon."""
+ROW, COL = r"\operatorname{row}(i)", r"\operatorname{col}(i)"
+"""The row and column of patch i in its image (the 2D rotary angles and the position table read them)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,8 +100,8 @@ def vision_attention(ctx: Ctx, o: VisionOptions, *, prefix: str, ranges: tuple[I
                   description=f"Mix the {o.heads} heads' outputs back to {d:,} features.")
     heads = Shape((Dim("patches", o.patches), Dim("heads", o.heads), Dim("d_head", o.head_dim)))
     steps = (qkv.steps[0],
-             Step(rf"Q^R_i=\operatorname{{RoPE}}_{{2D}}(q_i;\,r_i,c_i),\ K^R_i=\operatorname{{RoPE}}_{{2D}}(k_i;\,r_i,c_i)"
-                  rf",\quad \text{{angles}}\ (r_i\omega_j,\ c_i\omega_j),\ \omega_j={o.theta:g}^{{-4j/{o.head_dim}}}",
+             Step(rf"Q^R_i=\operatorname{{RoPE}}_{{2D}}(q_i;\,{ROW},{COL}),\ K^R_i=\operatorname{{RoPE}}_{{2D}}(k_i;\,{ROW},"
+                  rf"{COL}),\quad \text{{angles}}\ ({ROW}\,\omega_j,\ {COL}\,\omega_j),\ \omega_j={o.theta:g}^{{-4j/{o.head_dim}}}",
                   heads, "rotate"),
              Step(rf"O_h=\operatorname{{softmax}}\!\left(Q^R_hK_h^{{R\top}}/\sqrt{{{o.head_dim}}}\right)v_h,\quad "
                   rf"h=1,\dots,{o.heads}", x.shape, "attend"),
@@ -161,15 +163,15 @@ def merger(ctx: Ctx, o: VisionOptions, *, prefix: str, cite: Citation) -> Compon
                      size="vit_hidden_size", x=x, y=Port(r"\hat z", x.shape, "z_hat"), code="self.norm(x)",
                      eps=LN_EPS, citations=(cite,))
     fc1 = linear(ctx, "linear_fc1", "Merger expansion", weight=prefix + "linear_fc1.weight", ranges=(), d_in=M,
-                 d_out=M, out_dim=ctx.dim("vit_merged_size"), x=Port("u", merged, "u"),
-                 y=Port("g", merged, "g"), equation=r"g=uW_1+b_1", bias=True, code="self.linear_fc1(x)",
+                 d_out=M, out_dim=ctx.dim("vit_merged_size"), x=Port(r"\bar z", merged, "u"),
+                 y=Port("g", merged, "g"), equation=r"g=\bar z\,W_1+b_1", bias=True, code="self.linear_fc1(x)",
                  description=f"Mix the {m2} concatenated patches' {ctx.size('vit_merged_size'):,} features.")
-    out = Port("e", Shape((tokens, ctx.dim("vit_out_hidden_size"))), "e")
+    out = Port(r"x_{\mathrm{img}}", Shape((tokens, ctx.dim("vit_out_hidden_size"))), "e")
     fc2 = linear(ctx, "linear_fc2", "Projection to the text width", weight=prefix + "linear_fc2.weight", ranges=(),
                  d_in=M, d_out=ctx.sym("vit_out_hidden_size"), out_dim=ctx.dim("vit_out_hidden_size"),
-                 x=Port("m", merged, "h"), y=out, equation=r"e=mW_2+b_2", bias=True, code="self.linear_fc2(x)",
+                 x=Port("m", merged, "h"), y=out, equation=r"x_{\mathrm{img}}=mW_2+b_2", bias=True, code="self.linear_fc2(x)",
                  description=f"Project to the text model's {ctx.size('vit_out_hidden_size'):,} features.")
-    steps = (norm.steps[0], Step(rf"u_i=[\hat z_{{{m2}i}};\dots;\hat z_{{{m2}i+{m2 - 1}}}]", merged, "concat"),
+    steps = (norm.steps[0], Step(rf"\bar z_i=[\hat z_{{{m2}i}};\dots;\hat z_{{{m2}i+{m2 - 1}}}]", merged, "concat"),
              fc1.steps[0], Step(r"m=\operatorname{GELU}(g)", merged, "gelu"), fc2.steps[0])
     return Component(
         key="merger", title="Patch merger", kind="learned", code="Qwen3_5VisionPatchMerger(config)",
@@ -186,11 +188,11 @@ def qwen_vision_tower(ctx: Ctx, o: VisionOptions, *, prefix: str, depth: int, re
     """The whole tower: patch embedding, positions, the encoder blocks and the merger."""
     D = ctx.sym("vit_hidden_size")
     d, P = ctx.size("vit_hidden_size"), ctx.size("vit_patch_values")
-    pixels = Port("P", Shape((Dim("patches", o.patches), ctx.dim("vit_patch_values"))), "pixels")
+    pixels = Port(r"\mathcal{P}", Shape((Dim("patches", o.patches), ctx.dim("vit_patch_values"))), "pixels")
     z0 = Port("z_0", _patches(ctx, o), "z0")
     embed = linear(ctx, "patch_embed", "Patch embedding", weight=prefix + "patch_embed.proj.weight", ranges=(),
                    d_in="vit_patch_values", d_out=D, out_dim=ctx.dim("vit_hidden_size"), x=pixels, y=z0,
-                   equation=r"z_0=PW_{\mathrm{patch}}+b_{\mathrm{patch}}", bias=True,
+                   equation=r"z_0=\mathcal{P}\,W_{\mathrm{patch}}+b_{\mathrm{patch}}", bias=True,
                    quantize=False,  # a Conv3d: FP8 quantizers convert only nn.Linear
                    code="Qwen3_5VisionPatchEmbed(config)",
                    description=f"A Conv3d whose kernel equals its stride: each patch's {P:,} pixel values (channels × "
@@ -200,10 +202,10 @@ def qwen_vision_tower(ctx: Ctx, o: VisionOptions, *, prefix: str, depth: int, re
     embed = _conv3d_shape(ctx, embed, prefix)
     cite = ref.cite("Each vision block adds attention (fused biased qkv, 2-D rotary, no mask) and a GELU MLP, each "
                     "after a LayerNorm.", "VisionBlock")
-    pos = Step(rf"z^{{+}}_i=z_{{0,i}}+E_{{\mathrm{{pos}}}}[{o.side}r_i+c_i]", z0.shape, "positions")
+    pos = Step(rf"z^{{+}}_i=z_{{0,i}}+E_{{\mathrm{{pos}}}}[{o.side}\,{ROW}+{COL}]", z0.shape, "positions")
     positions = Component(
         key="pos_embed", title="Learned positions", kind="learned", code="nn.Embedding(num_position_embeddings, "
-        "hidden_size)", description=f"Add to each patch the table row of its grid position (row r, column c of "
+        "hidden_size)", description=f"Add to each patch i the table row of its grid position (row(i), col(i) in "
                                     f"{o.side}×{o.side}).",
         inputs=(z0,), outputs=(Port("z^{+}", z0.shape, "z_pos"),), equations=(pos,), steps=(pos,),
         tensors=(ctx.tensor(prefix + "pos_embed.weight", (), (ctx.sym("vit_positions"), D)),),

@@ -119,7 +119,8 @@ QWEN_TOWER = "qwen_vision_tower"
 
 @registers(VisionOptions)
 def _qwen_vision(o: VisionOptions) -> tuple[Term, ...]:
-    return (Term("side", "positions", rf"[{o.side}r_i+c_i]", programs=("qwen_positions", QWEN_TOWER)),
+    return (Term("side", "positions", rf"[{o.side}\,\operatorname{{row}}(i)+\operatorname{{col}}(i)]",
+                 programs=("qwen_positions", QWEN_TOWER)),
             Term("merge", "concat", rf"\hat z_{{{o.merge ** 2}i}}", programs=("qwen_merger", QWEN_TOWER)),
             Term("heads", "attend", rf"1,\dots,{o.heads}", programs=QWEN_ATTENTION),
             Term("head_dim", "attend", rf"\sqrt{{{o.head_dim}}}", programs=QWEN_ATTENTION),
@@ -137,7 +138,7 @@ def _moonvit(o: MoonViTOptions) -> tuple[Term, ...]:
             Term("grid", "merge", rf"i<{g.merge_h},\,j<{g.merge_w}", programs=("moonvit_tower",)),
             Term("heads", "attend", rf"1,\dots,{o.heads}", programs=MOONVIT_ATTENTION),
             Term("head_dim", "attend", rf"\sqrt{{{o.head_dim}}}", programs=MOONVIT_ATTENTION),
-            Term("head_dim", "rotate", f"i<{o.head_dim // 4}", programs=MOONVIT_ATTENTION),
+            Term("head_dim", "rotate", f"j<{o.head_dim // 4}", programs=MOONVIT_ATTENTION),
             Term("rope_theta", "rotate", f"{o.rope_theta:g}^", programs=MOONVIT_ATTENTION))
 
 

@@ -186,7 +186,7 @@ def _v4_scores_terms(o: V4AttentionOptions) -> list[Term]:
 
 
 def _v4_output_terms(o: V4AttentionOptions) -> list[Term]:
-    return [Term("o_groups", "o-a", rf"\gamma=1,\dots,{o.o_groups}")]
+    return [Term("o_groups", "o-a", rf"j=1,\dots,{o.o_groups}")]
 
 
 @registers(V4AttentionOptions, structural=("kind", "heads", "rope_dim", "o_lora_rank"))
@@ -314,7 +314,7 @@ def _layer_block(o: LayerBlockOptions) -> tuple[Term, ...]:
     wrong count fails its call)."""
     out = _post_norm_terms(o)
     if o.layer_scalar:
-        out.append(Term("layer_scalar", "layer-scalar", r"\lambda_n\,x_{n+1}"))
+        out.append(Term("layer_scalar", "layer-scalar", r"s_{\mathrm{layer}}\,x_{n+1}"))
     return tuple(out)
 
 

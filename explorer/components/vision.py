@@ -68,11 +68,12 @@ def _patch_shape(ctx: Ctx, width: str = "vision_hidden_size") -> Shape:
 def patch_embedding(ctx: Ctx, *, prefix: str, image_size: int) -> Component:
     """Conv2d(channels -> d_vision, kernel = stride = patch) over the image, plus a learned position per patch."""
     C, P, N, D = (ctx.sym(n) for n in ("num_channels", "patch_size", "num_patches", "vision_hidden_size"))
-    pixels = Port("p", Shape((B, ctx.dim("num_channels"), Dim("pixels", image_size), Dim("pixels", image_size))),
+    pixels = Port(r"\mathcal{P}", Shape((B, ctx.dim("num_channels"), Dim("pixels", image_size), Dim("pixels", image_size))),
                   "pixel_values")
     z = Port("z_0", _patch_shape(ctx), "z")
     p = ctx.size(P)
-    steps = (Step(rf"z_i=W_{{\mathrm{{patch}}}}\operatorname{{vec}}(p_i)+b_{{\mathrm{{patch}}}},\quad p_i:\ \text{{the }}i"
+    steps = (Step(rf"z_i=W_{{\mathrm{{patch}}}}\operatorname{{vec}}(\mathcal{{P}}_i)+b_{{\mathrm{{patch}}}},\quad \mathcal{{P}}_i:\ "
+                  rf"\text{{the }}i"
                   rf"\text{{-th }}{p}\times{p}\text{{ patch, stride }}{p}", z.shape, "patches"),
              Step(r"z_0=z+E_{\mathrm{pos}}", z.shape, "positions"))
     return Component(
@@ -192,15 +193,15 @@ def projector(ctx: Ctx, *, prefix: str, eps: float, patches_per_side: int, token
     """Average-pool the patch grid to the image's soft tokens, RMSNorm (gain 1 + w), project to the text width."""
     k_ = patches_per_side // tokens_per_side
     tokens = Dim("image tokens", tokens_per_side ** 2)
-    pooled = Port("u", Shape((B, tokens, ctx.dim("vision_hidden_size"))), "u")
-    normed = Port(r"\hat u", pooled.shape, "u_hat")
-    out = Port("e", Shape((B, tokens, ctx.dim("hidden_size"))), "e")
+    pooled = Port(r"z^{\mathrm{pool}}", Shape((B, tokens, ctx.dim("vision_hidden_size"))), "u")
+    normed = Port(r"\hat z^{\mathrm{pool}}", pooled.shape, "u_hat")
+    out = Port(r"x_{\mathrm{img}}", Shape((B, tokens, ctx.dim("hidden_size"))), "e")
     norm = rmsnorm(ctx, "mm_soft_emb_norm", "Soft-token RMSNorm", weight=prefix + "mm_soft_emb_norm.weight", ranges=(),
                    size="vision_hidden_size", x=pooled, y=normed, code="self.mm_soft_emb_norm(pooled)", eps=eps,
                    gain="1+w", citations=citations[:1])
     proj = linear(ctx, "mm_input_projection", "Input projection", weight=prefix + "mm_input_projection_weight",
                   ranges=(), d_in="vision_hidden_size", d_out="hidden_size", out_dim=ctx.dim("hidden_size"),
-                  x=normed, y=out, equation=r"e=\hat u\,W_{\mathrm{mm}}", layout="in_out",
+                  x=normed, y=out, equation=r"x_{\mathrm{img}}=\hat z^{\mathrm{pool}}\,W_{\mathrm{mm}}", layout="in_out",
                   quantize=False,  # a bare parameter, not an nn.Linear: FP8 quantizers leave it
                   code="torch.matmul(normed, self.mm_input_projection_weight)", citations=citations,
                   description=f"Project {ctx.size('vision_hidden_size'):,} features to the text width "
@@ -208,7 +209,7 @@ def projector(ctx: Ctx, *, prefix: str, eps: float, patches_per_side: int, token
     # a bare parameter of the projector, not a module: its own program reads it by name, and it is checked as
     # part of the projector
     proj = replace(proj, reference="-", program="mm_projection")
-    pool = Step(rf"u=\operatorname{{AvgPool}}_{{{k_}\times{k_}}}(z_{{\mathrm{{out}}}}),\ {patches_per_side}^2\to{tokens_per_side}^2"
+    pool = Step(rf"z^{{\mathrm{{pool}}}}=\operatorname{{AvgPool}}_{{{k_}\times{k_}}}(z_{{\mathrm{{out}}}}),\ {patches_per_side}^2\to{tokens_per_side}^2"
                 r"\text{ tokens}", pooled.shape, "pool")
     steps = (pool, norm.steps[0], proj.steps[0])
     return Component(
