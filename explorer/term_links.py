@@ -83,8 +83,10 @@ def _symbol(latex: str) -> tuple[Canon, ...]:
     return tuple(_canon(c) for c in body(to_mathml(latex)))
 
 
+@lru_cache(maxsize=8192)
 def tag_terms(mathml: str, links: tuple[TermLink, ...]) -> str:
-    """The MathML with each linked symbol wrapped in a focusable <mrow data-light=...>; unchanged when none occurs."""
+    """The MathML with each linked symbol wrapped in a focusable <mrow data-light=...>; unchanged when none occurs.
+    Cached: a block's page repeats its children's steps with the same links, page after page of a model."""
     if not links:
         return mathml
     math = ET.fromstring(mathml)
@@ -107,13 +109,20 @@ def _tag(el: ET.Element, seq: tuple[Canon, ...], link: TermLink) -> int:
     kids, count, i = list(el), 0, 0
     while i < len(kids):
         run = kids[i:i + len(seq)]
-        if not (el.tag in _SCRIPTED and i == 0) and tuple(_canon(c) for c in run) == seq:
+        if not (el.tag in _SCRIPTED and i == 0) and _may_start(kids[i], seq[0]) \
+                and tuple(_canon(c) for c in run) == seq:
             _wrap(el, run, link)
             count, i = count + 1, i + len(seq)
             continue
         count += _tag(kids[i], seq, link)
         i += 1
     return count
+
+
+def _may_start(el: ET.Element, first: Canon) -> bool:
+    """Whether el's tag and text are those of the symbol's first token: a cheap test that spares building the
+    structure of every token that cannot match (most of them)."""
+    return el.tag == first[0] and (el.text or "").strip() == first[2]
 
 
 def _wrap(parent: ET.Element, run: list[ET.Element], link: TermLink) -> None:
