@@ -19,6 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from .account import Ledger
+from .components.moe import RouterOptions
 from .components.serving import LAYER_MEMORY, LayerKind
 from .reconcile import Reconciliation
 from .spec.types import Component, ModelSpec, path_key, walk
@@ -126,12 +127,7 @@ def derive(spec: ModelSpec, ledger: Ledger, stored: Reconciliation | None) -> De
         Figure("total_parameters", "Parameters stored (all)", total, "sum of the ledger's rows",
                "Every learned parameter the checkpoint stores, tied tensors once."),
         Figure("stored_buffers", "Persistent buffers stored beside the parameters (elements)",
-               _stored_buffer_elements(ledger), "sum of the ledger's stored buffers",
-               "Tensors the checkpoint stores that are not parameters of the reference module (a router's "
-               "e_score_correction_bias, GPT-2's causal masks), not in the parameter total. Where one model counts such a "
-               "tensor as a parameter and another as a buffer (DeepSeek-V3 and Kimi K2 count the correction biases "
-               "with the parameters, as their checkpoints' listings do), this row shows the convention's share of a "
-               "difference in totals."),
+               _stored_buffer_elements(ledger), "sum of the ledger's stored buffers", _buffers_definition(spec, ledger)),
         Figure("active_parameters", "Active parameters per token", active,
                f"total{mtp_text} − {inactive_text}" if inactive else f"total{mtp_text}",
                "Every parameter a token's forward pass reads: all dense weights, the router, shared experts, and the "
@@ -358,6 +354,29 @@ def _context_by_kind(costs: list[LayerKind], context: int) -> list[Figure]:
              f"{c.window:,} positions, however long the context grows." if c.window else
              "Bytes these layers cache for one sequence: every position stays, so it grows linearly with the "
              "context.")))
+    return out
+
+
+def _buffers_definition(spec: ModelSpec, ledger: Ledger) -> str:
+    """What the buffers row counts, and, where this model counts its routers' correction biases with the parameters
+    (as a listing of the checkpoint's tensors counts them), how many elements that convention moves out of this row."""
+    text = ("Tensors the checkpoint stores that are not parameters of the reference module (a router's "
+            "e_score_correction_bias, GPT-2's causal masks), not in the parameter total. Where two models count such a "
+            "tensor differently, this row shows that convention's share of a difference in totals.")
+    counted = _correction_biases_counted_as_parameters(spec, ledger)
+    if not counted:
+        return text
+    return text + (f" This model counts its routers' correction biases ({counted:,} elements) with its parameters, "
+                   "as a listing of the checkpoint's tensors counts them; transformers holds them as buffers.")
+
+
+def _correction_biases_counted_as_parameters(spec: ModelSpec, ledger: Ledger) -> int:
+    out = 0
+    for ancestors, comp in walk(spec.root):
+        o = comp.options
+        if isinstance(o, RouterOptions) and o.correction_bias:
+            out += sum(ta.elements or 0 for ta in ledger.accounts[path_key(ancestors, comp)].tensors
+                       if ta.spec.is_parameter and ta.spec.template.endswith(o.correction_bias_name))
     return out
 
 

@@ -107,3 +107,11 @@ def test_deepseek_v3_to_v32_shows_the_correction_bias_convention_as_buffers(buil
                                                    role_totals(builds["deepseek-v3.2"].spec,
                                                                builds["deepseek-v3.2"].ledger))}
     assert rows["Mixture of experts"] == -256 * (61 - 3)
+
+
+def test_the_buffers_row_says_which_models_count_correction_biases_as_parameters(builds):
+    """DeepSeek-V3's definition names its 256 × 58 + 256 correction biases; V3.2, which holds them as buffers, none."""
+    definitions = {slug: next(f.definition for f in builds[slug].figures.figures if f.key == "stored_buffers")
+                   for slug in ("deepseek-v3", "deepseek-v3.2")}
+    assert f"correction biases ({256 * (61 - 3) + 256:,} elements) with its parameters" in definitions["deepseek-v3"]
+    assert "This model counts" not in definitions["deepseek-v3.2"]
