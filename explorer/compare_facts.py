@@ -160,7 +160,7 @@ def _head_widths(spec: ModelSpec, comp: Component) -> tuple[int | None, int | No
     o = comp.options
     if isinstance(o, MLAOptions):  # MLA (and DSA): a query/key head is the unrotated part and the rotary part
         return o.nope + o.rope, o.v, o.rope
-    if isinstance(o, LayerAttentionOptions) and o.part == "shaped_attention":  # value heads narrower (MiMo)
+    if isinstance(o, LayerAttentionOptions):  # its LayerShape has both widths (MiMo's value heads are narrower)
         return o.shape.qk_head_dim, o.shape.v_head_dim, None
     width = _option(comp, "head_dim")
     if width is None and isinstance(spec.values.get("head_dim"), int):
