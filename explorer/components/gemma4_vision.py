@@ -76,8 +76,9 @@ def patch_embedder(ctx: Ctx, *, prefix: str, o: Gemma4VisionOptions) -> Componen
     pixels = Port(r"\mathcal{P}", _shape(ctx, "patch_values"), "pixel_values")
     z = Port("z_0", _shape(ctx), "z")
     steps = (Step(r"z_i=2\,(\mathcal{P}_i-\tfrac12)\,W_{\mathrm{in}}", z.shape, "patches"),
-             Step(rf"z_0=z+E^{{x}}_{{\mathrm{{pos}}}}[i\bmod {o.grid_width}]+E^{{y}}_{{\mathrm{{pos}}}}"
-                  rf"[\lfloor i/{o.grid_width}\rfloor]", z.shape, "positions"))
+             Step(r"z_0=z+E^{x}_{\mathrm{pos}}[\operatorname{col}(i)]+E^{y}_{\mathrm{pos}}[\operatorname{row}(i)],\quad "
+                  rf"\operatorname{{col}}(i)=i\bmod {o.grid_width},\ \operatorname{{row}}(i)=\lfloor i/{o.grid_width}\rfloor",
+                  z.shape, "positions"))
     return Component(
         key="patch_embedder", title="Patch embedding (2-D position table)", kind="learned",
         code="Gemma4VisionPatchEmbedder(config)",
