@@ -77,17 +77,6 @@ KNOWN_GAPS = {
     "hc_block: step 'hc-expand-attn' reads X, superseded by \\hat X",
     "hyper_connection: step 'hc-collapse' reads X, superseded by \\hat X",
     "hyper_head: step 'hc-collapse' reads X, superseded by \\hat X",
-    # The compressor's overlapping halves C^a, C^b (and their logits) are named only inside the pooling step.
-    "hc_block: step 'c-pool' reads C^{a}, C^{b}, Z^{a}, Z^{b}, which no input or earlier step gives",
-    "hc_block: step 'i-pool' reads C^{a}, C^{b}, Z^{a}, Z^{b}, which no input or earlier step gives",
-    "v4_attention: step 'c-pool' reads C^{a}, C^{b}, Z^{a}, Z^{b}, which no input or earlier step gives",
-    "v4_attention: step 'i-pool' reads C^{a}, C^{b}, Z^{a}, Z^{b}, which no input or earlier step gives",
-    "v4_compressor: step 'c-pool' reads C^{a}, C^{b}, Z^{a}, Z^{b}, which no input or earlier step gives",
-    "v4_compressor: step 'i-pool' reads C^{a}, C^{b}, Z^{a}, Z^{b}, which no input or earlier step gives",
-    "v4_indexer: step 'i-pool' reads C^{a}, C^{b}, Z^{a}, Z^{b}, which no input or earlier step gives",
-    "v4_pool: step 'c-pool' reads C^{a}, C^{b}, Z^{a}, Z^{b}, which no input or earlier step gives",
-    # The merger reads the encoder's last stream, which the tower's steps call z_{n+1} of the last block.
-    "qwen_vision_tower: step 'norm' reads z_{\\mathrm{out}}, which no input or earlier step gives",
 }
 """Known gaps, by library part: kept exact, so that fixing one (or adding one) updates this list."""
 

@@ -114,7 +114,9 @@ def compressor_steps(ctx: Ctx, o: CompressorOptions, x: str, width: Dim, sub: st
               rf"\mathcal C_{{w,j}},\ \ \mathcal C_{{w}}=[C^{{a}}_{{\text{{window }}w-1}};C^{{b}}_{{\text{{window }}w}}],\ "
               rf"\mathcal Z_{{w}}=[Z^{{a}}+B^{{a}};Z^{{b}}+B^{{b}}]\ \text{{likewise}}")
     return (
-        Step(rf"{C}={x}W_{{\mathrm{{KV}}}}^{{{sub}}},\quad {Z}={x}W_{{\mathrm{{Z}}}}^{{{sub}}}", ctx.tokens(series),
+        Step(rf"{C}={x}W_{{\mathrm{{KV}}}}^{{{sub}}},\quad {Z}={x}W_{{\mathrm{{Z}}}}^{{{sub}}}"
+             # the two overlapping series the pooling step reads are the halves of each projection
+             + (rf",\quad [C^{{a}};C^{{b}}]={C},\ [Z^{{a}};Z^{{b}}]={Z}" if o.overlap else ""), ctx.tokens(series),
              f"{sub.lower() or 'c'}-project"),
         Step(pooled + rf"\quad(\text{{ratio }}{m},\ \text{{entries }}w<\lfloor T/{m}\rfloor)", Shape((B, n, width)),
              f"{sub.lower() or 'c'}-pool"),

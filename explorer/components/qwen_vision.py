@@ -220,8 +220,10 @@ def qwen_vision_tower(ctx: Ctx, o: VisionOptions, *, prefix: str, depth: int, re
     merge = merger(ctx, o, prefix=prefix + "merger.", cite=ref.cite(
         "The merger applies a LayerNorm per patch, views spatial_merge_size² patches as one vector and maps it "
         "through fc1, GELU and fc2 to out_hidden_size.", "VisionPatchMerger"))
-    steps = (embed.steps[0], pos, Step(rf"z_{{n+1}}=\operatorname{{Block}}_n(z_n),\quad n=0,\dots,{depth - 1}",
-                                       z0.shape, "encoder"), *merge.steps)
+    # the blocks start from the positioned patches z^+ and the merger reads the last block's output
+    encoder = Step(rf"z_1=\operatorname{{Block}}_0(z^{{+}}),\quad z_{{n+1}}=\operatorname{{Block}}_n(z_n),\ "
+                   rf"n=1,\dots,{depth - 1},\quad z_{{\mathrm{{out}}}}=z_{{{depth}}}", z0.shape, "encoder")
+    steps = (embed.steps[0], pos, encoder, *merge.steps)
     return Component(
         key="visual", title="Vision tower and merger", kind="learned", code="Qwen3_5VisionModel(vision_config)",
         description=f"Encode an image ({o.side}×{o.side} patches here) with {depth} bidirectional blocks and merge each "
