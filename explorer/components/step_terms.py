@@ -9,8 +9,8 @@ already show, a module name): a field added to an options class, which its progr
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass, fields
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, fields, replace
 from typing import Any
 
 from ..spec.types import Component
@@ -38,7 +38,9 @@ class Term:
     """Other LaTeX that names it as well (a hash router's "k experts per token id" for top_k)."""
     programs: tuple[str, ...] = ()
     """The programs that apply it (() for every program of these options): where several programs share one options
-    class (a vision tower, its blocks and its patch embedding), each component names what its own program applies."""
+    class (a vision tower, its blocks and its patch embedding; a layer and the scores child that carries its
+    options), each component names what its own program applies. A field no program of a component reads has no
+    term for it there, and is classed by the other programs' terms."""
 
 
 TermsOf = Callable[[Any], tuple[Term, ...]]
@@ -46,20 +48,10 @@ TERMS: dict[type, tuple[TermsOf, frozenset[str]]] = {}
 """Options class -> (its terms for given options, its structural fields)."""
 
 
-PROGRAM_TERMS: dict[tuple[type, str], tuple[TermsOf, frozenset[str]]] = {}
-"""(Options class, program) -> that program's terms, where it reads only some of the options it shares with its
-layer (a scores child carrying its layer's options); consulted before TERMS."""
-
-
-def registers(cls: type, structural: tuple[str, ...] = (), switches: tuple[str, ...] = (),
-              program: str = "") -> Callable[[TermsOf], TermsOf]:
-    """switches: fields classed as factors whatever their value (see _SWITCHES); program: the terms of that
-    program's components only."""
+def registers(cls: type, structural: tuple[str, ...] = (), switches: tuple[str, ...] = ()) -> Callable[[TermsOf], TermsOf]:
+    """switches: fields classed as factors whatever their value (see _SWITCHES)."""
     def register(fn: TermsOf) -> TermsOf:
-        if program:
-            PROGRAM_TERMS[(cls, program)] = (fn, frozenset(structural))
-        else:
-            TERMS[cls] = (fn, frozenset(structural))
+        TERMS[cls] = (fn, frozenset(structural))
         if switches:
             _SWITCHES[cls] = (*_SWITCHES.get(cls, ()), *switches)
         return fn
@@ -154,12 +146,17 @@ def _softcap(o: SoftcapOptions) -> tuple[Term, ...]:
     return (Term("cap", "", fmt_num(o.cap)),)
 
 
+def for_programs(programs: tuple[str, ...], terms: Iterable[Term]) -> list[Term]:
+    """`terms`, required only of components running one of `programs`."""
+    return [replace(t, programs=programs) for t in terms]
+
+
 def unshown_terms(comp: Component) -> list[str]:
     """Each factor comp's program applies that its steps do not name, and each options field not classed;
     [] for a component whose options class is not registered (see registered())."""
     if comp.options is None or type(comp.options) not in TERMS:
         return []
-    fn, structural = PROGRAM_TERMS.get((type(comp.options), comp.program)) or TERMS[type(comp.options)]
+    fn, structural = TERMS[type(comp.options)]
     terms = fn(comp.options)
     out = [f"options field '{f.name}' of {type(comp.options).__name__} is neither a factor a step names nor "
            "structural" for f in fields(comp.options)  # type: ignore[arg-type]  # every registered options class is a dataclass

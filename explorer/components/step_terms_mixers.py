@@ -9,8 +9,6 @@ tests/test_step_terms_mixers.py runs on every model).
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 from ..spec.types import Component
 from . import dsa
 from .attention import AttentionOptions
@@ -27,7 +25,7 @@ from .mamba2 import Mamba2Options
 from .mla import MLAOptions
 from .norms import GAIN_SUBSCRIPT, NormOptions
 from .rope import RopeOptions
-from .step_terms import TERMS, Term, registers
+from .step_terms import TERMS, Term, for_programs, registers
 
 
 def norm_operator(n: NormOptions) -> str:
@@ -101,9 +99,6 @@ def _fused_attention(o: FusedAttentionOptions) -> tuple[Term, ...]:
     return (Term("heads", "split", f"{w}:{2 * w}"), Term("head_dim", "split", f"{w}:{2 * w}"))
 
 
-_LAYER_SCORES_FIELDS = ("shape", "scale", "window", "chunk")
-
-
 def _layer_scores_terms(o: LayerAttentionOptions) -> list[Term]:
     hd = o.shape.qk_head_dim
     out = [Term("scale", "scale", f"{o.scale:.6f}" if abs(o.scale - hd ** -0.5) < 1e-12 else rf"\tau={o.scale:g}")]
@@ -122,10 +117,16 @@ def _layer_scores_terms(o: LayerAttentionOptions) -> list[Term]:
 def _layer_attention(o: LayerAttentionOptions) -> tuple[Term, ...]:
     """The layer_attention part's steps include its scores'; the shaped_attention part's leave the scale, the KV
     repeat, the window and the sinks to its scores child (attention.py's, built from these options and run by the
-    program with its own, whose ScoresOptions terms check them). The RMS QK-norm runs over each whole projection
+    program with its own, whose ScoresOptions terms check them). A layer_scores child carries its layer's options
+    but applies only the KV repeat, the scale and the mask. The RMS QK-norm runs over each whole projection
     (across_heads, on q and k before the split) or over each head (per_head, on Q and K), with the q_norm child's
     options (nested_mismatches checks they are `norm`); eps is the value norm's and the L2 norms'."""
-    out = _layer_scores_terms(o) if o.part == "layer_attention" else []
+    return (*for_programs(("layer_attention", "layer_scores"), _layer_scores_terms(o)),
+            *for_programs(("layer_attention", "shaped_attention"), _layer_own_terms(o)))
+
+
+def _layer_own_terms(o: LayerAttentionOptions) -> list[Term]:
+    out = []
     if o.keys_as_values:
         out.append(Term("keys_as_values", "values", f"{v('V')}={k('K')}"))
     if o.qk_norm in ("per_head", "across_heads") and o.norm is not None:
@@ -145,16 +146,7 @@ def _layer_attention(o: LayerAttentionOptions) -> tuple[Term, ...]:
         t = o.temperature
         out += [Term("temperature", "temperature", rf"1+{t.attn_scale:g}\,\ln"),
                 Term("temperature", "temperature", f"{{{t.floor_scale:,}}}")]
-    return tuple(out)
-
-
-@registers(LayerAttentionOptions, program="layer_scores",
-           structural=("rope", "qk_norm", "norm", "eps", "keys_as_values", "value_norm", "value_scale",
-                       "temperature", "sinks", "part"))
-def _layer_scores(o: LayerAttentionOptions) -> tuple[Term, ...]:
-    """The scores child carries its layer's options but applies only the KV repeat, the scale and the mask; the
-    rest (listed structural here) is the layer's, whose own terms check them."""
-    return tuple(_layer_scores_terms(o))
+    return out
 
 
 # ---------------------------------------------------------------------------------------------- MLA
@@ -178,9 +170,6 @@ def _frequency_terms(field: str, o: RopeOptions) -> list[Term]:
     return [Term(field, t.step, t.latex, t.also) for t in rope_terms(o) if t.step != "rotate"]
 
 
-_V4_FIELDS = ("kind", "heads", "head_dim", "rope_dim", "o_groups", "o_lora_rank", "window", "rope", "eps")
-
-
 def _v4_scores_terms(o: V4AttentionOptions) -> list[Term]:
     return [Term("window", "mask", f"<{o.window}"), Term("head_dim", "softmax", rf"/\sqrt{{{o.head_dim}}}")]
 
@@ -192,25 +181,15 @@ def _v4_output_terms(o: V4AttentionOptions) -> list[Term]:
 @registers(V4AttentionOptions, structural=("kind", "heads", "rope_dim", "o_lora_rank"))
 def _v4_attention(o: V4AttentionOptions) -> tuple[Term, ...]:
     """kind picks the children (a compressor or none); heads and o_lora_rank are sizes; rope_dim is rope.dim, the
-    features the rotation turns (named through rope)."""
-    return (Term("eps", "q-head-norm", fmt_eps(o.eps)), *_frequency_terms("rope", o.rope),
-            Term("rope", "q-rotate", f"last {o.rope.dim} features"),
-            Term("rope", "o-unrotate", r"\operatorname{RoPE}_{-t}"),
-            *_v4_scores_terms(o), *_v4_output_terms(o))
-
-
-@registers(V4AttentionOptions, program="v4_scores",
-           structural=tuple(f for f in _V4_FIELDS if f not in ("window", "head_dim")))
-def _v4_scores(o: V4AttentionOptions) -> tuple[Term, ...]:
-    """The scores carry their layer's options and apply the window and the 1/√head_dim scale."""
-    return tuple(_v4_scores_terms(o))
-
-
-@registers(V4AttentionOptions, program="grouped_linear",
-           structural=tuple(f for f in _V4_FIELDS if f not in ("o_groups",)))
-def _v4_grouped_output(o: V4AttentionOptions) -> tuple[Term, ...]:
-    """The grouped output projection views its weight as o_groups blocks (o_lora_rank rows each, a size)."""
-    return tuple(_v4_output_terms(o))
+    features the rotation turns (named through rope). The scores child carries the layer's options and applies
+    the window and the 1/√head_dim scale; the grouped output projection views its weight as o_groups blocks
+    (o_lora_rank rows each, a size)."""
+    return (*for_programs(("v4_attention",), [
+                Term("eps", "q-head-norm", fmt_eps(o.eps)), *_frequency_terms("rope", o.rope),
+                Term("rope", "q-rotate", f"last {o.rope.dim} features"),
+                Term("rope", "o-unrotate", r"\operatorname{RoPE}_{-t}")]),
+            *for_programs(("v4_attention", "v4_scores"), _v4_scores_terms(o)),
+            *for_programs(("v4_attention", "grouped_linear"), _v4_output_terms(o)))
 
 
 def _pool_terms(o: CompressorOptions, field: str = "", sub: str = "c") -> list[Term]:
@@ -223,18 +202,14 @@ def _pool_terms(o: CompressorOptions, field: str = "", sub: str = "c") -> list[T
             Term(field or "eps", f"{sub}-entries", fmt_eps(o.eps))]
 
 
-@registers(CompressorOptions, structural=("width",), program="v4_pool")
-def _pool(o: CompressorOptions) -> tuple[Term, ...]:
-    """width is each entry's size (the shapes show it); the rotary's frequencies are the layer's, which shows them
-    (nested_mismatches checks they are the same)."""
-    return tuple(_pool_terms(o))
-
-
 @registers(CompressorOptions, structural=("width",))
 def _compressor(o: CompressorOptions) -> tuple[Term, ...]:
-    """The compressor's own program applies the ratio to which entries each query sees; its steps include its
-    pooling's."""
-    return (*_pool_terms(o), Term("ratio", "c-visible", rf"/{o.ratio}\rfloor"))
+    """width is each entry's size (the shapes show it); the rotary's frequencies are the layer's, which shows them
+    (nested_mismatches checks they are the same). The pooling child carries the compressor's options and applies
+    the pooling's; the compressor's own program also applies the ratio to which entries each query sees, and its
+    steps include its pooling's."""
+    return (*for_programs(("v4_compressor", "v4_pool"), _pool_terms(o)),
+            Term("ratio", "c-visible", rf"/{o.ratio}\rfloor", programs=("v4_compressor",)))
 
 
 @registers(IndexerOptions)
@@ -272,23 +247,14 @@ def _hyper_terms(o: HyperOptions) -> list[Term]:
 @registers(HyperOptions)
 def _hyper_connection(o: HyperOptions) -> tuple[Term, ...]:
     """eps joins pre, comb and every Sinkhorn denominator; sinkhorn_iters − 1 row-and-column rounds follow the
-    first column normalisation."""
+    first column normalisation. The head only collapses (no comb matrix, no Sinkhorn). A hyper-connected block
+    (hc_block) carries its attention hyper-connection's options, but its program reads none of them: it runs its
+    two hyper-connection children, which apply their own (and whose terms check them)."""
     e = fmt_eps(o.eps)
-    return (*_hyper_terms(o), Term("eps", "hc-comb", f"+{e}"), Term("eps", "hc-sinkhorn", rf"(P\mathbf{{1}}+{e})"),
-            Term("sinkhorn_iters", "hc-sinkhorn", rf"\text{{then {o.sinkhorn_iters - 1}}}\times"))
-
-
-@registers(HyperOptions, program="hyper_head", structural=("sinkhorn_iters",))
-def _hyper_head(o: HyperOptions) -> tuple[Term, ...]:
-    """The head only collapses (no comb matrix, no Sinkhorn)."""
-    return tuple(_hyper_terms(o))
-
-
-@registers(HyperOptions, program="hc_block", structural=("streams", "sinkhorn_iters", "eps", "norm_eps"))
-def _hc_block(o: HyperOptions) -> tuple[Term, ...]:
-    """A hyper-connected block carries its attention hyper-connection's options, but its program reads none of them:
-    it runs its two hyper-connection children, which apply their own (and whose terms check them)."""
-    return ()
+    return (*for_programs(("hyper_connection", "hyper_head"), _hyper_terms(o)),
+            *for_programs(("hyper_connection",), [
+                Term("eps", "hc-comb", f"+{e}"), Term("eps", "hc-sinkhorn", rf"(P\mathbf{{1}}+{e})"),
+                Term("sinkhorn_iters", "hc-sinkhorn", rf"\text{{then {o.sinkhorn_iters - 1}}}\times")]))
 
 
 # ---------------------------------------------------------------------------------------------- blocks
@@ -326,30 +292,21 @@ _DELTANET_MEMORY = ("state_dtype", "state_bytes", "conv_dtype", "conv_bytes")
 @registers(DeltaNetOptions, structural=_DELTANET_MEMORY)
 def _deltanet(o: DeltaNetOptions) -> tuple[Term, ...]:
     """The dtypes and bytes are the cache's (the memory figures); the heads and widths split the convolved
-    channels, d_k scales the queries, the key heads repeat over the value heads."""
+    channels, d_k scales the queries, the key heads repeat over the value heads. The gated norm child carries the
+    layer's options and applies only eps (over the d_v of each head, a size)."""
     split = f"{o.key_dim}+{o.key_dim}+{o.value_dim}"
-    out = [Term(f, "split", split) for f in ("k_heads", "v_heads", "d_k", "d_v")]
-    out += [Term("d_k", "l2norm", rf"\sqrt{{{o.d_k}}}\,\lVert"),
-            Term("conv_kernel", "conv", rf"\sum_{{j=0}}^{{{o.conv_kernel - 1}}}"),
-            Term("chunk", "chunked", rf"\text{{in each chunk of }}{o.chunk}"),
-            Term("eps", "gated-norm", fmt_eps(o.eps))]
+    layer = ("gated_deltanet",)
+    out = [Term(f, "split", split, programs=layer) for f in ("k_heads", "v_heads", "d_k", "d_v")]
+    out += [Term("d_k", "l2norm", rf"\sqrt{{{o.d_k}}}\,\lVert", programs=layer),
+            Term("conv_kernel", "conv", rf"\sum_{{j=0}}^{{{o.conv_kernel - 1}}}", programs=layer),
+            Term("chunk", "chunked", rf"\text{{in each chunk of }}{o.chunk}", programs=layer),
+            Term("eps", "gated-norm", fmt_eps(o.eps), programs=(*layer, "gated_rmsnorm"))]
     if o.groups > 1:
-        out.append(Term("v_heads", "repeat", rf"\lceil h/{o.groups}\rceil"))
+        out.append(Term("v_heads", "repeat", rf"\lceil h/{o.groups}\rceil", programs=layer))
     return tuple(out)
 
 
-@registers(DeltaNetOptions, program="gated_rmsnorm",
-           structural=("k_heads", "v_heads", "d_k", "d_v", "conv_kernel", "chunk", *_DELTANET_MEMORY))
-def _deltanet_norm(o: DeltaNetOptions) -> tuple[Term, ...]:
-    """The gated norm carries its layer's options and applies eps (over the d_v of each head, a size)."""
-    return (Term("eps", "gated-norm", fmt_eps(o.eps)),)
-
-
 # ---------------------------------------------------------------------------------------------- Mamba-2
-
-_MAMBA_FIELDS = ("heads", "head_dim", "groups", "state_size", "conv_kernel", "chunk_size", "eps", "dt_min",
-                 "conv_bias", "proj_bias", "state_dtype", "conv_dtype")
-
 
 def _mamba_conv(o: Mamba2Options) -> list[Term]:
     out = [Term("conv_kernel", "conv", rf"\sum_{{j=0}}^{{{o.conv_kernel - 1}}}")]
@@ -374,18 +331,10 @@ def _mamba_norm(o: Mamba2Options) -> list[Term]:
 @registers(Mamba2Options, structural=("proj_bias", "state_dtype", "conv_dtype"), switches=("conv_bias",))
 def _mamba2(o: Mamba2Options) -> tuple[Term, ...]:
     """The mixer splits in_proj's output at H·P, the conv width and H; its steps include its children's. proj_bias
-    is the projections' own (their options apply it); the dtypes are the caches' (the memory figures)."""
+    is the projections' own (their options apply it); the dtypes are the caches' (the memory figures). Each child
+    (the causal conv, the scan, the gated norm) carries the mixer's options and applies only its own part's."""
     split = f"{o.inner},{o.conv_dim},{o.heads})"
-    return (*[Term(f, "split", split) for f in ("heads", "head_dim", "groups", "state_size")],
-            *_mamba_conv(o), *_mamba_scan(o), *_mamba_norm(o))
-
-
-def _mamba_part(program: str, fields: tuple[str, ...], terms: Callable[[Mamba2Options], list[Term]]) -> None:
-    """Register a Mamba-2 child's terms: it carries the mixer's options and applies only `fields`."""
-    registers(Mamba2Options, program=program,
-              structural=tuple(f for f in _MAMBA_FIELDS if f not in fields))(lambda o: tuple(terms(o)))
-
-
-_mamba_part("mamba_causal_conv", ("conv_kernel", "conv_bias"), _mamba_conv)
-_mamba_part("ssd", ("heads", "head_dim", "groups", "state_size", "dt_min", "chunk_size"), _mamba_scan)
-_mamba_part("mamba_gated_rmsnorm", ("groups", "eps"), _mamba_norm)
+    return (*[Term(f, "split", split, programs=("mamba2",)) for f in ("heads", "head_dim", "groups", "state_size")],
+            *for_programs(("mamba2", "mamba_causal_conv"), _mamba_conv(o)),
+            *for_programs(("mamba2", "ssd"), _mamba_scan(o)),
+            *for_programs(("mamba2", "mamba_gated_rmsnorm"), _mamba_norm(o)))
