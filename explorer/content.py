@@ -431,9 +431,16 @@ _PROSE_ATTRIBUTES = {"a": {"href", "title"}, "img": {"src", "alt", "title"}, "ab
                      "th": {"style"}, "td": {"style"}}
 
 
+@functools.cache
+def _markdown() -> markdown.Markdown:
+    """One converter per process, reset between documents: building one (its extensions and their patterns)
+    cost more than converting a model's prose."""
+    return markdown.Markdown(extensions=["tables", "fenced_code"], output_format="html")
+
+
 def render_markdown(source: str) -> str:
     """Render prose Markdown to HTML (tables and fenced code allowed), sanitised to an allow-list of tags."""
-    html = markdown.markdown(source, extensions=["tables", "fenced_code"], output_format="html")
+    html = _markdown().reset().convert(source)
     return nh3.clean(html, tags=_PROSE_TAGS, clean_content_tags={"script", "style"}, attributes=_PROSE_ATTRIBUTES,
                      url_schemes={"http", "https", "mailto"}, filter_style_properties={"text-align"},
                      link_rel=None)

@@ -170,15 +170,19 @@ def _match_boxes(wanted: list[ExpectedGroup], stored: list[TensorGroup], tally: 
         hits = [i for i, e in enumerate(wanted) if e.box.meets(g.box)]
         if not hits:
             unowned.append(g.box)
-        elif len(hits) == 1 and g.box.within(wanted[hits[0]].box):
-            pairs.append((wanted[hits[0]], g))
-            covered[hits[0]] += g.count
-        else:
+            continue
+        # A stored group may span expected groups (the reference groups Qwen3.5's experts of both layer kinds
+        # as one): the expected boxes are disjoint, so it is owned piece by piece where the pieces cover it.
+        pieces = [wanted[i].box.overlap(g.box) for i in hits]
+        if sum(piece.size for piece in pieces) != g.box.size:
             return False
+        for i, piece in zip(hits, pieces):
+            pairs.append((wanted[i], g, piece))
+            covered[i] += piece.size
     if any(0 < n < e.box.size for n, e in zip(covered, wanted)):
         return False
-    for e, g in pairs:
-        tally.pair(e, g, g.box)
+    for e, g, piece in pairs:
+        tally.pair(e, g, piece)
     for box in unowned:
         tally.unowned += box.names()
     for n, e in zip(covered, wanted):

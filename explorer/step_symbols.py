@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from functools import lru_cache
 
 GREEK = frozenset({
     "alpha", "beta", "gamma", "delta", "epsilon", "varepsilon", "zeta", "eta", "theta", "vartheta", "iota", "kappa",
@@ -220,6 +221,7 @@ def _top_level(toks: list[str], wanted: tuple[str, ...]) -> int:
     return -1
 
 
+@lru_cache(maxsize=None)  # immutable result; the same step recurs in every model of a family and on many pages
 def parse_step(latex: str) -> StepSymbols:
     """What a step defines (the left sides of its clauses) and reads (the rest, less what it defines)."""
     defines: list[str] = []

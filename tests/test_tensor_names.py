@@ -197,6 +197,24 @@ def test_group_ledger_equals_the_ledger_name_by_name(builds, edit):
     assert by_group(reconcile(mb.spec, index)) == by_name(mb.spec, index)
 
 
+def test_a_stored_group_spanning_disjoint_expected_groups_is_matched_as_boxes(builds, monkeypatch):
+    """Kimi K2 stores model.layers.0-60.input_layernorm.weight as one group where the spec expects layer 0 (dense
+    block) and layers 1-60 (MoE blocks) apart: owned piece by piece, no name listed (the name-by-name oracle above
+    holds the result equal); a group reaching past them (layers 61, 62) still falls back to names."""
+    from explorer import reconcile as reconcile_module
+
+    listed = []
+    by_names = reconcile_module._match_names
+    monkeypatch.setattr(reconcile_module, "_match_names", lambda w, s, t: listed.append(s) or by_names(w, s, t))
+    mb = builds["kimi-k2"]
+    rec = reconcile(mb.spec, mb.checkpoint_index)
+    assert rec.balanced and listed == []
+    assert [g.name for g in rec.owned["blocks.dense.attn_norm"]] == ["model.layers.0.input_layernorm.weight"]
+    assert [g.name for g in rec.owned["blocks.moe.attn_norm"]] == ["model.layers.1-60.input_layernorm.weight"]
+    reconcile(mb.spec, edited(mb.checkpoint_index, rename_layer_norms))
+    assert [g.name for stored in listed for g in stored] == ["model.layers.0-62.input_layernorm.weight"]
+
+
 def test_each_edit_is_reported_where_it_was_made(builds):
     mb = builds["kimi-k2"]
     rec = reconcile(mb.spec, edited(mb.checkpoint_index, drop_one_expert))

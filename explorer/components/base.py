@@ -72,7 +72,8 @@ class Ctx:
         """The value of a size formula (or a symbol name) under this config."""
         if isinstance(expr, str):
             expr = self.sym(expr)
-        return int(sympy.sympify(expr).subs({s: self.values[s.name] for s in sympy.sympify(expr).free_symbols}))
+        expr = sympy.sympify(expr)
+        return int(expr.xreplace({s: self.values[s.name] for s in expr.free_symbols}))  # see account._evaluate
 
     def dim(self, name: str) -> Dim:
         return Dim(self.labels[name], int(self.values[name]))
