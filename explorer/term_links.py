@@ -9,6 +9,7 @@ component renames it in the links too. The diagram writes the same symbols, conv
 
 from __future__ import annotations
 
+import html
 import re
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass
@@ -87,12 +88,16 @@ def _symbol(latex: str) -> tuple[Canon, ...]:
 def tag_terms(mathml: str, links: tuple[TermLink, ...]) -> str:
     """The MathML with each linked symbol wrapped in a focusable <mrow data-light=...>; unchanged when none occurs.
     Cached: a block's page repeats its children's steps with the same links, page after page of a model."""
-    if not links:
+    by_first: dict[tuple[str, str], list[tuple[tuple[Canon, ...], TermLink]]] = {}
+    text = html.unescape(mathml)  # latex2mathml writes ℓ as &#x02113;
+    for seq, link in sorted(((_symbol(t.latex), t) for t in links), key=lambda s: -len(repr(s[0]))):
+        # a symbol whose first token's text is absent cannot occur (latex2mathml writes a token's text unpadded)
+        if seq and f">{seq[0][2]}<" in text:
+            by_first.setdefault((seq[0][0], seq[0][2]), []).append((seq, link))
+    if not by_first:
         return mathml
     math = ET.fromstring(mathml)
-    symbols = sorted(((_symbol(t.latex), t) for t in links), key=lambda s: -len(repr(s[0])))
-    tagged = sum(_tag(math[0][0], seq, link) for seq, link in symbols if seq)
-    if not tagged:
+    if not _tag(math[0][0], by_first):
         return mathml
     # only the formula's body is re-serialised: its alttext and TeX annotation stay byte for byte as converted
     out = ET.tostring(math, encoding="unicode", short_empty_elements=False)
@@ -101,28 +106,28 @@ def tag_terms(mathml: str, links: tuple[TermLink, ...]) -> str:
             + mathml[mathml.index(end):])
 
 
-def _tag(el: ET.Element, seq: tuple[Canon, ...], link: TermLink) -> int:
-    """Wrap each run of el's children that spells the symbol; look inside the others. The base of a script is not
-    matched itself (m in m_i is another symbol), though an expression inside it is."""
+def _tag(el: ET.Element, by_first: dict[tuple[str, str], list[tuple[tuple[Canon, ...], TermLink]]]) -> int:
+    """Wrap each run of el's children that spells a symbol (the longest symbol first where several start at one
+    child); look inside the others, in one walk for every symbol. The base of a script is not matched itself (m in
+    m_i is another symbol), though an expression inside it is."""
     if el.get("data-light") is not None:
         return 0
     kids, count, i = list(el), 0, 0
     while i < len(kids):
-        run = kids[i:i + len(seq)]
-        if not (el.tag in _SCRIPTED and i == 0) and _may_start(kids[i], seq[0]) \
-                and tuple(_canon(c) for c in run) == seq:
-            _wrap(el, run, link)
-            count, i = count + 1, i + len(seq)
+        matched = 0
+        if not (el.tag in _SCRIPTED and i == 0):
+            for seq, link in by_first.get((kids[i].tag, (kids[i].text or "").strip()), ()):
+                run = kids[i:i + len(seq)]
+                if tuple(_canon(c) for c in run) == seq:
+                    _wrap(el, run, link)
+                    matched = len(seq)
+                    break
+        if matched:
+            count, i = count + 1, i + matched
             continue
-        count += _tag(kids[i], seq, link)
+        count += _tag(kids[i], by_first)
         i += 1
     return count
-
-
-def _may_start(el: ET.Element, first: Canon) -> bool:
-    """Whether el's tag and text are those of the symbol's first token: a cheap test that spares building the
-    structure of every token that cannot match (most of them)."""
-    return el.tag == first[0] and (el.text or "").strip() == first[2]
 
 
 def _wrap(parent: ET.Element, run: list[ET.Element], link: TermLink) -> None:
