@@ -257,10 +257,12 @@ def build_site(project: Project, out_dir: Path, progress: Progress = stderr_prog
         raise ReconciliationError("stored tensors and spec disagree:\n" + "\n".join(failures))
     highlight_cache.prime(project.highlights if use_cache else None, builds)  # before the page writers fork
     pages = site_page_groups(builds, how_to_read, glossary)
-    files = [*(partial(api_file, mb) for mb in builds), *(partial(compare_data_file, mb) for mb in builds),
-             partial(search_file, builds)]
+    # the search index reads every page's text: about a page's work per model (measured), handed out early
+    files = [partial(search_file, builds), *(partial(api_file, mb) for mb in builds),
+             *(partial(compare_data_file, mb) for mb in builds)]
     progress(f"writing the pages of {len(builds)} models to {out_dir}")
-    write_site(pages, files, out_dir, project.templates, project.static, progress, default_jobs(jobs), site_url)
+    write_site(pages, files, out_dir, project.templates, project.static, progress, default_jobs(jobs), site_url,
+               file_costs=(len(builds),))
     return builds
 
 

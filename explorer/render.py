@@ -39,9 +39,11 @@ FileGroup = Callable[[], dict[str, str]]
 
 
 def write_site(pages: Sequence[PageGroup], files: Sequence[FileGroup], out_dir: Path, template_dir: Path, static_dir: Path,
-               progress: Callable[[str], None] = lambda _: None, jobs: int = 1, site_url: str = "") -> None:
+               progress: Callable[[str], None] = lambda _: None, jobs: int = 1, site_url: str = "",
+               file_costs: Sequence[int] = ()) -> None:
     """Make and write every group of pages and files (`jobs` groups at a time) into a temporary sibling of
     out_dir, then swap it in whole; sitemap.xml only when `site_url` gives the address its URLs start with.
+    file_costs: each file group's work in pages (PageGroup.cost), where known; 1 otherwise.
 
     out_dir must have passed publish.check_output, and the caller holds its lock (publish.claim_output).
     """
@@ -52,7 +54,7 @@ def write_site(pages: Sequence[PageGroup], files: Sequence[FileGroup], out_dir: 
         paths: list[str] = []
         tasks = [partial(_write_pages, env, group, tmp) for group in pages]
         tasks += [partial(_write_files, group, tmp) for group in files]
-        costs = [group.pages for group in pages] + [1] * len(files)
+        costs = [group.cost for group in pages] + [*file_costs, *[1] * (len(files) - len(file_costs))]
         for written in run_in_order(tasks, jobs, costs=costs):
             paths += written
             if written:

