@@ -182,10 +182,13 @@ SYMBOLS: tuple[Symbol, ...] = (
     _s(r"j_{\mathrm{low}}", "computed", "YaRN: the last frequency kept as is", _POS),
     _s(r"j_{\mathrm{high}}", "computed", "YaRN: the first frequency fully interpolated", _POS),
     # ---------------------------------------------------------------- experts and MLPs
-    _s(r"z", "computed", "router logits, one per routed expert (z_i), from the router matrix W_r", _EXP,
-       also="in vision towers, the patch stream (z_n enters vision block n, z_i is patch i); to be renamed: the "
-            "seed's router keeps z"),
-    _s(r"z'", "computed", "a vision block's stream after attention's addition", _VIS),
+    _s(r"z", "computed", "router logits, one per routed expert (z_i), from the router matrix W_r", _EXP),
+    _s(r"\psi", "computed", "vision: the patch stream, a vision tower's own residual stream (ψ_i is patch i's "
+       "embedding, ψ_n enters vision block n). Its own letter because it is not x: other positions (patches, not "
+       "tokens) and often another width; ψ for the picture's stream, a letter no other part uses (z, the ViT "
+       "papers' letter, is the router's logits, as on the seed pages; p, for patch, the router's probabilities)",
+       _VIS),
+    _s(r"\psi'", "computed", "a vision block's stream after attention's addition", _VIS),
     _s(r"\rho", "computed", "the router's affinity for each routed expert, scored on its own (a sigmoid or √softplus "
        "of its logit) and not normalised over the experts", _EXP),
     _s(r"p", "computed", "the router's probabilities, a softmax over the routed experts", _EXP),
@@ -196,11 +199,11 @@ SYMBOLS: tuple[Symbol, ...] = (
     _s(r"s^{E}", "parameter", "the router's learned scale per expert (Gemma 4)", _PAR),
     _s(r"\zeta", "parameter", "hyper-connections: learned scales of the pre, post and mixing logits (ζ_1, ζ_2, ζ_3)",
        _PAR),
-    _s(r"\bar z", "computed", "vision: a group of normalised patch vectors, concatenated (one image token)", _VIS),
-    _s(r"z^{\mathrm{grp}}", "computed", "vision: a group of neighbouring patch vectors (MoonViT)", _VIS),
-    _s(r"\hat z^{\mathrm{grp}}", "computed", "vision: a group's patch vectors, each normalised", _VIS),
-    _s(r"z^{\mathrm{pool}}", "computed", "vision: the patch grid average-pooled to the image's tokens", _VIS),
-    _s(r"\hat z^{\mathrm{pool}}", "computed", "vision: the pooled image tokens, normalised", _VIS),
+    _s(r"\bar \psi", "computed", "vision: a group of normalised patch vectors, concatenated (one image token)", _VIS),
+    _s(r"\psi^{\mathrm{grp}}", "computed", "vision: a group of neighbouring patch vectors (MoonViT)", _VIS),
+    _s(r"\hat \psi^{\mathrm{grp}}", "computed", "vision: a group's patch vectors, each normalised", _VIS),
+    _s(r"\psi^{\mathrm{pool}}", "computed", "vision: the patch grid average-pooled to the image's tokens", _VIS),
+    _s(r"\hat \psi^{\mathrm{pool}}", "computed", "vision: the pooled image tokens, normalised", _VIS),
     _s(r"x_{\mathrm{img}}", "computed", "vision: the image tokens a vision tower hands to the language model, in its "
        "width", _VIS),
     _s(r"E^{\mathrm{sel}}", "computed", "1 for the experts selected for a token, 0 for the rest", _EXP),
@@ -261,12 +264,12 @@ SYMBOLS: tuple[Symbol, ...] = (
     _s(r"A_{\log}", "parameter", "the log of a learned decay rate per head (Mamba-2, DeltaNet)", _REC),
     _s(r"T", "constant", "the number of positions", _IDX),
     # ---------------------------------------------------------------- vision
-    _s(r"\hat z_{\mathrm{out}}", "computed", "vision: the tower's output scaled to unit RMS before its projection",
+    _s(r"\hat \psi_{\mathrm{out}}", "computed", "vision: the tower's output scaled to unit RMS before its projection",
        _VIS),
-    _s(r"\hat z", "computed", "vision: a normalised stream", _VIS),
-    _s(r"z_{\mathrm{attn}}", "computed", "vision: the normalised stream entering attention", _VIS),
-    _s(r"z_{\mathrm{ffn}}", "computed", "vision: the normalised stream entering the MLP", _VIS),
-    _s(r"z_{\mathrm{out}}", "computed", "vision: the tower's output, its last stream after the final norm", _VIS),
+    _s(r"\hat \psi", "computed", "vision: a normalised stream", _VIS),
+    _s(r"\psi_{\mathrm{attn}}", "computed", "vision: the normalised stream entering attention", _VIS),
+    _s(r"\psi_{\mathrm{ffn}}", "computed", "vision: the normalised stream entering the MLP", _VIS),
+    _s(r"\psi_{\mathrm{out}}", "computed", "vision: the tower's output, its last stream after the final norm", _VIS),
     # ---------------------------------------------------------------- parameters and sizes
     _s(r"W", "parameter", "a learned weight matrix; its subscript or superscript names which (W_Q, W_{DKV}, "
        "W_{1,i}: expert i's gate matrix)", _PAR),

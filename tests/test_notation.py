@@ -154,7 +154,7 @@ def test_an_unregistered_symbol_fails():
     mlp = next(c for _, c in walk(spec_of("kimi-k2").root) if c.program == "gated_mlp")
     product = next(s for s in mlp.steps if s.name == "product")
     assert unregistered(mlp) == []
-    assert unregistered(_with_step(mlp, "product", product.latex.replace("m=", r"\psi="))) == [r"\psi"]
+    assert unregistered(_with_step(mlp, "product", product.latex.replace("m=", r"\nu="))) == [r"\nu"]
 
 
 def test_an_index_letter_used_as_a_tensor_fails():
@@ -206,7 +206,7 @@ def test_the_seed_004_page_names_its_input_m_in_equation_and_box(all_specs):
     assert parse_step(product.latex).defines == {"m"}
 
 
-KNOWN_OVERLOADS = {"t", "z", r"\sigma"}
+KNOWN_OVERLOADS = {"t", r"\sigma"}
 """Symbols the steps still write for a second thing, each stated on the Notation page: kept exact, so that a
 rename removes one here and a new double use must be declared."""
 
@@ -217,7 +217,7 @@ def test_each_symbol_has_one_meaning_but_the_declared_overloads():
     assert {s.latex for s in SYMBOLS if s.also} == KNOWN_OVERLOADS
     # issue 25 named these: s was sigmoid scores, softmax scores and sink logits; h a head and a SwiGLU product;
     # v the values and a vision output
-    assert not {"s", "h", "v", r"\rho", r"\kappa", "m", r"z_{\mathrm{out}}"} & KNOWN_OVERLOADS
+    assert not {"s", "h", "v", r"\rho", r"\kappa", "m", "z", r"\psi_{\mathrm{out}}"} & KNOWN_OVERLOADS
     assert [BY_LATEX[x].kind for x in ("s", "h", r"\rho", r"\kappa", "m", "v")] == [
         "index", "index", "computed", "parameter", "computed", "computed"]
     # renamed since: γ was also DeltaNet's chunk decay and a head group, λ also a layer scalar, B also a window bias,
@@ -226,3 +226,43 @@ def test_each_symbol_has_one_meaning_but_the_declared_overloads():
                 r"\Delta"} & KNOWN_OVERLOADS
     assert [BY_LATEX[x].kind for x in (r"\gamma", r"\lambda", "e", r"s_{\mathrm{layer}}")] == [
         "parameter", "computed", "index", "parameter"]
+
+
+def _bases(comp) -> set[str]:
+    """The bare letters comp's steps and ports write (\\hat \\psi^{\\mathrm{grp}} -> \\psi)."""
+    used = {s for p in (*comp.inputs, *comp.outputs) for s in symbols_of(p.latex)}
+    for step in comp.steps:
+        if not step.heading:
+            parsed = parse_step(step.latex)
+            used |= parsed.defines | parsed.reads
+    return {s.split(" ")[-1].split("_")[0].split("^")[0].rstrip("'") for s in used}
+
+
+def _patch_stream_clashes(comps) -> list[str]:
+    """Each component that writes the router's z next to the patch stream ψ, or a z no router matrix makes."""
+    out = [c.program for c in comps if {"z", r"\psi"} <= _bases(c)]
+    for comp in comps:
+        for step in comp.steps:
+            parsed = parse_step(step.latex) if not step.heading else None
+            if parsed and "z" in parsed.defines and "W_{r}" not in parsed.reads:
+                out.append(f"{comp.program}: step '{step.name}' makes z without the router matrix")
+    return out
+
+
+def test_z_is_the_routers_logits_and_the_patch_stream_is_psi(all_specs):
+    """Issue 25: z was the router's logits (seed 000: s = σ(z)) and the vision towers' patch stream."""
+    comps = [c for spec in all_specs for _, c in walk(spec.root)]
+    assert _patch_stream_clashes(comps) == []
+    towers = [c for c in comps if c.program.endswith("_tower") and "vision" in c.title.lower() + c.key]
+    assert len({c.program for c in towers}) >= 3
+    assert all(r"\psi" in _bases(c) and "z" not in _bases(c) for c in towers)
+    # a vision block that writes its stream z again is caught
+    block = next(c for c in comps if c.program == "vision_block")
+    res = next(s for s in block.steps if s.name == "residual-attn")
+    as_z = _with_step(block, "residual-attn", res.latex.replace(r"\psi'_n", "z'_n", 1).replace(r"\psi_n", "z_n"))
+    assert as_z.steps != block.steps
+    assert _patch_stream_clashes([as_z]) == ["vision_block"]
+    embed = next(c for c in comps if c.program == "patch_embed")
+    patches = next(s for s in embed.steps if s.name == "patches")
+    made = _patch_stream_clashes([_with_step(embed, "patches", patches.latex.replace(r"\psi_i", "z_i"))])
+    assert made == ["patch_embed", "patch_embed: step 'patches' makes z without the router matrix"]
