@@ -88,7 +88,8 @@ SYMBOLS: tuple[Symbol, ...] = (
     _s(r"\hat X", "computed", "hyper-connections: the flattened, normalised streams", _STREAM),
     _s(r"a^{\mathrm{pre}}", "computed", "hyper-connections: raw pre-mixing weights", _STREAM),
     _s(r"a^{\mathrm{post}}", "computed", "hyper-connections: raw post-mixing weights", _STREAM),
-    _s(r"a^{\mathrm{res}}", "computed", "hyper-connections: raw stream-mixing weights", _STREAM),
+    _s(r"a^{\mathrm{res}}", "computed", "hyper-connections: raw stream-mixing weights, one per pair of streams",
+       _STREAM),
     _s(r"\pi^{\mathrm{pre}}", "computed", "hyper-connections: how much of each stream enters the layer", _STREAM),
     _s(r"\pi^{\mathrm{post}}", "computed", "hyper-connections: how much of the layer's output each stream gets",
        _STREAM),
@@ -281,8 +282,8 @@ SYMBOLS: tuple[Symbol, ...] = (
     _s(r"E^{y}_{\mathrm{pos}}", "parameter", "vision: the learned row-position table", _PAR),
     _s(r"w_{\mathrm{gate}}", "parameter", "the shared expert's gate vector", _PAR),
     _s(r"s_{\mathrm{std}}", "parameter", "vision: the stored standardisation scale", _PAR),
-    _s(r"A^{\mathrm{res}}", "parameter", "hyper-connections: the learned mixing matrix", _PAR),
-    _s(r"B^{\mathrm{res}}", "parameter", "hyper-connections: the learned mixing bias", _PAR),
+    _s(r"B^{\mathrm{res}}", "parameter", "hyper-connections: the learned bias of the stream-mixing weights",
+       _PAR),
     _s(r"B^{a}", "parameter", "compressed attention: the learned position bias of the first half", _PAR),
     _s(r"B^{b}", "parameter", "compressed attention: the learned position bias of the second half", _PAR),
     _s(r"B^{\mathrm{pos}}", "parameter", "compressed attention: the learned bias of each position in a window "
@@ -337,6 +338,7 @@ def undefined_reads(comp: Component) -> list[str]:
     computes. As "step 'name' reads Q, K ..."."""
     known = {s for p in comp.inputs for s in symbols_of(p.latex)}
     superseded: dict[str, str] = {}
+    made_from: dict[str, frozenset[str]] = {}
     out = []
     for step in comp.steps:
         if step.heading:
@@ -345,13 +347,15 @@ def undefined_reads(comp: Component) -> list[str]:
         missing = sorted(s for s in parsed.reads if _kind(s) in ("computed", None) and s not in known)
         if missing:
             out.append(f"step '{step.name}' reads {', '.join(missing)}, which no input or earlier step gives")
-        stale = sorted(s for s in parsed.reads if s in superseded)
+        stale = sorted(s for s in parsed.reads if s in superseded
+                       and not _weighted_by_its_form(s, superseded[s], parsed.reads, made_from))
         if stale:
             out.append(f"step '{step.name}' reads {', '.join(stale)}, superseded by "
                        f"{', '.join(superseded[s] for s in stale)}")
         for d in parsed.defines:
             superseded.pop(d, None)
             superseded.update({r: d for r in parsed.reads if r != d and _plain(r) == _plain(d)})
+            made_from[d] = parsed.reads.union(*(made_from.get(r, ()) for r in parsed.reads))
         computed_params = sorted(s for s in parsed.defines if _kind(s) == "parameter")
         if computed_params:
             out.append(f"step '{step.name}' computes {', '.join(computed_params)}, registered as a parameter")
@@ -360,3 +364,14 @@ def undefined_reads(comp: Component) -> list[str]:
             out.append(f"step '{step.name}' writes {', '.join(indexed_indices)} with an index, registered as an index")
         known |= parsed.defines
     return out
+
+
+def _weighted_by_its_form(raw: str, form: str, reads: frozenset[str], made_from: dict[str, frozenset[str]]) -> bool:
+    """Whether a step that reads raw after form superseded it also reads weights computed from that form.
+
+    A form replaces its tensor when the computation carries on with it (scores read Q^{R}, not Q). But a copy can be
+    made only to compute weights for the tensor itself: hyper-connections flatten and norm the streams X into
+    \\hat X, project \\hat X to mixing weights, and then mix the streams X, not \\hat X, by them. Such a step reads
+    the raw tensor as computed; a step that reads it without anything made from its form (scores from Q and K^{R})
+    still skips the form."""
+    return any(form in made_from.get(r, ()) for r in reads if r != raw)

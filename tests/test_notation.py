@@ -70,14 +70,7 @@ def test_ports_name_their_symbols():
 
 # ------------------------------------------------------------------- steps read what the steps before produced
 
-KNOWN_GAPS = {
-    # Hyper-connections read the streams both as they are (to mix them) and flattened and normed (to compute the
-    # mixing weights): the normed form does not replace the streams.
-    "hc_block: step 'attn-hc-collapse' reads X, superseded by \\hat X",
-    "hc_block: step 'hc-expand-attn' reads X, superseded by \\hat X",
-    "hyper_connection: step 'hc-collapse' reads X, superseded by \\hat X",
-    "hyper_head: step 'hc-collapse' reads X, superseded by \\hat X",
-}
+KNOWN_GAPS: set[str] = set()
 """Known gaps, by library part: kept exact, so that fixing one (or adding one) updates this list."""
 
 
@@ -118,6 +111,33 @@ def test_a_step_that_reads_the_raw_tensor_fails():
     assert any("reads Q, superseded by" in p for p in undefined_reads(raw))
     normed_only = _with_step(attn, "softmax", softmax.latex.replace("Q^{R}_h", r"\hat Q_h"))
     assert any(r"reads \hat Q, superseded by Q^{R}" in p for p in undefined_reads(normed_only))
+
+
+def test_streams_mixed_by_weights_from_their_normed_copy_read_as_computed():
+    """Hyper-connections norm the flattened streams X into \\hat X only to compute mixing weights, then mix X itself by
+    them: that read is as computed (it was a known gap). Reading X where \\hat X belongs, or mixing X by weights
+    made from anything else, still fails."""
+    hc = next(c for _, c in walk(spec_of("deepseek-v4-flash").root) if c.program == "hyper_connection")
+    proj = next(s for s in hc.steps if s.name == "hc-proj")
+    collapse = next(s for s in hc.steps if s.name == "hc-collapse")
+    assert undefined_reads(hc) == []
+    raw_proj = _with_step(hc, "hc-proj", proj.latex.replace(r"=\hat X\,", "=X_n\\,"))
+    assert raw_proj.steps != hc.steps
+    # and the weights are no longer made from \\hat X, so the collapse that mixes X by them fails too
+    assert undefined_reads(raw_proj) == [r"step 'hc-proj' reads X, superseded by \hat X",
+                                         r"step 'hc-collapse' reads X, superseded by \hat X"]
+    by_a_parameter = _with_step(hc, "hc-collapse", collapse.latex.replace(r"\pi^{\mathrm{pre}}_i", r"\zeta_1"))
+    assert by_a_parameter.steps != hc.steps
+    assert undefined_reads(by_a_parameter) == [r"step 'hc-collapse' reads X, superseded by \hat X"]
+
+
+def test_weights_from_another_tensors_form_do_not_excuse_a_raw_read():
+    """The scores read K^{R}, made from the keys' form, not the queries': reading Q there still skips Q^{R}."""
+    attn = _attention("llama-3.1-8b")
+    softmax = next(s for s in attn.steps if s.name == "softmax")
+    raw = _with_step(attn, "softmax", softmax.latex.replace("Q^{R}_h", "Q_h"))
+    assert raw.steps != attn.steps
+    assert undefined_reads(raw) == ["step 'softmax' reads Q, superseded by Q^{R}"]
 
 
 def test_a_step_that_reads_what_nothing_computed_fails():
