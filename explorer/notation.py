@@ -33,9 +33,9 @@ class Symbol:
     meaning: str
     section: Section
     also: str = ""
-    """A second use the steps make of the symbol, with why it stays (σ the sigmoid and σ² the variance, a
-    convention) or that it is to be renamed: a declared overload (tests/test_notation.py keeps the list exact), shown
-    on the Notation page."""
+    """A second use the steps make of the symbol, with why it stays (a convention the seed pages themselves use
+    both ways) or that it is to be renamed: a declared overload (tests/test_notation.py keeps the list exact, empty
+    today), shown on the Notation page."""
 
 
 def _s(latex: str, kind: Kind, meaning: str, section: Section, also: str = "") -> Symbol:
@@ -53,9 +53,8 @@ _IDX: Section = "Indices and sizes"
 
 SYMBOLS: tuple[Symbol, ...] = (
     # ---------------------------------------------------------------- the residual stream and blocks
-    _s(r"t", "constant", "the token ids at the input (t_{i+1}: the next token's)", _IDX,
-       also="inside attention and RoPE, a position (the query's); kept: no step uses both, and both are the "
-            "seed pages' own"),
+    _s(r"t^{\mathrm{id}}", "constant", "the token ids at the input (t^{id}_{i+1}: the next token's): upright id "
+       "names them, since t alone is a position", _STREAM),
     _s(r"x", "computed", "the residual stream: x_n enters block n, x_1 is the embedding, x_L leaves the last block",
        _STREAM),
     _s(r"x'", "computed", "the stream after attention's addition, before the feed-forward network's", _STREAM),
@@ -227,6 +226,8 @@ SYMBOLS: tuple[Symbol, ...] = (
     _s(r"j", "index", "indexes a feature pair (θ_j), the experts a sum runs over, or a head group (O^{A}_j)", _IDX),
     _s(r"n", "index", "indexes a block (x_n enters block n)", _IDX),
     _s(r"s", "index", "indexes a key position (M_{ts}: query t, key s)", _IDX),
+    _s(r"t", "index", "indexes a position (R_t, x^{pos}_t, t = 0, …, T − 1); in attention, the query's (M_{ts}: query "
+       "t, key s)", _IDX),
     _s(r"\hat g", "computed", "the clamped gate projection", _EXP),
     _s(r"\hat u", "computed", "the clamped up projection", _EXP),
     _s(r"g_{\mathrm{sh}}", "computed", "the shared expert's gate projection", _EXP),
@@ -260,8 +261,8 @@ SYMBOLS: tuple[Symbol, ...] = (
     _s(r"D", "parameter", "Mamba-2: the learned skip weight per head", _REC),
     _s(r"\epsilon", "constant", "a norm's small constant", _PAR),
     _s(r"\mu", "computed", "LayerNorm: the mean of the features", _PAR),
-    _s(r"\sigma", "function", "the logistic sigmoid, 1/(1+e^{−x})", _PAR,
-       also="in LayerNorm, σ² is the variance; kept: both are universal, and no step uses both"),
+    _s(r"\sigma", "function", "the logistic sigmoid, 1/(1+e^{−x}); LayerNorm's variance is written out, "
+       "mean((x − μ)²), not as σ²", _PAR),
     _s(r"A_{\log}", "parameter", "the log of a learned decay rate per head (Mamba-2, DeltaNet)", _REC),
     _s(r"T", "constant", "the number of positions", _IDX),
     # ---------------------------------------------------------------- vision
@@ -335,7 +336,7 @@ def _plain(symbol: str) -> str:
 def undefined_reads(comp: Component) -> list[str]:
     """Each computed symbol a step reads that no input port brings and no earlier step computes, or that a later
     form has superseded (reading Q after \\hat Q or Q^{R} was computed from it); and each parameter a step
-    computes. As "step 'name' reads Q, K ..."."""
+    computes, or a function (σ² = var(x) would make σ a variance). As "step 'name' reads Q, K ..."."""
     known = {s for p in comp.inputs for s in symbols_of(p.latex)}
     superseded: dict[str, str] = {}
     made_from: dict[str, frozenset[str]] = {}
@@ -356,9 +357,10 @@ def undefined_reads(comp: Component) -> list[str]:
             superseded.pop(d, None)
             superseded.update({r: d for r in parsed.reads if r != d and _plain(r) == _plain(d)})
             made_from[d] = parsed.reads.union(*(made_from.get(r, ()) for r in parsed.reads))
-        computed_params = sorted(s for s in parsed.defines if _kind(s) == "parameter")
-        if computed_params:
-            out.append(f"step '{step.name}' computes {', '.join(computed_params)}, registered as a parameter")
+        for kind in ("parameter", "function"):  # a learned weight or a named function: never a step's result
+            computed = sorted(s for s in parsed.defines if _kind(s) == kind)
+            if computed:
+                out.append(f"step '{step.name}' computes {', '.join(computed)}, registered as a {kind}")
         indexed_indices = sorted(s for s in parsed.subscripted if _kind(s) == "index")
         if indexed_indices:
             out.append(f"step '{step.name}' writes {', '.join(indexed_indices)} with an index, registered as an index")

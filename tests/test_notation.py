@@ -196,6 +196,18 @@ def test_a_step_that_computes_a_parameter_fails():
     assert any(r"computes \gamma, registered as a parameter" in p for p in undefined_reads(bad))
 
 
+def test_a_step_that_defines_the_sigmoid_fails():
+    """σ is the sigmoid on every page (seed 000: s = σ(z)); LayerNorm's variance, once σ², is written out."""
+    norm = next(c for _, c in walk(spec_of("gpt2").root) if c.program == "norm")
+    step = norm.steps[0]
+    assert undefined_reads(norm) == []
+    assert r"\operatorname{mean}((x_n-\mu)^2)" in step.latex
+    as_sigma = _with_step(norm, step.name, step.latex.replace(r"\operatorname{mean}((x_n-\mu)^2)", r"\sigma^2")
+                          + r",\ \sigma^2=\operatorname{var}(x_n)")
+    assert as_sigma.steps != norm.steps
+    assert undefined_reads(as_sigma) == [rf"step '{step.name}' computes \sigma, registered as a function"]
+
+
 def test_the_notation_page_renders_every_symbol_as_mathml_with_where_it_is_defined(all_specs):
     from explorer.notation import SYMBOLS
     from explorer.notation_page import notation_page
@@ -226,7 +238,7 @@ def test_the_seed_004_page_names_its_input_m_in_equation_and_box(all_specs):
     assert parse_step(product.latex).defines == {"m"}
 
 
-KNOWN_OVERLOADS = {"t", r"\sigma"}
+KNOWN_OVERLOADS: set[str] = set()
 """Symbols the steps still write for a second thing, each stated on the Notation page: kept exact, so that a
 rename removes one here and a new double use must be declared."""
 
@@ -246,6 +258,10 @@ def test_each_symbol_has_one_meaning_but_the_declared_overloads():
                 r"\Delta"} & KNOWN_OVERLOADS
     assert [BY_LATEX[x].kind for x in (r"\gamma", r"\lambda", "e", r"s_{\mathrm{layer}}")] == [
         "parameter", "computed", "index", "parameter"]
+    # and since: z was also the vision patch stream (ψ now), t also the token ids (t^{id}), σ² LayerNorm's variance
+    # (written out as the mean square deviation)
+    assert [BY_LATEX[x].kind for x in ("z", r"\psi", "t", r"t^{\mathrm{id}}", r"\sigma")] == [
+        "computed", "computed", "index", "constant", "function"]
 
 
 def _bases(comp) -> set[str]:
