@@ -183,11 +183,9 @@ SYMBOLS: tuple[Symbol, ...] = (
     _s(r"j_{\mathrm{high}}", "computed", "YaRN: the first frequency fully interpolated", _POS),
     # ---------------------------------------------------------------- experts and MLPs
     _s(r"z", "computed", "router logits, one per routed expert (z_i), from the router matrix W_r", _EXP),
-    _s(r"\psi", "computed", "vision: the patch stream, a vision tower's own residual stream (ψ_i is patch i's "
-       "embedding, ψ_n enters vision block n). Its own letter because it is not x: other positions (patches, not "
-       "tokens) and often another width; ψ for the picture's stream, a letter no other part uses (z, the ViT "
-       "papers' letter, is the router's logits, as on the seed pages; p, for patch, the router's probabilities)",
-       _VIS),
+    _s(r"\psi", "computed", "vision: the patch stream, a vision tower's own residual stream (ψ_i: patch i's "
+       "embedding; ψ_n enters vision block n). A letter of its own, no other part's: not x, since it runs over "
+       "patches rather than tokens and often at another width, and not z (ViT's letter), the router's logits", _VIS),
     _s(r"\psi'", "computed", "a vision block's stream after attention's addition", _VIS),
     _s(r"\rho", "computed", "the router's affinity for each routed expert, scored on its own (a sigmoid or √softplus "
        "of its logit) and not normalised over the experts", _EXP),
