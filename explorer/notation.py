@@ -33,9 +33,9 @@ class Symbol:
     meaning: str
     section: Section
     also: str = ""
-    """A second use the steps make of the symbol, with why it stays (σ the sigmoid and σ² the variance, a
-    convention) or that it is to be renamed: a declared overload (tests/test_notation.py keeps the list exact), shown
-    on the Notation page."""
+    """A second use the steps make of the symbol, with why it stays (a convention the seed pages themselves use
+    both ways) or that it is to be renamed: a declared overload (tests/test_notation.py keeps the list exact, empty
+    today), shown on the Notation page."""
 
 
 def _s(latex: str, kind: Kind, meaning: str, section: Section, also: str = "") -> Symbol:
@@ -53,9 +53,8 @@ _IDX: Section = "Indices and sizes"
 
 SYMBOLS: tuple[Symbol, ...] = (
     # ---------------------------------------------------------------- the residual stream and blocks
-    _s(r"t", "constant", "the token ids at the input (t_{i+1}: the next token's)", _IDX,
-       also="inside attention and RoPE, a position (the query's); kept: no step uses both, and both are the "
-            "seed pages' own"),
+    _s(r"t^{\mathrm{id}}", "constant", "the token ids at the input (t^{id}_{i+1}: the next token's): upright id "
+       "names them, since t alone is a position", _STREAM),
     _s(r"x", "computed", "the residual stream: x_n enters block n, x_1 is the embedding, x_L leaves the last block",
        _STREAM),
     _s(r"x'", "computed", "the stream after attention's addition, before the feed-forward network's", _STREAM),
@@ -88,7 +87,8 @@ SYMBOLS: tuple[Symbol, ...] = (
     _s(r"\hat X", "computed", "hyper-connections: the flattened, normalised streams", _STREAM),
     _s(r"a^{\mathrm{pre}}", "computed", "hyper-connections: raw pre-mixing weights", _STREAM),
     _s(r"a^{\mathrm{post}}", "computed", "hyper-connections: raw post-mixing weights", _STREAM),
-    _s(r"a^{\mathrm{res}}", "computed", "hyper-connections: raw stream-mixing weights", _STREAM),
+    _s(r"a^{\mathrm{res}}", "computed", "hyper-connections: raw stream-mixing weights, one per pair of streams",
+       _STREAM),
     _s(r"\pi^{\mathrm{pre}}", "computed", "hyper-connections: how much of each stream enters the layer", _STREAM),
     _s(r"\pi^{\mathrm{post}}", "computed", "hyper-connections: how much of the layer's output each stream gets",
        _STREAM),
@@ -182,10 +182,11 @@ SYMBOLS: tuple[Symbol, ...] = (
     _s(r"j_{\mathrm{low}}", "computed", "YaRN: the last frequency kept as is", _POS),
     _s(r"j_{\mathrm{high}}", "computed", "YaRN: the first frequency fully interpolated", _POS),
     # ---------------------------------------------------------------- experts and MLPs
-    _s(r"z", "computed", "router logits, one per routed expert (z_i), from the router matrix W_r", _EXP,
-       also="in vision towers, the patch stream (z_n enters vision block n, z_i is patch i); to be renamed: the "
-            "seed's router keeps z"),
-    _s(r"z'", "computed", "a vision block's stream after attention's addition", _VIS),
+    _s(r"z", "computed", "router logits, one per routed expert (z_i), from the router matrix W_r", _EXP),
+    _s(r"\psi", "computed", "vision: the patch stream, a vision tower's own residual stream (ψ_i: patch i's "
+       "embedding; ψ_n enters vision block n). A letter of its own, no other part's: not x, since it runs over "
+       "patches rather than tokens and often at another width, and not z (ViT's letter), the router's logits", _VIS),
+    _s(r"\psi'", "computed", "a vision block's stream after attention's addition", _VIS),
     _s(r"\rho", "computed", "the router's affinity for each routed expert, scored on its own (a sigmoid or √softplus "
        "of its logit) and not normalised over the experts", _EXP),
     _s(r"p", "computed", "the router's probabilities, a softmax over the routed experts", _EXP),
@@ -196,11 +197,11 @@ SYMBOLS: tuple[Symbol, ...] = (
     _s(r"s^{E}", "parameter", "the router's learned scale per expert (Gemma 4)", _PAR),
     _s(r"\zeta", "parameter", "hyper-connections: learned scales of the pre, post and mixing logits (ζ_1, ζ_2, ζ_3)",
        _PAR),
-    _s(r"\bar z", "computed", "vision: a group of normalised patch vectors, concatenated (one image token)", _VIS),
-    _s(r"z^{\mathrm{grp}}", "computed", "vision: a group of neighbouring patch vectors (MoonViT)", _VIS),
-    _s(r"\hat z^{\mathrm{grp}}", "computed", "vision: a group's patch vectors, each normalised", _VIS),
-    _s(r"z^{\mathrm{pool}}", "computed", "vision: the patch grid average-pooled to the image's tokens", _VIS),
-    _s(r"\hat z^{\mathrm{pool}}", "computed", "vision: the pooled image tokens, normalised", _VIS),
+    _s(r"\bar \psi", "computed", "vision: a group of normalised patch vectors, concatenated (one image token)", _VIS),
+    _s(r"\psi^{\mathrm{grp}}", "computed", "vision: a group of neighbouring patch vectors (MoonViT)", _VIS),
+    _s(r"\hat \psi^{\mathrm{grp}}", "computed", "vision: a group's patch vectors, each normalised", _VIS),
+    _s(r"\psi^{\mathrm{pool}}", "computed", "vision: the patch grid average-pooled to the image's tokens", _VIS),
+    _s(r"\hat \psi^{\mathrm{pool}}", "computed", "vision: the pooled image tokens, normalised", _VIS),
     _s(r"x_{\mathrm{img}}", "computed", "vision: the image tokens a vision tower hands to the language model, in its "
        "width", _VIS),
     _s(r"E^{\mathrm{sel}}", "computed", "1 for the experts selected for a token, 0 for the rest", _EXP),
@@ -223,6 +224,8 @@ SYMBOLS: tuple[Symbol, ...] = (
     _s(r"j", "index", "indexes a feature pair (θ_j), the experts a sum runs over, or a head group (O^{A}_j)", _IDX),
     _s(r"n", "index", "indexes a block (x_n enters block n)", _IDX),
     _s(r"s", "index", "indexes a key position (M_{ts}: query t, key s)", _IDX),
+    _s(r"t", "index", "indexes a position (R_t, x^{pos}_t, t = 0, …, T − 1); in attention, the query's (M_{ts}: query "
+       "t, key s)", _IDX),
     _s(r"\hat g", "computed", "the clamped gate projection", _EXP),
     _s(r"\hat u", "computed", "the clamped up projection", _EXP),
     _s(r"g_{\mathrm{sh}}", "computed", "the shared expert's gate projection", _EXP),
@@ -256,17 +259,17 @@ SYMBOLS: tuple[Symbol, ...] = (
     _s(r"D", "parameter", "Mamba-2: the learned skip weight per head", _REC),
     _s(r"\epsilon", "constant", "a norm's small constant", _PAR),
     _s(r"\mu", "computed", "LayerNorm: the mean of the features", _PAR),
-    _s(r"\sigma", "function", "the logistic sigmoid, 1/(1+e^{−x})", _PAR,
-       also="in LayerNorm, σ² is the variance; kept: both are universal, and no step uses both"),
+    _s(r"\sigma", "function", "the logistic sigmoid, 1/(1+e^{−x}); LayerNorm's variance is written out, "
+       "mean((x − μ)²), not as σ²", _PAR),
     _s(r"A_{\log}", "parameter", "the log of a learned decay rate per head (Mamba-2, DeltaNet)", _REC),
     _s(r"T", "constant", "the number of positions", _IDX),
     # ---------------------------------------------------------------- vision
-    _s(r"\hat z_{\mathrm{out}}", "computed", "vision: the tower's output scaled to unit RMS before its projection",
+    _s(r"\hat \psi_{\mathrm{out}}", "computed", "vision: the tower's output scaled to unit RMS before its projection",
        _VIS),
-    _s(r"\hat z", "computed", "vision: a normalised stream", _VIS),
-    _s(r"z_{\mathrm{attn}}", "computed", "vision: the normalised stream entering attention", _VIS),
-    _s(r"z_{\mathrm{ffn}}", "computed", "vision: the normalised stream entering the MLP", _VIS),
-    _s(r"z_{\mathrm{out}}", "computed", "vision: the tower's output, its last stream after the final norm", _VIS),
+    _s(r"\hat \psi", "computed", "vision: a normalised stream", _VIS),
+    _s(r"\psi_{\mathrm{attn}}", "computed", "vision: the normalised stream entering attention", _VIS),
+    _s(r"\psi_{\mathrm{ffn}}", "computed", "vision: the normalised stream entering the MLP", _VIS),
+    _s(r"\psi_{\mathrm{out}}", "computed", "vision: the tower's output, its last stream after the final norm", _VIS),
     # ---------------------------------------------------------------- parameters and sizes
     _s(r"W", "parameter", "a learned weight matrix; its subscript or superscript names which (W_Q, W_{DKV}, "
        "W_{1,i}: expert i's gate matrix)", _PAR),
@@ -278,8 +281,8 @@ SYMBOLS: tuple[Symbol, ...] = (
     _s(r"E^{y}_{\mathrm{pos}}", "parameter", "vision: the learned row-position table", _PAR),
     _s(r"w_{\mathrm{gate}}", "parameter", "the shared expert's gate vector", _PAR),
     _s(r"s_{\mathrm{std}}", "parameter", "vision: the stored standardisation scale", _PAR),
-    _s(r"A^{\mathrm{res}}", "parameter", "hyper-connections: the learned mixing matrix", _PAR),
-    _s(r"B^{\mathrm{res}}", "parameter", "hyper-connections: the learned mixing bias", _PAR),
+    _s(r"B^{\mathrm{res}}", "parameter", "hyper-connections: the learned bias of the stream-mixing weights",
+       _PAR),
     _s(r"B^{a}", "parameter", "compressed attention: the learned position bias of the first half", _PAR),
     _s(r"B^{b}", "parameter", "compressed attention: the learned position bias of the second half", _PAR),
     _s(r"B^{\mathrm{pos}}", "parameter", "compressed attention: the learned bias of each position in a window "
@@ -331,9 +334,10 @@ def _plain(symbol: str) -> str:
 def undefined_reads(comp: Component) -> list[str]:
     """Each computed symbol a step reads that no input port brings and no earlier step computes, or that a later
     form has superseded (reading Q after \\hat Q or Q^{R} was computed from it); and each parameter a step
-    computes. As "step 'name' reads Q, K ..."."""
+    computes, or a function (σ² = var(x) would make σ a variance). As "step 'name' reads Q, K ..."."""
     known = {s for p in comp.inputs for s in symbols_of(p.latex)}
     superseded: dict[str, str] = {}
+    made_from: dict[str, frozenset[str]] = {}
     out = []
     for step in comp.steps:
         if step.heading:
@@ -342,18 +346,32 @@ def undefined_reads(comp: Component) -> list[str]:
         missing = sorted(s for s in parsed.reads if _kind(s) in ("computed", None) and s not in known)
         if missing:
             out.append(f"step '{step.name}' reads {', '.join(missing)}, which no input or earlier step gives")
-        stale = sorted(s for s in parsed.reads if s in superseded)
+        stale = sorted(s for s in parsed.reads if s in superseded
+                       and not _weighted_by_its_form(s, superseded[s], parsed.reads, made_from))
         if stale:
             out.append(f"step '{step.name}' reads {', '.join(stale)}, superseded by "
                        f"{', '.join(superseded[s] for s in stale)}")
         for d in parsed.defines:
             superseded.pop(d, None)
             superseded.update({r: d for r in parsed.reads if r != d and _plain(r) == _plain(d)})
-        computed_params = sorted(s for s in parsed.defines if _kind(s) == "parameter")
-        if computed_params:
-            out.append(f"step '{step.name}' computes {', '.join(computed_params)}, registered as a parameter")
+            made_from[d] = parsed.reads.union(*(made_from.get(r, ()) for r in parsed.reads))
+        for kind in ("parameter", "function"):  # a learned weight or a named function: never a step's result
+            computed = sorted(s for s in parsed.defines if _kind(s) == kind)
+            if computed:
+                out.append(f"step '{step.name}' computes {', '.join(computed)}, registered as a {kind}")
         indexed_indices = sorted(s for s in parsed.subscripted if _kind(s) == "index")
         if indexed_indices:
             out.append(f"step '{step.name}' writes {', '.join(indexed_indices)} with an index, registered as an index")
         known |= parsed.defines
     return out
+
+
+def _weighted_by_its_form(raw: str, form: str, reads: frozenset[str], made_from: dict[str, frozenset[str]]) -> bool:
+    """Whether a step that reads raw after form superseded it also reads weights computed from that form.
+
+    A form replaces its tensor when the computation carries on with it (scores read Q^{R}, not Q). But a copy can be
+    made only to compute weights for the tensor itself: hyper-connections flatten and norm the streams X into
+    \\hat X, project \\hat X to mixing weights, and then mix the streams X, not \\hat X, by them. Such a step reads
+    the raw tensor as computed; a step that reads it without anything made from its form (scores from Q and K^{R})
+    still skips the form."""
+    return any(form in made_from.get(r, ()) for r in reads if r != raw)

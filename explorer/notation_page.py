@@ -18,7 +18,7 @@ from .view_basics import Link, PageBase, page_href
 
 _GREEK = {"α": "alpha", "β": "beta", "γ": "gamma", "δ": "delta", "ζ": "zeta", "η": "eta", "θ": "theta",
           "κ": "kappa", "λ": "lambda", "μ": "mu", "ξ": "xi", "π": "pi", "ρ": "rho", "σ": "sigma", "τ": "tau",
-          "φ": "phi", "χ": "chi", "ω": "omega", "Δ": "Delta", "Γ": "Gamma"}
+          "φ": "phi", "χ": "chi", "ψ": "psi", "ω": "omega", "Δ": "Delta", "Γ": "Gamma"}
 _SYMBOL_IN_TEXT = re.compile(r"(?<![A-Za-z\\])([A-Za-z" + "".join(_GREEK) + r"]'?(?:[_^](?:\{[^{}]*\}|[A-Za-z0-9]+))+)")
 """A symbol with its scripts inside a meaning's prose (Q_h, x_{L,i}, W_{DKV}, e^{−z}), rendered as MathML."""
 

@@ -70,14 +70,7 @@ def test_ports_name_their_symbols():
 
 # ------------------------------------------------------------------- steps read what the steps before produced
 
-KNOWN_GAPS = {
-    # Hyper-connections read the streams both as they are (to mix them) and flattened and normed (to compute the
-    # mixing weights): the normed form does not replace the streams.
-    "hc_block: step 'attn-hc-collapse' reads X, superseded by \\hat X",
-    "hc_block: step 'hc-expand-attn' reads X, superseded by \\hat X",
-    "hyper_connection: step 'hc-collapse' reads X, superseded by \\hat X",
-    "hyper_head: step 'hc-collapse' reads X, superseded by \\hat X",
-}
+KNOWN_GAPS: set[str] = set()
 """Known gaps, by library part: kept exact, so that fixing one (or adding one) updates this list."""
 
 
@@ -120,6 +113,33 @@ def test_a_step_that_reads_the_raw_tensor_fails():
     assert any(r"reads \hat Q, superseded by Q^{R}" in p for p in undefined_reads(normed_only))
 
 
+def test_streams_mixed_by_weights_from_their_normed_copy_read_as_computed():
+    """Hyper-connections norm the flattened streams X into \\hat X only to compute mixing weights, then mix X itself by
+    them: that read is as computed (it was a known gap). Reading X where \\hat X belongs, or mixing X by weights
+    made from anything else, still fails."""
+    hc = next(c for _, c in walk(spec_of("deepseek-v4-flash").root) if c.program == "hyper_connection")
+    proj = next(s for s in hc.steps if s.name == "hc-proj")
+    collapse = next(s for s in hc.steps if s.name == "hc-collapse")
+    assert undefined_reads(hc) == []
+    raw_proj = _with_step(hc, "hc-proj", proj.latex.replace(r"=\hat X\,", "=X_n\\,"))
+    assert raw_proj.steps != hc.steps
+    # and the weights are no longer made from \\hat X, so the collapse that mixes X by them fails too
+    assert undefined_reads(raw_proj) == [r"step 'hc-proj' reads X, superseded by \hat X",
+                                         r"step 'hc-collapse' reads X, superseded by \hat X"]
+    by_a_parameter = _with_step(hc, "hc-collapse", collapse.latex.replace(r"\pi^{\mathrm{pre}}_i", r"\zeta_1"))
+    assert by_a_parameter.steps != hc.steps
+    assert undefined_reads(by_a_parameter) == [r"step 'hc-collapse' reads X, superseded by \hat X"]
+
+
+def test_weights_from_another_tensors_form_do_not_excuse_a_raw_read():
+    """The scores read K^{R}, made from the keys' form, not the queries': reading Q there still skips Q^{R}."""
+    attn = _attention("llama-3.1-8b")
+    softmax = next(s for s in attn.steps if s.name == "softmax")
+    raw = _with_step(attn, "softmax", softmax.latex.replace("Q^{R}_h", "Q_h"))
+    assert raw.steps != attn.steps
+    assert undefined_reads(raw) == ["step 'softmax' reads Q, superseded by Q^{R}"]
+
+
 def test_a_step_that_reads_what_nothing_computed_fails():
     mlp = next(c for _, c in walk(spec_of("kimi-k2").root) if c.program == "gated_mlp")
     down = next(s for s in mlp.steps if s.name == "down_proj")
@@ -154,7 +174,7 @@ def test_an_unregistered_symbol_fails():
     mlp = next(c for _, c in walk(spec_of("kimi-k2").root) if c.program == "gated_mlp")
     product = next(s for s in mlp.steps if s.name == "product")
     assert unregistered(mlp) == []
-    assert unregistered(_with_step(mlp, "product", product.latex.replace("m=", r"\psi="))) == [r"\psi"]
+    assert unregistered(_with_step(mlp, "product", product.latex.replace("m=", r"\nu="))) == [r"\nu"]
 
 
 def test_an_index_letter_used_as_a_tensor_fails():
@@ -174,6 +194,18 @@ def test_a_step_that_computes_a_parameter_fails():
     assert undefined_reads(norm) == []
     bad = _with_step(norm, step.name, step.latex + r",\quad \gamma=x_n")
     assert any(r"computes \gamma, registered as a parameter" in p for p in undefined_reads(bad))
+
+
+def test_a_step_that_defines_the_sigmoid_fails():
+    """σ is the sigmoid on every page (seed 000: s = σ(z)); LayerNorm's variance, once σ², is written out."""
+    norm = next(c for _, c in walk(spec_of("gpt2").root) if c.program == "norm")
+    step = norm.steps[0]
+    assert undefined_reads(norm) == []
+    assert r"\operatorname{mean}((x_n-\mu)^2)" in step.latex
+    as_sigma = _with_step(norm, step.name, step.latex.replace(r"\operatorname{mean}((x_n-\mu)^2)", r"\sigma^2")
+                          + r",\ \sigma^2=\operatorname{var}(x_n)")
+    assert as_sigma.steps != norm.steps
+    assert undefined_reads(as_sigma) == [rf"step '{step.name}' computes \sigma, registered as a function"]
 
 
 def test_the_notation_page_renders_every_symbol_as_mathml_with_where_it_is_defined(all_specs):
@@ -206,7 +238,7 @@ def test_the_seed_004_page_names_its_input_m_in_equation_and_box(all_specs):
     assert parse_step(product.latex).defines == {"m"}
 
 
-KNOWN_OVERLOADS = {"t", "z", r"\sigma"}
+KNOWN_OVERLOADS: set[str] = set()
 """Symbols the steps still write for a second thing, each stated on the Notation page: kept exact, so that a
 rename removes one here and a new double use must be declared."""
 
@@ -217,7 +249,7 @@ def test_each_symbol_has_one_meaning_but_the_declared_overloads():
     assert {s.latex for s in SYMBOLS if s.also} == KNOWN_OVERLOADS
     # issue 25 named these: s was sigmoid scores, softmax scores and sink logits; h a head and a SwiGLU product;
     # v the values and a vision output
-    assert not {"s", "h", "v", r"\rho", r"\kappa", "m", r"z_{\mathrm{out}}"} & KNOWN_OVERLOADS
+    assert not {"s", "h", "v", r"\rho", r"\kappa", "m", "z", r"\psi_{\mathrm{out}}"} & KNOWN_OVERLOADS
     assert [BY_LATEX[x].kind for x in ("s", "h", r"\rho", r"\kappa", "m", "v")] == [
         "index", "index", "computed", "parameter", "computed", "computed"]
     # renamed since: γ was also DeltaNet's chunk decay and a head group, λ also a layer scalar, B also a window bias,
@@ -226,3 +258,47 @@ def test_each_symbol_has_one_meaning_but_the_declared_overloads():
                 r"\Delta"} & KNOWN_OVERLOADS
     assert [BY_LATEX[x].kind for x in (r"\gamma", r"\lambda", "e", r"s_{\mathrm{layer}}")] == [
         "parameter", "computed", "index", "parameter"]
+    # and since: z was also the vision patch stream (ψ now), t also the token ids (t^{id}), σ² LayerNorm's variance
+    # (written out as the mean square deviation)
+    assert [BY_LATEX[x].kind for x in ("z", r"\psi", "t", r"t^{\mathrm{id}}", r"\sigma")] == [
+        "computed", "computed", "index", "constant", "function"]
+
+
+def _bases(comp) -> set[str]:
+    """The bare letters comp's steps and ports write (\\hat \\psi^{\\mathrm{grp}} -> \\psi)."""
+    used = {s for p in (*comp.inputs, *comp.outputs) for s in symbols_of(p.latex)}
+    for step in comp.steps:
+        if not step.heading:
+            parsed = parse_step(step.latex)
+            used |= parsed.defines | parsed.reads
+    return {s.split(" ")[-1].split("_")[0].split("^")[0].rstrip("'") for s in used}
+
+
+def _patch_stream_clashes(comps) -> list[str]:
+    """Each component that writes the router's z next to the patch stream ψ, or a z no router matrix makes."""
+    out = [c.program for c in comps if {"z", r"\psi"} <= _bases(c)]
+    for comp in comps:
+        for step in comp.steps:
+            parsed = parse_step(step.latex) if not step.heading else None
+            if parsed and "z" in parsed.defines and "W_{r}" not in parsed.reads:
+                out.append(f"{comp.program}: step '{step.name}' makes z without the router matrix")
+    return out
+
+
+def test_z_is_the_routers_logits_and_the_patch_stream_is_psi(all_specs):
+    """Issue 25: z was the router's logits (seed 000: s = σ(z)) and the vision towers' patch stream."""
+    comps = [c for spec in all_specs for _, c in walk(spec.root)]
+    assert _patch_stream_clashes(comps) == []
+    towers = [c for c in comps if c.program.endswith("_tower") and "vision" in c.title.lower() + c.key]
+    assert len({c.program for c in towers}) >= 3
+    assert all(r"\psi" in _bases(c) and "z" not in _bases(c) for c in towers)
+    # a vision block that writes its stream z again is caught
+    block = next(c for c in comps if c.program == "vision_block")
+    res = next(s for s in block.steps if s.name == "residual-attn")
+    as_z = _with_step(block, "residual-attn", res.latex.replace(r"\psi'_n", "z'_n", 1).replace(r"\psi_n", "z_n"))
+    assert as_z.steps != block.steps
+    assert _patch_stream_clashes([as_z]) == ["vision_block"]
+    embed = next(c for c in comps if c.program == "patch_embed")
+    patches = next(s for s in embed.steps if s.name == "patches")
+    made = _patch_stream_clashes([_with_step(embed, "patches", patches.latex.replace(r"\psi_i", "z_i"))])
+    assert made == ["patch_embed", "patch_embed: step 'patches' makes z without the router matrix"]

@@ -64,7 +64,7 @@ CASES = [
     ("VisionOptions", QWEN, "qwen_positions", "positions", r"[48\,\operatorname{row}", r"[\operatorname{row}", "side = 48"),
     ("VisionOptions", QWEN, "qwen_vision_tower", "positions", r"[48\,\operatorname{row}", r"[\operatorname{row}",
      "side = 48"),
-    ("VisionOptions", QWEN, "qwen_merger", "concat", r"\hat z_{4i}", r"\hat z_{i}", "merge = 2"),
+    ("VisionOptions", QWEN, "qwen_merger", "concat", r"\hat \psi_{4i}", r"\hat \psi_{i}", "merge = 2"),
     ("VisionOptions", QWEN, "qwen_vision_attention", "rotate", "10000^", "100^", "theta = 10000.0"),
     ("VisionOptions", QWEN, "qwen_vision_block", "rotate", "-4j/72", "-2j/72", "head_dim = 72"),
     ("VisionOptions", QWEN, "qwen_vision_attention", "attend", r"\sqrt{72}", r"\sqrt{d}", "head_dim = 72"),

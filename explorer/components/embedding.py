@@ -31,9 +31,10 @@ class HeadOptions:
 def embedding(ctx: Ctx, key: str, title: str, *, weight: str, ranges: tuple[IndexRange, ...] = (),
               scale: float = 1.0, citations: tuple[Citation, ...] = (), notes: tuple[str, ...] = ()) -> Component:
     """nn.Embedding(vocab_size, hidden_size): one row per token id, optionally scaled."""
-    tokens = Port("t", Shape((B, T)), "input_ids")
+    tokens = Port(r"t^{\mathrm{id}}", Shape((B, T)), "input_ids")
     x = Port("x_1", ctx.tokens("hidden_size"), "x")
-    lookup = Step(r"x_1=E_{\mathrm{tok}}[t]" if scale == 1.0 else rf"x_1={fmt_num(scale)}\,E_{{\mathrm{{tok}}}}[t]",
+    lookup = Step(r"x_1=E_{\mathrm{tok}}[t^{\mathrm{id}}]" if scale == 1.0 else
+                  rf"x_1={fmt_num(scale)}\,E_{{\mathrm{{tok}}}}[t^{{\mathrm{{id}}}}]",
                   x.shape, "lookup")
     scaled = "" if scale == 1.0 else f", multiplied by {scale:.4g} (the square root of the width)"
     return Component(
@@ -121,9 +122,9 @@ def run_positions(comp: Component, run: Run, pos: torch.Tensor) -> list[torch.Te
 
 def embedding_with_positions(ctx: Ctx, tokens: Component, pos: Component, *, citations: tuple[Citation, ...]
                              ) -> Component:
-    """x_1 = E_tok[t] + E_pos[0..T-1]: the token embedding plus learned absolute positions (GPT-2's wte + wpe)."""
+    """x_1 = E_tok[t^id] + E_pos[0..T-1]: the token embedding plus learned absolute positions (GPT-2's wte + wpe)."""
     x = Port("x_1", ctx.tokens("hidden_size"), "x")
-    total = Step(r"x_1=E_{\mathrm{tok}}[t]+x^{\mathrm{pos}}", x.shape, "embed-sum")
+    total = Step(r"x_1=E_{\mathrm{tok}}[t^{\mathrm{id}}]+x^{\mathrm{pos}}", x.shape, "embed-sum")
     return Component(
         key="embed", title="Token and position embeddings", crumb="Embeddings", kind="learned",
         code="wte(input_ids) + wpe(position_ids)",

@@ -74,9 +74,9 @@ def _shape(ctx: Ctx, width: str = "vision_hidden_size", tokens: str = "num_patch
 def patch_embedder(ctx: Ctx, *, prefix: str, o: Gemma4VisionOptions) -> Component:
     D, P, S = (ctx.sym(n) for n in ("vision_hidden_size", "patch_size", "position_embedding_size"))
     pixels = Port(r"\mathcal{P}", _shape(ctx, "patch_values"), "pixel_values")
-    z = Port("z_0", _shape(ctx), "z")
-    steps = (Step(r"z_i=2\,(\mathcal{P}_i-\tfrac12)\,W_{\mathrm{in}}", z.shape, "patches"),
-             Step(r"z_0=z+E^{x}_{\mathrm{pos}}[\operatorname{col}(i)]+E^{y}_{\mathrm{pos}}[\operatorname{row}(i)],\quad "
+    z = Port(r"\psi_0", _shape(ctx), "psi")
+    steps = (Step(r"\psi_i=2\,(\mathcal{P}_i-\tfrac12)\,W_{\mathrm{in}}", z.shape, "patches"),
+             Step(r"\psi_0=\psi+E^{x}_{\mathrm{pos}}[\operatorname{col}(i)]+E^{y}_{\mathrm{pos}}[\operatorname{row}(i)],\quad "
                   rf"\operatorname{{col}}(i)=i\bmod {o.grid_width},\ \operatorname{{row}}(i)=\lfloor i/{o.grid_width}\rfloor",
                   z.shape, "positions"))
     return Component(
@@ -110,8 +110,8 @@ def encoder_block(ctx: Ctx, *, prefix: str, layers: int, o: Gemma4VisionOptions)
         "input_layernorm", "post_attention_layernorm", "pre_feedforward_layernorm", "post_feedforward_layernorm"))
     eps = fmt_eps(o.eps)
     steps = (
-        Step(r"z_{\mathrm{attn}}=\operatorname{RMSNorm}(z_n)", shape, "input_layernorm"),
-        Step(r"Q,K,V=z_{\mathrm{attn}}W_Q,\ z_{\mathrm{attn}}W_K,\ z_{\mathrm{attn}}W_V\ \text{(per head)}", shape, "qkv"),
+        Step(r"\psi_{\mathrm{attn}}=\operatorname{RMSNorm}(\psi_n)", shape, "input_layernorm"),
+        Step(r"Q,K,V=\psi_{\mathrm{attn}}W_Q,\ \psi_{\mathrm{attn}}W_K,\ \psi_{\mathrm{attn}}W_V\ \text{(per head)}", shape, "qkv"),
         Step(rf"\hat Q,\hat K=\operatorname{{RMSNorm}}(Q),\operatorname{{RMSNorm}}(K),\quad \hat V=V/\sqrt{{\operatorname{{mean}}"
              rf"(V^2)+{eps}}}", shape, "qkv-norm"),
         Step(r"\hat Q,\hat K\leftarrow\operatorname{RoPE}_{2D}(\cdot,\operatorname{col}(i),\operatorname{row}(i))\ "
@@ -120,17 +120,17 @@ def encoder_block(ctx: Ctx, *, prefix: str, layers: int, o: Gemma4VisionOptions)
         Step(rf"O_h=\operatorname{{softmax}}(\hat Q_h\hat K_h^{{\top}})\hat V_h,\ h=1,\dots,{o.heads},\quad "
              r"\Delta_{\mathrm{attn}}=[O_1;\dots]W_O",
              shape, "attend"),
-        Step(r"z'_n=z_n+\operatorname{RMSNorm}(\Delta_{\mathrm{attn}})", shape, "residual-attn"),
-        Step(r"\Delta_{\mathrm{ffn}}=\big(\operatorname{GELU}_{\tanh}(\hat z W_1)\odot \hat z W_3\big)W_2,\quad "
-             r"\hat z=\operatorname{RMSNorm}(z'_n)", shape, "mlp"),
-        Step(r"z_{n+1}=z'_n+\operatorname{RMSNorm}(\Delta_{\mathrm{ffn}})", shape, "residual-ffn"))
+        Step(r"\psi'_n=\psi_n+\operatorname{RMSNorm}(\Delta_{\mathrm{attn}})", shape, "residual-attn"),
+        Step(r"\Delta_{\mathrm{ffn}}=\big(\operatorname{GELU}_{\tanh}(\hat \psi W_1)\odot \hat \psi W_3\big)W_2,\quad "
+             r"\hat \psi=\operatorname{RMSNorm}(\psi'_n)", shape, "mlp"),
+        Step(r"\psi_{n+1}=\psi'_n+\operatorname{RMSNorm}(\Delta_{\mathrm{ffn}})", shape, "residual-ffn"))
     return Component(
         key="encoder", title="Vision encoder block", kind="learned", code="Gemma4VisionEncoderLayer(config, i)",
         description=f"Bidirectional attention of {o.heads} heads of {o.head_dim} with q/k RMSNorms, unit-RMS values "
                     "and a 2-D rotary embedding, and a GeGLU MLP, each between two RMSNorms (Gemma's sandwich) and "
                     f"added to the residual stream; {layers} encoder blocks.",
-        repeat=layers, repeat_label="vision blocks", crumb=f"{layers} vision blocks", inputs=(Port("z_n", shape, "z"),),
-        outputs=(Port("z_{n+1}", shape, "z_next"),), equations=steps[-3:], steps=steps, tensors=tensors,
+        repeat=layers, repeat_label="vision blocks", crumb=f"{layers} vision blocks", inputs=(Port(r"\psi_n", shape, "psi"),),
+        outputs=(Port(r"\psi_{n+1}", shape, "psi_next"),), equations=steps[-3:], steps=steps, tensors=tensors,
         notes=(NOTE, "Each projection is a Gemma4ClippableLinear: its weight sits under .linear. (no clipping "
                      "bounds are stored while use_clipped_linears is false)."),
         citations=(cite("An encoder layer normalises q and k per head, scales v to unit RMS, applies the multi-"
@@ -145,13 +145,13 @@ def vision_tower(ctx: Ctx, *, prefix: str, layers: int, o: Gemma4VisionOptions) 
     embed = patch_embedder(ctx, prefix=prefix + "patch_embedder.", o=o)
     block = encoder_block(ctx, prefix=prefix, layers=layers, o=o)
     out = _shape(ctx, tokens="soft_tokens")
-    steps = (*embed.steps, Step(r"z_{n+1}=\operatorname{Block}_n(z_n),\quad n=0,\dots," + str(layers - 1), _shape(ctx),
+    steps = (*embed.steps, Step(r"\psi_{n+1}=\operatorname{Block}_n(\psi_n),\quad n=0,\dots," + str(layers - 1), _shape(ctx),
                                 "encoder"),
-             Step(rf"u=\sqrt{{{ctx.size('vision_hidden_size')}}}\,\operatorname{{AvgPool}}_{{{o.pool}\times{o.pool}}}"
-                  rf"(z_{{{layers}}})", out, "pool"))
+             Step(rf"\psi^{{\mathrm{{pool}}}}=\sqrt{{{ctx.size('vision_hidden_size')}}}\,\operatorname{{AvgPool}}_{{{o.pool}\times{o.pool}}}"
+                  rf"(\psi_{{{layers}}})", out, "pool"))
     tensors: tuple[TensorSpec, ...] = ()
     if o.standardize:
-        steps += (Step(r"z_{\mathrm{out}}=(u-b_{\mathrm{std}})\odot s_{\mathrm{std}}\quad\text{(stored buffers)}", out,
+        steps += (Step(r"\psi_{\mathrm{out}}=(\psi^{\mathrm{pool}}-b_{\mathrm{std}})\odot s_{\mathrm{std}}\quad\text{(stored buffers)}", out,
                        "standardize"),)
         tensors = tuple(TensorSpec(prefix + n, (ctx.sym("vision_hidden_size"),), (), role="buffer",
                                    storage=Dense(ctx.dtype)) for n in ("std_bias", "std_scale"))
@@ -161,7 +161,7 @@ def vision_tower(ctx: Ctx, *, prefix: str, layers: int, o: Gemma4VisionOptions) 
                     f"tokens of {ctx.size('vision_hidden_size'):,} features: patch embedding, {layers} encoder blocks, "
                     f"{o.pool}×{o.pool} average pooling scaled by √d" + (", and a stored standardisation." if
                                                                         o.standardize else "."),
-        inputs=embed.inputs, outputs=(Port(r"z_{\mathrm{out}}" if o.standardize else "u", out, "v"),), equations=steps[-2:], steps=steps, tensors=tensors,
+        inputs=embed.inputs, outputs=(Port(r"\psi_{\mathrm{out}}" if o.standardize else r"\psi^{\mathrm{pool}}", out, "v"),), equations=steps[-2:], steps=steps, tensors=tensors,
         children=(embed, block), notes=(NOTE,),
         citations=(cite("The vision model embeds patches, runs the encoder, pools k×k neighbourhoods scaled by "
                         "√hidden_size and, with standardize, subtracts std_bias and multiplies by std_scale.",
@@ -171,11 +171,11 @@ def vision_tower(ctx: Ctx, *, prefix: str, layers: int, o: Gemma4VisionOptions) 
 
 
 def embedder(ctx: Ctx, *, prefix: str, eps: float) -> Component:
-    v = Port(r"z_{\mathrm{out}}", _shape(ctx, tokens="soft_tokens"), "v")
+    v = Port(r"\psi_{\mathrm{out}}", _shape(ctx, tokens="soft_tokens"), "v")
     e = Port(r"x_{\mathrm{img}}", _shape(ctx, "hidden_size", "soft_tokens"), "e")
-    steps = (Step(rf"\hat z_{{\mathrm{{out}}}}=z_{{\mathrm{{out}}}}/\sqrt{{\operatorname{{mean}}(z_{{\mathrm{{out}}}}^2)+{fmt_eps(eps)}}}",
+    steps = (Step(rf"\hat \psi_{{\mathrm{{out}}}}=\psi_{{\mathrm{{out}}}}/\sqrt{{\operatorname{{mean}}(\psi_{{\mathrm{{out}}}}^2)+{fmt_eps(eps)}}}",
                   v.shape, "embedding_pre_projection_norm"),
-             Step(r"x_{\mathrm{img}}=\hat z_{\mathrm{out}}\,W_{\mathrm{emb}}", e.shape, "embedding_projection"))
+             Step(r"x_{\mathrm{img}}=\hat \psi_{\mathrm{out}}\,W_{\mathrm{emb}}", e.shape, "embedding_projection"))
     return Component(
         key="embed_vision", title="Vision embedder", kind="learned", code="Gemma4MultimodalEmbedder(vision, text)",
         description=f"Scale each soft token to unit RMS (no gain) and project its {ctx.size('vision_hidden_size'):,} "

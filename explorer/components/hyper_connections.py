@@ -65,7 +65,7 @@ def hyper_connection(ctx: Ctx, key: str, title: str, *, prefix: str, ranges: tup
         Step(rf"\pi^{{\mathrm{{pre}}}}=\sigma(\zeta_1a^{{\mathrm{{pre}}}}+b^{{\mathrm{{pre}}}})+{eps}", ctx.tokens(streams),
              "hc-pre"),
         Step(r"\pi^{\mathrm{post}}=2\,\sigma(\zeta_2a^{\mathrm{post}}+b^{\mathrm{post}})", ctx.tokens(streams), "hc-post"),
-        Step(rf"P^{{(0)}}=\operatorname{{softmax}}_{{\mathrm{{row}}}}(\zeta_3A^{{\mathrm{{res}}}}+B^{{\mathrm{{res}}}})+{eps}",
+        Step(rf"P^{{(0)}}=\operatorname{{softmax}}_{{\mathrm{{row}}}}(\zeta_3a^{{\mathrm{{res}}}}+B^{{\mathrm{{res}}}})+{eps}",
              ctx.tokens(streams, pair), "hc-comb"),
         Step(rf"P\leftarrow P/(\mathbf{{1}}^{{\top}}P+{eps})\ \text{{then {o.sinkhorn_iters - 1}}}\times\ "
              rf"\big(P\leftarrow P/(P\mathbf{{1}}+{eps}),\ P\leftarrow P/(\mathbf{{1}}^{{\top}}P+{eps})\big)",

@@ -92,10 +92,10 @@ def patch_embedding(ctx: Ctx, *, prefix: str, grid: ImageGrid, o: MoonViTOptions
     n, _, _ = _dims(ctx, grid)
     patch = Dim("pixels", ctx.size(P))
     pixels = Port(r"\mathcal{P}", Shape((n, ctx.dim("num_channels"), patch, patch)), "pixel_values")
-    z = Port("z_0", _hidden(ctx, grid), "z")
+    z = Port(r"\psi_0", _hidden(ctx, grid), "psi")
     gh, gw = ctx.size(Hp), ctx.size(Wp)
-    steps = (Step(r"z_i=W_{\mathrm{patch}}\operatorname{vec}(\mathcal{P}_i)+b_{\mathrm{patch}}", z.shape, "patches"),
-             Step(rf"z_0=z+\operatorname{{Bicubic}}_{{{gh}\times{gw}\to{grid.h}\times{grid.w}}}(E_{{\mathrm{{pos}}}})",
+    steps = (Step(r"\psi_i=W_{\mathrm{patch}}\operatorname{vec}(\mathcal{P}_i)+b_{\mathrm{patch}}", z.shape, "patches"),
+             Step(rf"\psi_0=\psi+\operatorname{{Bicubic}}_{{{gh}\times{gw}\to{grid.h}\times{grid.w}}}(E_{{\mathrm{{pos}}}})",
                   z.shape, "positions"))
     return Component(
         key="patch_embed", title="Patch embedding", kind="learned", code="Kimi_K25VisionPatchEmbed(config)",
@@ -171,8 +171,8 @@ def block(ctx: Ctx, *, prefix: str, layers: int, o: MoonViTOptions, eps: float) 
     ranges = (IndexRange("layer", tuple(range(layers))),)
     p = prefix + "layers.{layer}."
     shape = _hidden(ctx, o.grid)
-    x, xa, xm, xf = (Port(s, shape, n) for s, n in (("z_n", "z"), (r"z_{\mathrm{attn}}", "z_attn"), ("z'_n", "z_mid"),
-                                                   (r"z_{\mathrm{ffn}}", "z_ffn")))
+    x, xa, xm, xf = (Port(s, shape, n) for s, n in ((r"\psi_n", "psi"), (r"\psi_{\mathrm{attn}}", "psi_attn"), (r"\psi'_n", "psi_mid"),
+                                                   (r"\psi_{\mathrm{ffn}}", "psi_ffn")))
     cite = (kimi("Each encoder layer applies a LayerNorm (gain and bias, eps 1e-5) before attention and before the "
                  "MLP and adds each result to the residual stream.", "Kimi_K25VisionEncoderLayer"),)
     ln1 = layernorm(ctx, "norm1", "Attention LayerNorm", weight=p + "norm1.weight", ranges=ranges,
@@ -182,14 +182,14 @@ def block(ctx: Ctx, *, prefix: str, layers: int, o: MoonViTOptions, eps: float) 
                     size="vision_hidden_size", x=xm, y=xf, code="self.norm2(hidden_states)", eps=eps, citations=cite)
     ffn = mlp(ctx, prefix=p + "mlp.", ranges=ranges, x=xf, y=Port(r"\Delta_{\mathrm{ffn}}", shape, "delta"),
               grid=o.grid)
-    res_a = Step(r"z'_n=z_n+\Delta_{\mathrm{attn}}", shape, "residual-attn")
-    res_f = Step(r"z_{n+1}=z'_n+\Delta_{\mathrm{ffn}}", shape, "residual-ffn")
+    res_a = Step(r"\psi'_n=\psi_n+\Delta_{\mathrm{attn}}", shape, "residual-attn")
+    res_f = Step(r"\psi_{n+1}=\psi'_n+\Delta_{\mathrm{ffn}}", shape, "residual-ffn")
     return Component(
         key="encoder", title="Vision encoder block", kind="learned", code="Kimi_K25VisionEncoderLayer(config)",
         description=f"Bidirectional attention with 2-D rotary positions and a GELU MLP, each after a LayerNorm and "
                     f"added to the residual stream; {layers} encoder blocks.",
         repeat=layers, repeat_label="vision blocks", crumb=f"{layers} vision blocks", inputs=(x,),
-        outputs=(Port("z_{n+1}", shape, "z_next"),), equations=(res_a, res_f),
+        outputs=(Port(r"\psi_{n+1}", shape, "psi_next"),), equations=(res_a, res_f),
         steps=(ln1.steps[0], *attn.steps, res_a, ln2.steps[0], *ffn.steps, res_f),
         children=(ln1, attn, ln2, ffn), notes=(NOTE,), citations=cite, program="moonvit_block", options=o,
     )
@@ -202,17 +202,17 @@ def vision_tower(ctx: Ctx, *, prefix: str, layers: int, o: MoonViTOptions, eps: 
     shape = _hidden(ctx, o.grid)
     n, m, k = _dims(ctx, o.grid)
     post = layernorm(ctx, "final_layernorm", "Final LayerNorm", weight=prefix + "final_layernorm.weight", ranges=(),
-                     size="vision_hidden_size", x=Port(rf"z_{{{layers}}}", shape, "z"), y=Port(r"z_{\mathrm{out}}", shape, "v"),
+                     size="vision_hidden_size", x=Port(rf"\psi_{{{layers}}}", shape, "psi"), y=Port(r"\psi_{\mathrm{out}}", shape, "v"),
                      code="self.final_layernorm(hidden_states)", eps=eps,
                      citations=(kimi("The tower ends with a LayerNorm over the last block's output.",
                                      "Kimi_K25VisionModel"),))
-    grouped = Port(r"z^{\mathrm{grp}}", Shape((m, k, ctx.dim("vision_hidden_size"))), "u")
+    grouped = Port(r"\psi^{\mathrm{grp}}", Shape((m, k, ctx.dim("vision_hidden_size"))), "u")
     g = o.grid
-    group = Step(rf"z^{{\mathrm{{grp}}}}_{{{g.w // g.merge_w}a+b}}=\bigl(z_{{\mathrm{{out}},\,({g.merge_h}a+i)\,{g.w}+{g.merge_w}b+j}}\bigr)"
+    group = Step(rf"\psi^{{\mathrm{{grp}}}}_{{{g.w // g.merge_w}a+b}}=\bigl(\psi_{{\mathrm{{out}},\,({g.merge_h}a+i)\,{g.w}+{g.merge_w}b+j}}\bigr)"
                  rf"_{{i<{g.merge_h},\,j<{g.merge_w}}}",
                  grouped.shape, "merge")
     steps = (embed.steps[0], embed.steps[1],
-             Step(rf"z_{{n+1}}=\operatorname{{Block}}_n(z_n),\quad n=0,\dots,{layers - 1}", shape, "encoder"),
+             Step(rf"\psi_{{n+1}}=\operatorname{{Block}}_n(\psi_n),\quad n=0,\dots,{layers - 1}", shape, "encoder"),
              post.steps[0], group)
     return Component(
         key="vision_tower", title="MoonViT vision tower", kind="group", code="Kimi_K25VisionModel(vision_config)",
@@ -232,9 +232,9 @@ def projector(ctx: Ctx, *, prefix: str, grid: ImageGrid, eps: float) -> Componen
     """LayerNorm each patch vector, concatenate a group's vectors, GELU MLP to the text width."""
     n, m, k = _dims(ctx, grid)
     Dm, d = ctx.sym("merged_hidden_size"), ctx.sym("hidden_size")
-    u = Port(r"z^{\mathrm{grp}}", Shape((m, k, ctx.dim("vision_hidden_size"))), "u")
-    u_hat = Port(r"\hat z^{\mathrm{grp}}", u.shape, "u_hat")
-    cat = Port(r"\bar z", Shape((m, ctx.dim("merged_hidden_size"))), "s")
+    u = Port(r"\psi^{\mathrm{grp}}", Shape((m, k, ctx.dim("vision_hidden_size"))), "u")
+    u_hat = Port(r"\hat \psi^{\mathrm{grp}}", u.shape, "u_hat")
+    cat = Port(r"\bar \psi", Shape((m, ctx.dim("merged_hidden_size"))), "s")
     g = Port("g", cat.shape, "g")
     a = Port("a", cat.shape, "a")
     e = Port(r"x_{\mathrm{img}}", Shape((m, ctx.dim("hidden_size"))), "e")
@@ -245,7 +245,7 @@ def projector(ctx: Ctx, *, prefix: str, grid: ImageGrid, eps: float) -> Componen
                      size="vision_hidden_size", x=u, y=u_hat, code="self.pre_norm(hidden_states)", eps=eps,
                      citations=cite)
     in_proj = linear(ctx, "in_proj", "Merge projection", weight=prefix + "in_proj.weight", ranges=(), d_in=Dm, d_out=Dm,
-                     out_dim=ctx.dim("merged_hidden_size"), x=cat, y=g, equation=r"g=\bar z\,W_{\mathrm{in}}+b_{\mathrm{in}}",
+                     out_dim=ctx.dim("merged_hidden_size"), x=cat, y=g, equation=r"g=\bar \psi\,W_{\mathrm{in}}+b_{\mathrm{in}}",
                      code="self.in_proj(hidden_states)", bias=True, citations=cite,
                      description=f"Mix the {k.size} concatenated patch vectors ({ctx.size(Dm):,} features).")
     out_proj = linear(ctx, "out_proj", "Projection to the text width", weight=prefix + "out_proj.weight", ranges=(),
@@ -253,7 +253,7 @@ def projector(ctx: Ctx, *, prefix: str, grid: ImageGrid, eps: float) -> Componen
                       equation=r"x_{\mathrm{img}}=aW_{\mathrm{out}}+b_{\mathrm{out}}", code="self.out_proj(hidden_states)", bias=True,
                       citations=cite, description=f"Project {ctx.size(Dm):,} features to the text model's width "
                                                   f"{ctx.size(d):,}.")
-    concat = Step(rf"\bar z_m=\bigl[\hat z^{{\mathrm{{grp}}}}_{{m,1}};\dots;\hat z^{{\mathrm{{grp}}}}_{{m,{k.size}}}\bigr]", cat.shape, "concat")
+    concat = Step(rf"\bar \psi_m=\bigl[\hat \psi^{{\mathrm{{grp}}}}_{{m,1}};\dots;\hat \psi^{{\mathrm{{grp}}}}_{{m,{k.size}}}\bigr]", cat.shape, "concat")
     gelu = Step(r"a=\operatorname{GELU}(g)", cat.shape, "gelu")
     steps = (norm.steps[0], concat, in_proj.steps[0], gelu, out_proj.steps[0])
     return Component(

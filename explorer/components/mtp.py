@@ -34,7 +34,7 @@ def mtp(ctx: Ctx, *, first_layer: int, count: int, block: Component, eps: float,
     embed = embedding(ctx, "embed", "MTP token embedding", weight=p + "embed_tokens.weight", ranges=ranges,
                       notes=("Stored as a tensor of its own under the MTP layer's prefix.",))
     enorm = rmsnorm(ctx, "enorm", "Embedding RMSNorm", weight=p + "enorm.weight", ranges=ranges, size="hidden_size",
-                    x=Port(r"E_{\mathrm{tok}}[t_{i+1}]", h.shape, "e"), y=Port("e'", h.shape, "e_norm"), code="self.enorm(embeds)", eps=eps)
+                    x=Port(r"E_{\mathrm{tok}}[t^{\mathrm{id}}_{i+1}]", h.shape, "e"), y=Port("e'", h.shape, "e_norm"), code="self.enorm(embeds)", eps=eps)
     hnorm = rmsnorm(ctx, "hnorm", "Hidden-state RMSNorm", weight=p + "hnorm.weight", ranges=ranges, size="hidden_size",
                     x=h, y=Port("h'", h.shape, "h_norm"), code="self.hnorm(hidden)", eps=eps)
     eh = linear(ctx, "eh_proj", "Combining projection", weight=p + "eh_proj.weight", ranges=ranges,
@@ -47,7 +47,7 @@ def mtp(ctx: Ctx, *, first_layer: int, count: int, block: Component, eps: float,
                    code="self.norm(hidden_states)", eps=eps)
     out = head(ctx, "head", "MTP output head", weight=p + "shared_head.head.weight", ranges=ranges)
     steps = (
-        Step(r"h'=\operatorname{RMSNorm}(x_{L,i}),\quad e'=\operatorname{RMSNorm}(E_{\mathrm{tok}}[t_{i+1}])", h.shape,
+        Step(r"h'=\operatorname{RMSNorm}(x_{L,i}),\quad e'=\operatorname{RMSNorm}(E_{\mathrm{tok}}[t^{\mathrm{id}}_{i+1}])", h.shape,
              "norms"),
         eh.steps[0],
         Step(r"h^{\mathrm{mtp}}=\operatorname{Block}(x_{\mathrm{mtp}})", h.shape, "block"),
@@ -60,7 +60,7 @@ def mtp(ctx: Ctx, *, first_layer: int, count: int, block: Component, eps: float,
                     "embedding; stored in the checkpoint, skipped by transformers when it loads the model.",
         repeat=count, repeat_label="MTP modules" if count != 1 else "MTP module", repeat_formula="num_nextn_predict_layers",
         crumb=f"{count} MTP module" + ("s" if count != 1 else ""),
-        inputs=(h, Port("t_{i+1}", Shape((B, T)), "next_ids")),
+        inputs=(h, Port(r"t^{\mathrm{id}}_{i+1}", Shape((B, T)), "next_ids")),
         outputs=(Port(r"\ell^{\mathrm{mtp}}", ctx.tokens("vocab_size"), "logits"),),
         equations=steps, steps=steps, children=(embed, enorm, hnorm, eh, block, norm, out), citations=citations,
         notes=("Its weights are counted in what the checkpoint stores, and shown apart from the main model.",

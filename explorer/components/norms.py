@@ -53,8 +53,9 @@ def rmsnorm(ctx: Ctx, key: str, title: str, *, weight: str, ranges: tuple[IndexR
 def layernorm(ctx: Ctx, key: str, title: str, *, weight: str, ranges: tuple[IndexRange, ...], size: str, x: Port,
               y: Port, code: str, eps: float, citations: tuple[Citation, ...] = ()) -> Component:
     """LayerNorm: subtract the mean, divide by the standard deviation, scale by w and add b."""
-    detail = (rf"{y.latex}=\frac{{{x.latex}-\mu}}{{\sqrt{{\sigma^2+{fmt_eps(eps)}}}}}\odot\gamma+b,\quad "
-              rf"\mu=\operatorname{{mean}}({x.latex}),\ \sigma^2=\operatorname{{var}}({x.latex})")
+    # the variance written out (the biased one LayerNorm uses), not as σ²: σ is the sigmoid on every page
+    detail = (rf"{y.latex}=\frac{{{x.latex}-\mu}}{{\sqrt{{\operatorname{{mean}}(({x.latex}-\mu)^2)"
+              rf"+{fmt_eps(eps)}}}}}\odot\gamma+b,\quad \mu=\operatorname{{mean}}({x.latex})")
     return Component(
         key=key, title=title, kind="learned", code=code,
         description=f"Centre and scale each {ctx.size(size):,}-feature vector, then apply a learned gain and bias.",

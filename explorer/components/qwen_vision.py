@@ -129,8 +129,8 @@ def vision_block(ctx: Ctx, o: VisionOptions, *, prefix: str, depth: int, cite: C
     ranges = (IndexRange("layer", tuple(range(depth))),)
     p = prefix + "blocks.{layer}."
     shape = _patches(ctx, o)
-    x, xa, xm, xf = (Port(s, shape, n) for s, n in (("z_n", "z"), (r"z_{\mathrm{attn}}", "z_attn"), ("z'_n", "z_mid"),
-                                                   (r"z_{\mathrm{ffn}}", "z_ffn")))
+    x, xa, xm, xf = (Port(s, shape, n) for s, n in ((r"\psi_n", "psi"), (r"\psi_{\mathrm{attn}}", "psi_attn"), (r"\psi'_n", "psi_mid"),
+                                                   (r"\psi_{\mathrm{ffn}}", "psi_ffn")))
 
     def ln(key: str, title: str, xp: Port, yp: Port) -> Component:
         return layernorm(ctx, key, title, weight=p + key + ".weight", ranges=ranges, size="vit_hidden_size", x=xp,
@@ -140,14 +140,14 @@ def vision_block(ctx: Ctx, o: VisionOptions, *, prefix: str, depth: int, cite: C
     attn = vision_attention(ctx, o, prefix=p + "attn.", ranges=ranges, x=xa, cite=cite)
     mlp = vision_mlp(ctx, o, prefix=p + "mlp.", ranges=ranges, x=xf, y=Port(r"\Delta_{\mathrm{ffn}}", shape, "delta"),
                      cite=mlp_cite)
-    res_a = Step(r"z'_n=z_n+\Delta_{\mathrm{attn}}", shape, "residual-attn")
-    res_f = Step(r"z_{n+1}=z'_n+\Delta_{\mathrm{ffn}}", shape, "residual-ffn")
+    res_a = Step(r"\psi'_n=\psi_n+\Delta_{\mathrm{attn}}", shape, "residual-attn")
+    res_f = Step(r"\psi_{n+1}=\psi'_n+\Delta_{\mathrm{ffn}}", shape, "residual-ffn")
     return Component(
         key="blocks", title="Vision encoder block", kind="learned", code="Qwen3_5VisionBlock(config)",
         description=f"Bidirectional attention with 2-D rotary and a GELU MLP, each after a LayerNorm and added to the "
                     f"residual stream; {depth} blocks.",
         repeat=depth, repeat_label="vision blocks", crumb=f"{depth} vision blocks", inputs=(x,),
-        outputs=(Port("z_{n+1}", shape, "z_next"),), equations=(res_a, res_f),
+        outputs=(Port(r"\psi_{n+1}", shape, "psi_next"),), equations=(res_a, res_f),
         steps=(n1.steps[0], *attn.steps, res_a, n2.steps[0], *mlp.steps, res_f), children=(n1, attn, n2, mlp),
         citations=(cite,), program="qwen_vision_block", options=o,
     )
@@ -158,20 +158,20 @@ def merger(ctx: Ctx, o: VisionOptions, *, prefix: str, cite: Citation) -> Compon
     M, m2 = ctx.sym("vit_merged_size"), o.merge ** 2
     tokens = Dim("image tokens", o.patches // m2)
     merged = Shape((tokens, ctx.dim("vit_merged_size")))
-    x = Port(r"z_{\mathrm{out}}", _patches(ctx, o), "z")
+    x = Port(r"\psi_{\mathrm{out}}", _patches(ctx, o), "psi")
     norm = layernorm(ctx, "norm", "Merger LayerNorm", weight=prefix + "norm.weight", ranges=(),
-                     size="vit_hidden_size", x=x, y=Port(r"\hat z", x.shape, "z_hat"), code="self.norm(x)",
+                     size="vit_hidden_size", x=x, y=Port(r"\hat \psi", x.shape, "psi_hat"), code="self.norm(x)",
                      eps=LN_EPS, citations=(cite,))
     fc1 = linear(ctx, "linear_fc1", "Merger expansion", weight=prefix + "linear_fc1.weight", ranges=(), d_in=M,
-                 d_out=M, out_dim=ctx.dim("vit_merged_size"), x=Port(r"\bar z", merged, "u"),
-                 y=Port("g", merged, "g"), equation=r"g=\bar z\,W_1+b_1", bias=True, code="self.linear_fc1(x)",
+                 d_out=M, out_dim=ctx.dim("vit_merged_size"), x=Port(r"\bar \psi", merged, "u"),
+                 y=Port("g", merged, "g"), equation=r"g=\bar \psi\,W_1+b_1", bias=True, code="self.linear_fc1(x)",
                  description=f"Mix the {m2} concatenated patches' {ctx.size('vit_merged_size'):,} features.")
     out = Port(r"x_{\mathrm{img}}", Shape((tokens, ctx.dim("vit_out_hidden_size"))), "e")
     fc2 = linear(ctx, "linear_fc2", "Projection to the text width", weight=prefix + "linear_fc2.weight", ranges=(),
                  d_in=M, d_out=ctx.sym("vit_out_hidden_size"), out_dim=ctx.dim("vit_out_hidden_size"),
                  x=Port("m", merged, "h"), y=out, equation=r"x_{\mathrm{img}}=mW_2+b_2", bias=True, code="self.linear_fc2(x)",
                  description=f"Project to the text model's {ctx.size('vit_out_hidden_size'):,} features.")
-    steps = (norm.steps[0], Step(rf"\bar z_i=[\hat z_{{{m2}i}};\dots;\hat z_{{{m2}i+{m2 - 1}}}]", merged, "concat"),
+    steps = (norm.steps[0], Step(rf"\bar \psi_i=[\hat \psi_{{{m2}i}};\dots;\hat \psi_{{{m2}i+{m2 - 1}}}]", merged, "concat"),
              fc1.steps[0], Step(r"m=\operatorname{GELU}(g)", merged, "gelu"), fc2.steps[0])
     return Component(
         key="merger", title="Patch merger", kind="learned", code="Qwen3_5VisionPatchMerger(config)",
@@ -189,10 +189,10 @@ def qwen_vision_tower(ctx: Ctx, o: VisionOptions, *, prefix: str, depth: int, re
     D = ctx.sym("vit_hidden_size")
     d, P = ctx.size("vit_hidden_size"), ctx.size("vit_patch_values")
     pixels = Port(r"\mathcal{P}", Shape((Dim("patches", o.patches), ctx.dim("vit_patch_values"))), "pixels")
-    z0 = Port("z_0", _patches(ctx, o), "z0")
+    z0 = Port(r"\psi_0", _patches(ctx, o), "psi0")
     embed = linear(ctx, "patch_embed", "Patch embedding", weight=prefix + "patch_embed.proj.weight", ranges=(),
                    d_in="vit_patch_values", d_out=D, out_dim=ctx.dim("vit_hidden_size"), x=pixels, y=z0,
-                   equation=r"z_0=\mathcal{P}\,W_{\mathrm{patch}}+b_{\mathrm{patch}}", bias=True,
+                   equation=r"\psi_0=\mathcal{P}\,W_{\mathrm{patch}}+b_{\mathrm{patch}}", bias=True,
                    quantize=False,  # a Conv3d: FP8 quantizers convert only nn.Linear
                    code="Qwen3_5VisionPatchEmbed(config)",
                    description=f"A Conv3d whose kernel equals its stride: each patch's {P:,} pixel values (channels × "
@@ -202,12 +202,12 @@ def qwen_vision_tower(ctx: Ctx, o: VisionOptions, *, prefix: str, depth: int, re
     embed = _conv3d_shape(ctx, embed, prefix)
     cite = ref.cite("Each vision block adds attention (fused biased qkv, 2-D rotary, no mask) and a GELU MLP, each "
                     "after a LayerNorm.", "VisionBlock")
-    pos = Step(rf"z^{{+}}_i=z_{{0,i}}+E_{{\mathrm{{pos}}}}[{o.side}\,{ROW}+{COL}]", z0.shape, "positions")
+    pos = Step(rf"\psi^{{+}}_i=\psi_{{0,i}}+E_{{\mathrm{{pos}}}}[{o.side}\,{ROW}+{COL}]", z0.shape, "positions")
     positions = Component(
         key="pos_embed", title="Learned positions", kind="learned", code="nn.Embedding(num_position_embeddings, "
         "hidden_size)", description=f"Add to each patch i the table row of its grid position (row(i), col(i) in "
                                     f"{o.side}×{o.side}).",
-        inputs=(z0,), outputs=(Port("z^{+}", z0.shape, "z_pos"),), equations=(pos,), steps=(pos,),
+        inputs=(z0,), outputs=(Port(r"\psi^{+}", z0.shape, "psi_pos"),), equations=(pos,), steps=(pos,),
         tensors=(ctx.tensor(prefix + "pos_embed.weight", (), (ctx.sym("vit_positions"), D)),),
         citations=(ref.cite("The learned position table is resampled bilinearly to the image's patch grid and "
                             "added to the patch embeddings.", "VisionModel.forward"),),
@@ -220,9 +220,9 @@ def qwen_vision_tower(ctx: Ctx, o: VisionOptions, *, prefix: str, depth: int, re
     merge = merger(ctx, o, prefix=prefix + "merger.", cite=ref.cite(
         "The merger applies a LayerNorm per patch, views spatial_merge_size² patches as one vector and maps it "
         "through fc1, GELU and fc2 to out_hidden_size.", "VisionPatchMerger"))
-    # the blocks start from the positioned patches z^+ and the merger reads the last block's output
-    encoder = Step(rf"z_1=\operatorname{{Block}}_0(z^{{+}}),\quad z_{{n+1}}=\operatorname{{Block}}_n(z_n),\ "
-                   rf"n=1,\dots,{depth - 1},\quad z_{{\mathrm{{out}}}}=z_{{{depth}}}", z0.shape, "encoder")
+    # the blocks start from the positioned patches ψ^+ and the merger reads the last block's output
+    encoder = Step(rf"\psi_1=\operatorname{{Block}}_0(\psi^{{+}}),\quad \psi_{{n+1}}=\operatorname{{Block}}_n(\psi_n),\ "
+                   rf"n=1,\dots,{depth - 1},\quad \psi_{{\mathrm{{out}}}}=\psi_{{{depth}}}", z0.shape, "encoder")
     steps = (embed.steps[0], pos, encoder, *merge.steps)
     return Component(
         key="visual", title="Vision tower and merger", kind="learned", code="Qwen3_5VisionModel(vision_config)",

@@ -121,7 +121,7 @@ QWEN_TOWER = "qwen_vision_tower"
 def _qwen_vision(o: VisionOptions) -> tuple[Term, ...]:
     return (Term("side", "positions", rf"[{o.side}\,\operatorname{{row}}(i)+\operatorname{{col}}(i)]",
                  programs=("qwen_positions", QWEN_TOWER)),
-            Term("merge", "concat", rf"\hat z_{{{o.merge ** 2}i}}", programs=("qwen_merger", QWEN_TOWER)),
+            Term("merge", "concat", rf"\hat \psi_{{{o.merge ** 2}i}}", programs=("qwen_merger", QWEN_TOWER)),
             Term("heads", "attend", rf"1,\dots,{o.heads}", programs=QWEN_ATTENTION),
             Term("head_dim", "attend", rf"\sqrt{{{o.head_dim}}}", programs=QWEN_ATTENTION),
             Term("head_dim", "rotate", f"-4j/{o.head_dim}", programs=QWEN_ATTENTION),

@@ -70,12 +70,12 @@ def patch_embedding(ctx: Ctx, *, prefix: str, image_size: int) -> Component:
     C, P, N, D = (ctx.sym(n) for n in ("num_channels", "patch_size", "num_patches", "vision_hidden_size"))
     pixels = Port(r"\mathcal{P}", Shape((B, ctx.dim("num_channels"), Dim("pixels", image_size), Dim("pixels", image_size))),
                   "pixel_values")
-    z = Port("z_0", _patch_shape(ctx), "z")
+    z = Port(r"\psi_0", _patch_shape(ctx), "psi")
     p = ctx.size(P)
-    steps = (Step(rf"z_i=W_{{\mathrm{{patch}}}}\operatorname{{vec}}(\mathcal{{P}}_i)+b_{{\mathrm{{patch}}}},\quad \mathcal{{P}}_i:\ "
+    steps = (Step(rf"\psi_i=W_{{\mathrm{{patch}}}}\operatorname{{vec}}(\mathcal{{P}}_i)+b_{{\mathrm{{patch}}}},\quad \mathcal{{P}}_i:\ "
                   rf"\text{{the }}i"
                   rf"\text{{-th }}{p}\times{p}\text{{ patch, stride }}{p}", z.shape, "patches"),
-             Step(r"z_0=z+E_{\mathrm{pos}}", z.shape, "positions"))
+             Step(r"\psi_0=\psi+E_{\mathrm{pos}}", z.shape, "positions"))
     return Component(
         key="embeddings", title="Patch embedding", kind="learned", code="SiglipVisionEmbeddings(config)",
         description=f"Cut the {image_size}×{image_size} image into {ctx.size(N):,} patches of {ctx.size(P)}×"
@@ -135,8 +135,8 @@ def vision_block(ctx: Ctx, *, prefix: str, layers: int, heads: int, eps: float) 
     ranges = (IndexRange("layer", tuple(range(layers))),)
     p = prefix + "encoder.layers.{layer}."
     shape = _patch_shape(ctx)
-    x, xa, xm, xf = (Port(s, shape, n) for s, n in (("z_n", "z"), (r"z_{\mathrm{attn}}", "z_attn"), ("z'_n", "z_mid"),
-                                                   (r"z_{\mathrm{ffn}}", "z_ffn")))
+    x, xa, xm, xf = (Port(s, shape, n) for s, n in ((r"\psi_n", "psi"), (r"\psi_{\mathrm{attn}}", "psi_attn"), (r"\psi'_n", "psi_mid"),
+                                                   (r"\psi_{\mathrm{ffn}}", "psi_ffn")))
     norm_cite = (siglip("Each encoder layer applies nn.LayerNorm (a gain and a bias) before attention and before "
                         "the MLP.", "SiglipEncoderLayer"),)
     ln1 = layernorm(ctx, "layer_norm1", "Attention LayerNorm", weight=p + "layer_norm1.weight", ranges=ranges,
@@ -147,14 +147,14 @@ def vision_block(ctx: Ctx, *, prefix: str, layers: int, heads: int, eps: float) 
                     size="vision_hidden_size", x=xm, y=xf, code="self.layer_norm2(hidden_states)", eps=eps,
                     citations=norm_cite)
     mlp = vision_mlp(ctx, prefix=p + "mlp.", ranges=ranges, x=xf, y=Port(r"\Delta_{\mathrm{ffn}}", shape, "delta"))
-    res_a = Step(r"z'_n=z_n+\Delta_{\mathrm{attn}}", shape, "residual-attn")
-    res_f = Step(r"z_{n+1}=z'_n+\Delta_{\mathrm{ffn}}", shape, "residual-ffn")
+    res_a = Step(r"\psi'_n=\psi_n+\Delta_{\mathrm{attn}}", shape, "residual-attn")
+    res_f = Step(r"\psi_{n+1}=\psi'_n+\Delta_{\mathrm{ffn}}", shape, "residual-ffn")
     return Component(
         key="encoder", title="Vision encoder block", kind="learned", code="SiglipEncoderLayer(config)",
         description=f"Bidirectional attention and a GELU MLP, each after a LayerNorm and added to the residual "
                     f"stream; {layers} encoder blocks.",
         repeat=layers, repeat_label="vision blocks", crumb=f"{layers} vision blocks", inputs=(x,),
-        outputs=(Port("z_{n+1}", shape, "z_next"),), equations=(res_a, res_f),
+        outputs=(Port(r"\psi_{n+1}", shape, "psi_next"),), equations=(res_a, res_f),
         steps=(ln1.steps[0], *attn.steps, res_a, ln2.steps[0], *mlp.steps, res_f),
         children=(ln1, attn, ln2, mlp), notes=(ENCODER_NOTE,),
         citations=(siglip("An encoder layer adds attention and the MLP, each after a LayerNorm, to the residual.",
@@ -169,11 +169,11 @@ def vision_tower(ctx: Ctx, *, prefix: str, image_size: int, layers: int, heads: 
     block = vision_block(ctx, prefix=prefix, layers=layers, heads=heads, eps=eps)
     shape = _patch_shape(ctx)
     post = layernorm(ctx, "post_layernorm", "Final LayerNorm", weight=prefix + "post_layernorm.weight", ranges=(),
-                     size="vision_hidden_size", x=Port(rf"z_{{{layers}}}", shape, "z"), y=Port(r"z_{\mathrm{out}}", shape, "v"),
+                     size="vision_hidden_size", x=Port(rf"\psi_{{{layers}}}", shape, "psi"), y=Port(r"\psi_{\mathrm{out}}", shape, "v"),
                      code="self.post_layernorm(last_hidden_state)", eps=eps,
                      citations=(siglip("The vision model ends with a LayerNorm over the encoder's output.",
                                        "SiglipVisionModel"),))
-    steps = (embed.steps[0], embed.steps[1], Step(r"z_{n+1}=\operatorname{Block}_n(z_n),\quad n=0,\dots,"
+    steps = (embed.steps[0], embed.steps[1], Step(r"\psi_{n+1}=\operatorname{Block}_n(\psi_n),\quad n=0,\dots,"
                                                   f"{layers - 1}", shape, "encoder"), post.steps[0])
     return Component(
         key="vision_tower", title="SigLIP vision tower", kind="group", code="SiglipVisionModel(vision_config)",
@@ -193,15 +193,15 @@ def projector(ctx: Ctx, *, prefix: str, eps: float, patches_per_side: int, token
     """Average-pool the patch grid to the image's soft tokens, RMSNorm (gain 1 + w), project to the text width."""
     k_ = patches_per_side // tokens_per_side
     tokens = Dim("image tokens", tokens_per_side ** 2)
-    pooled = Port(r"z^{\mathrm{pool}}", Shape((B, tokens, ctx.dim("vision_hidden_size"))), "u")
-    normed = Port(r"\hat z^{\mathrm{pool}}", pooled.shape, "u_hat")
+    pooled = Port(r"\psi^{\mathrm{pool}}", Shape((B, tokens, ctx.dim("vision_hidden_size"))), "u")
+    normed = Port(r"\hat \psi^{\mathrm{pool}}", pooled.shape, "u_hat")
     out = Port(r"x_{\mathrm{img}}", Shape((B, tokens, ctx.dim("hidden_size"))), "e")
     norm = rmsnorm(ctx, "mm_soft_emb_norm", "Soft-token RMSNorm", weight=prefix + "mm_soft_emb_norm.weight", ranges=(),
                    size="vision_hidden_size", x=pooled, y=normed, code="self.mm_soft_emb_norm(pooled)", eps=eps,
                    gain="1+w", citations=citations[:1])
     proj = linear(ctx, "mm_input_projection", "Input projection", weight=prefix + "mm_input_projection_weight",
                   ranges=(), d_in="vision_hidden_size", d_out="hidden_size", out_dim=ctx.dim("hidden_size"),
-                  x=normed, y=out, equation=r"x_{\mathrm{img}}=\hat z^{\mathrm{pool}}\,W_{\mathrm{mm}}", layout="in_out",
+                  x=normed, y=out, equation=r"x_{\mathrm{img}}=\hat \psi^{\mathrm{pool}}\,W_{\mathrm{mm}}", layout="in_out",
                   quantize=False,  # a bare parameter, not an nn.Linear: FP8 quantizers leave it
                   code="torch.matmul(normed, self.mm_input_projection_weight)", citations=citations,
                   description=f"Project {ctx.size('vision_hidden_size'):,} features to the text width "
@@ -209,14 +209,14 @@ def projector(ctx: Ctx, *, prefix: str, eps: float, patches_per_side: int, token
     # a bare parameter of the projector, not a module: its own program reads it by name, and it is checked as
     # part of the projector
     proj = replace(proj, reference="-", program="mm_projection")
-    pool = Step(rf"z^{{\mathrm{{pool}}}}=\operatorname{{AvgPool}}_{{{k_}\times{k_}}}(z_{{\mathrm{{out}}}}),\ {patches_per_side}^2\to{tokens_per_side}^2"
+    pool = Step(rf"\psi^{{\mathrm{{pool}}}}=\operatorname{{AvgPool}}_{{{k_}\times{k_}}}(\psi_{{\mathrm{{out}}}}),\ {patches_per_side}^2\to{tokens_per_side}^2"
                 r"\text{ tokens}", pooled.shape, "pool")
     steps = (pool, norm.steps[0], proj.steps[0])
     return Component(
         key="projector", title="Multimodal projector", kind="learned", code="Gemma3MultiModalProjector(config)",
         description=f"Average {k_}×{k_} neighbourhoods of the {patches_per_side}×{patches_per_side} patch grid into "
                     f"{tokens.size} image tokens, normalise them and project each to the text model's width.",
-        inputs=(Port(r"z_{\mathrm{out}}", _patch_shape(ctx), "v"),), outputs=(out,), equations=steps, steps=steps,
+        inputs=(Port(r"\psi_{\mathrm{out}}", _patch_shape(ctx), "v"),), outputs=(out,), equations=steps, steps=steps,
         children=(norm, proj), citations=citations, program="projector",
         options=ProjectorOptions(patches_per_side, tokens_per_side),
         notes=("The projection matrix is stored input by output, [d_vision, d], and applied as a matmul.",),

@@ -249,7 +249,7 @@ class DeepseekV4(Family):
         ranges, p = layers(indices), "model.layers.{layer}."
         _, x_attn, _, x_ffn, _, delta = block_ports(ctx)
         X = Port("X_n", streams_shape(ctx, c.hc_mult), "streams")
-        ids = Port("t", Shape(ctx.tokens().dims), "input_ids")
+        ids = Port(r"t^{\mathrm{id}}", Shape(ctx.tokens().dims), "input_ids")
         eps, o = c.rms_norm_eps, self.hyper(c)
         hc_cite = (_cite("Each branch's hyper-connection computes pre, post and comb weights from the normalised "
                          "streams, makes comb doubly stochastic by Sinkhorn iterations, and collapses the streams with "
