@@ -82,7 +82,7 @@ SYMBOLS: tuple[Symbol, ...] = (
     _s(r"h'", "computed", "MTP: the main model's last stream (x_{L,i}), normalised", _STREAM),
     _s(r"e'", "computed", "MTP: the normalised embedding of the next token", _STREAM),
     _s(r"h^{\mathrm{mtp}}", "computed", "MTP: the output of its transformer block", _STREAM),
-    _s(r"X", "computed", "hyper-connections: the n parallel residual streams (X_n entering block n)", _STREAM),
+    _s(r"X", "computed", "hyper-connections: the hc_mult parallel residual streams (X_n entering block n)", _STREAM),
     _s(r"X'", "computed", "hyper-connections: the streams after attention's addition", _STREAM),
     _s(r"\hat X", "computed", "hyper-connections: the flattened, normalised streams", _STREAM),
     _s(r"a^{\mathrm{pre}}", "computed", "hyper-connections: raw pre-mixing weights", _STREAM),
