@@ -15,7 +15,7 @@ import torch
 
 from .account import evaluate
 from .components import PROGRAMS, REFERENCE_CALLS, Run
-from .components.base import EXAMPLES, tensor_prefix
+from .components.base import EXAMPLES, capturing_children, tensor_prefix
 from .components.blocks import angles_for, causal_mask, rope_of
 from .components.moe import RoutingMismatch
 from .errors import ExecutionError
@@ -146,15 +146,37 @@ def _next_step(comp: Component, done: tuple[str, ...]) -> str:
     return f"step '{pending[0]}'" if pending else "after its last step"
 
 
-def trace(spec: ModelSpec) -> ShapeTrace:
-    """Run every component at full size on the meta device and check each recorded shape against the spec."""
+def trace(spec: ModelSpec, reuse_child_runs: bool = True) -> ShapeTrace:
+    """Run every component at full size on the meta device and check each recorded shape against the spec.
+
+    Each component is run at its own port shapes. A child that its parent's run ran with inputs of exactly those
+    shapes and dtypes is not run again (reuse_child_runs): on meta nothing but shapes flows, so that run is the
+    one a run of its own would be (a test holds the two traces equal for every model); it cuts a model's trace
+    by about two thirds."""
     weights = model_weights(spec, "meta")
     components = {}
-    for ancestors, comp in walk(spec.root):
-        inputs = [port_tensor(p, spec, comp, "meta") for p in comp.inputs]
-        run, outputs = run_component(spec, ancestors, comp, weights, inputs)
-        components[path_key(ancestors, comp)] = _check_shapes(spec, ancestors, comp, run, inputs, outputs)
+    with capturing_children() as captured:
+        for ancestors, comp in walk(spec.root):
+            inputs = [port_tensor(p, spec, comp, "meta") for p in comp.inputs]
+            earlier = captured.get(id(comp)) if reuse_child_runs else None
+            if earlier is not None and _same_tensors(earlier.inputs, inputs) and not _one_expert(comp):
+                run, outputs = earlier.run, earlier.outputs
+            else:
+                run, outputs = run_component(spec, ancestors, comp, weights, inputs)
+            components[path_key(ancestors, comp)] = _check_shapes(spec, ancestors, comp, run, inputs, outputs)
     return ShapeTrace("meta", dict(FREE_SIZES), components)
+
+
+def _same_tensors(given: tuple, made: list[torch.Tensor]) -> bool:
+    """Whether a parent gave its child tensors of exactly the shapes, dtypes and devices its ports make."""
+    return len(given) == len(made) and all(
+        isinstance(g, torch.Tensor) and (g.shape, g.dtype, g.device) == (m.shape, m.dtype, m.device)
+        for g, m in zip(given, made))
+
+
+def _one_expert(comp: Component) -> bool:
+    """A routed expert runs alone on the first slice of the stacked weights (run_component), not as its MoE runs it."""
+    return "{expert}" in module_prefix(comp, first_layer(comp))
 
 
 def _check_shapes(spec: ModelSpec, ancestors: tuple[Component, ...], comp: Component, run: Run,

@@ -93,7 +93,7 @@ def tag_terms(mathml: str, links: tuple[TermLink, ...]) -> str:
     for seq, link in sorted(((_symbol(t.latex), t) for t in links), key=lambda s: -len(repr(s[0]))):
         # a symbol whose first token's text is absent cannot occur (latex2mathml writes a token's text unpadded)
         if seq and f">{seq[0][2]}<" in text:
-            by_first.setdefault((seq[0][0], seq[0][2]), []).append((seq, link))
+            by_first.setdefault((str(seq[0][0]), str(seq[0][2])), []).append((seq, link))
     if not by_first:
         return mathml
     math = ET.fromstring(mathml)

@@ -8,6 +8,7 @@ import resource
 
 import pytest
 import torch
+from conftest import ROOT
 
 from explorer.components import mla, moe
 from explorer.errors import ExecutionError
@@ -249,3 +250,46 @@ def test_checks_pass_and_agree_with_one_and_two_torch_threads(specs, tiny_specs)
     finally:
         torch.set_num_threads(before)
     assert statements[0] == statements[1]
+
+
+def _content_spec(slug: str):
+    from explorer.content import load_model_content
+    from explorer.families import load_model_spec
+
+    return load_model_spec(load_model_content(ROOT / "content/models" / slug))
+
+
+ALL_MODELS = sorted(p.name for p in (ROOT / "content/models").iterdir() if (p / "model.toml").exists())
+
+
+@pytest.mark.parametrize("slug", ["deepseek-v3.2", "nemotron-3-nano-30b-a3b", "qwen3.5-35b-a3b", "gpt-oss-20b"])
+def test_a_trace_reusing_runs_inside_parents_equals_each_component_run_alone(slug):
+    """The trace reuses a component's run inside its parent where the inputs had its port shapes: every recorded
+    shape, input and output must be what running each component alone gives (MLA with sparse attention and MTP,
+    Mamba-2, Gated DeltaNet with a vision tower, sinks)."""
+    spec = _content_spec(slug)
+    assert trace(spec) == trace(spec, reuse_child_runs=False)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("slug", ALL_MODELS)
+def test_every_models_trace_reusing_runs_equals_each_component_run_alone(slug):
+    spec = _content_spec(slug)
+    assert trace(spec) == trace(spec, reuse_child_runs=False)
+
+
+def test_the_trace_reuses_runs_and_checks_what_they_recorded(specs, monkeypatch):
+    """Most components are not run a second time; and what a reused run recorded is what the trace checks: a record
+    that kept nothing of its own makes the trace fail at the first reused component."""
+    import explorer.execute as execute_module
+    from explorer.components import base
+
+    ran = []
+    alone = execute_module.run_component
+    monkeypatch.setattr(execute_module, "run_component", lambda *a: ran.append(a[2].key) or alone(*a))
+    trace(specs["kimi-k2"])
+    components = len(walk(specs["kimi-k2"].root))
+    assert len(ran) < components / 2, (len(ran), components)  # 19 of 45: norms and rotary run by helpers, not programs
+    monkeypatch.setattr(base._Tee, "__setitem__", lambda self, name, t: self.parent.__setitem__(self.prefix + name, t))
+    with pytest.raises(ExecutionError, match="the program records no such step"):
+        trace(specs["kimi-k2"])

@@ -10,8 +10,10 @@ per step), and, where the reference computes it with a module of its own, a refe
 
 from __future__ import annotations
 
+import functools
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
@@ -214,10 +216,25 @@ running it and of everything inside them; a program without one counts in its ne
 
 def program(name: str, role: str | None = None) -> Callable[[Program], Program]:
     """Register the torch program that computes components whose `program` is `name`, and the compare row (`role`)
-    of a part that is a whole mechanism (an attention, an MLP, a norm), declared here so no part is left out."""
+    of a part that is a whole mechanism (an attention, an MLP, a norm), declared here so no part is left out.
+    The function registered (and returned, for programs that call each other by name) keeps each component's
+    first run while capturing_children is on."""
     if role is not None:
         COMPARISON_ROLES[name] = role
-    return lambda fn: _registered(PROGRAMS, name, fn)
+
+    def register(fn: Program) -> Program:
+        @functools.wraps(fn)
+        def run_program(comp: Component, run: Run, *inputs: Any) -> list[Any]:
+            if _captured is None or id(comp) in _captured:
+                return fn(comp, run, *inputs)
+            own = Run(run.weights, _Tee(run.recorded, run.prefix), "", run.module)
+            outputs = fn(comp, own, *inputs)
+            _captured[id(comp)] = CapturedRun(inputs, own, outputs)
+            return outputs
+
+        return _registered(PROGRAMS, name, run_program)
+
+    return register
 
 
 def reference_call(name: str) -> Callable[[ReferenceCall], ReferenceCall]:
@@ -264,6 +281,46 @@ def run_child(comp: Component, key: str, run: Run, *inputs: Any, prefix: str = "
     child = comp.child(key)
     (out,) = PROGRAMS[child.program](child, run.child(relative_module(comp, child), prefix), *inputs)
     return out
+
+
+@dataclass(frozen=True, slots=True)
+class CapturedRun:
+    """A component's first run (inside its parent's): its inputs, what it recorded as a run of its own would record,
+    and its outputs."""
+
+    inputs: tuple[Any, ...]
+    run: Run
+    outputs: list[Any]
+
+
+_captured: dict[int, CapturedRun] | None = None
+"""While the full-size trace runs (capturing_children), each component's first run, by the id of the component."""
+
+
+class _Tee(dict):  # type: ignore[type-arg]
+    """A child's record: what it records goes to its parent's record (under the parent's prefix, as before) and to
+    a record of its own, with the names a run of its own would give them."""
+
+    def __init__(self, parent: dict[str, Any], prefix: str) -> None:
+        super().__init__()
+        self.parent, self.prefix = parent, prefix
+
+    def __setitem__(self, name: str, tensor: Any) -> None:
+        super().__setitem__(name, tensor)
+        self.parent[self.prefix + name] = tensor
+
+
+@contextmanager
+def capturing_children() -> Iterator[dict[int, CapturedRun]]:
+    """Keep every component's first run by its program while the body runs. The full-size trace runs each component
+    on its own at its port shapes; on the meta device a run's shapes depend only on its inputs' shapes, so a child
+    run inside its parent with inputs of the same shapes and dtypes need not run again (the trace checks that)."""
+    global _captured
+    _captured = {}
+    try:
+        yield _captured
+    finally:
+        _captured = None
 
 
 def options(comp: Component, cls: type) -> Any:
