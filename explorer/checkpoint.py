@@ -32,7 +32,7 @@ def ggml_blocks() -> dict[str, tuple[int, int]]:
 
 
 def known_dtype(dtype: str) -> bool:
-    """A safetensors dtype or a GGUF (llama.cpp) type name."""
+    """A safetensors dtype or a GGUF (llama.cpp) type name (gguf, and its numpy, imported only for the latter)."""
     return dtype in DTYPE_BYTES or dtype in ggml_blocks()
 
 

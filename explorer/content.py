@@ -378,14 +378,15 @@ def _revision_problems(path: Path, ref: CheckpointRef | None) -> list[str]:
 
 
 def _storage_problems(path: Path, ref: CheckpointRef | None) -> list[str]:
-    from .checkpoint import ggml_blocks
+    from .checkpoint import ggml_blocks, known_dtype
     from .spec.storage import DTYPE_BYTES
 
     if ref is None:
         return []
-    known = set(DTYPE_BYTES) | set(ggml_blocks())
-    return [f"{path}: key 'checkpoint.storage.\"{pattern}\"': unknown dtype {dtype!r}"
-            f"{did_you_mean(dtype, sorted(known))}" for pattern, dtype in sorted(ref.storage.items()) if dtype not in known]
+    unknown = [(pattern, dtype) for pattern, dtype in sorted(ref.storage.items()) if not known_dtype(dtype)]
+    known = sorted(set(DTYPE_BYTES) | set(ggml_blocks())) if unknown else []
+    return [f"{path}: key 'checkpoint.storage.\"{pattern}\"': unknown dtype {dtype!r}{did_you_mean(dtype, known)}"
+            for pattern, dtype in unknown]
 
 
 def _storage_evidence_problems(path: Path, ref: CheckpointRef | None, manifest: bool) -> list[str]:
