@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import html
 import re
+from collections.abc import Callable
 from functools import lru_cache
 
 from latex2mathml.converter import convert
@@ -19,9 +20,39 @@ _ROOT = re.compile(r'^<math xmlns="http://www.w3.org/1998/Math/MathML" display="
 STREAMS = (("stream-q", "query"), ("stream-k", "key"), ("stream-v", "value"), ("stream-context", "context"))
 
 
+_remembered: dict[str, str] = {}
+"""The last build's conversions (explorer/mathml_cache.py), keyed "inline:<latex>" or "block:<latex>"."""
+_trusted: Callable[[str, bool, str], bool] = lambda latex, display, markup: False  # noqa: E731
+_used: dict[tuple[str, bool], str] = {}
+"""The formulas this process has used since the last take_used (each once: to_mathml is cached)."""
+
+
+def remember(entries: dict[str, str], holds: Callable[[str, bool, str], bool]) -> None:
+    """Use these conversions from the last build where `holds` accepts them (checked on first use, in whichever
+    process uses them)."""
+    global _trusted
+    _remembered.update(entries)
+    _trusted = holds
+
+
+def take_used() -> dict[tuple[str, bool], str]:
+    """The formulas used in this process since the last call, for the build to keep (mathml_cache.save)."""
+    used = dict(_used)
+    _used.clear()
+    return used
+
+
 @lru_cache(maxsize=None)
 def to_mathml(latex: str, display: bool = False) -> str:
     """Return a <math> element for a LaTeX formula, with the source as annotation."""
+    markup = _remembered.get(("block:" if display else "inline:") + latex)
+    if markup is None or not _trusted(latex, display, markup):
+        markup = _convert(latex, display)
+    _used[(latex, display)] = markup
+    return markup
+
+
+def _convert(latex: str, display: bool) -> str:
     try:
         converted = convert(latex, display="block" if display else "inline")
     except Exception as e:  # latex2mathml raises many types; name the formula

@@ -9,7 +9,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
 
-from . import cache, highlight_cache
+from . import cache, highlight_cache, mathml_cache
 from .account import account
 from .api import api_file
 from .checkpoint import CheckpointIndex
@@ -261,8 +261,10 @@ def build_site(project: Project, out_dir: Path, progress: Progress = stderr_prog
     files = [partial(search_file, builds), *(partial(api_file, mb) for mb in builds),
              *(partial(compare_data_file, mb) for mb in builds)]
     progress(f"writing the pages of {len(builds)} models to {out_dir}")
-    write_site(pages, files, out_dir, project.templates, project.static, progress, default_jobs(jobs), site_url,
-               file_costs=(len(builds),))
+    mathml_cache.load(project.mathml if use_cache else None)
+    formulas = write_site(pages, files, out_dir, project.templates, project.static, progress, default_jobs(jobs),
+                          site_url, file_costs=(len(builds),))
+    mathml_cache.save(project.mathml if use_cache else None, formulas)
     return builds
 
 

@@ -31,6 +31,11 @@ class Project:
         return self.root / ".cache" / "execute"
 
     @property
+    def mathml(self) -> Path:
+        """Formulas converted to MathML kept between builds (explorer/mathml_cache.py)."""
+        return self.root / ".cache" / "mathml"
+
+    @property
     def highlights(self) -> Path:
         """Highlighted excerpts kept between builds (explorer/highlight_cache.py)."""
         return self.root / ".cache" / "highlight"

@@ -14,6 +14,7 @@ from jinja2 import Environment, FileSystemLoader, StrictUndefined
 
 from .compare_views import CompareIndexPage, ComparePage
 from .errors import OutputError
+from .mathml import take_used
 from .notation_page import NotationPage
 from .parallel import run_in_order
 from .publish import check_output, publish, stage
@@ -40,29 +41,35 @@ FileGroup = Callable[[], dict[str, str]]
 
 def write_site(pages: Sequence[PageGroup], files: Sequence[FileGroup], out_dir: Path, template_dir: Path, static_dir: Path,
                progress: Callable[[str], None] = lambda _: None, jobs: int = 1, site_url: str = "",
-               file_costs: Sequence[int] = ()) -> None:
+               file_costs: Sequence[int] = ()) -> dict[tuple[str, bool], str]:
     """Make and write every group of pages and files (`jobs` groups at a time) into a temporary sibling of
     out_dir, then swap it in whole; sitemap.xml only when `site_url` gives the address its URLs start with.
     file_costs: each file group's work in pages (PageGroup.cost), where known; 1 otherwise.
+    Returns every formula the pages used, as converted (explorer/mathml_cache.py keeps them for the next build).
 
     out_dir must have passed publish.check_output, and the caller holds its lock (publish.claim_output).
     """
     out_dir = check_output(out_dir)
     env = environment(template_dir)
+    for name in sorted(set(TEMPLATES.values())):  # compiled once here, not again in each page writer
+        env.get_template(name)
     tmp = stage(out_dir)
     try:
         paths: list[str] = []
+        formulas = take_used()  # any this process converted before the writers fork
         tasks = [partial(_write_pages, env, group, tmp) for group in pages]
         tasks += [partial(_write_files, group, tmp) for group in files]
         costs = [group.cost for group in pages] + [*file_costs, *[1] * (len(files) - len(file_costs))]
-        for written in run_in_order(tasks, jobs, costs=costs):
+        for written, used in run_in_order(tasks, jobs, costs=costs):
             paths += written
+            formulas.update(used)
             if written:
                 progress(f"rendered {len(paths)} pages")
         shutil.copytree(static_dir, tmp / "static")
         if site_url:
             _write(tmp / "sitemap.xml", sitemap(paths, site_url))
         publish(tmp, out_dir)
+        return formulas
     except OSError as e:
         shutil.rmtree(tmp, ignore_errors=True)
         raise OutputError(f"{out_dir}: cannot write the site: {e.strerror or e} ({e.filename or tmp})") from e
@@ -71,19 +78,23 @@ def write_site(pages: Sequence[PageGroup], files: Sequence[FileGroup], out_dir: 
         raise
 
 
-def _write_pages(env: Environment, group: PageGroup, folder: Path) -> list[str]:
-    """Make a group's pages, write each under `folder`; their paths, in order."""
+Written = tuple[list[str], dict[tuple[str, bool], str]]
+"""A task's page paths, in order, and the formulas its process converted for them (mathml.take_used)."""
+
+
+def _write_pages(env: Environment, group: PageGroup, folder: Path) -> Written:
+    """Make a group's pages, write each under `folder`."""
     pages = group.make()
     for page in pages:
         _write(folder / page.path, render_page(env, page))
-    return [page.path for page in pages]
+    return [page.path for page in pages], take_used()
 
 
-def _write_files(group: FileGroup, folder: Path) -> list[str]:
+def _write_files(group: FileGroup, folder: Path) -> Written:
     """Write a group's files under `folder`; no page paths (they are not in the sitemap)."""
     for rel, text in group().items():
         _write(folder / rel, text)
-    return []
+    return [], take_used()
 
 
 def _write(path: Path, text: str) -> None:
