@@ -435,7 +435,7 @@ def component_page(mb: ModelBuild, ancestors: tuple[Component, ...], comp: Compo
         summary=comp.description, prose_html=render_markdown(mb.content.prose.get(path, "")),
         extras=comp.extras, equations=tuple(step_view(s, traced.steps, "eq-", links) for s in comp.equations),
         steps=tuple(step_view(s, traced.steps, "step-", links) for s in comp.steps) if show_steps else (),
-        steps_label=f"All {sum(1 for s in comp.steps if not s.heading)} steps",
+        steps_label=_steps_label(sum(1 for s in comp.steps if not s.heading)),
         inputs=tuple(port_view(p, t, links) for p, t in zip(comp.inputs, traced.inputs)),
         outputs=tuple(port_view(p, t, links) for p, t in zip(comp.outputs, traced.outputs)),
         trace_note=(f"Shapes traced by running this component at full size on the {mb.trace.device} device "
@@ -463,6 +463,10 @@ def component_page(mb: ModelBuild, ancestors: tuple[Component, ...], comp: Compo
         unused_reader=FAMILIES[mb.spec.family].reference.config_class,
         variants=variant_views(mb) if is_model else (),
         calculator=calculator_view(mb.figures.serving, mb.figures.get("max_context").formula) if is_model else None)
+
+
+def _steps_label(count: int) -> str:
+    return "The one step" if count == 1 else f"All {count} steps"
 
 
 def flow_diagram(mb: ModelBuild, path: str, comp: Component, traced) -> str:
