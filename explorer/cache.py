@@ -142,6 +142,18 @@ def save(cache_dir: Path | None, spec: ModelSpec, reference: ReferenceModel, exe
            f"{spec.slug}-*.json", lambda name: _KEY.fullmatch(name[len(spec.slug):]) is not None)
 
 
+def read_strings(path: Path) -> dict[str, str]:
+    """A cache file that maps strings to strings (highlighted excerpts, MathML): its well-typed entries, or none
+    where it is absent, unreadable or damaged (the caller computes them again)."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    if not isinstance(data, dict):
+        return {}
+    return {k: v for k, v in data.items() if isinstance(k, str) and isinstance(v, str)}
+
+
 def _write(path: Path, text: str, stale: str, is_stale: Callable[[str], bool]) -> None:
     """Replace the entries matching `stale` with this one, written through a temporary file of this process's
     own (concurrent builds write the same entries), or not at all: a read-only or full cache costs the next

@@ -17,6 +17,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from .cache import _write as write_replacing
+from .cache import read_strings
 from .digest import package_digest
 from .evidence_views import Excerpt, highlight_lines, remember_highlights
 from .model_build import ModelBuild
@@ -34,7 +35,7 @@ def prime(folder: Path | None, builds: Iterable[ModelBuild]) -> None:
     wanted = {_key(ex): ex for ex in {(c.lines, c.first, c.file) for mb in builds for cits in mb.citations.values()
                                       for c in cits if c.lines is not None}}
     path = folder / f"highlight-{_file_key()}.json" if folder is not None else None
-    stored = _read(path) if path is not None else {}
+    stored = read_strings(path) if path is not None else {}
     remember_highlights({ex: stored[key] for key, ex in wanted.items() if key in stored and holds(ex, stored[key])})
     entries = {key: highlight_lines(*ex) for key, ex in wanted.items()}  # the remembered ones are looked up
     if path is None or entries == stored:
@@ -51,16 +52,6 @@ def holds(excerpt: Excerpt, markup: str) -> bool:
     text = _TAG.sub("", markup[len(_OPEN):-len(_CLOSE)])
     return "<" not in text and ">" not in text and html.unescape(text) == "".join(
         f"{first + i}{line}" for i, line in enumerate(lines))
-
-
-def _read(path: Path) -> dict[str, str]:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):  # absent, unreadable or damaged: highlighted again
-        return {}
-    if not isinstance(data, dict):
-        return {}
-    return {k: v for k, v in data.items() if isinstance(k, str) and isinstance(v, str)}
 
 
 def _key(excerpt: Excerpt) -> str:

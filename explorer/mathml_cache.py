@@ -21,6 +21,7 @@ from pathlib import Path
 
 from . import mathml
 from .cache import _write as write_replacing
+from .cache import read_strings
 from .digest import package_digest
 
 FORMAT = 1
@@ -36,7 +37,7 @@ _ATTRIBUTES = re.compile(r"[a-z][a-z-]*")
 def load(folder: Path | None) -> None:
     """Hand the last build's entries to mathml.to_mathml, before the page writers fork (None: no cache)."""
     if folder is not None:
-        mathml.remember(_read(folder / _file_name()), holds)
+        mathml.remember(read_strings(folder / _file_name()), holds)
 
 
 def save(folder: Path | None, converted: dict[tuple[str, bool], str]) -> None:
@@ -45,7 +46,7 @@ def save(folder: Path | None, converted: dict[tuple[str, bool], str]) -> None:
         return
     path = folder / _file_name()
     entries = {_key(latex, display): markup for (latex, display), markup in converted.items()}
-    if entries != _read(path):
+    if entries != read_strings(path):
         write_replacing(path, json.dumps(entries, sort_keys=True), "mathml-*.json",
                         lambda name: _FILE.fullmatch(name) is not None)
 
@@ -65,16 +66,6 @@ def holds(latex: str, display: bool, markup: str) -> bool:
     return all(el.tag.startswith(_NS) and el.tag[len(_NS):] in _ELEMENTS
                and all(_ATTRIBUTES.fullmatch(a) and not a.startswith("on") and a != "href" for a in el.attrib)
                for el in root.iter())
-
-
-def _read(path: Path) -> dict[str, str]:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):  # absent, unreadable or damaged: converted again
-        return {}
-    if not isinstance(data, dict):
-        return {}
-    return {k: v for k, v in data.items() if isinstance(k, str) and isinstance(v, str)}
 
 
 def _key(latex: str, display: bool) -> str:
