@@ -7,6 +7,8 @@ binding (explorer/families/); nothing here names a family.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -45,8 +47,35 @@ def build_reference_model(spec: ModelSpec):  # -> transformers PreTrainedModel o
 
     config_class, model_class = _classes(spec)
     config = config_class(**transformers_config(spec))
-    with torch.device("meta"):
+    with torch.device("meta"), _no_random_fill():
         return model_class(config)
+
+
+_FILLS = ("uniform_", "normal_", "trunc_normal_", "constant_", "ones_", "zeros_", "eye_", "dirac_", "xavier_uniform_",
+          "xavier_normal_", "kaiming_uniform_", "kaiming_normal_", "orthogonal_", "sparse_")
+"""torch.nn.init's functions that fill a tensor in place (each returns the tensor)."""
+
+
+@contextmanager
+def _no_random_fill() -> Iterator[None]:
+    """Module constructors fill their new weights (nn.Linear's kaiming_uniform_); on meta there is nothing to fill, but
+    the calls still run torch's Python decompositions, a fifth of building a reference model. Within this context
+    they return the tensor untouched (as transformers' no_init_weights does for a model whose weights will be loaded;
+    that one also skips init_weights, which ties the head to the embedding, so it is not used here)."""
+    import torch.nn.init as init
+
+    originals = {name: getattr(init, name) for name in _FILLS}
+    try:
+        for name in _FILLS:
+            setattr(init, name, _unfilled)
+        yield
+    finally:
+        for name, fill in originals.items():
+            setattr(init, name, fill)
+
+
+def _unfilled(tensor: Any, *args: Any, **kwargs: Any) -> Any:
+    return tensor
 
 
 def tiny_reference_model(tiny: ModelSpec):

@@ -293,3 +293,30 @@ def test_the_trace_reuses_runs_and_checks_what_they_recorded(specs, monkeypatch)
     monkeypatch.setattr(base._Tee, "__setitem__", lambda self, name, t: self.parent.__setitem__(self.prefix + name, t))
     with pytest.raises(ExecutionError, match="the program records no such step"):
         trace(specs["kimi-k2"])
+
+
+@pytest.mark.parametrize("slug", ["gpt2", "kimi-k2", "gemma-4-26b-a4b"])
+def test_the_reference_built_without_random_fills_is_the_same_reference(slug, monkeypatch):
+    """Module constructors' random fills are skipped on meta: every name and shape, tied head included (GPT-2's and
+    Gemma 4's heads share the embedding; transformers' no_init_weights would have skipped that tie), is what the
+    model built with them gives."""
+    from contextlib import nullcontext
+
+    from explorer import reference
+
+    spec = _content_spec(slug)
+    unfilled = reference.reference_index(spec)
+    monkeypatch.setattr(reference, "_no_random_fill", nullcontext)
+    assert unfilled == reference.reference_index(spec)
+
+
+def test_random_fills_are_restored_after_a_reference_is_built_even_when_it_fails(monkeypatch):
+    from explorer import reference
+
+    before = {name: getattr(torch.nn.init, name) for name in reference._FILLS}
+    with pytest.raises(RuntimeError, match="config refused"), reference._no_random_fill():
+        assert torch.nn.init.kaiming_uniform_ is reference._unfilled
+        raise RuntimeError("config refused")
+    assert {name: getattr(torch.nn.init, name) for name in reference._FILLS} == before
+    weight = torch.nn.Linear(3, 2).weight
+    assert weight.abs().sum() > 0  # constructors on CPU fill again
