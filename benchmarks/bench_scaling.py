@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -89,6 +90,7 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=2, help="B0 measurements to take the fastest of")
     args = parser.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
+    load_before = os.getloadavg()[0]  # the ratios assume an otherwise idle machine: say how idle it was
     b0: Run = baseline(args.repeat)
     print(f"B0 (python -c '{B0_CODE}'): {b0.wall:.2f} s wall, {b0.cpu:.2f} s CPU")
     print(f"{'models':>6}{'pages':>7}  {'build':<10}{'wall':>9}{'×B0':>7}{'CPU':>9}{'×B0':>7}"
@@ -113,6 +115,8 @@ def main() -> None:
                     ("no change <= 1 s", all(r["no change"].wall <= 1 for r in results.values())),
                     ("site bytes per model within 20 %", max(per_model) <= 1.2 * min(per_model))]
         print("issue 26's targets: " + "; ".join(f"{name} {'met' if ok else 'NOT met'}" for name, ok in verdicts))
+    print(f"load average (1 min) before {load_before:.2f}, after {os.getloadavg()[0]:.2f} on "
+          f"{len(os.sched_getaffinity(0))} cores (above about 1, another process shared the cores)")
 
 
 if __name__ == "__main__":
