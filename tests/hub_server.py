@@ -36,7 +36,8 @@ class FakeHub:
         self._stopped = threading.Event()
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
         self._server.handle_error = lambda request, address: None  # a client that gave up (timeout test)
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        # serve_forever notices shutdown() only between polls: at its default of 0.5 s, every `with` waited that long
+        self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True)
 
     @property
     def url(self) -> str:

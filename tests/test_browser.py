@@ -4,7 +4,9 @@ leaving the site, math rendered, no layout shift, search by tensor name; screens
 from __future__ import annotations
 
 import shutil
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 from conftest import ROOT
@@ -52,18 +54,55 @@ def browser():
         b.close()
 
 
-def open_page(browser, site: Path, rel: str, width: int, **context_options):
-    """A page with console errors, page errors and every request recorded."""
-    context = browser.new_context(viewport={"width": width, "height": 900}, **context_options)
-    page = context.new_page()
-    page.add_init_script(CLS_PROBE)
-    page.errors, page.requests = [], []
-    page.on("console", lambda m: page.errors.append(m.text) if m.type == "error" else None)
-    page.on("pageerror", lambda e: page.errors.append(str(e)))
-    page.on("request", lambda r: page.requests.append(r.url))
-    page.goto((site / rel).as_uri())
-    page.wait_for_load_state("load")
-    return context, page
+class Tabs:
+    """One page per viewport width, colour scheme and JavaScript setting, kept open for a module's tests. Each test
+    navigates it to a new document, with its own record of console errors, page errors and requests, at a third of
+    the cost of a new browser context per test (a context starts a renderer process). A new document keeps nothing
+    of the last: the site stores nothing (no cookies or storage; the compare picker keeps its choice in the URL's
+    fragment), and the browser's cache is off, so every file loads as on a first visit."""
+
+    def __init__(self, browser) -> None:
+        self.browser = browser
+        self.pages: dict[tuple[int, str, bool], Any] = {}
+
+    @contextmanager
+    def open(self, site: Path, rel: str, width: int, color_scheme: str = "light", java_script_enabled: bool = True):
+        """The page, showing `rel` as loaded afresh, for the body of a `with`; then a blank one, so that nothing the
+        document does as it unloads is reported to the next test."""
+        page = self._page(width, color_scheme, java_script_enabled)
+        page.errors, page.requests = [], []
+        page.emulate_media(media="screen", color_scheme=color_scheme)  # undo a test's print or scheme emulation
+        page.goto((site / rel).as_uri())
+        page.wait_for_load_state("load")
+        try:
+            yield page
+        finally:
+            page.goto("about:blank")
+
+    def _page(self, width: int, color_scheme: str, java_script_enabled: bool):
+        key = (width, color_scheme, java_script_enabled)
+        if key not in self.pages:
+            context = self.browser.new_context(viewport={"width": width, "height": 900}, color_scheme=color_scheme,
+                                               java_script_enabled=java_script_enabled)
+            page = context.new_page()
+            context.new_cdp_session(page).send("Network.setCacheDisabled", {"cacheDisabled": True})
+            page.add_init_script(CLS_PROBE)
+            page.on("console", lambda m: page.errors.append(m.text) if m.type == "error" else None)
+            page.on("pageerror", lambda e: page.errors.append(str(e)))
+            page.on("request", lambda r: page.requests.append(r.url))
+            self.pages[key] = page
+        return self.pages[key]
+
+    def close(self) -> None:
+        for page in self.pages.values():
+            page.context.close()
+
+
+@pytest.fixture(scope="module")
+def tabs(browser):
+    opened = Tabs(browser)
+    yield opened
+    opened.close()
 
 
 def search_ready(page) -> None:
@@ -82,9 +121,8 @@ PAGE_LOADS = [pytest.param(name, width_name, scheme, id=f"{name}-{width_name}-{s
 
 
 @pytest.mark.parametrize(("name", "width_name", "scheme"), PAGE_LOADS)
-def test_page_loads_cleanly_in_chromium(browser, built_site, name, width_name, scheme):
-    context, page = open_page(browser, built_site, PAGES[name], WIDTHS[width_name], color_scheme=scheme)
-    try:
+def test_page_loads_cleanly_in_chromium(tabs, built_site, name, width_name, scheme):
+    with tabs.open(built_site, PAGES[name], WIDTHS[width_name], color_scheme=scheme) as page:
         page.wait_for_timeout(300)
         assert page.errors == []
         site_uri = built_site.as_uri()
@@ -95,8 +133,6 @@ def test_page_loads_cleanly_in_chromium(browser, built_site, name, width_name, s
             _assert_math_rendered(page)
         ARTIFACTS.mkdir(exist_ok=True)
         page.screenshot(path=str(ARTIFACTS / f"{name}-{width_name}-{scheme}.png"), full_page=True)
-    finally:
-        context.close()
 
 
 def _assert_math_rendered(page):
@@ -112,9 +148,8 @@ def _assert_math_rendered(page):
     assert page.locator("math[alttext]").count() == count
 
 
-def test_search_finds_components_by_tensor_name(browser, built_site):
-    context, page = open_page(browser, built_site, "index.html", 1280)
-    try:
+def test_search_finds_components_by_tensor_name(tabs, built_site):
+    with tabs.open(built_site, "index.html", 1280) as page:
         page.keyboard.press("/")
         assert page.evaluate("document.activeElement.id") == "search-input"
         page.keyboard.type("kv_b_proj")
@@ -129,57 +164,44 @@ def test_search_finds_components_by_tensor_name(browser, built_site):
             page.keyboard.press("Enter")
         assert page.url.endswith("models/kimi-k2/blocks.moe.moe.router.html")
         assert page.errors == []
-    finally:
-        context.close()
 
 
-def test_pages_work_without_javascript(browser, built_site):
-    context, page = open_page(browser, built_site, PAGES["moe-block"], 1280, java_script_enabled=False)
-    try:
+def test_pages_work_without_javascript(tabs, built_site):
+    with tabs.open(built_site, PAGES["moe-block"], 1280, java_script_enabled=False) as page:
         assert page.locator("form.search").is_hidden()
         assert "17,059,365,248" in page.inner_text("main")
         page.click("summary:has-text('All')")
         assert page.locator("#steps .step").nth(5).is_visible()
-    finally:
-        context.close()
 
 
-def test_dark_theme_follows_the_system_setting(browser, built_site):
+def test_dark_theme_follows_the_system_setting(tabs, built_site):
     colours = []
     for scheme in ("light", "dark"):
-        context, page = open_page(browser, built_site, PAGES["down-proj"], 1280, color_scheme=scheme)
-        colours.append(page.evaluate("getComputedStyle(document.body).backgroundColor"))
-        context.close()
+        with tabs.open(built_site, PAGES["down-proj"], 1280, color_scheme=scheme) as page:
+            colours.append(page.evaluate("getComputedStyle(document.body).backgroundColor"))
     assert colours[0] != colours[1]
 
 
-def test_print_hides_navigation(browser, built_site):
-    context, page = open_page(browser, built_site, PAGES["moe-block"], 1280)
-    try:
+def test_print_hides_navigation(tabs, built_site):
+    with tabs.open(built_site, PAGES["moe-block"], 1280) as page:
         page.emulate_media(media="print")
         assert page.locator(".site-nav").is_hidden()
         assert page.locator("#parameters").is_visible()
-    finally:
-        context.close()
 
 
-def test_keyboard_reaches_open_inside_cards(browser, built_site):
-    context, page = open_page(browser, built_site, PAGES["moe-block"], 1280)
-    try:
+def test_keyboard_reaches_open_inside_cards(tabs, built_site):
+    with tabs.open(built_site, PAGES["moe-block"], 1280) as page:
         page.focus(".card")
         with page.expect_navigation():
             page.keyboard.press("Enter")
         assert page.url.endswith("blocks.moe.attn_norm.html")
-    finally:
-        context.close()
 
 
 @pytest.mark.parametrize("width_name", WIDTHS)
-def test_whole_model_picture_fits_and_lights_k_experts(browser, built_site, width_name):
+def test_whole_model_picture_fits_and_lights_k_experts(tabs, built_site, width_name):
     """The model page's picture: inside the viewport at both widths, one numbered cell per layer, 8 of 384 routed
     experts lit beside the shared expert; screenshots in both schemes kept for a person to read."""
-    context, page = open_page(browser, built_site, PAGES["model"], WIDTHS[width_name])
-    try:
+    with tabs.open(built_site, PAGES["model"], WIDTHS[width_name]) as page:
         box = page.locator("figure.whole-model svg").bounding_box()
         assert box is not None and box["x"] >= 0 and box["x"] + box["width"] <= WIDTHS[width_name]
         assert page.locator("figure.whole-model text.num").count() == 61
@@ -190,8 +212,6 @@ def test_whole_model_picture_fits_and_lights_k_experts(browser, built_site, widt
         for scheme in SCHEMES:
             page.emulate_media(color_scheme=scheme)
             page.locator("figure.whole-model").screenshot(path=str(ARTIFACTS / f"whole-model-{width_name}-{scheme}.png"))
-    finally:
-        context.close()
 
 
 GUTTER_OFFSETS = """() => Array.from(document.querySelectorAll('pre.code .line')).flatMap(line => {
@@ -208,23 +228,19 @@ GUTTER_OFFSETS = """() => Array.from(document.querySelectorAll('pre.code .line')
 
 
 @pytest.mark.parametrize("width", WIDTHS.values())
-def test_code_line_numbers_stay_beside_their_lines(browser, built_site, width):
+def test_code_line_numbers_stay_beside_their_lines(tabs, built_site, width):
     """Issue 12: the router excerpt's `return` stood beside 153 though it is line 158 (gutter and code were
     laid out separately); every number's box must match its line's box within 1 px."""
     for name in EXCERPT_PAGES:
-        context, page = open_page(browser, built_site, PAGES.get(name, name), width)
-        try:
+        with tabs.open(built_site, PAGES.get(name, name), width) as page:
             offsets = page.evaluate(GUTTER_OFFSETS)
             assert len(offsets) > 20, name
             assert [o for o in offsets if o[1] > 1 or o[2] > 1] == [], name
-        finally:
-            context.close()
 
 
-def test_diagrams_fit_a_phone_and_their_boxes_add_up(browser, built_site):
+def test_diagrams_fit_a_phone_and_their_boxes_add_up(tabs, built_site):
     for name in ("moe-block", "attention", "models/kimi-k2/blocks.moe.moe.html"):
-        context, page = open_page(browser, built_site, PAGES.get(name, name), 390, color_scheme="dark")
-        try:
+        with tabs.open(built_site, PAGES.get(name, name), 390, color_scheme="dark") as page:
             svg = page.locator("figure.flow svg").bounding_box()
             assert svg["x"] >= 0 and svg["x"] + svg["width"] <= 390, name
             overflow = page.evaluate("""() => Array.from(document.querySelectorAll('figure.flow .box')).filter(b => {
@@ -237,15 +253,12 @@ def test_diagrams_fit_a_phone_and_their_boxes_add_up(browser, built_site):
                 .reduce((a, b) => a + Number(b.dataset.params), 0)""")
             total = page.inner_text("#parameters tfoot td.num").replace(",", "")
             assert drawn == int(total), name
-        finally:
-            context.close()
 
 
-def test_search_puts_the_defining_page_first(browser, built_site):
+def test_search_puts_the_defining_page_first(tabs, built_site):
     """Issue 12: "MLA" found nothing; routed_scaling_factor, 2.827 and silu led to the overview; "KV cache"
     matched use_cache. Searched from Kimi K2's overview, whose pages come first where models tie."""
-    context, page = open_page(browser, built_site, PAGES["model"], 1280)
-    try:
+    with tabs.open(built_site, PAGES["model"], 1280) as page:
         search_ready(page)
         for query, first in [("MLA", "blocks.dense.attn.html"), ("KV cache", "index.html#figures"),
                              ("key-value cache", "index.html#figures"),
@@ -261,14 +274,11 @@ def test_search_puts_the_defining_page_first(browser, built_site):
         page.fill("#search-input", "use_cache")  # a config key: whole words only, so not the KV cache figure
         hrefs = page.locator(".search-results a").evaluate_all("els => els.map(e => e.getAttribute('href'))")
         assert hrefs and not any(h.endswith("#figures") for h in hrefs), hrefs[:3]
-    finally:
-        context.close()
 
 
-def test_search_finds_figures_and_model_pairs(browser, built_site):
+def test_search_finds_figures_and_model_pairs(tabs, built_site):
     """Issue 11: the derived figures and the compare pages are found by what readers type."""
-    context, page = open_page(browser, built_site, "index.html", 1280)
-    try:
+    with tabs.open(built_site, "index.html", 1280) as page:
         search_ready(page)
         for query, first in [("active parameters", "models/"), ("Kimi K2 vs DeepSeek-V3", "compare/deepseek-v3-vs-kimi-k2"),
                              ("kimi deepseek", "compare/deepseek-v3-vs-kimi-k2")]:
@@ -277,8 +287,6 @@ def test_search_finds_figures_and_model_pairs(browser, built_site):
             assert hrefs and hrefs[0].startswith(first), (query, hrefs[:3])
             if query == "active parameters":
                 assert hrefs[0].endswith("/index.html"), hrefs[:3]
-    finally:
-        context.close()
 
 
 PICKED = [("deepseek-v3", "kimi-k2"), ("gpt2", "gemma-3-27b"), ("qwen3-235b-a22b", "smollm2-135m"),
@@ -286,7 +294,7 @@ PICKED = [("deepseek-v3", "kimi-k2"), ("gpt2", "gemma-3-27b"), ("qwen3-235b-a22b
 
 
 @pytest.mark.parametrize("width", [1280, 390])
-def test_compare_picker_shows_the_python_numbers_for_any_pair(browser, built_site, builds, width):
+def test_compare_picker_shows_the_python_numbers_for_any_pair(tabs, built_site, builds, width):
     """Issue 26: the picker page (file://, no network) sets any two models side by side; every number it shows
     is the one Python computes for the same pair from the same data, rows and Δ alike."""
     from explorer.compare import role_totals
@@ -296,8 +304,7 @@ def test_compare_picker_shows_the_python_numbers_for_any_pair(browser, built_sit
     def signed(n: int) -> str:
         return f"+{fmt(n)}" if n > 0 else ("0" if n == 0 else f"−{fmt(-n)}")
 
-    context, page = open_page(browser, built_site, "compare/index.html", width)
-    try:
+    with tabs.open(built_site, "compare/index.html", width) as page:
         for a, b in PICKED:
             page.select_option("select[name=a]", a)
             page.select_option("select[name=b]", b)
@@ -312,22 +319,16 @@ def test_compare_picker_shows_the_python_numbers_for_any_pair(browser, built_sit
             assert shown == expected, (a, b)
         assert page.errors == [] and all(u.startswith("file://") for u in page.requests)
         assert page.evaluate("document.documentElement.scrollWidth") <= width
-    finally:
-        context.close()
 
 
-def test_compare_picker_says_what_changed_as_the_static_page_does(browser, built_site):
+def test_compare_picker_says_what_changed_as_the_static_page_does(tabs, built_site):
     """Issue 25: the picker's "what changed" (composed in the browser from the data files' facts) is the static
     page's, word for word and link for link, for a pair that has a static page."""
-    context, page = open_page(browser, built_site, "compare/deepseek-v3-vs-kimi-k2.html", 1280)
-    try:
+    with tabs.open(built_site, "compare/deepseek-v3-vs-kimi-k2.html", 1280) as page:
         static = page.eval_on_selector("#changed", "s => [s.querySelector('.what-changed').textContent, "
                                        "Array.from(s.querySelectorAll('tbody tr'), r => Array.from(r.cells, c => "
                                        "[c.textContent, c.querySelector('a')?.getAttribute('href') ?? '']))]")
-    finally:
-        context.close()
-    context, page = open_page(browser, built_site, "compare/index.html", 1280)
-    try:
+    with tabs.open(built_site, "compare/index.html", 1280) as page:
         page.select_option("select[name=a]", "deepseek-v3")
         page.select_option("select[name=b]", "kimi-k2")
         page.wait_for_function("document.querySelector('#compare-result h2')?.textContent === 'DeepSeek-V3 vs Kimi K2'")
@@ -338,5 +339,3 @@ def test_compare_picker_says_what_changed_as_the_static_page_does(browser, built
         assert "128 → 64 query heads" in static[0] and "no MTP" in static[0]
         assert picked == static
         assert page.errors == []
-    finally:
-        context.close()

@@ -165,13 +165,10 @@ def calculator_pages(tmp_path_factory) -> Path:
                          BROWSER_CASES)
 
 
-def _shown_and_wanted(browser, site: Path, slug: str, case) -> tuple[list, list, object]:
+def _shown_and_wanted(tabs, site: Path, slug: str, case) -> tuple[list, list, object]:
     """What the page shows after a reader enters `case`, and what evaluate() says for it."""
-    from test_browser import open_page
-
     c, batch, kv, weights, gpu = case
-    context, page = open_page(browser, site, f"models/{slug}.html", 1280)
-    try:
+    with tabs.open(site, f"models/{slug}.html", 1280) as page:
         page.fill("form.calc input[name=context]", str(c))
         page.fill("form.calc input[name=batch]", str(batch))
         page.select_option("form.calc select[name=kv]", kv)
@@ -183,8 +180,6 @@ def _shown_and_wanted(browser, site: Path, slug: str, case) -> tuple[list, list,
         assert page.errors == []
         assert [u for u in page.requests if not u.startswith(site.as_uri())] == []
         assert page.locator("table.calc-static tbody tr").count() >= 1  # the table without JavaScript
-    finally:
-        context.close()
     want = evaluate(prepared(slug).figures.serving, c, batch, kv, weights, gpu or None)
     expected = [[line.key, line.label, f"{line.value:,}",
                  "" if line.key in ("decode", "decode-absorbed", "prefill") else gib(line.value), line.equation] for line in want.lines]
@@ -192,20 +187,20 @@ def _shown_and_wanted(browser, site: Path, slug: str, case) -> tuple[list, list,
 
 
 @pytest.mark.parametrize("slug", BROWSER_CASES)
-def test_calculator_shows_the_builds_numbers(browser, calculator_pages, slug):
+def test_calculator_shows_the_builds_numbers(tabs, calculator_pages, slug):
     """Every row (label, exact value, GiB, equation) and the tokens that fit, as evaluate() gives them."""
     for case in BROWSER_CASES[slug]:
-        shown, expected, _ = _shown_and_wanted(browser, calculator_pages, slug, case)
+        shown, expected, _ = _shown_and_wanted(tabs, calculator_pages, slug, case)
         assert shown == expected
 
 
-def test_a_wrong_script_formula_is_caught(browser, tmp_path):
+def test_a_wrong_script_formula_is_caught(tabs, tmp_path):
     """Mutation: a compressed stream whose prefill count drops one position per query differs from evaluate()."""
     script = (ROOT / "static" / "calc.js").read_text("utf-8")
     wrong = script.replace("cap * (c - cap * r + 1n)", "cap * (c - cap * r)")
     assert wrong != script
     site = _render_pages(tmp_path / "site", wrong, ["deepseek-v4-flash"])
-    shown, expected, _ = _shown_and_wanted(browser, site, "deepseek-v4-flash", BROWSER_CASES["deepseek-v4-flash"][0])
+    shown, expected, _ = _shown_and_wanted(tabs, site, "deepseek-v4-flash", BROWSER_CASES["deepseek-v4-flash"][0])
     assert shown != expected
 
 
@@ -220,6 +215,15 @@ def browser():
         b = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"])
         yield b
         b.close()
+
+
+@pytest.fixture(scope="module")
+def tabs(browser):
+    from test_browser import Tabs
+
+    opened = Tabs(browser)
+    yield opened
+    opened.close()
 
 
 @pytest.mark.parametrize("ratio,cap", [(1, None), (4, None), (4, 512), (128, 3), (7, 1)])

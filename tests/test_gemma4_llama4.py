@@ -73,7 +73,8 @@ def test_gemma4_persistent_buffers_are_named_with_their_sizes(gemma):
     spec = gemma[0]
     assert sum(g.shape == (1,) for g in expected_groups(spec) if g.role == "buffer") >= 1
     model = build_reference_model(spec)
-    theirs = {n: b.numel() for n, b in model.named_buffers() if n in model.state_dict()}
+    state = model.state_dict()  # once: inside the comprehension it was rebuilt per buffer
+    theirs = {n: b.numel() for n, b in model.named_buffers() if n in state}
     assert sum(theirs.values()) == 2_334
     assert theirs["model.vision_tower.std_bias"] == theirs["model.vision_tower.std_scale"] == 1_152
     assert sum(1 for n in theirs if n.endswith(".layer_scalar")) == 30

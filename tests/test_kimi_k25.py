@@ -50,8 +50,8 @@ def test_totals_equal_transformers_on_meta(spec, reference):
     params = sum(p.numel() for p in reference.parameters())
     stored = sum(t.numel() for t in reference.state_dict().values())
     assert params == PARAMETERS and stored - params == BIASES
-    buffers = {n: t.numel() for n, t in reference.state_dict().items()
-               if n not in dict(reference.named_parameters())}
+    parameters = dict(reference.named_parameters())  # once: inside the comprehension it was rebuilt per tensor
+    buffers = {n: t.numel() for n, t in reference.state_dict().items() if n not in parameters}
     assert len(buffers) == 60 and all(n.endswith(".mlp.gate.e_score_correction_bias") and v == 384
                                       for n, v in buffers.items())
     ledger = account(spec)

@@ -58,7 +58,8 @@ def test_totals_equal_transformers_on_meta_and_buffers_are_named(slug):
     model = build_reference_model(spec)
     params, buffers = TOTALS[slug]
     assert account(spec).total == sum(p.numel() for p in model.parameters()) == params
-    persistent = {n: b.numel() for n, b in model.named_buffers() if n in model.state_dict()}
+    state = model.state_dict()  # once: inside the comprehension it was rebuilt per buffer
+    persistent = {n: b.numel() for n, b in model.named_buffers() if n in state}
     assert sum(persistent.values()) == buffers and all(n.endswith("e_score_correction_bias") for n in persistent)
     rec = reconcile(spec, reference_index(spec).index, reference=True)
     assert rec.balanced, rec.differences(5)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 
 import pytest
 from conftest import ROOT, hub_env, run_build, write_safetensors
@@ -143,9 +144,30 @@ def write_shards(folder, tensors):
     (folder / "model.safetensors.index.json").write_text(json.dumps({"weight_map": weight_map}))
 
 
-def test_record_from_a_local_folder_then_check(small_project_copy, tmp_path):
+@pytest.fixture(scope="module")
+def tiny_torch_stages(tmp_path_factory):
+    """The small model's torch stages (reference, shape trace, equation checks), computed once in this process into
+    a cache folder that the record-then-check tests copy: each check then reconciles its recorded manifest
+    without running the same torch stages again in a new process (one import of torch and transformers each)."""
+    from conftest import _copy_project
+
+    from explorer.content import load_model_content
+    from explorer.pipeline import build_model
+
+    folder, _ = tiny_project(_copy_project(tmp_path_factory.mktemp("tiny") / "project", with_cache=False, models=()))
+    cache_dir = tmp_path_factory.mktemp("tiny-cache")
+    build_model(load_model_content(folder), cache_dir=cache_dir, progress=lambda _: None)
+    return cache_dir
+
+
+def with_tiny_torch_stages(project_copy, cache_dir):
+    shutil.copytree(cache_dir, project_copy / ".cache" / "execute", dirs_exist_ok=True)
+
+
+def test_record_from_a_local_folder_then_check(small_project_copy, tmp_path, tiny_torch_stages):
     project_copy = small_project_copy()  # the small model alone
     folder, tensors = tiny_project(project_copy)
+    with_tiny_torch_stages(project_copy, tiny_torch_stages)
     ckpt = tmp_path / "ckpt"
     ckpt.mkdir()
     write_shards(ckpt, tensors)
@@ -159,9 +181,10 @@ def test_record_from_a_local_folder_then_check(small_project_copy, tmp_path):
     assert f"tiny: {len(tensors)} tensors against the checkpoint manifest" in check.stdout
 
 
-def test_record_from_the_hub_through_hf_endpoint(small_project_copy, tmp_path):
+def test_record_from_the_hub_through_hf_endpoint(small_project_copy, tmp_path, tiny_torch_stages):
     project_copy = small_project_copy()  # the small model alone
     folder, tensors = tiny_project(project_copy)
+    with_tiny_torch_stages(project_copy, tiny_torch_stages)
     ckpt = tmp_path / "ckpt"
     ckpt.mkdir()
     write_shards(ckpt, tensors)

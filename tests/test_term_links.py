@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from test_browser import browser, open_page  # noqa: F401  (browser: the same Chromium fixture)
+from test_browser import browser, tabs  # noqa: F401  (the same Chromium fixtures)
 
 from explorer.mathml import to_mathml
 from explorer.term_links import TermLink, tag_terms
@@ -69,9 +69,8 @@ def _lit(page, selector: str) -> list[str]:
                                                "e => e.getAttribute('data-light'))")
 
 
-def test_hover_and_focus_light_both_ways_in_chromium(browser, built_site: Path):  # noqa: F811 (the fixture)
-    context, page = open_page(browser, built_site, SWIGLU, 390)
-    try:
+def test_hover_and_focus_light_both_ways_in_chromium(tabs, built_site: Path):  # noqa: F811 (the fixture)
+    with tabs.open(built_site, SWIGLU, 390) as page:
         page.locator("#steps summary").click()  # the product step is among all steps
         page.locator('#steps mrow.term[data-light="flow-step-product"]').first.hover()
         assert _lit(page, ".diagram [data-light]") == ["flow-step-product"]
@@ -91,5 +90,3 @@ def test_hover_and_focus_light_both_ways_in_chromium(browser, built_site: Path):
         page.locator('.diagram [data-light="flow-in"]').focus()
         assert "flow-in" in " ".join(_lit(page, "mrow.term"))
         assert page.errors == []
-    finally:
-        context.close()
