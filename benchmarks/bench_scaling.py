@@ -6,9 +6,8 @@ The content is grown in a scratch copy: the project's real models first (in site
 added as a user adds a model, `build.py --add-model` with a config.json that differs from the real one in its
 layer count (each variant is a model of its own: its own pages, checks and cache entries). For each size it prints
 cold (no .cache, no output), warm (cache filled, no output) and no-change builds (each the fastest of --repeat
-runs, as B0 is), in wall and CPU time as ratios
-to B0, the pages, the site's bytes per model and the search index's bytes per model; then the slopes (seconds per
-added model from 15 to 30 and from 30 to 50) and issue 26's targets:
+runs, as B0 is), in wall and CPU time as ratios to B0, the pages, the site's bytes per model and the search index's
+bytes per model; then the slopes (seconds per added model from 15 to 30 and from 30 to 50) and issue 26's targets:
 cold <= 3x B0 and warm <= 1x B0 at 30 models; the 30 -> 50 slope no steeper than 15 -> 30; no change <= 1 s;
 site bytes per model constant within 20 %.
 """
