@@ -152,7 +152,7 @@ def trace(spec: ModelSpec, reuse_child_runs: bool = True) -> ShapeTrace:
     Each component is run at its own port shapes. A child that its parent's run ran with inputs of exactly those
     shapes and dtypes is not run again (reuse_child_runs): on meta nothing but shapes flows, so that run is the
     one a run of its own would be (a test holds the two traces equal for every model); it cuts a model's trace
-    by about two thirds."""
+    by about two fifths (26 models: 7.4 s -> 4.2 s CPU)."""
     weights = model_weights(spec, "meta")
     components = {}
     with capturing_children() as captured:
