@@ -24,7 +24,7 @@ _remembered: dict[str, str] = {}
 """The last build's conversions (explorer/mathml_cache.py), keyed "inline:<latex>" or "block:<latex>"."""
 _trusted: Callable[[str, bool, str], bool] = lambda latex, display, markup: False  # noqa: E731
 _used: dict[tuple[str, bool], str] = {}
-"""The formulas this process has used since the last take_used (each once: to_mathml is cached)."""
+"""The formulas this process has used since the last take_used."""
 
 
 def remember(entries: dict[str, str], holds: Callable[[str, bool, str], bool]) -> None:
@@ -42,13 +42,18 @@ def take_used() -> dict[tuple[str, bool], str]:
     return used
 
 
-@lru_cache(maxsize=None)
 def to_mathml(latex: str, display: bool = False) -> str:
     """Return a <math> element for a LaTeX formula, with the source as annotation."""
+    markup = _cached(latex, display)
+    _used[(latex, display)] = markup  # on every use: each build keeps exactly the formulas it used
+    return markup
+
+
+@lru_cache(maxsize=None)
+def _cached(latex: str, display: bool) -> str:
     markup = _remembered.get(("block:" if display else "inline:") + latex)
     if markup is None or not _trusted(latex, display, markup):
         markup = _convert(latex, display)
-    _used[(latex, display)] = markup
     return markup
 
 
