@@ -142,10 +142,17 @@ def save(cache_dir: Path | None, spec: ModelSpec, reference: ReferenceModel, exe
            f"{spec.slug}-*.json", lambda name: _KEY.fullmatch(name[len(spec.slug):]) is not None)
 
 
+STRINGS_LIMIT = 64 * 2**20
+"""Bytes past which a string cache file is not read: the build writes a few megabytes at most (the MathML of 50
+models: 0.7 MB), so a larger one was not written by it, and reading it whole could exhaust memory."""
+
+
 def read_strings(path: Path) -> dict[str, str]:
     """A cache file that maps strings to strings (highlighted excerpts, MathML): its well-typed entries, or none
-    where it is absent, unreadable or damaged (the caller computes them again)."""
+    where it is absent, unreadable, damaged or past STRINGS_LIMIT (the caller computes them again)."""
     try:
+        if path.stat().st_size > STRINGS_LIMIT:
+            return {}
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return {}

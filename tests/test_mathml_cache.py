@@ -97,3 +97,18 @@ def test_a_page_writer_hands_back_the_formulas_its_pages_used(tmp_path, fresh):
     # (as the tests run several) still keeps every formula it used
     assert set(_write_pages(None, group, tmp_path)[1]) == set(FORMULAS) and len(fresh) == len(FORMULAS)
     assert _write_pages(None, PageGroup(list, 0), tmp_path)[1] == {}
+
+
+def test_an_oversized_cache_file_is_not_read(tmp_path, fresh, monkeypatch):
+    """A file the build cannot have written (past cache.STRINGS_LIMIT) is passed over unread, not loaded whole."""
+    from explorer import cache
+
+    _use_all()
+    mathml_cache.save(tmp_path, mathml.take_used())
+    [file] = tmp_path.glob("mathml-*.json")
+    monkeypatch.setattr(cache, "STRINGS_LIMIT", file.stat().st_size - 1)
+    mathml._cached.cache_clear()
+    fresh.clear()
+    mathml_cache.load(tmp_path)
+    _use_all()
+    assert sorted(fresh) == sorted(FORMULAS)
