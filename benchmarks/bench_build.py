@@ -18,6 +18,7 @@ Kimi K2 ledger <= 0.2 s.
 from __future__ import annotations
 
 import argparse
+import re
 import resource
 import shutil
 import subprocess
@@ -81,7 +82,15 @@ def project_with(models: list[str], dest: Path) -> Path:
         shutil.copy(ROOT / "content" / page, dest / "content" / page)
     for slug in models:
         shutil.copytree(ROOT / "content/models" / slug, dest / "content/models" / slug)
+        toml = dest / "content/models" / slug / "model.toml"
+        follows = _FOLLOWS.search(toml.read_text())
+        if follows and follows.group(1) not in models:  # its predecessor is not in the copy: nor is their comparison
+            toml.write_text(_FOLLOWS.sub("", toml.read_text(), count=1))
     return dest
+
+
+_FOLLOWS = re.compile(r'^follows = "([^"]+)"\n', re.M)
+"""model.toml's `model.follows` line (the model this one is compared with on a static page)."""
 
 
 def measure(models: list[str], tmp: Path) -> tuple[Run, Run, Run, int]:
