@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Page budget: weight (HTML + CSS + JS, gzip) of the largest pages, and their render time in Chromium as a
-ratio to a trivial page loaded in the same run. Build the site first (python build.py)."""
+ratio to a trivial page loaded in the same run. Build the site first (.venv/bin/python build.py)."""
 
 from __future__ import annotations
 
@@ -32,7 +32,7 @@ def main() -> None:
     from playwright.sync_api import sync_playwright
 
     if not (SITE / "index.html").exists():
-        sys.exit("build the site first: python build.py")
+        sys.exit("build the site first: .venv/bin/python build.py")
     assets = gz(SITE / "static/style.css") + gz(SITE / "static/search.js")
     pages = sorted(SITE.rglob("*.html"), key=lambda p: p.stat().st_size, reverse=True)[:6]
     with tempfile.TemporaryDirectory() as tmp, sync_playwright() as p:

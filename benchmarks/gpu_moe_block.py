@@ -3,8 +3,8 @@
 against the spec's named shapes) and time the block. A prepared script for a lent GPU machine (about 34 GB
 of weights); on a CPU, --tiny runs the same code at the tiny config.
 
-    python benchmarks/gpu_moe_block.py --out "$OUT/moe_block.json"            # on the GPU machine
-    python benchmarks/gpu_moe_block.py --tiny --device cpu --out /tmp/x.json  # anywhere
+    python benchmarks/gpu_moe_block.py --out "$OUT/moe_block.json"            # on the GPU machine, its Python
+    .venv/bin/python benchmarks/gpu_moe_block.py --tiny --device cpu --out /tmp/x.json  # anywhere
 """
 
 from __future__ import annotations
