@@ -159,7 +159,7 @@ def trace(spec: ModelSpec, reuse_child_runs: bool = True) -> ShapeTrace:
         for ancestors, comp in walk(spec.root):
             inputs = [port_tensor(p, spec, comp, "meta") for p in comp.inputs]
             earlier = captured.get(id(comp)) if reuse_child_runs else None
-            if earlier is not None and _same_tensors(earlier.inputs, inputs) and not _one_expert(comp):
+            if earlier is not None and _same_tensors(earlier.inputs, inputs):
                 run, outputs = earlier.run, earlier.outputs
             else:
                 run, outputs = run_component(spec, ancestors, comp, weights, inputs)
@@ -172,11 +172,6 @@ def _same_tensors(given: tuple, made: list[torch.Tensor]) -> bool:
     return len(given) == len(made) and all(
         isinstance(g, torch.Tensor) and (g.shape, g.dtype, g.device) == (m.shape, m.dtype, m.device)
         for g, m in zip(given, made))
-
-
-def _one_expert(comp: Component) -> bool:
-    """A routed expert runs alone on the first slice of the stacked weights (run_component), not as its MoE runs it."""
-    return "{expert}" in module_prefix(comp, first_layer(comp))
 
 
 def _check_shapes(spec: ModelSpec, ancestors: tuple[Component, ...], comp: Component, run: Run,

@@ -320,3 +320,22 @@ def test_random_fills_are_restored_after_a_reference_is_built_even_when_it_fails
     assert {name: getattr(torch.nn.init, name) for name in reference._FILLS} == before
     weight = torch.nn.Linear(3, 2).weight
     assert weight.abs().sum() > 0  # constructors on CPU fill again
+
+
+def test_a_child_its_parent_ran_with_other_inputs_is_traced_alone(monkeypatch):
+    """A captured run is reused only for inputs of the shapes and dtypes the child's ports make: here GPT-2's
+    attention gets float64 at its ports while its block ran it on float32, so the trace runs it alone."""
+    import explorer.execute as execute_module
+
+    spec = _content_spec("gpt2")
+    made, alone = execute_module.port_tensor, execute_module.run_component
+
+    def float64_for_attention(port, spec, comp, device, generator=None):
+        tensor = made(port, spec, comp, device, generator)
+        return tensor.double() if comp.key == "attn" and tensor.is_floating_point() else tensor
+
+    ran = []
+    monkeypatch.setattr(execute_module, "port_tensor", float64_for_attention)
+    monkeypatch.setattr(execute_module, "run_component", lambda *a: ran.append(a[2].key) or alone(*a))
+    trace(spec)
+    assert "attn" in ran and "c_attn" not in ran  # its own children were captured in its run and reused
