@@ -147,6 +147,20 @@ STRINGS_LIMIT = 64 * 2**20
 models: 0.7 MB), so a larger one was not written by it, and reading it whole could exhaust memory."""
 
 
+def strings_file(folder: Path, kind: str, fmt: int, library: str) -> Path:
+    """The file of a string cache (kind "highlight", "mathml"), named by a hash of its format, the version of the
+    library that makes its entries and every module of the package: a change to any of them starts a new file."""
+    versions = f"{fmt} {importlib.metadata.version(library)} {package_digest()}"
+    return folder / f"{kind}-{hashlib.sha256(versions.encode()).hexdigest()[:32]}.json"
+
+
+def write_strings(path: Path, entries: dict[str, str]) -> None:
+    """Replace a string cache file (strings_file) and the stale files of its kind."""
+    kind = path.name.rsplit("-", 1)[0]
+    stale = re.compile(rf"{re.escape(kind)}-[0-9a-f]{{32}}\.json")
+    _write(path, json.dumps(entries, sort_keys=True), f"{kind}-*.json", lambda name: stale.fullmatch(name) is not None)
+
+
 def read_strings(path: Path) -> dict[str, str]:
     """A cache file that maps strings to strings (highlighted excerpts, MathML): its well-typed entries, or none
     where it is absent, unreadable, damaged or past STRINGS_LIMIT (the caller computes them again)."""

@@ -10,22 +10,18 @@ from __future__ import annotations
 
 import hashlib
 import html
-import importlib.metadata
 import json
 import re
 from collections.abc import Iterable
 from pathlib import Path
 
-from .cache import _write as write_replacing
-from .cache import read_strings
-from .digest import package_digest
+from .cache import read_strings, strings_file, write_strings
 from .evidence_views import Excerpt, highlight_lines, remember_highlights
 from .model_build import ModelBuild
 
 FORMAT = 1
 _OPEN, _CLOSE = '<pre class="code"><code>', "</code></pre>"
 _TAG = re.compile(r'<span class="[A-Za-z0-9_ -]+"(?: aria-hidden="true")?>|</span>')
-_FILE = re.compile(r"highlight-[0-9a-f]{32}\.json")
 
 
 def prime(folder: Path | None, builds: Iterable[ModelBuild]) -> None:
@@ -34,14 +30,13 @@ def prime(folder: Path | None, builds: Iterable[ModelBuild]) -> None:
     excerpts of this build (None: no cache, as with --no-cache)."""
     wanted = {_key(ex): ex for ex in {(c.lines, c.first, c.file) for mb in builds for cits in mb.citations.values()
                                       for c in cits if c.lines is not None}}
-    path = folder / f"highlight-{_file_key()}.json" if folder is not None else None
+    path = strings_file(folder, "highlight", FORMAT, "pygments") if folder is not None else None
     stored = read_strings(path) if path is not None else {}
     remember_highlights({ex: stored[key] for key, ex in wanted.items() if key in stored and holds(ex, stored[key])})
     entries = {key: highlight_lines(*ex) for key, ex in wanted.items()}  # the remembered ones are looked up
     if path is None or entries == stored:
         return
-    write_replacing(path, json.dumps(entries, sort_keys=True), "highlight-*.json",
-                    lambda name: _FILE.fullmatch(name) is not None)
+    write_strings(path, entries)
 
 
 def holds(excerpt: Excerpt, markup: str) -> bool:
@@ -56,8 +51,3 @@ def holds(excerpt: Excerpt, markup: str) -> bool:
 
 def _key(excerpt: Excerpt) -> str:
     return hashlib.sha256(json.dumps(excerpt).encode()).hexdigest()
-
-
-def _file_key() -> str:
-    versions = f"{FORMAT} {importlib.metadata.version('pygments')} {package_digest()}"
-    return hashlib.sha256(versions.encode()).hexdigest()[:32]

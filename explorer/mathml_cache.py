@@ -11,21 +11,15 @@ inside a formula's own MathML, as the execution cache's measured numbers cannot:
 
 from __future__ import annotations
 
-import hashlib
 import html
-import importlib.metadata
-import json
 import re
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
 from . import mathml
-from .cache import _write as write_replacing
-from .cache import read_strings
-from .digest import package_digest
+from .cache import read_strings, strings_file, write_strings
 
 FORMAT = 1
-_FILE = re.compile(r"mathml-[0-9a-f]{32}\.json")
 _NS = "{http://www.w3.org/1998/Math/MathML}"
 _ELEMENTS = frozenset({
     "math", "semantics", "annotation", "mrow", "mi", "mn", "mo", "mtext", "mspace", "ms", "msub", "msup",
@@ -37,18 +31,17 @@ _ATTRIBUTES = re.compile(r"[a-z][a-z-]*")
 def load(folder: Path | None) -> None:
     """Hand the last build's entries to mathml.to_mathml, before the page writers fork (None: no cache)."""
     if folder is not None:
-        mathml.remember(read_strings(folder / _file_name()), holds)
+        mathml.remember(read_strings(cache_file(folder)), holds)
 
 
 def save(folder: Path | None, converted: dict[tuple[str, bool], str]) -> None:
     """Rewrite the cache with `converted`, every formula this build's pages used (None: no cache)."""
     if folder is None:
         return
-    path = folder / _file_name()
+    path = cache_file(folder)
     entries = {_key(latex, display): markup for (latex, display), markup in converted.items()}
     if entries != read_strings(path):
-        write_replacing(path, json.dumps(entries, sort_keys=True), "mathml-*.json",
-                        lambda name: _FILE.fullmatch(name) is not None)
+        write_strings(path, entries)
 
 
 def holds(latex: str, display: bool, markup: str) -> bool:
@@ -72,6 +65,5 @@ def _key(latex: str, display: bool) -> str:
     return ("block:" if display else "inline:") + latex
 
 
-def _file_name() -> str:
-    versions = f"{FORMAT} {importlib.metadata.version('latex2mathml')} {package_digest()}"
-    return f"mathml-{hashlib.sha256(versions.encode()).hexdigest()[:32]}.json"
+def cache_file(folder: Path) -> Path:
+    return strings_file(folder, "mathml", FORMAT, "latex2mathml")

@@ -79,7 +79,7 @@ def test_no_cache_folder_writes_nothing_and_a_damaged_file_is_ignored(tmp_path, 
     _use_all()
     mathml_cache.save(None, mathml.take_used())
     assert list(tmp_path.iterdir()) == []
-    (tmp_path / mathml_cache._file_name()).write_text("[1, 2")
+    (tmp_path / mathml_cache.cache_file(tmp_path).name).write_text("[1, 2")
     mathml._cached.cache_clear()
     fresh.clear()
     mathml_cache.load(tmp_path)
