@@ -13,6 +13,7 @@ from types import SimpleNamespace
 
 import pytest
 from conftest import ROOT
+from test_browser import browser, tabs  # noqa: F401  (the same Chromium fixtures: missing Chromium fails, never skips)
 
 from explorer.calculator import calculator_view, evaluate, gib, page_data
 from explorer.components import serving
@@ -165,7 +166,7 @@ def calculator_pages(tmp_path_factory) -> Path:
                          BROWSER_CASES)
 
 
-def _shown_and_wanted(tabs, site: Path, slug: str, case) -> tuple[list, list, object]:
+def _shown_and_wanted(tabs, site: Path, slug: str, case) -> tuple[list, list, object]:  # noqa: F811 (the fixture)
     """What the page shows after a reader enters `case`, and what evaluate() says for it."""
     c, batch, kv, weights, gpu = case
     with tabs.open(site, f"models/{slug}.html", 1280) as page:
@@ -187,14 +188,14 @@ def _shown_and_wanted(tabs, site: Path, slug: str, case) -> tuple[list, list, ob
 
 
 @pytest.mark.parametrize("slug", BROWSER_CASES)
-def test_calculator_shows_the_builds_numbers(tabs, calculator_pages, slug):
+def test_calculator_shows_the_builds_numbers(tabs, calculator_pages, slug):  # noqa: F811 (the fixture)
     """Every row (label, exact value, GiB, equation) and the tokens that fit, as evaluate() gives them."""
     for case in BROWSER_CASES[slug]:
         shown, expected, _ = _shown_and_wanted(tabs, calculator_pages, slug, case)
         assert shown == expected
 
 
-def test_a_wrong_script_formula_is_caught(tabs, tmp_path):
+def test_a_wrong_script_formula_is_caught(tabs, tmp_path):  # noqa: F811 (the fixture)
     """Mutation: a compressed stream whose prefill count drops one position per query differs from evaluate()."""
     script = (ROOT / "static" / "calc.js").read_text("utf-8")
     wrong = script.replace("cap * (c - cap * r + 1n)", "cap * (c - cap * r)")
@@ -202,28 +203,6 @@ def test_a_wrong_script_formula_is_caught(tabs, tmp_path):
     site = _render_pages(tmp_path / "site", wrong, ["deepseek-v4-flash"])
     shown, expected, _ = _shown_and_wanted(tabs, site, "deepseek-v4-flash", BROWSER_CASES["deepseek-v4-flash"][0])
     assert shown != expected
-
-
-@pytest.fixture(scope="module")
-def browser():
-    from playwright.sync_api import sync_playwright
-    from test_browser import CHROMIUM
-
-    if not Path(CHROMIUM).exists():
-        pytest.skip("Debian's chromium is required: run scripts/setup.sh")
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"])
-        yield b
-        b.close()
-
-
-@pytest.fixture(scope="module")
-def tabs(browser):
-    from test_browser import Tabs
-
-    opened = Tabs(browser)
-    yield opened
-    opened.close()
 
 
 @pytest.mark.parametrize("ratio,cap", [(1, None), (4, None), (4, 512), (128, 3), (7, 1)])
