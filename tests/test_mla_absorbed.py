@@ -5,11 +5,9 @@ token into per-head keys and values."""
 
 from __future__ import annotations
 
-import pytest
-
-torch = pytest.importorskip("torch")
-from transformers import DeepseekV3Config  # noqa: E402
-from transformers.models.deepseek_v3 import modeling_deepseek_v3 as ds  # noqa: E402
+import torch
+from transformers import DeepseekV3Config
+from transformers.models.deepseek_v3 import modeling_deepseek_v3 as ds
 
 TINY = dict(hidden_size=32, num_attention_heads=4, num_key_value_heads=4, q_lora_rank=16, kv_lora_rank=24,
             qk_nope_head_dim=8, qk_rope_head_dim=4, v_head_dim=6, rope_scaling=None, attention_bias=False,
