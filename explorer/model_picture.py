@@ -12,7 +12,7 @@ built, and a wrong pattern shows as a wrong cell. `describe` says what to show; 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from html import escape
 from typing import Any
 
@@ -89,7 +89,7 @@ def describe(spec: ModelSpec, name: str, routing: PictureRouting | None = None) 
     mtp = next((c.title for c in spec.root.children if c.program == "mtp"), "")
     layers = sum(len(k.layers) for k in kinds)
     picture = ModelPicture(name, layers, kinds, experts, active, shared, vision, mtp, routing, "")
-    return ModelPicture(name, layers, kinds, experts, active, shared, vision, mtp, routing, caption(picture))
+    return replace(picture, caption=caption(picture))  # the caption says in words what the rest of it holds
 
 
 def _programs(block: Component) -> dict[str, Component]:
@@ -309,9 +309,10 @@ def _experts(parts: list[str], p: ModelPicture, y: float) -> float:
     where = f"layer {r.layer + 1}, " if r is not None else ""
     head = (f"Routed experts ({where}one example token): {len(lit)} of {n} lit" if r is not None else
             f"Routed experts: {p.active} of {n} run per token (none lit: no routing was run)")
-    for j, line in enumerate(wrap(head, WIDTH - 8, 5.9)):
+    lines = wrap(head, WIDTH - 8, 5.9)
+    for j, line in enumerate(lines):
         parts.append(f'<text x="4" y="{y + 10 + 13 * j:.1f}" class="legend">{escape(line)}</text>')
-    y += 13 * len(wrap(head, WIDTH - 8, 5.9)) + 4
+    y += 13 * len(lines) + 4
     cols = 32 if n > 64 else 16
     cell = (WIDTH - 8) / cols
     for e in range(n):
