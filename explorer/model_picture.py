@@ -211,7 +211,8 @@ def _progression(layers: tuple[int, ...]) -> str:
 
 
 def _ordinal(n: int) -> str:
-    return f"{n}{'nd' if n % 10 == 2 and n != 12 else 'rd' if n % 10 == 3 and n != 13 else 'th'}"
+    """2nd, 6th, 11th, 21st, 112th."""
+    return f"{n}{'th' if 11 <= n % 100 <= 13 else {1: 'st', 2: 'nd', 3: 'rd'}.get(n % 10, 'th')}"
 
 
 def _sentence_case(label: str) -> str:
