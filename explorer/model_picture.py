@@ -16,6 +16,7 @@ from dataclasses import dataclass, replace
 from html import escape
 from typing import Any
 
+from .components.base import COMPARISON_ROLES
 from .components.blocks import block_layers
 from .components.layer_pattern import runs
 from .diagrams import wrap
@@ -26,9 +27,6 @@ WIDTH = 360
 LABEL_W = 46
 """Left column holding each row's layer numbers."""
 ROW_H, GAP = 26.0, 2.0
-ATTENTION = {"attention", "fused_attention", "shaped_attention", "gated_attention", "nope_attention",
-             "layer_attention", "mla", "dsa", "v4_attention"}
-"""Programs that mix tokens by attention (any other mixer is a recurrent state: Gated DeltaNet, Mamba-2)."""
 VISION_WORDS = ("vision", "visual", "projector")
 
 
@@ -125,7 +123,9 @@ def mixer_kind(block: Component, local: bool) -> Kind:
         return Kind("linear", "Gated DeltaNet (linear attention, fixed-size state)")
     if "mamba2" in progs:
         return Kind("mamba", "Mamba-2 (fixed-size state)")
-    if not ATTENTION & progs.keys():
+    # attention programs are those registered in the compare pages' Attention row (any other mixer is a
+    # recurrent state: Gated DeltaNet, Mamba-2), so a new attention program needs no second list here
+    if not any(COMPARISON_ROLES.get(program) == "Attention" for program in progs):
         return Kind("none", "no attention (feed-forward only)")
     window, chunk = _window(block), _chunk(block)
     if "v4_attention" in progs:
