@@ -20,7 +20,7 @@ from .components.base import COMPARISON_ROLES
 from .components.blocks import block_layers
 from .components.layer_pattern import runs
 from .diagrams import wrap
-from .picture_routing import PictureRouting
+from .picture_routing import PictureRouting, is_router
 from .spec.types import Component, ModelSpec, walk
 
 WIDTH = 360
@@ -150,9 +150,8 @@ def mixer_kind(block: Component, local: bool) -> Kind:
 
 
 def _router(block: Component) -> Component | None:
-    """The block's router: the component whose one output is the gates over every expert."""
-    return next((c for _, c in walk(block) if [p.name for p in c.outputs] == ["gates"]
-                 and hasattr(c.options, "experts")), None)
+    """The block's router (the first, as the picture_routing stage tells one)."""
+    return next((c for _, c in walk(block) if is_router(c)), None)
 
 
 def ffn_kind(block: Component) -> Kind:
