@@ -180,3 +180,27 @@ def test_gemma3_caption_names_its_global_layers():
     picture = describe(load_model_spec(content("gemma-3-27b")), "Gemma 3 27B")
     assert "layers 6, 12, …, 60 (every 6th)." in picture.caption
     assert "every layer except 6, 12, …, 60 (every 6th)." in picture.caption
+
+
+def test_the_routing_is_cached_and_read_back_and_a_damaged_entry_is_rerun(tmp_path, monkeypatch):
+    """The build reads the picture's routing from the cache beside the torch stages: the entry written is the one read
+    back (no rerun), a damaged entry is run again, and a dense model's "no routing" is cached too."""
+    from explorer import picture_routing as pr
+
+    spec = load_model_spec(content("deepseek-v3"))
+    routing = pr.picture_routing(spec, tmp_path)
+    (entry,) = tmp_path.glob("deepseek-v3-picture-*.json")
+
+    def must_not_run(_spec):
+        raise AssertionError("read from the cache, not run")
+
+    with monkeypatch.context() as m:
+        m.setattr(pr, "route_example", must_not_run)
+        assert pr.picture_routing(spec, tmp_path) == routing
+    entry.write_text('{"layer": 3}')  # damaged: no experts, no selection
+    assert pr.picture_routing(spec, tmp_path) == routing
+    dense = load_model_spec(content("llama-3.1-8b"))
+    assert pr.picture_routing(dense, tmp_path) is None
+    with monkeypatch.context() as m:
+        m.setattr(pr, "route_example", must_not_run)
+        assert pr.picture_routing(dense, tmp_path) is None
