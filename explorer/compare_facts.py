@@ -69,7 +69,7 @@ def architecture_facts(spec: ModelSpec, ledger: Ledger, figures: DerivedFigures)
         _first(spec.root, lambda c: COMPARISON_ROLES.get(c.program) in ATTENTION_ROLES, main)
     moe = _first(spec.root, lambda c: c.program in ROUTED, main)
     return (_layers(spec), _attention_kinds(spec, attn), *_heads(spec, attn), _window(figures), *_experts(spec, moe),
-            _streams(spec), _context(spec, figures), _vocabulary(spec), _mtp(spec), _vision(spec), _storage(ledger))
+            _streams(spec), _context(figures), _vocabulary(spec), _mtp(spec), _vision(spec), _storage(ledger))
 
 
 def _fact(key: str, label: str, value: str | None, path: str, count: int | None = None, unit: str = "",
@@ -200,14 +200,14 @@ def _experts(spec: ModelSpec, moe: tuple[str, Component] | None) -> tuple[ArchFa
         _fact("experts", "Routed experts", _counted(experts, "routed expert"), path, experts, "routed experts"),
         _fact("active", "Active experts", None if k is None else f"{_counted(k, 'routed expert')} per token", rpath, k,
               "active experts per token"),
-        _fact("shared", "Shared experts", _counted(n_shared, shared.title.lower()) if shared else None, f"{path}.{shared.key}" if shared else path, n_shared or None, "shared experts",
-              "shared expert"),
+        _fact("shared", "Shared experts", _counted(n_shared, shared.title.lower()) if shared else None,
+              f"{path}.{shared.key}" if shared else path, n_shared or None, "shared experts", "shared expert"),
         _fact("groups", "Expert groups", f"{groups:,} expert groups, a token's experts from its top {top_groups:,}"
               if groups > 1 else None, rpath, groups if groups > 1 else None, "expert groups"),
     )
 
 
-def _context(spec: ModelSpec, figures: DerivedFigures) -> ArchFact:
+def _context(figures: DerivedFigures) -> ArchFact:
     n = figures.serving.max_context
     return _fact("context", "Maximum context", f"{n:,} tokens", "", n, "tokens of context", "context")
 

@@ -101,7 +101,7 @@ SHIFT = {"_": 3.0, "^": -4.0}
 
 
 def _rich(text: str) -> str:
-    """Escaped SVG text with the symbols' _{sub} and ^{sup} (explorer/term_links.symbol_text) set small and shifted."""
+    """Escaped SVG text with the symbols' _{sub} and ^{sup} (explorer/symbols.symbol_text) set small and shifted."""
     out, at, shift = [], 0, 0.0
     for m in _SCRIPT.finditer(text):
         if m.start() > at:

@@ -12,23 +12,21 @@ built, and a wrong pattern shows as a wrong cell. `describe` says what to show; 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from html import escape
 from typing import Any
 
+from .components.base import COMPARISON_ROLES
 from .components.blocks import block_layers
 from .components.layer_pattern import runs
 from .diagrams import wrap
-from .picture_routing import PictureRouting
+from .picture_routing import PictureRouting, is_router
 from .spec.types import Component, ModelSpec, walk
 
 WIDTH = 360
 LABEL_W = 46
 """Left column holding each row's layer numbers."""
 ROW_H, GAP = 26.0, 2.0
-ATTENTION = {"attention", "fused_attention", "shaped_attention", "gated_attention", "nope_attention",
-             "layer_attention", "mla", "dsa", "v4_attention"}
-"""Programs that mix tokens by attention (any other mixer is a recurrent state: Gated DeltaNet, Mamba-2)."""
 VISION_WORDS = ("vision", "visual", "projector")
 
 
@@ -89,7 +87,7 @@ def describe(spec: ModelSpec, name: str, routing: PictureRouting | None = None) 
     mtp = next((c.title for c in spec.root.children if c.program == "mtp"), "")
     layers = sum(len(k.layers) for k in kinds)
     picture = ModelPicture(name, layers, kinds, experts, active, shared, vision, mtp, routing, "")
-    return ModelPicture(name, layers, kinds, experts, active, shared, vision, mtp, routing, caption(picture))
+    return replace(picture, caption=caption(picture))  # the caption says in words what the rest of it holds
 
 
 def _programs(block: Component) -> dict[str, Component]:
@@ -125,7 +123,9 @@ def mixer_kind(block: Component, local: bool) -> Kind:
         return Kind("linear", "Gated DeltaNet (linear attention, fixed-size state)")
     if "mamba2" in progs:
         return Kind("mamba", "Mamba-2 (fixed-size state)")
-    if not ATTENTION & progs.keys():
+    # attention programs are those registered in the compare pages' Attention row (any other mixer is a
+    # recurrent state: Gated DeltaNet, Mamba-2), so a new attention program needs no second list here
+    if not any(COMPARISON_ROLES.get(program) == "Attention" for program in progs):
         return Kind("none", "no attention (feed-forward only)")
     window, chunk = _window(block), _chunk(block)
     if "v4_attention" in progs:
@@ -150,9 +150,8 @@ def mixer_kind(block: Component, local: bool) -> Kind:
 
 
 def _router(block: Component) -> Component | None:
-    """The block's router: the component whose one output is the gates over every expert."""
-    return next((c for _, c in walk(block) if [p.name for p in c.outputs] == ["gates"]
-                 and hasattr(c.options, "experts")), None)
+    """The block's router (the first, as the picture_routing stage tells one)."""
+    return next((c for _, c in walk(block) if is_router(c)), None)
 
 
 def ffn_kind(block: Component) -> Kind:
@@ -211,7 +210,8 @@ def _progression(layers: tuple[int, ...]) -> str:
 
 
 def _ordinal(n: int) -> str:
-    return f"{n}{'nd' if n % 10 == 2 and n != 12 else 'rd' if n % 10 == 3 and n != 13 else 'th'}"
+    """2nd, 6th, 11th, 21st, 112th."""
+    return f"{n}{'th' if 11 <= n % 100 <= 13 else {1: 'st', 2: 'nd', 3: 'rd'}.get(n % 10, 'th')}"
 
 
 def _sentence_case(label: str) -> str:
@@ -309,9 +309,10 @@ def _experts(parts: list[str], p: ModelPicture, y: float) -> float:
     where = f"layer {r.layer + 1}, " if r is not None else ""
     head = (f"Routed experts ({where}one example token): {len(lit)} of {n} lit" if r is not None else
             f"Routed experts: {p.active} of {n} run per token (none lit: no routing was run)")
-    for j, line in enumerate(wrap(head, WIDTH - 8, 5.9)):
+    lines = wrap(head, WIDTH - 8, 5.9)
+    for j, line in enumerate(lines):
         parts.append(f'<text x="4" y="{y + 10 + 13 * j:.1f}" class="legend">{escape(line)}</text>')
-    y += 13 * len(wrap(head, WIDTH - 8, 5.9)) + 4
+    y += 13 * len(lines) + 4
     cols = 32 if n > 64 else 16
     cell = (WIDTH - 8) / cols
     for e in range(n):

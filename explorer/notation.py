@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from .spec.types import Component
-from .step_symbols import parse_step, symbols_of
+from .step_symbols import NAMED_BY_SCRIPT, parse_step, symbols_of
 
 Kind = Literal["computed", "parameter", "constant", "index", "function"]
 Section = Literal["Streams and blocks", "Attention", "Positions", "Experts and MLPs", "Recurrent mixers",
@@ -296,7 +296,6 @@ SYMBOLS: tuple[Symbol, ...] = (
 )
 
 BY_LATEX: dict[str, Symbol] = {s.latex: s for s in SYMBOLS}
-_FAMILIES = ("W", "b")
 
 
 def lookup(symbol: str) -> Symbol | None:
@@ -304,7 +303,7 @@ def lookup(symbol: str) -> Symbol | None:
     if symbol in BY_LATEX:
         return BY_LATEX[symbol]
     base = symbol.split("_")[0].split("^")[0]
-    return BY_LATEX[base] if base in _FAMILIES and base != symbol else None
+    return BY_LATEX[base] if base in NAMED_BY_SCRIPT and base != symbol else None
 
 
 def _kind(symbol: str) -> Kind | None:

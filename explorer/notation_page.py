@@ -80,8 +80,9 @@ class _Use:
     model: str
     path: str
     anchor: str
-    steps: int
-    """1 for a composite, which splices its parts' steps in, 0 for a leaf: the first leaf in site order is linked."""
+    composite: bool
+    """Whether the component splices its parts' steps in: the first leaf in site order is linked, a composite only
+    where no leaf has the symbol."""
 
 
 def _uses(specs: list[ModelSpec]) -> tuple[dict[str, _Use], dict[str, _Use]]:
@@ -92,11 +93,11 @@ def _uses(specs: list[ModelSpec]) -> tuple[dict[str, _Use], dict[str, _Use]]:
         for anc, comp in walk(spec.root):
             for step, prefix in _shown_steps(comp):
                 parsed = parse_step(step.latex)
-                use = _Use(spec.slug, path_key(anc, comp), prefix + step.name, 1 if comp.children else 0)
+                use = _Use(spec.slug, path_key(anc, comp), prefix + step.name, bool(comp.children))
                 for table, symbols in ((defined, parsed.defines), (read, parsed.reads | parsed.indices)):
                     for s in symbols:
                         key = _registered(s)
-                        if key and (key not in table or use.steps < table[key].steps):
+                        if key and (key not in table or use.composite < table[key].composite):
                             table[key] = use
     return defined, read
 

@@ -52,16 +52,20 @@ def picture_routing(spec: ModelSpec, cache_dir: Path | None) -> PictureRouting |
     return routing
 
 
+def is_router(comp: Component) -> bool:
+    """Whether the component is a router: its one output is the gates over every expert (its options' `experts`)."""
+    return [p.name for p in comp.outputs] == ["gates"] and hasattr(comp.options, "experts")
+
+
 def _routers(spec: ModelSpec) -> list[tuple[int, tuple[Component, ...], Component]]:
-    """(first layer, ancestors, router) for each router of the layer stack, by layer: a component whose one output
-    is the gates over every expert, computed from the hidden state alone (a hash router also reads token ids, from
-    a table that random weights cannot stand in for)."""
+    """(first layer, ancestors, router) for each router of the layer stack, by layer, that computes its gates from
+    the hidden state alone (a hash router also reads token ids, from a table that random weights cannot stand in
+    for)."""
     from .execute import first_layer
 
     found = []
     for ancestors, comp in walk(spec.root):
-        if ([p.name for p in comp.outputs] == ["gates"] and len(comp.inputs) == 1
-                and any(a.key == "blocks" for a in ancestors)):
+        if is_router(comp) and len(comp.inputs) == 1 and any(a.key == "blocks" for a in ancestors):
             layer = first_layer(comp)
             if layer is not None:
                 found.append((layer, ancestors, comp))

@@ -183,12 +183,16 @@ def symbols_of(latex: str) -> list[str]:
     return [s for s in found if not s.startswith((_IN_INDEX, _INDEXED))]
 
 
+_DEPTH = {"{": 1, "}": -1, "\\left": 1, "\\right": -1, "\\begin": 1, "\\end": -1}
+"""How a token changes the nesting depth: a clause is split, and its = found, only at depth 0."""
+
+
 def _clauses(toks: list[str]) -> list[list[str]]:
     """The step's top-level clauses, split at \\quad and at a comma followed by a space command."""
     out: list[list[str]] = [[]]
     depth = 0
     for j, t in enumerate(toks):
-        depth += {"{": 1, "}": -1, "\\left": 1, "\\right": -1, "\\begin": 1, "\\end": -1}.get(t, 0)
+        depth += _DEPTH.get(t, 0)
         at_top = depth == 0
         if at_top and (t in ("\\quad", "\\qquad") or (t == "," and j + 1 < len(toks) and toks[j + 1] in ("\\ ",))):
             out.append([])
@@ -215,7 +219,7 @@ def _is_bare_symbol(clause: list[str]) -> bool:
 def _top_level(toks: list[str], wanted: tuple[str, ...]) -> int:
     depth = 0
     for j, t in enumerate(toks):
-        depth += {"{": 1, "}": -1, "\\left": 1, "\\right": -1, "\\begin": 1, "\\end": -1}.get(t, 0)
+        depth += _DEPTH.get(t, 0)
         if depth == 0 and t in wanted:
             return j
     return -1

@@ -19,10 +19,8 @@ from .diagrams import FlowNode, drawn_ops, op_id
 from .flows import layout
 from .mathml import to_mathml
 from .spec.types import Component
-from .symbols import body
+from .symbols import NS, body
 
-NS = "http://www.w3.org/1998/Math/MathML"
-ET.register_namespace("", NS)
 _SCRIPTED = {f"{{{NS}}}{t}" for t in ("msub", "msup", "msubsup", "mover", "munder", "munderover")}
 """The base of one of these is part of another symbol (m in m_i, u in û) and is not linked on its own."""
 _MROW = f"{{{NS}}}mrow"

@@ -160,3 +160,47 @@ def test_the_lit_experts_are_those_transformers_router_selects_on_the_same_weigh
         _, _, indices = reference(x)
     last = indices.view(*x.shape[:-1], -1)[0, -1]  # the first sequence's last token, as the picture shows
     assert route_example(spec).selected == tuple(sorted(int(i) for i in last))
+
+
+def test_layer_lists_are_one_based_and_name_a_regular_spacing():
+    """The caption's layer numbers, written by hand: 0-based layers 5, 11, 17, 23 are the 6th, 12th, 18th, 24th."""
+    from explorer.model_picture import layer_list
+
+    assert layer_list((5, 11, 17, 23), 24) == "layers 6, 12, …, 24 (every 6th)"
+    assert layer_list(tuple(i for i in range(24) if i % 6 != 5), 24) == "every layer except 6, 12, …, 24 (every 6th)"
+    assert layer_list((1, 3, 5, 7), 8) == "layers 2, 4, …, 8 (every 2nd)"
+    assert layer_list((0, 21, 42, 63), 64) == "layers 1, 22, …, 64 (every 21st)"
+    assert layer_list((0, 11, 22, 33), 34) == "layers 1, 12, …, 34 (every 11th)"
+    assert layer_list((0, 1, 2, 6), 10) == "layers 1–3, 7"  # not evenly spaced: runs
+    assert layer_list((3,), 10) == "layer 4"
+
+
+def test_gemma3_caption_names_its_global_layers():
+    """Gemma 3 27B: 62 layers, every 6th global (the reference config's layer_types), the rest sliding."""
+    picture = describe(load_model_spec(content("gemma-3-27b")), "Gemma 3 27B")
+    assert "layers 6, 12, …, 60 (every 6th)." in picture.caption
+    assert "every layer except 6, 12, …, 60 (every 6th)." in picture.caption
+
+
+def test_the_routing_is_cached_and_read_back_and_a_damaged_entry_is_rerun(tmp_path, monkeypatch):
+    """The build reads the picture's routing from the cache beside the torch stages: the entry written is the one read
+    back (no rerun), a damaged entry is run again, and a dense model's "no routing" is cached too."""
+    from explorer import picture_routing as pr
+
+    spec = load_model_spec(content("deepseek-v3"))
+    routing = pr.picture_routing(spec, tmp_path)
+    (entry,) = tmp_path.glob("deepseek-v3-picture-*.json")
+
+    def must_not_run(_spec):
+        raise AssertionError("read from the cache, not run")
+
+    with monkeypatch.context() as m:
+        m.setattr(pr, "route_example", must_not_run)
+        assert pr.picture_routing(spec, tmp_path) == routing
+    entry.write_text('{"layer": 3}')  # damaged: no experts, no selection
+    assert pr.picture_routing(spec, tmp_path) == routing
+    dense = load_model_spec(content("llama-3.1-8b"))
+    assert pr.picture_routing(dense, tmp_path) is None
+    with monkeypatch.context() as m:
+        m.setattr(pr, "route_example", must_not_run)
+        assert pr.picture_routing(dense, tmp_path) is None

@@ -37,6 +37,23 @@ def test_a_symbol_is_tagged_as_a_whole_token_only():
     assert tag_terms(to_mathml("u=v"), links) == to_mathml("u=v"), "nothing to tag: the MathML is unchanged"
 
 
+def test_swiglu_symbols_light_the_parts_that_hold_or_produce_them():
+    """Kimi K2's dense SwiGLU, without a built site: x_ffn comes in, g and u are the gate and up projections' outputs,
+    a = SiLU(g) and m = a ⊙ u are drawn as ops, and Δ_ffn is both the page's output and the down projection's."""
+    from conftest import ROOT
+
+    from explorer.content import load_model_content
+    from explorer.families import load_model_spec
+    from explorer.spec.types import path_key, walk
+    from explorer.term_links import page_links
+
+    spec = load_model_spec(load_model_content(ROOT / "content/models/kimi-k2"))
+    comp = next(c for a, c in walk(spec.root) if path_key(a, c) == "blocks.dense.mlp")
+    assert {link.latex: link.part for link in page_links(comp)} == {
+        r"x_{\mathrm{ffn}}": "flow-in", r"\Delta_{\mathrm{ffn}}": "flow-out flow-down_proj",
+        "g": "flow-gate_proj", "u": "flow-up_proj", "a": "flow-step-silu", "m": "flow-step-product"}
+
+
 def test_every_tagged_term_lights_a_part_of_its_pages_diagram(built_site):
     pages = sorted((built_site / "models").glob("*/*.html"))
     tagged = {p: p.read_text() for p in pages}
