@@ -14,7 +14,8 @@ from .spec.types import Component, path_key, walk
 
 def api_file(mb: ModelBuild) -> dict[str, str]:
     """The model's JSON twin as the file api/<slug>.json holds it."""
-    return {f"api/{mb.slug}.json": json.dumps(model_api(mb), sort_keys=True, ensure_ascii=False, separators=(",", ":")) + "\n"}
+    text = json.dumps(model_api(mb), sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+    return {f"api/{mb.slug}.json": text + "\n"}
 
 
 def model_api(mb: ModelBuild) -> dict[str, Any]:

@@ -138,8 +138,9 @@ def save(cache_dir: Path | None, spec: ModelSpec, reference: ReferenceModel, exe
     if cache_dir is None:
         return
     # not another model whose slug extends this one
-    _write(_entry(cache_dir, spec.slug, execution_key(spec)), json.dumps(_encode(reference, execution), sort_keys=True),
-           f"{spec.slug}-*.json", lambda name: _KEY.fullmatch(name[len(spec.slug):]) is not None)
+    write_replacing(_entry(cache_dir, spec.slug, execution_key(spec)),
+                    json.dumps(_encode(reference, execution), sort_keys=True),
+                    f"{spec.slug}-*.json", lambda name: _KEY.fullmatch(name[len(spec.slug):]) is not None)
 
 
 STRINGS_LIMIT = 64 * 2**20
@@ -158,7 +159,8 @@ def write_strings(path: Path, entries: dict[str, str]) -> None:
     """Replace a string cache file (strings_file) and the stale files of its kind."""
     kind = path.name.rsplit("-", 1)[0]
     stale = re.compile(rf"{re.escape(kind)}-[0-9a-f]{{32}}\.json")
-    _write(path, json.dumps(entries, sort_keys=True), f"{kind}-*.json", lambda name: stale.fullmatch(name) is not None)
+    write_replacing(path, json.dumps(entries, sort_keys=True), f"{kind}-*.json",
+                    lambda name: stale.fullmatch(name) is not None)
 
 
 def read_strings(path: Path) -> dict[str, str]:
@@ -175,7 +177,7 @@ def read_strings(path: Path) -> dict[str, str]:
     return {k: v for k, v in data.items() if isinstance(k, str) and isinstance(v, str)}
 
 
-def _write(path: Path, text: str, stale: str, is_stale: Callable[[str], bool]) -> None:
+def write_replacing(path: Path, text: str, stale: str, is_stale: Callable[[str], bool]) -> None:
     """Replace the entries matching `stale` with this one, written through a temporary file of this process's
     own (concurrent builds write the same entries), or not at all: a read-only or full cache costs the next
     build the recomputation, not this build's result (issue 18).
@@ -319,5 +321,6 @@ def _real_check(fields: dict[str, Any]) -> RealWeightCheck:
 def save_real(cache_dir: Path | None, spec: ModelSpec, weights: Path, checks: tuple[RealWeightCheck, ...]) -> None:
     if cache_dir is None:
         return
-    _write(_real_path(cache_dir, spec, weights), json.dumps([dataclasses.asdict(c) for c in checks], sort_keys=True),
-           f"{spec.slug}-real-*.json", lambda name: _REAL_KEY.fullmatch(name[len(spec.slug):]) is not None)
+    write_replacing(_real_path(cache_dir, spec, weights),
+                    json.dumps([dataclasses.asdict(c) for c in checks], sort_keys=True),
+                    f"{spec.slug}-real-*.json", lambda name: _REAL_KEY.fullmatch(name[len(spec.slug):]) is not None)

@@ -47,8 +47,8 @@ def picture_routing(spec: ModelSpec, cache_dir: Path | None) -> PictureRouting |
             pass  # a damaged entry is recomputed
     routing = route_example(spec)
     if path is not None:
-        cache._write(path, json.dumps(asdict(routing) if routing else None, sort_keys=True),
-                     f"{spec.slug}-picture-*.json", lambda name: name != path.name)
+        cache.write_replacing(path, json.dumps(asdict(routing) if routing else None, sort_keys=True),
+                              f"{spec.slug}-picture-*.json", lambda name: name != path.name)
     return routing
 
 
