@@ -132,8 +132,6 @@ def _heads(spec: ModelSpec, attn: tuple[str, Component] | None) -> tuple[ArchFac
     path, comp = attn if attn else ("", None)
     heads = _option(comp, "heads") if comp else None
     kv = _option(comp, "kv_heads") if comp else None
-    if comp is not None and comp.program == "v4_attention":
-        kv = 1  # DeepSeek-V4: one key-value head shared by every query head (its single wkv projection)
     qk, v, rope = _head_widths(spec, comp) if comp else (None, None, None)
     if qk is None:
         width = brief = None

@@ -317,6 +317,11 @@ class V4AttentionOptions:
     rope: RopeOptions
     eps: float
 
+    @property
+    def kv_heads(self) -> int:
+        """One key-value head shared by every query head (the single wkv projection)."""
+        return 1
+
 
 def grouped_output(ctx: Ctx, *, prefix: str, ranges: tuple[IndexRange, ...], o: V4AttentionOptions) -> Component:
     """o_a_proj: each of g head groups (heads·head_dim/g features) projected to its own o_lora_rank features."""
