@@ -31,12 +31,6 @@ REVISION = re.compile(r"^[0-9a-f]{40}$")
 REPO = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]*/[A-Za-z0-9][A-Za-z0-9_.\-]*$")
 
 
-def read_config_json(path: Path) -> tuple[dict[str, Any], str]:
-    """The config's keys (duplicate keys refused) and the sha256 of its bytes."""
-    config, sha256, _ = read_config_text(path)
-    return config, sha256
-
-
 def read_config_text(path: Path) -> tuple[dict[str, Any], str, str]:
     """The config's keys (duplicate keys refused), the sha256 of its bytes and its text."""
     try:

@@ -14,7 +14,7 @@ import json
 from dataclasses import dataclass
 
 from .components.serving import LayerKind
-from .figures import Serving
+from .figures import Serving, kind_flops_decode, kind_flops_prefill, mla_absorbed
 
 KV_DTYPES = (("BF16", 4), ("FP8", 2), ("FP4", 1))
 """Cache dtypes the reader can choose, with their size in half-bytes (FP4 stores two numbers per byte)."""
@@ -60,11 +60,10 @@ def evaluate(s: Serving, context: int, batch: int = 1, kv_dtype: str = "BF16", w
     cache = sum(line.value for line in lines[1:])
     engine = sum(_kind_bytes(k, context, batch, half, ENGINE_BLOCK) for k in s.kinds)
     per_token = sum(k.layers * k.per_token for k in s.kinds)
-    decode = [_decode(k, k.flops_per_key, context) for k in s.kinds]
-    absorbed = [_decode(k, k.absorbed_flops_per_key or k.flops_per_key, context) for k in s.kinds]
+    decode = [kind_flops_decode(k, context) for k in s.kinds]
+    absorbed = [kind_flops_decode(k, context) for k in mla_absorbed(s.kinds)]
     mla = any(k.absorbed_flops_per_key for k in s.kinds)
-    prefill = [k.layers * (k.flops_per_key * k.keys_read_prefill(context)
-                           + k.index_flops_per_key * k.keys_scored_prefill(context)) for k in s.kinds]
+    prefill = [kind_flops_prefill(k, context) for k in s.kinds]
     lines += [
         Line("per-token", f"Cache per token of context, all layers ({kv_dtype})", _bytes(per_token, half),
              f"{fmt(per_token)} elements × {_size(half)}"),
@@ -91,11 +90,6 @@ def evaluate(s: Serving, context: int, batch: int = 1, kv_dtype: str = "BF16", w
 MLA_UNABSORBED = ", MLA unabsorbed (per-head keys and values)"
 MLA_ABSORBED = ", MLA absorbed (scores and sums over the cached latent)"
 """The two forms of MLA's decode cost (explorer/components/mla.py's decode_costs), named in the lines' labels."""
-
-
-def _decode(k: LayerKind, per_key: int, context: int) -> int:
-    """FLOPs one decoded token spends in all layers of one kind at `context`, at `per_key` FLOPs per entry read."""
-    return k.layers * (per_key * k.keys_read(context) + k.index_flops_per_key * k.entries(context))
 
 
 def tokens_that_fit(s: Serving, batch: int, half: int, weight_bytes: int, memory: int) -> int:

@@ -219,3 +219,19 @@ def check_name(name: str, source: str) -> None:
 def is_count(x: Any) -> bool:
     """A size or offset: a non-negative integer, and not a boolean (JSON's true is no size)."""
     return isinstance(x, int) and not isinstance(x, bool) and x >= 0
+
+
+def check_spans(spans: Iterable[tuple[int, int, str]], source: str, data_size: int | None, *, of: str = "",
+                buffer: str = "the data buffer ({size:,} bytes)") -> None:
+    """Tensor byte spans (begin, end, name) may not overlap, nor, when data_size is known, end past it.
+
+    Each format words its errors: `of` follows every byte position ("of the data") and `buffer` names what a
+    span ran past, formatted with size (data_size, at least 0).
+    """
+    ordered = sorted(spans)
+    for (_, e0, n0), (b1, _, n1) in zip(ordered, ordered[1:]):
+        if b1 < e0:
+            raise CheckpointError(source, f"tensors '{n0}' and '{n1}' overlap (bytes {b1:,}–{e0:,}{of})")
+    if data_size is not None and ordered and ordered[-1][1] > data_size:
+        raise CheckpointError(source, f"tensor '{ordered[-1][2]}' ends at byte {ordered[-1][1]:,}{of}, past "
+                                      + buffer.format(size=max(data_size, 0)))

@@ -220,14 +220,28 @@ def _max_context_key(spec: ModelSpec) -> str:
 def attention_flops_decode(kinds: list[LayerKind] | tuple[LayerKind, ...], context: int) -> int:
     """FLOPs of the attention of one token at position `context`: per kind, the entries it reads × its FLOPs per
     key, plus an indexer's score of every cached entry."""
-    return sum(c.layers * (c.flops_per_key * c.keys_read(context) + c.index_flops_per_key * c.entries(context))
-               for c in kinds)
+    return sum(kind_flops_decode(c, context) for c in kinds)
+
+
+def kind_flops_decode(c: LayerKind, context: int) -> int:
+    """attention_flops_decode's term for the layers of one kind (the calculator shows each)."""
+    return c.layers * (c.flops_per_key * c.keys_read(context) + c.index_flops_per_key * c.entries(context))
 
 
 def attention_flops_prefill(kinds: list[LayerKind] | tuple[LayerKind, ...], context: int) -> int:
     """FLOPs of the causal attention of a `context`-token prefill: per kind, Σ_t of the entries position t reads."""
-    return sum(c.layers * (c.flops_per_key * c.keys_read_prefill(context)
-                           + c.index_flops_per_key * c.keys_scored_prefill(context)) for c in kinds)
+    return sum(kind_flops_prefill(c, context) for c in kinds)
+
+
+def kind_flops_prefill(c: LayerKind, context: int) -> int:
+    """attention_flops_prefill's term for the layers of one kind (the calculator shows each)."""
+    return c.layers * (c.flops_per_key * c.keys_read_prefill(context)
+                       + c.index_flops_per_key * c.keys_scored_prefill(context))
+
+
+def mla_absorbed(kinds: list[LayerKind] | tuple[LayerKind, ...]) -> list[LayerKind]:
+    """The kinds with every MLA layer in its absorbed form (scores and sums over the cached latent)."""
+    return [replace(c, flops_per_key=c.absorbed_flops_per_key or c.flops_per_key) for c in kinds]
 
 
 def _tied_head(ledger: Ledger) -> int:
@@ -308,7 +322,7 @@ def _mla_decode_figures(costs: list[LayerKind], matmul: int, context: int) -> li
     if not mla:
         return []
     first = mla[0]
-    absorbed = [replace(c, flops_per_key=c.absorbed_flops_per_key or c.flops_per_key) for c in costs]
+    absorbed = mla_absorbed(costs)
     return [
         Figure("mla_flops_per_key_unabsorbed", "MLA decode FLOPs per cached position per layer, unabsorbed (counted)",
                first.flops_per_key, first.decode_forms[0],

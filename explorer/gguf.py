@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Union
 
-from .checkpoint import CheckpointIndex, TensorInfo
+from .checkpoint import CheckpointIndex, TensorInfo, check_spans
 from .errors import CheckpointError
 
 if TYPE_CHECKING:
@@ -231,13 +231,8 @@ def _check_tensors(tensors: tuple[GGUFTensor, ...], source: str, data_size: int 
         if t.name in seen:
             raise CheckpointError(source, f"tensor '{t.name}' is listed twice")
         seen.add(t.name)
-    spans = sorted((t.offset, t.offset + t.nbytes, t.name) for t in tensors)
-    for (_, e0, n0), (b1, _, n1) in zip(spans, spans[1:]):
-        if b1 < e0:
-            raise CheckpointError(source, f"tensors '{n0}' and '{n1}' overlap (bytes {b1:,}–{e0:,} of the data)")
-    if data_size is not None and spans and spans[-1][1] > data_size:
-        raise CheckpointError(source, f"tensor '{spans[-1][2]}' ends at byte {spans[-1][1]:,} of the data, past "
-                                      f"the file's {max(data_size, 0):,} data bytes")
+    check_spans(((t.offset, t.offset + t.nbytes, t.name) for t in tensors), source, data_size,
+                of=" of the data", buffer="the file's {size:,} data bytes")
 
 
 # ---------------------------------------------------------------------------------------- local files

@@ -12,7 +12,7 @@ import struct
 from pathlib import Path
 from typing import Any
 
-from .checkpoint import MAX_TENSORS, CheckpointIndex, TensorInfo, check_name, is_count
+from .checkpoint import MAX_TENSORS, CheckpointIndex, TensorInfo, check_name, check_spans, is_count
 from .errors import CheckpointError
 from .spec.storage import DTYPE_BYTES
 
@@ -57,7 +57,7 @@ def parse_header(data: bytes, source: str, data_size: int | None = None, shard: 
         info, span = _parse_entry(name, entry, source, shard)
         tensors[name] = info
         spans.append((*span, name))
-    _check_spans(spans, source, data_size)
+    check_spans(spans, source, data_size)
     return tensors
 
 
@@ -125,17 +125,6 @@ def _parse_entry(name: str, entry: Any, source: str, shard: str) -> tuple[Tensor
         raise CheckpointError(source, f"{where}: shape {shape} of {dtype} needs {info.nbytes:,} bytes, "
                                       f"data_offsets span {offsets[1] - offsets[0]:,}")
     return info, (offsets[0], offsets[1])
-
-
-def _check_spans(spans: list[tuple[int, int, str]], source: str, data_size: int | None) -> None:
-    """Offsets may not overlap, nor run past the data buffer."""
-    spans.sort()
-    for (_, e0, n0), (b1, _, n1) in zip(spans, spans[1:]):
-        if b1 < e0:
-            raise CheckpointError(source, f"tensors '{n0}' and '{n1}' overlap (bytes {b1:,}–{e0:,})")
-    if data_size is not None and spans and spans[-1][1] > data_size:
-        raise CheckpointError(source, f"tensor '{spans[-1][2]}' ends at byte {spans[-1][1]:,}, past the data "
-                                      f"buffer ({data_size:,} bytes)")
 
 
 def read_safetensors_file(path: Path) -> dict[str, TensorInfo]:

@@ -97,12 +97,6 @@ def defined_symbols(text: str) -> list[str]:
     return out
 
 
-def locate_json_key(text: str, key: str) -> tuple[int, int] | None:
-    """Lines of a key of a JSON file ("a.b" inside table a), from its line to its value's end, in a file of any
-    layout (explorer/json_lines.py)."""
-    return key_lines(text, key)
-
-
 @functools.cache
 def transformers_version() -> str:
     return importlib.metadata.version("transformers")  # scans the installed distributions: read it once
@@ -194,7 +188,7 @@ class _Resolver:
         origin: Origin = "regenerated"
         if self.config_json is not None:
             text, origin = self.config_json, "cache"
-        return self._pinned(cit, "config_lines", ref.config_lines, "config.json", text, origin, locate_json_key)
+        return self._pinned(cit, "config_lines", ref.config_lines, "config.json", text, origin, key_lines)
 
     def _pinned(self, cit: Citation, table: str, ranges: dict[str, tuple[int, int]], filename: str,
                 text: str | None, origin: Origin, locate: Callable[[str, str], tuple[int, int] | None],

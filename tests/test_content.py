@@ -233,11 +233,11 @@ def test_deepseek_v3_config_values_reproduce_the_published_file():
 
 
 def test_config_citation_lines_hold_in_the_published_layout():
-    from explorer.sources import locate_json_key
+    from explorer.json_lines import key_lines
 
     content = load_model_content(ROOT / "content/models/deepseek-v3")
     text = json.dumps(content.config, indent=2, sort_keys=True)
-    assert locate_json_key(text, "quantization_config") == content.checkpoint.config_lines["quantization_config"]
+    assert key_lines(text, "quantization_config") == content.checkpoint.config_lines["quantization_config"]
 
 
 # ------------------------------------------------------------------------ issue 13: content is data
@@ -451,12 +451,13 @@ def test_config_json_is_regenerated_only_when_its_hash_matches(slug, tmp_path):
     a changed value no longer does, and nothing is quoted."""
     import dataclasses
 
-    from explorer.sources import locate_json_key, regenerate_config
+    from explorer.json_lines import key_lines
+    from explorer.sources import regenerate_config
 
     content = load_model_content(ROOT / f"content/models/{slug}")
     text = regenerate_config(content)
     assert text is not None and hashlib.sha256(text.encode()).hexdigest() == content.checkpoint.config_sha256
-    assert locate_json_key(text, "quantization_config") == content.checkpoint.config_lines["quantization_config"]
+    assert key_lines(text, "quantization_config") == content.checkpoint.config_lines["quantization_config"]
     changed = dataclasses.replace(content, config={**content.config, "routed_scaling_factor": 2.8})
     assert regenerate_config(changed) is None
 

@@ -204,9 +204,8 @@ def attention(ctx: Ctx, *, prefix: str, ranges: tuple[IndexRange, ...], x: Port,
                            description=f"Mix the {n} heads' outputs ({n * hd:,} features) back to {d:,} features.",
                            code="self.o_proj(attn_output)", bias=o_bias))
     steps = _gqa_steps(ctx, children, heads, kv_heads, d_head, qk_norm_eps is not None, GAIN_SUBSCRIPT[qk_norm_gain])
-    kind = "multi-query" if kvh == 1 else ("grouped-query" if kvh < n else "multi-head")
     return Component(
-        key="attn", title=f"{kind.capitalize()} attention", kind="learned",
+        key="attn", title=attention_title(n, kvh), kind="learned",
         code=f"{ctx.reference.prefix}Attention(config, layer_idx)",
         description=f"{n} query heads of {hd} features attend over {kvh} key/value head{'s' if kvh > 1 else ''}"
                     f"{' with a sliding window of ' + format(so.window, ',') + ' positions' if so.window else ''}.",
@@ -216,6 +215,12 @@ def attention(ctx: Ctx, *, prefix: str, ranges: tuple[IndexRange, ...], x: Port,
         steps=steps, children=tuple(children), citations=citations, program="attention",
         options=AttentionOptions(n, kvh, hd, norm_opts),
     )
+
+
+def attention_title(heads: int, kv_heads: int) -> str:
+    """Multi-query, grouped-query or multi-head attention, by how many query heads share a key/value head."""
+    kind = "multi-query" if kv_heads == 1 else ("grouped-query" if kv_heads < heads else "multi-head")
+    return f"{kind.capitalize()} attention"
 
 
 def _gqa_steps(ctx: Ctx, children: list[Component], heads: Dim, kv_heads: Dim, d_head: Dim,

@@ -35,7 +35,7 @@ else:  # imported on first use: a build whose torch stages are cached never need
 
 from ..spec.types import Citation, Component, Dim, IndexRange, Port, Shape, Step
 from . import attention, chunked, keys_as_values, l2_qk_norm, nope
-from .attention import ScoresOptions, call_with_rotary, per_head_qk_norms, repeat_kv_heads, window_mask
+from .attention import ScoresOptions, attention_title, call_with_rotary, per_head_qk_norms, repeat_kv_heads, window_mask
 from .base import B, Ctx, Run, ctx_colour, fmt_num, k, options, program, q, reference_call, run_child, v
 from .linear import linear
 from .norms import GAIN_SUBSCRIPT, NormOptions, apply_norm, rmsnorm
@@ -260,8 +260,7 @@ def _extras(o: LayerAttentionOptions) -> tuple[tuple[str, str], ...]:
 def _title(o: LayerAttentionOptions) -> str:
     s = o.shape
     if o.part == "shaped_attention":
-        kind = "multi-query" if s.kv_heads == 1 else ("grouped-query" if s.kv_heads < s.heads else "multi-head")
-        return f"{kind.capitalize()} attention"
+        return attention_title(s.heads, s.kv_heads)
     if o.keys_as_values:
         return "Attention with keys as values"
     if not o.rope:

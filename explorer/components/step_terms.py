@@ -48,12 +48,30 @@ TERMS: dict[type, tuple[TermsOf, frozenset[str]]] = {}
 """Options class -> (its terms for given options, its structural fields)."""
 
 
+_SWITCHES: dict[type, tuple[str, ...]] = {
+    RouterOptions: ("router_bias", "softmax_after_topk", "scoring", "correction_bias", "n_group", "topk_group",
+                    "norm_topk_prob", "scaling"),
+    RopeOptions: ("zero_frequency_pairs", "unrotated_tail", "factor", "beta_fast", "beta_slow", "mscale", "mscale_all_dim",
+                  "original_max_position_embeddings", "low_freq_factor", "high_freq_factor", "truncate"),
+    NormOptions: ("gain",),
+    ScoresOptions: ("kv_heads", "window", "sinks", "softcap"),
+    ClampedSwiGLUOptions: ("alpha", "up_shift", "bias"),
+    EmbeddingOptions: ("scale",),
+}
+"""Fields whose neutral value (no bias, factor 1, no window) switches their term off: they are classed as factors
+whatever their value."""
+
+
+def switched_by(cls: type, *names: str) -> None:
+    """Class `names` of `cls` as switches (see _SWITCHES): registers() passes its own, other modules theirs."""
+    _SWITCHES[cls] = (*_SWITCHES.get(cls, ()), *names)
+
+
 def registers(cls: type, structural: tuple[str, ...] = (), switches: tuple[str, ...] = ()) -> Callable[[TermsOf], TermsOf]:
     """switches: fields classed as factors whatever their value (see _SWITCHES)."""
     def register(fn: TermsOf) -> TermsOf:
         TERMS[cls] = (fn, frozenset(structural))
-        if switches:
-            _SWITCHES[cls] = (*_SWITCHES.get(cls, ()), *switches)
+        switched_by(cls, *switches)
         return fn
     return register
 
@@ -175,25 +193,6 @@ def unshown_terms(comp: Component) -> list[str]:
 def _all_terms(fn: TermsOf, o: Any) -> tuple[Term, ...]:
     """The terms of `o` and of the field values that switch other terms on (every field a program may read)."""
     return fn(o) + tuple(Term(f, "", "") for f in _SWITCHES.get(type(o), ()))
-
-
-_SWITCHES: dict[type, tuple[str, ...]] = {
-    RouterOptions: ("router_bias", "softmax_after_topk", "scoring", "correction_bias", "n_group", "topk_group",
-                    "norm_topk_prob", "scaling"),
-    RopeOptions: ("zero_frequency_pairs", "unrotated_tail", "factor", "beta_fast", "beta_slow", "mscale", "mscale_all_dim",
-                  "original_max_position_embeddings", "low_freq_factor", "high_freq_factor", "truncate"),
-    NormOptions: ("gain",),
-    ScoresOptions: ("kv_heads", "window", "sinks", "softcap"),
-    ClampedSwiGLUOptions: ("alpha", "up_shift", "bias"),
-    EmbeddingOptions: ("scale",),
-}
-"""Fields whose neutral value (no bias, factor 1, no window) switches their term off: they are classed as factors
-whatever their value."""
-
-
-def switched_by(cls: type, *names: str) -> None:
-    """Class `names` of `cls` as switches (see _SWITCHES), for an options class registered in another module."""
-    _SWITCHES[cls] = (*_SWITCHES.get(cls, ()), *names)
 
 
 def registered() -> tuple[type, ...]:
