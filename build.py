@@ -65,7 +65,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.add_model is not None:  # an empty slug is refused, not taken for a plain build
             return add(project, args)
         if args.add_variant:
-            from explorer.variants import add_variant
+            from explorer.checkpoint.variants import add_variant
 
             print(f"wrote {add_variant(project.content, args.add_variant, args.quant_config, args.repo, args.revision)}")
             return 0
@@ -97,7 +97,7 @@ def _positive(text: str) -> int:
 
 def build(project, out: Path, fetch_sources: bool, use_cache: bool, jobs: int | None = None, site_url: str = "") -> int:
     from explorer.digest import input_digest, up_to_date, write_marker
-    from explorer.publish import claim_output
+    from explorer.render.publish import claim_output
 
     start = time.perf_counter()
     with claim_output(out, project.protected) as out:  # refused before minutes of computing, not after
@@ -136,9 +136,9 @@ def check(project, jobs: int | None = None) -> int:
 
 
 def verify_hub(project) -> int:
-    from explorer.content import load_all_models
+    from explorer.checkpoint.sources import verify_published_config
+    from explorer.content.model_content import load_all_models
     from explorer.errors import CheckpointError
-    from explorer.sources import verify_published_config
 
     failed = False
     for content in load_all_models(project.content):
@@ -161,7 +161,7 @@ def verify_hub(project) -> int:
 
 
 def add(project, args) -> int:
-    from explorer.add_model import add_model
+    from explorer.commands.add_model import add_model
 
     missing = [flag for flag, value in (("--config", args.config), ("--repo", args.repo), ("--revision", args.revision))
                if not value]
@@ -170,9 +170,9 @@ def add(project, args) -> int:
         return 1
     path = add_model(project.content, args.add_model, args.config, args.repo, args.revision, args.released)
     print(f"wrote {path}")
-    from explorer.content import load_model_content
-    from explorer.families import FAMILIES
-    from explorer.published_keys import unused_report
+    from explorer.checkpoint.published_keys import unused_report
+    from explorer.content.model_content import load_model_content
+    from explorer.model.families import FAMILIES
 
     content = load_model_content(path.parent)
     for line in unused_report(FAMILIES[content.meta.family], content.checkpoint.config_unused):
@@ -183,18 +183,18 @@ def add(project, args) -> int:
 def record(project, args) -> int:
     from dataclasses import replace
 
-    from explorer.content import load_model_content, model_folder
-    from explorer.hub import read_hub_checkpoint
-    from explorer.listing import read_listing
-    from explorer.manifest import MANIFEST_FILE, write_manifest
-    from explorer.safetensors_headers import read_local_checkpoint
+    from explorer.checkpoint.hub import read_hub_checkpoint
+    from explorer.checkpoint.listing import read_listing
+    from explorer.checkpoint.manifest import MANIFEST_FILE, write_manifest
+    from explorer.checkpoint.safetensors_headers import read_local_checkpoint
+    from explorer.content.model_content import load_model_content, model_folder
 
     content = load_model_content(model_folder(project.content, args.record_checkpoint))
     ref = content.checkpoint
     if args.from_folder:
         index, provenance = read_local_checkpoint(args.from_folder), f"headers of a local copy ({args.from_folder.name})"
     elif args.from_gguf:
-        from explorer.gguf import gguf_config, read_gguf_checkpoint
+        from explorer.checkpoint.gguf import gguf_config, read_gguf_checkpoint
 
         config, config_provenance = gguf_config(args.from_gguf)
         index = replace(read_gguf_checkpoint(args.from_gguf), config=config, config_provenance=config_provenance)

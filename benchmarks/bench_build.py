@@ -33,10 +33,10 @@ B0_CODE = "import torch, transformers; from transformers import DeepseekV3ForCau
 LEDGER_CODE = """
 import sys, time
 from pathlib import Path
-from explorer.manifest import read_manifest
-from explorer.content import load_model_content
-from explorer.families import load_model_spec
-from explorer.reconcile import reconcile
+from explorer.checkpoint.manifest import read_manifest
+from explorer.content.model_content import load_model_content
+from explorer.model.families import load_model_spec
+from explorer.checkpoint.reconcile import reconcile
 content = load_model_content(Path(sys.argv[1]))
 spec = load_model_spec(content)
 best = float("inf")

@@ -23,7 +23,7 @@ sys.path.insert(0, str(ROOT))
 
 def moe_block_weights(spec, device: str, dtype: torch.dtype) -> tuple[dict[str, torch.Tensor], object, str]:
     """Random weights of the first MoE block only, allocated on the device; the block and its module prefix."""
-    from explorer.execute import first_layer, model_weights, module_prefix
+    from explorer.execute.executor import first_layer, model_weights, module_prefix
 
     block = next(c for c in spec.root.children[1].children if c.key == "moe")
     prefix = module_prefix(block, first_layer(block))
@@ -32,9 +32,9 @@ def moe_block_weights(spec, device: str, dtype: torch.dtype) -> tuple[dict[str, 
 
 
 def run(spec, device: str, dtype: torch.dtype, tokens: int, iterations: int) -> dict:
-    from explorer.components.base import PROGRAMS, Run
-    from explorer.components.blocks import angles_for, causal_mask
-    from explorer.execute import label
+    from explorer.execute.executor import label
+    from explorer.model.components.base import PROGRAMS, Run
+    from explorer.model.components.blocks import angles_for, causal_mask
 
     weights, block, prefix = moe_block_weights(spec, device, dtype)
     x = torch.randn(1, tokens, int(spec.values["hidden_size"]), device=device, dtype=dtype)
@@ -75,9 +75,9 @@ def run(spec, device: str, dtype: torch.dtype, tokens: int, iterations: int) -> 
 
 
 def main(argv: list[str] | None = None) -> int:
-    from explorer.content import load_model_content
-    from explorer.execute import tiny_spec
-    from explorer.families import load_model_spec
+    from explorer.content.model_content import load_model_content
+    from explorer.execute.executor import tiny_spec
+    from explorer.model.families import load_model_spec
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--device", default="cuda")

@@ -17,7 +17,7 @@ import tomllib
 from collections.abc import Iterable
 from pathlib import Path
 
-from .project import Project
+from explorer.project import Project
 
 PACKAGE = Path(__file__).resolve().parent
 MARKER = ".explorer-build.json"

@@ -23,7 +23,7 @@ from concurrent.futures.process import BrokenProcessPool
 from contextlib import contextmanager
 from typing import Any
 
-from .errors import ExplorerError, WorkerError
+from explorer.errors import ExplorerError, WorkerError
 
 _PR_SET_PDEATHSIG = 1
 _parent = os.getpid()

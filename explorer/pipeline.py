@@ -9,29 +9,30 @@ from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
 
-from . import cache, highlight_cache, mathml_cache
-from .account import account
-from .api import api_file
-from .checkpoint import CheckpointIndex
-from .compare_views import compare_data_file
-from .content import ModelContent, check_prose_paths, load_all_models, read_content_text
-from .errors import ContentError, ReconciliationError
-from .evidence_views import Excerpt, highlight_citations, remember_highlights
-from .execution import RealWeightCheck
-from .families import FAMILIES, load_model_spec
-from .figures import derive, match_claim
-from .manifest import MANIFEST_FILE, read_manifest
-from .model_build import ModelBuild, PreparedModel, TorchResults
-from .parallel import run_in_order, started_in_order
-from .picture_routing import picture_routing
-from .project import Project
-from .reconcile import expected_groups, predicted_index, reconcile
-from .render import write_site
-from .search import search_script
-from .site import site_page_groups
-from .sources import absent_files, check_recorded_config, resolve_citations
-from .spec.types import ModelSpec, path_key, walk
-from .variants import load_variants, stored_as
+from explorer.checkpoint.index import CheckpointIndex
+from explorer.checkpoint.manifest import MANIFEST_FILE, read_manifest
+from explorer.checkpoint.reconcile import expected_groups, predicted_index, reconcile
+from explorer.checkpoint.sources import absent_files, check_recorded_config, resolve_citations
+from explorer.checkpoint.variants import load_variants, stored_as
+from explorer.content.model_content import ModelContent, check_prose_paths, load_all_models, read_content_text
+from explorer.errors import ContentError, ReconciliationError
+from explorer.execute import cache
+from explorer.execute.picture_routing import picture_routing
+from explorer.figures.model_build import ModelBuild, PreparedModel, TorchResults
+from explorer.figures.model_figures import derive, match_claim
+from explorer.model.account import account
+from explorer.model.families import FAMILIES, load_model_spec
+from explorer.parallel import run_in_order, started_in_order
+from explorer.project import Project
+from explorer.render.site_writer import write_site
+from explorer.spec.results import RealWeightCheck
+from explorer.spec.types import ModelSpec, path_key, walk
+from explorer.views import highlight_cache, mathml_cache
+from explorer.views.api import api_file
+from explorer.views.compare_pages import compare_data_file
+from explorer.views.evidence import Excerpt, highlight_citations, remember_highlights
+from explorer.views.search import search_script
+from explorer.views.site import site_page_groups
 
 Progress = Callable[[str], None]
 __all__ = ["Project", "build_all", "build_model", "build_site", "check_failures"]
@@ -86,8 +87,8 @@ def torch_stages(spec: ModelSpec, content: ModelContent, cache_dir: Path | None,
         ref, execution = cached
     else:
         progress(f"{spec.slug}: building the reference on meta, tracing at full size, checking equations")
-        from .execute import execute  # torch is imported only when something must run
-        from .reference import reference_index
+        from explorer.execute.executor import execute  # torch is imported only when something must run
+        from explorer.execute.reference import reference_index
 
         _one_torch_thread()
         ref, execution = reference_index(spec), execute(spec, FAMILIES[spec.family].reference.not_built)
@@ -111,7 +112,7 @@ def real_weight_checks(content: ModelContent, spec: ModelSpec, cache_dir: Path |
     """The model's checks on its checkpoint's real weights, where content names a weights file (cached)."""
     if not content.checkpoint.real_weights:
         return ()
-    from .real_weights import weights_file
+    from explorer.execute.real_weights import weights_file
 
     path = weights_file(content.checkpoint.real_weights, f"{content.folder / 'model.toml'}: key "
                                                          "'checkpoint.real_weights'")
@@ -119,7 +120,7 @@ def real_weight_checks(content: ModelContent, spec: ModelSpec, cache_dir: Path |
     if cached is not None:
         return cached
     progress(f"{spec.slug}: running block 1 on the real weights of {path.name}")
-    from .real_weights import block_check
+    from explorer.execute.real_weights import block_check
 
     checks = (block_check(spec, path),)
     cache.save_real(cache_dir, spec, path, checks)
@@ -131,7 +132,7 @@ def stated_config_differences(index: CheckpointIndex | None, content: ModelConte
     config lacks or contradicts."""
     if index is None or not index.config:
         return ()
-    from .gguf import config_differences
+    from explorer.checkpoint.gguf import config_differences
 
     return tuple(config_differences(index.config, index.config_provenance, content.config))
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from .publish import Protected
+from explorer.render.publish import Protected
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,12 +32,12 @@ class Project:
 
     @property
     def mathml(self) -> Path:
-        """Formulas converted to MathML kept between builds (explorer/mathml_cache.py)."""
+        """Formulas converted to MathML kept between builds (explorer/views/mathml_cache.py)."""
         return self.root / ".cache" / "mathml"
 
     @property
     def highlights(self) -> Path:
-        """Highlighted excerpts kept between builds (explorer/highlight_cache.py)."""
+        """Highlighted excerpts kept between builds (explorer/views/highlight_cache.py)."""
         return self.root / ".cache" / "highlight"
 
     @property

@@ -71,7 +71,7 @@ def test_deepseek_v3_differs_where_the_family_must_not_break(builds):
 @pytest.mark.parametrize("slug", ["kimi-k2", "deepseek-v3"])
 def test_spec_agrees_tensor_by_tensor_with_transformers_on_meta(builds, slug):
     """The oracle: transformers' DeepseekV3ForCausalLM, built from the same config on the meta device."""
-    from explorer.reference import build_reference_model
+    from explorer.execute.reference import build_reference_model
 
     mb = builds[slug]
     assert mb.reference.balanced, mb.reference.differences()[:20]
@@ -89,7 +89,7 @@ def test_spec_agrees_tensor_by_tensor_with_transformers_on_meta(builds, slug):
 @pytest.mark.parametrize("slug", ["kimi-k2", "deepseek-v3"])
 def test_total_equals_the_reference_models_own_count(builds, slug):
     """Count the reference's parameters and buffers ourselves, independently of the name mapping."""
-    from explorer.reference import build_reference_model
+    from explorer.execute.reference import build_reference_model
 
     mb = builds[slug]
     model = build_reference_model(mb.spec)
@@ -102,9 +102,9 @@ def test_reference_mismatch_is_reported_per_tensor(builds):
     """A spec that disagrees with the reference names the tensors."""
     import dataclasses
 
-    from explorer.families import load_model_spec
-    from explorer.reconcile import reconcile
-    from explorer.reference import reference_index
+    from explorer.checkpoint.reconcile import reconcile
+    from explorer.execute.reference import reference_index
+    from explorer.model.families import load_model_spec
 
     mb = builds["kimi-k2"]
     config = dict(mb.content.config, moe_intermediate_size=1024)

@@ -19,13 +19,13 @@ from pathlib import Path
 import pytest
 from conftest import ROOT
 
-from explorer.account import account
-from explorer.add_model import add_model
-from explorer.content import ModelContent, load_all_models, load_model_content
+from explorer.checkpoint.sources import regenerate_config
+from explorer.commands.add_model import add_model
+from explorer.content.model_content import ModelContent, load_all_models, load_model_content
 from explorer.errors import ContentError
-from explorer.families import FAMILIES, load_model_spec
+from explorer.model.account import account
+from explorer.model.families import FAMILIES, load_model_spec
 from explorer.pipeline import prepare_model
-from explorer.sources import regenerate_config
 from explorer.spec.types import walk
 
 UNKNOWN = {"x_published_note": "not read by any config class", "x_published_null": None,
@@ -228,8 +228,8 @@ def test_gpt2_medium_keys_build_in_full_and_the_model_page_lists_them(tmp_path):
     """The published gpt2-medium config carries n_special and predict_special_tokens, which GPT2Config does not
     define: the model builds in full (reference on meta, executed checks) and its page shows both as published."""
     from explorer.pipeline import build_model
-    from explorer.render import environment, render_page
-    from explorer.views import component_page
+    from explorer.render.site_writer import environment, render_page
+    from explorer.views.component_page import component_page
 
     content = added(tmp_path, {**published(originals()["gpt2"]), "n_special": 0, "predict_special_tokens": True,
                                "x_published_null": None})
@@ -303,7 +303,7 @@ def test_modules_a_dense_fp8_config_leaves_out_stay_in_the_models_dtype(tmp_path
 # ------------------------------------------------------------------------------------------ json_lines
 
 def test_key_lines_are_the_lines_a_reader_sees_in_any_layout():
-    from explorer.json_lines import key_lines
+    from explorer.content.json_lines import key_lines
 
     text = '{\n  "a": "}{ ][",\n  "b": {\n    "c": [1,\n      {"d": "x\\"]"}],\n    "e": null\n  },\n  "f": 2}'
     assert key_lines(text, "a") == (2, 2)  # brackets inside a string count for nothing

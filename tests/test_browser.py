@@ -297,9 +297,9 @@ PICKED = [("deepseek-v3", "kimi-k2"), ("gpt2", "gemma-3-27b"), ("qwen3-235b-a22b
 def test_compare_picker_shows_the_python_numbers_for_any_pair(tabs, built_site, builds, width):
     """Issue 26: the picker page (file://, no network) sets any two models side by side; every number it shows
     is the one Python computes for the same pair from the same data, rows and Δ alike."""
-    from explorer.compare import role_totals
-    from explorer.compare_views import compare_data, compare_rows
-    from explorer.view_basics import fmt
+    from explorer.figures.compare_roles import role_totals
+    from explorer.views.basics import fmt
+    from explorer.views.compare_pages import compare_data, compare_rows
 
     def signed(n: int) -> str:
         return f"+{fmt(n)}" if n > 0 else ("0" if n == 0 else f"−{fmt(-n)}")

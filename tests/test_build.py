@@ -100,7 +100,7 @@ def test_down_projection_page_shows_what_the_seed_shows(built_site):
 
 
 def test_transformers_excerpts_are_real_file_lines(built_site):
-    from explorer.sources import locate_symbol, transformers_file
+    from explorer.checkpoint.sources import locate_symbol, transformers_file
 
     path = transformers_file("models/deepseek_v3/modeling_deepseek_v3.py")
     first, last = locate_symbol(path.read_text(), "DeepseekV3MLP")
@@ -260,7 +260,7 @@ def test_templates_hold_no_arithmetic(template):
 def test_missing_view_field_fails_the_render():
     from jinja2 import UndefinedError
 
-    from explorer.render import environment
+    from explorer.render.site_writer import environment
 
     env = environment(ROOT / "templates")
     with pytest.raises(UndefinedError):
@@ -392,7 +392,7 @@ def test_equation_blocks_link_the_glossary_and_the_tiny_config_is_said_once(buil
 
 
 def test_search_acronyms_leave_out_parenthetical_qualifiers():
-    from explorer.search import acronyms
+    from explorer.views.search import acronyms
 
     assert acronyms("Multi-head latent attention") == {"mla", "mhla"}
     assert acronyms("Routed experts (clamped SwiGLU)") == set()  # was {"re(s"}

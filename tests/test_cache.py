@@ -9,12 +9,12 @@ import math
 import pytest
 from conftest import ROOT
 
-from explorer import cache
-from explorer.checkpoint import CheckpointIndex, TensorInfo
-from explorer.content import load_model_content
-from explorer.execution import TOLERANCE, ComponentTrace, EquationCheck, Execution, ShapeTrace, within_tolerance
-from explorer.families import load_model_spec
-from explorer.reference import ReferenceModel
+from explorer.checkpoint.index import CheckpointIndex, TensorInfo
+from explorer.content.model_content import load_model_content
+from explorer.execute import cache
+from explorer.execute.reference import ReferenceModel
+from explorer.model.families import load_model_spec
+from explorer.spec.results import TOLERANCE, ComponentTrace, EquationCheck, Execution, ShapeTrace, within_tolerance
 
 
 @pytest.mark.parametrize("error, passes", [
@@ -45,7 +45,7 @@ def consistent_execution(spec) -> Execution:
     executor would have recorded it; the model's own check passes at 3e-6, the others are unchecked."""
     import importlib.metadata
 
-    from explorer.execution import FREE_SIZES
+    from explorer.spec.results import FREE_SIZES
     from explorer.spec.types import path_key, walk
 
     def concrete(shape) -> tuple[int, ...]:
@@ -128,7 +128,7 @@ def test_too_many_cached_tensors_are_refused_before_any_is_listed(tmp_path, spec
 WRITER = """
 import pickle, sys, time
 from pathlib import Path
-from explorer import cache
+from explorer.execute import cache
 folder, payload, go, rounds, me = Path(sys.argv[1]), Path(sys.argv[2]), Path(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
 specs, references, execution = pickle.loads(payload.read_bytes())
 while not go.exists():

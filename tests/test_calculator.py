@@ -1,6 +1,6 @@
 """Serving memory and compute (issue 23): every layer kind through one registry, its formula in config keys, the
 figures never beyond the maximum context, the tied LM head's FLOPs, and the page's calculator, whose script must
-show exactly what explorer/calculator.py's `evaluate` computes."""
+show exactly what explorer/figures/calculator.py's `evaluate` computes."""
 
 from __future__ import annotations
 
@@ -15,11 +15,11 @@ import pytest
 from conftest import ROOT
 from test_browser import browser, tabs  # noqa: F401  (the same Chromium fixtures: missing Chromium fails, never skips)
 
-from explorer.calculator import calculator_view, evaluate, gib, page_data
-from explorer.components import serving
-from explorer.content import load_model_content
+from explorer.content.model_content import load_model_content
+from explorer.figures.calculator import calculator_view, evaluate, gib, page_data
+from explorer.model.components import serving
 from explorer.pipeline import prepare_model
-from explorer.render import environment
+from explorer.render.site_writer import environment
 
 BROWSER_CASES = {  # one model per layer kind, each with inputs that are not multiples of the engine's block
     "kimi-k2": [(40_001, 3, "FP8", "BF16", 2_000)],  # MLA
@@ -224,7 +224,7 @@ def test_cache_agrees_with_the_reference_cache(slug):
     calculator counts the window it attends over, so beyond the window it is one position per sliding layer more."""
     import torch
 
-    from explorer.reference import build_reference_model
+    from explorer.execute.reference import build_reference_model
 
     p = prepared(slug)
     model = build_reference_model(p.spec)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from explorer.checkpoint import check_spans
+from explorer.checkpoint.index import check_spans
 from explorer.errors import CheckpointError
 
 GGUF = {"of": " of the data", "buffer": "the file's {size:,} data bytes"}

@@ -15,11 +15,16 @@ from hub_server import FakeHub
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from explorer.checkpoint import CheckpointIndex, TensorInfo, expand_name, group_tensors
+from explorer.checkpoint.hub import read_hub_checkpoint, read_hub_header
+from explorer.checkpoint.index import CheckpointIndex, TensorInfo, expand_name, group_tensors
+from explorer.checkpoint.manifest import read_manifest, write_manifest
+from explorer.checkpoint.safetensors_headers import (
+    MAX_HEADER_BYTES,
+    parse_header,
+    read_local_checkpoint,
+    read_safetensors_file,
+)
 from explorer.errors import CheckpointError
-from explorer.hub import read_hub_checkpoint, read_hub_header
-from explorer.manifest import read_manifest, write_manifest
-from explorer.safetensors_headers import MAX_HEADER_BYTES, parse_header, read_local_checkpoint, read_safetensors_file
 
 TENSORS = {"a.weight": ("BF16", [4, 8]), "a.weight_scale_inv": ("F32", [1, 1]), "b": ("F8_E4M3", [3])}
 
@@ -389,7 +394,7 @@ def test_hostile_header_json_gives_typed_errors(raw, reason):
 
 
 def test_tensor_count_is_capped_before_parsing_entries(monkeypatch):
-    import explorer.safetensors_headers as safetensors_headers
+    import explorer.checkpoint.safetensors_headers as safetensors_headers
 
     monkeypatch.setattr(safetensors_headers, "MAX_TENSORS", 2)
     raw = header_bytes({f"t{i}": {"dtype": "F32", "shape": [1], "data_offsets": [4 * i, 4 * i + 4]}
@@ -514,7 +519,7 @@ def listing(tmp_path: Path, data: object) -> Path:
 ])
 def test_listing_is_validated(tmp_path, data, reason):
     """Issue 13, reproduction 6: --from-listing used to validate nothing."""
-    from explorer.listing import read_listing
+    from explorer.checkpoint.listing import read_listing
 
     with pytest.raises(CheckpointError) as info:
         read_listing(listing(tmp_path, data))
@@ -525,7 +530,7 @@ def test_a_listing_of_one_entry_per_tensor_records_the_groups_of_its_headers(tmp
     """Issue 18: each entry of a listing was recorded as a [[tensor]] table of its own, so a listing that names
     each tensor (as a header does) wrote a million tables for a million tensors, and took minutes to write and to
     read back. Entries are now grouped as a header's tensors are."""
-    from explorer.listing import read_listing
+    from explorer.checkpoint.listing import read_listing
 
     entries = [{"name": f"model.layers.{layer}.experts.{e}.w", "dtype": "BF16", "shape": [2, 3]}
                for layer in (2, 0, 1) for e in range(4)]
@@ -546,7 +551,7 @@ def test_a_listing_of_one_entry_per_tensor_records_the_groups_of_its_headers(tmp
                        max_size=25))
 def test_a_listing_records_exactly_its_tensors(tmp_path_factory, entries):
     """Regrouped or not, a listing of plain names (no runs to read) records exactly the tensors it names."""
-    from explorer.listing import read_listing
+    from explorer.checkpoint.listing import read_listing
 
     folder = tmp_path_factory.mktemp("l")
     data = {"tensors": [{"name": n, "dtype": d, "shape": shape, "shard": shard}
@@ -560,8 +565,8 @@ def test_a_listing_records_exactly_its_tensors(tmp_path_factory, entries):
 def test_recording_checks_and_compares_groups_without_listing_names(tmp_path, monkeypatch):
     """Issue 18: recording a million tensors listed every name three times over (to check it, and to compare the
     manifest read back), each list a million objects. Checking and comparing are per group now."""
-    from explorer.listing import read_listing
-    from explorer.tensor_names import NameBox
+    from explorer.checkpoint.listing import read_listing
+    from explorer.checkpoint.tensor_names import NameBox
 
     entries = [{"name": f"l.{i}.e.{e}.w", "dtype": "BF16", "shape": [2]} for i in range(30) for e in range(30)]
     path = listing(tmp_path, {"tensors": entries})
@@ -615,7 +620,7 @@ def test_recording_a_folder_with_a_non_bmp_name_reads_back(project_copy, tmp_pat
 
 def test_whole_file_fetch_is_capped(hf_home):
     """--fetch-sources and --verify-hub download whole files: an endless one is cut at the byte cap."""
-    from explorer.hub import fetch_hub_file
+    from explorer.checkpoint.hub import fetch_hub_file
 
     with FakeHub() as hub:
         hub.files[(REPO, REV, "config.json")] = b"{}"

@@ -8,8 +8,8 @@ import json
 
 from test_build import text_of
 
-from explorer.compare import compare_roles, role_totals
-from explorer.compare_views import compare_rows
+from explorer.figures.compare_roles import compare_roles, role_totals
+from explorer.views.compare_pages import compare_rows
 
 
 def test_role_totals_partition_every_models_parameters(builds):
@@ -23,8 +23,8 @@ def test_a_part_declares_its_row_beside_its_program(builds):
     """A new part names its compare row where its program is registered, so no table elsewhere can forget it."""
     from dataclasses import replace
 
-    from explorer.compare import ROLES, role_of
-    from explorer.components.base import COMPARISON_ROLES, PROGRAMS, program
+    from explorer.figures.compare_roles import ROLES, role_of
+    from explorer.model.components.base import COMPARISON_ROLES, PROGRAMS, program
 
     assert set(COMPARISON_ROLES.values()) <= set(ROLES)
     part = replace(next(iter(builds.values())).spec.root, program="a_new_part")

@@ -10,12 +10,12 @@ from pathlib import Path
 import pytest
 from conftest import ROOT
 
-from explorer.account import account
-from explorer.compare_facts import architecture_facts, changes
-from explorer.compare_views import compare_data, what_changed
-from explorer.content import load_model_content
-from explorer.families import load_model_spec
-from explorer.figures import derive
+from explorer.content.model_content import load_model_content
+from explorer.figures.compare_facts import architecture_facts, changes
+from explorer.figures.model_figures import derive
+from explorer.model.account import account
+from explorer.model.families import load_model_spec
+from explorer.views.compare_pages import compare_data, what_changed
 
 MODELS = ROOT / "content" / "models"
 
@@ -134,7 +134,7 @@ def test_static_page_summary_is_computed_from_the_picker_data(built_site, builds
 
 
 def _totals(mb):
-    from explorer.compare import role_totals
+    from explorer.figures.compare_roles import role_totals
 
     return role_totals(mb.spec, mb.ledger)
 

@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 from conftest import ROOT, build_main, run_build
 
-from explorer.content import load_model_content
+from explorer.content.model_content import load_model_content
 from explorer.errors import ContentError
-from explorer.families import load_model_spec
-from explorer.families.deepseek_v3 import TRANSFORMERS_FILE
+from explorer.model.families import load_model_spec
+from explorer.model.families.deepseek_v3 import TRANSFORMERS_FILE
 from explorer.spec.types import Citation, walk
 
 KIMI = "content/models/kimi-k2/model.toml"
@@ -86,7 +86,7 @@ def test_unknown_family(project_copy):
 
 
 def test_line_map_symbol_not_cited_by_the_family(project_copy):
-    from explorer.sources import resolve_citations
+    from explorer.checkpoint.sources import resolve_citations
 
     path = edit(project_copy, KIMI, r'^"DeepseekV3MLP" = ', '"DeepseekV3MLPP" = ')
     content = load_model_content(project_copy / "content/models/kimi-k2")
@@ -99,7 +99,7 @@ def test_line_map_symbol_not_cited_by_the_family(project_copy):
 
 
 def test_cited_transformers_symbol_missing_from_its_file():
-    from explorer.sources import _Resolver, transformers_file
+    from explorer.checkpoint.sources import _Resolver, transformers_file
 
     content = load_model_content(ROOT / "content/models/kimi-k2")
     resolver = _Resolver(content, fetch=False)
@@ -114,7 +114,7 @@ def test_citations_parse_each_file_once_and_read_the_version_once(tmp_path, monk
     import ast
     import importlib.metadata
 
-    from explorer import sources
+    from explorer.checkpoint import sources
 
     content = load_model_content(ROOT / "content/models/kimi-k2")
     ref = content.checkpoint
@@ -233,7 +233,7 @@ def test_deepseek_v3_config_values_reproduce_the_published_file():
 
 
 def test_config_citation_lines_hold_in_the_published_layout():
-    from explorer.json_lines import key_lines
+    from explorer.content.json_lines import key_lines
 
     content = load_model_content(ROOT / "content/models/deepseek-v3")
     text = json.dumps(content.config, indent=2, sort_keys=True)
@@ -244,7 +244,7 @@ def test_config_citation_lines_hold_in_the_published_layout():
 
 def test_raw_html_in_prose_is_sanitised():
     """Issue 13, reproduction 5: <script> and on* attributes in prose used to run in the browser."""
-    from explorer.content import render_markdown
+    from explorer.content.model_content import render_markdown
 
     html = render_markdown('Intro <script>alert(1)</script> <b onclick="steal()">bold</b>\n\n'
                            '<img src="x.png" onerror="steal()"> [link](javascript:steal()) [ok](https://x.org)\n\n'
@@ -267,7 +267,7 @@ def test_prose_symlinked_out_of_content_is_refused(project_copy):
 
 
 def test_model_folder_symlinked_out_of_content_is_refused(project_copy, tmp_path_factory):
-    from explorer.content import load_all_models
+    from explorer.content.model_content import load_all_models
 
     elsewhere = tmp_path_factory.mktemp("elsewhere") / "llama"
     (project_copy / "content/models/kimi-k2").rename(elsewhere)
@@ -277,7 +277,7 @@ def test_model_folder_symlinked_out_of_content_is_refused(project_copy, tmp_path
 
 
 def test_model_folder_name_must_be_a_slug(project_copy):
-    from explorer.content import load_all_models
+    from explorer.content.model_content import load_all_models
 
     (project_copy / "content/models/gpt2").rename(project_copy / "content/models/GPT 2")  # no model follows it
     with pytest.raises(ContentError) as info:
@@ -289,7 +289,7 @@ def test_model_folder_name_must_be_a_slug(project_copy):
 @pytest.mark.parametrize("rel", [KIMI, "content/models/kimi-k2/prose/index.md", "content/models/kimi-k2/checkpoint.toml"])
 def test_non_utf8_content_names_file_and_byte_offset(project_copy, rel):
     """Issue 13, reproduction 7: non-UTF-8 bytes in a content file used to raise UnicodeDecodeError."""
-    from explorer.manifest import read_manifest
+    from explorer.checkpoint.manifest import read_manifest
 
     path = project_copy / rel
     data = path.read_bytes()
@@ -338,7 +338,7 @@ def test_sitemap_is_escaped_xml():
     """Issue 13, reproduction 9: sitemap.xml was not XML-escaped."""
     from xml.etree import ElementTree
 
-    from explorer.render import sitemap
+    from explorer.render.site_writer import sitemap
 
     path = "models/a&b/<c>.html"
     root = ElementTree.fromstring(sitemap([path], "https://example.org/x?a=1&b=2/"))
@@ -348,7 +348,7 @@ def test_sitemap_is_escaped_xml():
 
 def test_sitemap_urls_are_absolute():
     """Issue 25: the sitemap protocol wants absolute URLs; the address is the publisher's (--site-url)."""
-    from explorer.render import sitemap
+    from explorer.render.site_writer import sitemap
 
     assert "<loc>https://example.org/explorer/models/kimi-k2/index.html</loc>" in sitemap(
         ["models/kimi-k2/index.html"], "https://example.org/explorer")
@@ -401,7 +401,7 @@ def test_out_of_range_and_non_finite_config_values_are_one_line_each(project_cop
 
 
 def _mlp_lines() -> tuple[int, int, list[str]]:
-    from explorer.sources import locate_symbol, transformers_file
+    from explorer.checkpoint.sources import locate_symbol, transformers_file
 
     text = transformers_file(TRANSFORMERS_FILE).read_text()
     first, last = locate_symbol(text, "DeepseekV3MLP")
@@ -410,7 +410,7 @@ def _mlp_lines() -> tuple[int, int, list[str]]:
 
 def test_citation_names_a_part_of_its_symbol():
     """Issue 12: a citation may name the lines that make the point, as the seed cites 1152-1166 of a method."""
-    from explorer.sources import _Resolver
+    from explorer.checkpoint.sources import _Resolver
 
     first, last, lines = _mlp_lines()
     forward = next(i for i in range(first, last + 1) if lines[i - 1].strip().startswith("def forward"))
@@ -425,7 +425,7 @@ def test_citation_names_a_part_of_its_symbol():
 @pytest.mark.parametrize("shift, reason", [(1, "do not lie inside the symbol's lines"),
                                            (-1, "start or end on a blank line")])
 def test_citation_part_outside_its_symbol_or_on_a_blank_line_fails(shift, reason):
-    from explorer.sources import _Resolver
+    from explorer.checkpoint.sources import _Resolver
 
     first, last, lines = _mlp_lines()
     blank = next(i for i in range(first, last + 1) if not lines[i - 1].strip())
@@ -439,7 +439,7 @@ def test_citation_part_outside_its_symbol_or_on_a_blank_line_fails(shift, reason
 
 
 def test_range_ends_at_the_last_line_of_code():
-    from explorer.sources import trim_blank_end
+    from explorer.checkpoint.sources import trim_blank_end
 
     assert trim_blank_end("a\nb\n\n   \nc\n", 1, 4) == (1, 2)
     assert trim_blank_end("a\nb\n", 1, 2) == (1, 2)
@@ -451,8 +451,8 @@ def test_config_json_is_regenerated_only_when_its_hash_matches(slug, tmp_path):
     a changed value no longer does, and nothing is quoted."""
     import dataclasses
 
-    from explorer.json_lines import key_lines
-    from explorer.sources import regenerate_config
+    from explorer.checkpoint.sources import regenerate_config
+    from explorer.content.json_lines import key_lines
 
     content = load_model_content(ROOT / f"content/models/{slug}")
     text = regenerate_config(content)
@@ -465,7 +465,7 @@ def test_config_json_is_regenerated_only_when_its_hash_matches(slug, tmp_path):
 def test_part_of_a_pinned_checkpoint_symbol_is_cited_offline_by_its_own_lines():
     """The seed's MoE block cites modeling_deepseek.py 1152-1166 of DeepseekV3DecoderLayer.__init__ (1144-1166):
     offline the part is checked against the recorded range and linked at the pinned revision."""
-    from explorer.sources import _Resolver
+    from explorer.checkpoint.sources import _Resolver
 
     resolver = _Resolver(load_model_content(ROOT / "content/models/kimi-k2"), fetch=False)
     cit = Citation("claim", "checkpoint", "DeepseekV3DecoderLayer.__init__", lines=(1152, 1166))
@@ -480,7 +480,7 @@ def test_part_of_a_pinned_checkpoint_symbol_is_cited_offline_by_its_own_lines():
 def test_a_stale_config_order_means_no_regenerated_file(project_copy):
     """The order is a hint checked by the hash: with vocab_size missing from it, Kimi K2's sorted serialisation
     does not hash to the recorded sha256, so nothing is quoted as the published file."""
-    from explorer.sources import regenerate_config
+    from explorer.checkpoint.sources import regenerate_config
 
     edit(project_copy, KIMI, r', "vocab_size"\]', "]")
     content = load_model_content(project_copy / "content/models/kimi-k2")
@@ -491,7 +491,7 @@ def test_a_stale_config_order_means_no_regenerated_file(project_copy):
 def test_follows_names_another_model_of_the_site(project_copy, follows):
     """Issue 26: a static comparison is kept for model.follows; an unknown model (or the model itself) is one line
     naming the file and key, with the closest slug."""
-    from explorer.content import load_all_models
+    from explorer.content.model_content import load_all_models
 
     toml = project_copy / "content/models/kimi-k2/model.toml"
     toml.write_text(toml.read_text().replace('follows = "deepseek-v3"', f'follows = "{follows}"'))

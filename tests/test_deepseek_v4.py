@@ -14,14 +14,21 @@ from conftest import ROOT
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from explorer.account import account
-from explorer.components import compressed_attention, fused_experts, hash_routing, hc_blocks, hyper_connections, moe
-from explorer.content import load_model_content
+from explorer.checkpoint.reconcile import predicted_index, reconcile
+from explorer.content.model_content import load_model_content
 from explorer.errors import ExecutionError
-from explorer.execute import FREE_SIZES, check_equations, tiny_spec, trace
-from explorer.families import FAMILIES, load_model_spec
-from explorer.reconcile import predicted_index, reconcile
-from explorer.reference import build_reference_model, reference_index
+from explorer.execute.executor import FREE_SIZES, check_equations, tiny_spec, trace
+from explorer.execute.reference import build_reference_model, reference_index
+from explorer.model.account import account
+from explorer.model.components import (
+    compressed_attention,
+    fused_experts,
+    hash_routing,
+    hc_blocks,
+    hyper_connections,
+    moe,
+)
+from explorer.model.families import FAMILIES, load_model_spec
 from explorer.spec.types import ModelSpec, walk
 
 torch.set_num_threads(1)  # the tiny checks are single-threaded in the build too (pipeline._one_torch_thread)
@@ -271,7 +278,7 @@ def test_layer_types_and_the_default_schedule_agree_with_transformers():
 def test_add_model_alone_adds_another_config(tmp_path):
     import json
 
-    from explorer.add_model import add_model
+    from explorer.commands.add_model import add_model
 
     path = tmp_path / "config.json"
     path.write_text(json.dumps({**SMALL, "num_hidden_layers": 3, "compress_ratios": [128, 4, 0], "num_hash_layers": 1,
@@ -301,7 +308,7 @@ def test_other_configs_of_the_family_build_with_reference_totals():
 def test_memory_per_token_of_each_stream(specs):
     """Per layer and token of context: the window's shared vector (head_dim), the ratio-4 stream (head_dim / 4) and
     its indexer keys (index_head_dim / 4), the ratio-128 stream (head_dim / 128)."""
-    from explorer.figures import CONTEXT, derive
+    from explorer.figures.model_figures import CONTEXT, derive
 
     spec, _ = specs
     figures = derive(spec, account(spec), None)

@@ -13,17 +13,17 @@ import pytest
 import torch
 from conftest import ROOT
 
-from explorer.account import account
-from explorer.components import attention as attention_module
-from explorer.components import linear as linear_module
-from explorer.content import load_model_content
+from explorer.checkpoint.manifest import read_manifest
+from explorer.checkpoint.reconcile import reconcile
+from explorer.content.model_content import load_model_content
 from explorer.errors import ContentError, ExecutionError
-from explorer.execute import check_equations, tiny_spec
-from explorer.families import FAMILIES, load_model_spec
-from explorer.manifest import read_manifest
+from explorer.execute.executor import check_equations, tiny_spec
+from explorer.execute.reference import build_reference_model, reference_index, tiny_reference_model
+from explorer.model.account import account
+from explorer.model.components import attention as attention_module
+from explorer.model.components import linear as linear_module
+from explorer.model.families import FAMILIES, load_model_spec
 from explorer.pipeline import stated_config_differences
-from explorer.reconcile import reconcile
-from explorer.reference import build_reference_model, reference_index, tiny_reference_model
 
 
 def spec_of(slug: str):
@@ -174,14 +174,14 @@ def test_an_unpinned_revision_must_say_why(tmp_path):
 
 @pytest.fixture(scope="module")
 def smollm2_real():
-    from explorer.real_weights import weights_file
+    from explorer.execute.real_weights import weights_file
 
     content = load_model_content(SMOLLM2)
     return spec_of("smollm2-135m"), weights_file(content.checkpoint.real_weights, "test")
 
 
 def test_block_on_real_weights_agrees_with_transformers_reading_the_same_file(smollm2_real):
-    from explorer.real_weights import block_check
+    from explorer.execute.real_weights import block_check
 
     check = block_check(*smollm2_real)
     assert check.path == "blocks.block" and check.max_abs_error <= check.tolerance
@@ -190,8 +190,8 @@ def test_block_on_real_weights_agrees_with_transformers_reading_the_same_file(sm
 
 def test_real_weights_without_undoing_llama_cpp_row_order_fail(smollm2_real, monkeypatch):
     """Deliberately wrong: q_proj and k_proj rows left in llama.cpp's interleaved order."""
-    from explorer import gguf
-    from explorer.real_weights import block_check
+    from explorer.checkpoint import gguf
+    from explorer.execute.real_weights import block_check
 
     monkeypatch.setattr(gguf, "unpermute_rotary_rows", lambda weight, heads: weight)
     with pytest.raises(ExecutionError) as info:

@@ -14,15 +14,15 @@ from conftest import DEEPSEEK_TINY, ROOT
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from explorer.account import account
-from explorer.add_model import add_model
-from explorer.components import PROGRAMS, dsa
-from explorer.content import load_model_content
+from explorer.checkpoint.reconcile import predicted_index, reconcile
+from explorer.commands.add_model import add_model
+from explorer.content.model_content import load_model_content
 from explorer.errors import ExecutionError
-from explorer.execute import FREE_SIZES, check_equations, tiny_spec
-from explorer.families import load_model_spec
-from explorer.reconcile import predicted_index, reconcile
-from explorer.reference import build_reference_model, reference_index
+from explorer.execute.executor import FREE_SIZES, check_equations, tiny_spec
+from explorer.execute.reference import build_reference_model, reference_index
+from explorer.model.account import account
+from explorer.model.components import PROGRAMS, dsa
+from explorer.model.families import load_model_spec
 from explorer.spec.types import ModelSpec
 
 TOTALS = {"deepseek-v3.2": (671_877_929_216, 14_848), "glm-5": (743_911_199_232, 19_200)}
@@ -156,7 +156,7 @@ def test_glm5_is_stored_in_bf16_without_scales():
 
 @pytest.mark.parametrize("slug", list(TOTALS))
 def test_each_layer_caches_the_latent_the_rotary_key_and_the_indexer_key(slug):
-    from explorer.figures import derive
+    from explorer.figures.model_figures import derive
 
     spec = spec_of(slug)
     figures = derive(spec, account(spec), None)
@@ -208,7 +208,7 @@ def test_add_model_alone_builds_other_configs_with_transformers_totals(tmp_path_
 
 def test_a_token_id_key_takes_an_integer_or_a_list():
     """GLM-5 publishes eos_token_id as a list; a union type takes the first member the value fits."""
-    from explorer.families import FAMILIES
+    from explorer.model.families import FAMILIES
 
     raw = load_model_content(ROOT / "content/models/glm-5").config
     family = FAMILIES["glm_moe_dsa"]
@@ -222,7 +222,7 @@ def test_layers_that_reuse_a_selection_are_refused_by_name(change):
     """transformers lets a GLM-MoE-DSA layer reuse the previous layer's top-k; until the library draws that, such a
     config is refused with the key named, not drawn as if every layer ran its indexer."""
     from explorer.errors import ContentError
-    from explorer.families import FAMILIES
+    from explorer.model.families import FAMILIES
 
     raw = {**load_model_content(ROOT / "content/models/glm-5").config, "num_hidden_layers": 3, **change}
     with pytest.raises(ContentError) as info:
@@ -241,7 +241,7 @@ def test_the_softmax_reads_the_mask_the_indexer_narrowed():
 
 
 def test_decode_flops_read_index_topk_keys_and_the_indexer_scores_all():
-    from explorer.figures import FLOP_CONTEXT, derive
+    from explorer.figures.model_figures import FLOP_CONTEXT, derive
 
     spec = spec_of("deepseek-v3.2")
     figures = derive(spec, account(spec), None)

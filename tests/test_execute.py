@@ -10,9 +10,9 @@ import pytest
 import torch
 from conftest import ROOT
 
-from explorer.components import mla, moe
 from explorer.errors import ExecutionError
-from explorer.execute import check_equations, execute, model_weights, tiny_spec, trace
+from explorer.execute.executor import check_equations, execute, model_weights, tiny_spec, trace
+from explorer.model.components import mla, moe
 from explorer.spec.types import Shape, walk
 
 
@@ -50,7 +50,7 @@ def test_deepseek_v3_trace_includes_the_mtp_module(specs):
 
 def test_meta_weights_are_the_reference_models_tensors(builds):
     """The weights the programs run on have the reference's names and shapes (experts stacked), not only its count."""
-    from explorer.reference import build_reference_model, reference_state
+    from explorer.execute.reference import build_reference_model, reference_state
 
     mb = builds["kimi-k2"]
     weights = model_weights(mb.spec, "meta")
@@ -180,7 +180,7 @@ def test_cache_skips_torch_and_a_changed_config_reruns_only_its_model(bare_proje
     import re
     import shutil
 
-    from explorer import execute as execute_module
+    from explorer.execute import executor as execute_module
     from explorer.pipeline import Project, build_all
 
     project_copy = bare_project_copy
@@ -221,7 +221,8 @@ def test_cache_key_covers_every_module_of_the_package(specs, tmp_path, monkeypat
     """Issue 14: a change to any module of the package, not only to a listed few, reruns the torch stages."""
     import shutil
 
-    from explorer import cache, digest
+    from explorer import digest
+    from explorer.execute import cache
 
     package = tmp_path / "explorer"
     shutil.copytree(digest.PACKAGE, package, ignore=shutil.ignore_patterns("__pycache__"))
@@ -253,8 +254,8 @@ def test_checks_pass_and_agree_with_one_and_two_torch_threads(specs, tiny_specs)
 
 
 def _content_spec(slug: str):
-    from explorer.content import load_model_content
-    from explorer.families import load_model_spec
+    from explorer.content.model_content import load_model_content
+    from explorer.model.families import load_model_spec
 
     return load_model_spec(load_model_content(ROOT / "content/models" / slug))
 
@@ -281,8 +282,8 @@ def test_every_models_trace_reusing_runs_equals_each_component_run_alone(slug):
 def test_the_trace_reuses_runs_and_checks_what_they_recorded(specs, monkeypatch):
     """Most components are not run a second time; and what a reused run recorded is what the trace checks: a record
     that kept nothing of its own makes the trace fail at the first reused component."""
-    import explorer.execute as execute_module
-    from explorer.components import base
+    import explorer.execute.executor as execute_module
+    from explorer.model.components import base
 
     ran = []
     alone = execute_module.run_component
@@ -302,7 +303,7 @@ def test_the_reference_built_without_random_fills_is_the_same_reference(slug, mo
     model built with them gives."""
     from contextlib import nullcontext
 
-    from explorer import reference
+    from explorer.execute import reference
 
     spec = _content_spec(slug)
     unfilled = reference.reference_index(spec)
@@ -311,7 +312,7 @@ def test_the_reference_built_without_random_fills_is_the_same_reference(slug, mo
 
 
 def test_random_fills_are_restored_after_a_reference_is_built_even_when_it_fails(monkeypatch):
-    from explorer import reference
+    from explorer.execute import reference
 
     before = {name: getattr(torch.nn.init, name) for name in reference._FILLS}
     with pytest.raises(RuntimeError, match="config refused"), reference._no_random_fill():
@@ -325,7 +326,7 @@ def test_random_fills_are_restored_after_a_reference_is_built_even_when_it_fails
 def test_a_child_its_parent_ran_with_other_inputs_is_traced_alone(monkeypatch):
     """A captured run is reused only for inputs of the shapes and dtypes the child's ports make: here GPT-2's
     attention gets float64 at its ports while its block ran it on float32, so the trace runs it alone."""
-    import explorer.execute as execute_module
+    import explorer.execute.executor as execute_module
 
     spec = _content_spec("gpt2")
     made, alone = execute_module.port_tensor, execute_module.run_component

@@ -11,13 +11,13 @@ from conftest import DEEPSEEK_TINY
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from explorer.add_model import add_model
-from explorer.content import load_model_content
+from explorer.checkpoint.reconcile import reconcile
+from explorer.commands.add_model import add_model
+from explorer.content.model_content import load_model_content
 from explorer.errors import ContentError
-from explorer.execute import check_equations, tiny_spec
-from explorer.families import FAMILIES, load_model_spec
-from explorer.reconcile import reconcile
-from explorer.reference import reference_index
+from explorer.execute.executor import check_equations, tiny_spec
+from explorer.execute.reference import reference_index
+from explorer.model.families import FAMILIES, load_model_spec
 
 REVISION = "0123456789abcdef0123456789abcdef01234567"
 DEEPSEEK = FAMILIES["deepseek_v3"]
@@ -145,8 +145,8 @@ def llama_8b():
 
 
 def test_llama_totals_are_the_reference_parameter_counts(llama_8b):
-    from explorer.account import account
-    from explorer.reference import build_reference_model
+    from explorer.execute.reference import build_reference_model
+    from explorer.model.account import account
 
     model = build_reference_model(llama_8b)
     assert account(llama_8b).total == sum(p.numel() for p in model.parameters()) == 8_030_261_248
@@ -159,8 +159,8 @@ def test_llama_tiny_check_has_several_kv_groups(llama_8b):
 
 def test_kv_heads_tiled_instead_of_repeated_per_group_fails(llama_8b, monkeypatch):
     """Deliberately wrong GQA: query head h must read KV head ⌊h / groups⌋; tiling reads h mod kv_heads."""
-    from explorer.components import attention as attention_module
     from explorer.errors import ExecutionError
+    from explorer.model.components import attention as attention_module
 
     def tiled(K, groups, dim):
         return K.repeat(1, 1, groups, 1)

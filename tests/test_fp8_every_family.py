@@ -18,11 +18,11 @@ from functools import cache
 import pytest
 from conftest import ROOT
 
-from explorer.content import load_all_models
+from explorer.checkpoint.reconcile import predicted_index
+from explorer.content.model_content import load_all_models
 from explorer.errors import ContentError
-from explorer.families import FAMILIES, load_model_spec
-from explorer.reconcile import predicted_index
-from explorer.reference import build_reference_model
+from explorer.execute.reference import build_reference_model
+from explorer.model.families import FAMILIES, load_model_spec
 
 BLOCK = {"activation_scheme": "dynamic", "fmt": "e4m3", "quant_method": "fp8", "weight_block_size": [128, 128]}
 EXPERT = re.compile(r"(?P<module>.+\.experts)\.(?P<e>\d+)\.(?P<proj>gate|up|down)_proj\.weight(?P<scale>_scale_inv)?$")
@@ -184,8 +184,8 @@ def test_an_fp8_config_builds_in_full(tmp_path, family):
     reference's logical weights: the full build (reference on meta, executed checks) balances."""
     import json
 
-    from explorer.add_model import add_model
-    from explorer.content import load_model_content
+    from explorer.commands.add_model import add_model
+    from explorer.content.model_content import load_model_content
     from explorer.pipeline import build_model
 
     path = tmp_path / "config.json"

@@ -9,16 +9,16 @@ import dataclasses
 import pytest
 from conftest import ROOT
 
-from explorer.account import account
-from explorer.checkpoint import CheckpointIndex, TensorInfo
-from explorer.content import load_model_content
+from explorer.checkpoint.index import CheckpointIndex, TensorInfo
+from explorer.checkpoint.manifest import MANIFEST_FILE, read_manifest
+from explorer.checkpoint.reconcile import reconcile
+from explorer.content.model_content import load_model_content
 from explorer.errors import ExecutionError
-from explorer.execute import check_equations, tiny_spec
-from explorer.families import FAMILIES, load_model_spec
-from explorer.families import gemma3 as gemma3_module
-from explorer.manifest import MANIFEST_FILE, read_manifest
-from explorer.reconcile import reconcile
-from explorer.reference import build_reference_model, tiny_reference_model
+from explorer.execute.executor import check_equations, tiny_spec
+from explorer.execute.reference import build_reference_model, tiny_reference_model
+from explorer.model.account import account
+from explorer.model.families import FAMILIES, load_model_spec
+from explorer.model.families import gemma3 as gemma3_module
 
 GEMMA_27B = ROOT / "content/models/gemma-3-27b"
 GEMMA_270M = ROOT / "content/models/gemma-3-270m"
@@ -50,7 +50,7 @@ def test_270m_total_is_the_reference_count(gemma_270m):
 
 
 def test_27b_interleaves_52_sliding_and_10_global_layers(gemma_27b):
-    from explorer.components.blocks import block_layers
+    from explorer.model.components.blocks import block_layers
 
     local, glob = gemma_27b.root.child("blocks").children
     assert (len(block_layers(local)), block_layers(glob)) == (52, tuple(range(5, 62, 6)))
@@ -63,7 +63,7 @@ def test_27b_interleaves_52_sliding_and_10_global_layers(gemma_27b):
 def test_tiny_config_keeps_window_groups_and_tied_head(gemma_270m):
     tiny = tiny_spec(gemma_270m)
     local, glob = tiny.root.child("blocks").children
-    from explorer.components.blocks import block_layers
+    from explorer.model.components.blocks import block_layers
 
     assert block_layers(local) == (0, 2) and block_layers(glob) == (1,)  # non-contiguous sliding layers
     assert local.child("attn").child("scores").options.window == 3 < 5
@@ -134,7 +134,7 @@ def test_defaulted_keys_are_named_with_their_source(gemma_27b, gemma_270m):
 
 
 def test_defaults_view_shows_value_used(gemma_27b):
-    from explorer.model_views import config_display, defaults_view
+    from explorer.views.model_page import config_display, defaults_view
 
     class Build:  # the fields defaults_view reads
         spec = gemma_27b
@@ -149,7 +149,7 @@ def test_defaults_view_shows_value_used(gemma_27b):
 def test_unpinned_revision_is_said_plainly(tmp_path):
     import json
 
-    from explorer.add_model import add_model
+    from explorer.commands.add_model import add_model
     from explorer.errors import ContentError
 
     config = tmp_path / "config.json"
@@ -172,7 +172,7 @@ def test_vision_tower_and_projector_are_checked(gemma_27b):
 
 
 def test_reference_ledger_counts_the_tied_head_once(gemma_270m):
-    from explorer.reference import reference_index
+    from explorer.execute.reference import reference_index
 
     rec = reconcile(gemma_270m, reference_index(gemma_270m).index, reference=True)
     assert rec.balanced and rec.role_total("parameter")[1] == 268_098_176
@@ -186,7 +186,7 @@ def test_published_names_map_to_the_page_names(gemma_27b):
     from transformers.conversion_mapping import get_model_conversion_mapping
     from transformers.core_model_loading import rename_source_key
 
-    from explorer.reconcile import expected_groups
+    from explorer.checkpoint.reconcile import expected_groups
 
     tiny = tiny_spec(gemma_27b)
     model = tiny_reference_model(tiny)
@@ -207,7 +207,7 @@ def test_270m_content_config_is_the_gguf_metadata():
     """Every value the GGUF header gives is in the content config as recorded; a changed one is named with its key."""
     from test_gguf import GEMMA3
 
-    from explorer.gguf import config_differences, gguf_config
+    from explorer.checkpoint.gguf import config_differences, gguf_config
 
     config, provenance = gguf_config(GEMMA3)
     published = load_model_content(GEMMA_270M).config
@@ -217,7 +217,7 @@ def test_270m_content_config_is_the_gguf_metadata():
 
 
 def test_figures_leave_out_the_vision_tower_and_store_the_tied_head_once(gemma_27b):
-    from explorer.figures import derive
+    from explorer.figures.model_figures import derive
 
     ledger = account(gemma_27b)
     figures = derive(gemma_27b, ledger, None)
@@ -228,7 +228,7 @@ def test_figures_leave_out_the_vision_tower_and_store_the_tied_head_once(gemma_2
 
 
 def test_compare_roles_put_the_vision_tower_in_its_own_row(gemma_27b):
-    from explorer.compare import role_totals
+    from explorer.figures.compare_roles import role_totals
 
     ledger = account(gemma_27b)
     roles = role_totals(gemma_27b, ledger).values
@@ -244,7 +244,7 @@ def test_the_embedding_scale_rounds_to_bfloat16_as_torch_does():
 
     import torch
 
-    from explorer.components.embedding import bfloat16_round, sqrt_width_scale
+    from explorer.model.components.embedding import bfloat16_round, sqrt_width_scale
 
     rng = random.Random(0)
     values = [math.sqrt(d) for d in range(1, 20_000)] + [rng.uniform(-1e6, 1e6) for _ in range(20_000)]

@@ -14,19 +14,19 @@ from conftest import ROOT
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from explorer.account import account
-from explorer.components import keys_as_values, sigmoid_moe
-from explorer.components.base import PROGRAMS
-from explorer.components.blocks import block_layers
-from explorer.content import load_model_content
+from explorer.checkpoint.reconcile import expected_groups, reconcile
+from explorer.content.model_content import load_model_content
 from explorer.errors import ExecutionError
-from explorer.execute import FREE_SIZES, check_equations, tiny_spec
-from explorer.families import FAMILIES, load_model_spec
-from explorer.families import gemma4 as gemma4_module
-from explorer.families import llama4 as llama4_module
-from explorer.figures import CONTEXT, derive
-from explorer.reconcile import expected_groups, reconcile
-from explorer.reference import build_reference_model, reference_index
+from explorer.execute.executor import FREE_SIZES, check_equations, tiny_spec
+from explorer.execute.reference import build_reference_model, reference_index
+from explorer.figures.model_figures import CONTEXT, derive
+from explorer.model.account import account
+from explorer.model.components import keys_as_values, sigmoid_moe
+from explorer.model.components.base import PROGRAMS
+from explorer.model.components.blocks import block_layers
+from explorer.model.families import FAMILIES, load_model_spec
+from explorer.model.families import gemma4 as gemma4_module
+from explorer.model.families import llama4 as llama4_module
 
 torch.set_num_threads(1)  # tiny tensors: threads only contend on a shared machine
 
@@ -312,7 +312,7 @@ def test_gemma3_style_one_plus_w_gain_fails(gemma, monkeypatch):
 
 
 def test_compare_rows_name_the_mechanisms(builds):
-    from explorer.compare_views import compare_page
+    from explorer.views.compare_pages import compare_page
 
     pairs = {("gemma-3-27b", GEMMA4): ("Attention", "Attention with keys as values"),
              ("llama-3.1-70b", LLAMA4): ("Attention", "Chunked attention, NoPE attention")}
@@ -325,7 +325,7 @@ def test_compare_rows_name_the_mechanisms(builds):
 
 def test_layer_scalar_left_out_fails(gemma, monkeypatch):
     """Deliberately wrong: the stored per-layer scalar (a buffer, randomised in the tiny reference) not applied."""
-    from explorer.components import layer_blocks
+    from explorer.model.components import layer_blocks
 
     original = layer_blocks.run_layer_block
 

@@ -14,10 +14,8 @@ from conftest import run_build
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from explorer import gguf as explorer_gguf
-from explorer.checkpoint import TensorInfo
-from explorer.errors import CheckpointError, ContentError
-from explorer.gguf import (
+from explorer.checkpoint import gguf as explorer_gguf
+from explorer.checkpoint.gguf import (
     config_differences,
     config_from_header,
     dequantize_layer,
@@ -28,8 +26,10 @@ from explorer.gguf import (
     read_gguf_header,
     unpermute_rotary_rows,
 )
-from explorer.manifest import read_manifest
-from explorer.safetensors_headers import parse_header
+from explorer.checkpoint.index import TensorInfo
+from explorer.checkpoint.manifest import read_manifest
+from explorer.checkpoint.safetensors_headers import parse_header
+from explorer.errors import CheckpointError, ContentError
 
 Q8_0, Q4_1, F32, Q4_K = 8, 3, 0, 12  # GGML type ids
 

@@ -86,7 +86,7 @@ def _perturbed(mb, error: float, nudge: float):
     """The same model with every measured number changed as another CPU's kernels could change it."""
     from dataclasses import replace
 
-    from explorer.execution import RoutingExample
+    from explorer.spec.results import RoutingExample
 
     def example(e: RoutingExample | None) -> RoutingExample | None:
         if e is None:
@@ -103,10 +103,10 @@ def test_golden_text_does_not_depend_on_measured_round_off(builds, page):
     """Issue 18: on another CPU (or with another torch thread count) every measured max |Δ| and a worked example's
     float32 digits come out different; a golden text that held them failed there every time. The page text the
     golden compares must be the same whatever was measured, within the tolerance."""
-    from explorer.render import environment, render_page
-    from explorer.site import library_parts
+    from explorer.render.site_writer import environment, render_page
     from explorer.spec.types import path_key, walk
-    from explorer.views import component_page
+    from explorer.views.component_page import component_page
+    from explorer.views.site import library_parts
 
     slug, rest = page.split("/", 1)
     env = environment(Path(__file__).resolve().parent.parent / "templates")

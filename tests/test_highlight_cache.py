@@ -1,4 +1,4 @@
-"""Highlighted excerpts kept between builds (explorer/highlight_cache.py): a second build highlights nothing, and an
+"""Highlighted excerpts kept between builds (explorer/views/highlight_cache.py): a second build highlights nothing, and an
 entry that is not Pygments' spans around exactly the cited lines is highlighted again, never shown."""
 
 from __future__ import annotations
@@ -8,9 +8,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from explorer import evidence_views as views
-from explorer import highlight_cache
-from explorer.highlight_cache import holds, prime
+from explorer.views import evidence as views
+from explorer.views import highlight_cache
+from explorer.views.highlight_cache import holds, prime
 
 EXCERPTS = [(("class A:", "    x = '<b>' & 1", "    y = 2"), 12, "modeling_a.py"), (('{', '  "a": 1', '}'), 3, "config.json")]
 

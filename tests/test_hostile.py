@@ -103,7 +103,7 @@ BREAK_NORM = """
 import sys
 sys.path.insert(0, {root!r})
 import build
-from explorer.components import norms
+from explorer.model.components import norms
 
 real = norms.apply_norm
 norms.apply_norm = lambda *a, **k: real(*a, **k) * 1.5  # every norm's program scales its output wrong
@@ -157,7 +157,7 @@ def test_a_hub_that_drips_its_headers_or_redirects_slowly_meets_the_deadline(hf_
     slow redirects took 169 s."""
     from hub_server import FakeHub
 
-    from explorer.hub import fetch_hub_file, read_hub_checkpoint
+    from explorer.checkpoint.hub import fetch_hub_file, read_hub_checkpoint
 
     with FakeHub() as hub:
         hub.files[(*GPT2, "model.safetensors")] = b"{}"
@@ -194,7 +194,7 @@ def test_verify_hub_against_a_dripping_hub_is_one_line_and_exit_1(tmp_path, hf_h
 # ------------------------------------------------------------------------------------- the output folder
 
 def _publish_once(out: Path, text: str) -> None:
-    from explorer.publish import claim_output, publish, stage
+    from explorer.render.publish import claim_output, publish, stage
 
     with claim_output(out) as o:
         tmp = stage(o)
@@ -205,7 +205,7 @@ def _publish_once(out: Path, text: str) -> None:
 @pytest.mark.parametrize("plant", ["symlink", "hardlink", "fifo"])
 def test_a_link_planted_at_the_lock_file_is_refused_and_its_target_kept(tmp_path, plant):
     """Issue 18: the `.NAME.lock` file beside --out followed a planted symbolic link and overwrote its target."""
-    from explorer.publish import lock_path
+    from explorer.render.publish import lock_path
 
     out, victim = tmp_path / "site", tmp_path / "precious.txt"
     victim.write_text("someone's data")
@@ -228,7 +228,7 @@ def test_the_site_folder_gets_the_usual_mode(tmp_path):
 @pytest.mark.parametrize("filled", [False, True])
 def test_a_folder_made_at_out_during_the_build_is_not_replaced(tmp_path, filled):
     """Issue 18: a folder created at --out while the build ran was deleted by the swap."""
-    from explorer.publish import claim_output, publish, stage
+    from explorer.render.publish import claim_output, publish, stage
 
     out = tmp_path / "site"
     with claim_output(out) as o:
@@ -249,8 +249,8 @@ def test_a_folder_made_at_out_during_the_build_is_not_replaced(tmp_path, filled)
 
 def test_every_recorded_config_serialises_to_its_sha256():
     """Issue 18: the check that catches an edited value needs every recorded config to regenerate its bytes."""
-    from explorer.content import load_all_models
-    from explorer.sources import check_recorded_config
+    from explorer.checkpoint.sources import check_recorded_config
+    from explorer.content.model_content import load_all_models
 
     for content in load_all_models(ROOT / "content"):
         check_recorded_config(content)
@@ -258,8 +258,8 @@ def test_every_recorded_config_serialises_to_its_sha256():
 
 def test_a_config_value_edited_in_model_toml_fails_naming_the_key(tmp_path):
     """Issue 18: a config value changed in model.toml passed --check and published wrong totals."""
-    from explorer.content import load_model_content
-    from explorer.sources import check_recorded_config
+    from explorer.checkpoint.sources import check_recorded_config
+    from explorer.content.model_content import load_model_content
 
     folder = shutil.copytree(ROOT / "content/models/llama-3.1-8b", tmp_path / "llama-3.1-8b")
     toml = folder / "model.toml"
@@ -275,8 +275,8 @@ def test_a_value_edited_where_the_published_bytes_do_not_regenerate_fails_by_its
     digest the unedited values would not pass either."""
     import re
 
-    from explorer.content import load_model_content
-    from explorer.sources import check_recorded_config, regenerate_config
+    from explorer.checkpoint.sources import check_recorded_config, regenerate_config
+    from explorer.content.model_content import load_model_content
 
     folder = shutil.copytree(ROOT / "content/models/qwen3.5-27b", tmp_path / "qwen3.5-27b")
     toml = folder / "model.toml"
@@ -293,9 +293,9 @@ def test_a_value_edited_where_the_published_bytes_do_not_regenerate_fails_by_its
 
 def test_with_the_published_file_at_hand_the_edited_key_is_named(tmp_path, monkeypatch):
     """Issue 18: where config.json is in the local Hugging Face cache, the message names the edited key."""
-    from explorer import sources
-    from explorer.content import load_model_content
-    from explorer.sources import check_recorded_config, regenerate_config
+    from explorer.checkpoint import sources
+    from explorer.checkpoint.sources import check_recorded_config, regenerate_config
+    from explorer.content.model_content import load_model_content
 
     folder = shutil.copytree(ROOT / "content/models/llama-3.1-8b", tmp_path / "llama-3.1-8b")
     published = regenerate_config(load_model_content(folder))
@@ -312,9 +312,9 @@ def test_add_model_records_what_serialises_back_to_the_published_bytes(tmp_path)
     could not be checked against config_sha256."""
     import json
 
-    from explorer.add_model import add_model
-    from explorer.content import load_model_content
-    from explorer.sources import regenerate_config
+    from explorer.checkpoint.sources import regenerate_config
+    from explorer.commands.add_model import add_model
+    from explorer.content.model_content import load_model_content
 
     published = regenerate_config(load_model_content(ROOT / "content/models/llama-3.1-8b"))
     assert published is not None
@@ -332,8 +332,8 @@ def test_add_model_records_what_serialises_back_to_the_published_bytes(tmp_path)
 def _llama_config(tmp_path: Path, name: str = "config.json", **changes) -> Path:
     import json
 
-    from explorer.content import load_model_content
-    from explorer.sources import regenerate_config
+    from explorer.checkpoint.sources import regenerate_config
+    from explorer.content.model_content import load_model_content
 
     config = json.loads(regenerate_config(load_model_content(ROOT / "content/models/llama-3.1-8b")) or "{}")
     path = tmp_path / name
@@ -344,8 +344,8 @@ def _llama_config(tmp_path: Path, name: str = "config.json", **changes) -> Path:
 @pytest.mark.parametrize("version", ["4.43\x7f", "4.43\n[model]\nname = 'injected'", "4.43\x00\x1b[31m"])
 def test_control_characters_in_values_are_written_as_valid_toml(tmp_path, version):
     """Issue 18: control characters in a config value (DEL) wrote TOML that no longer parsed."""
-    from explorer.add_model import add_model
-    from explorer.content import load_model_content
+    from explorer.commands.add_model import add_model
+    from explorer.content.model_content import load_model_content
 
     path = _llama_config(tmp_path, transformers_version=version)
     written = add_model(tmp_path / "content", "m", path, "meta-llama/Llama-3.1-8B", "unpinned")
@@ -355,8 +355,8 @@ def test_control_characters_in_values_are_written_as_valid_toml(tmp_path, versio
 
 def test_a_newline_in_the_config_file_name_injects_nothing(tmp_path):
     """Issue 18: a newline in the config file's name ended model.toml's first comment and injected TOML."""
-    from explorer.add_model import add_model
-    from explorer.content import load_model_content
+    from explorer.commands.add_model import add_model
+    from explorer.content.model_content import load_model_content
 
     path = _llama_config(tmp_path, name='c.json\n[model]\nname = "injected"')
     written = add_model(tmp_path / "content", "m", path, "meta-llama/Llama-3.1-8B", "unpinned")
@@ -366,7 +366,7 @@ def test_a_newline_in_the_config_file_name_injects_nothing(tmp_path):
 def test_a_lone_surrogate_is_one_line_and_leaves_no_folder(tmp_path):
     """Issue 18: a lone surrogate (valid as a JSON escape) failed mid-write, leaving a half-written model folder
     that blocked every later command."""
-    from explorer.add_model import add_model
+    from explorer.commands.add_model import add_model
 
     path = _llama_config(tmp_path)
     path.write_text(path.read_text().replace('"4.43.0.dev0"', '"4.43\\ud800"'))
@@ -379,7 +379,7 @@ def test_a_lone_surrogate_is_one_line_and_leaves_no_folder(tmp_path):
                                                   ("m", "o/n", "a" * 40 + "\n")])
 def test_names_with_a_trailing_newline_are_refused(tmp_path, slug, repo, revision):
     """Issue 18: `$` in the name patterns matched before a trailing newline, so such names were accepted."""
-    from explorer.add_model import add_model
+    from explorer.commands.add_model import add_model
 
     with pytest.raises(ContentError):
         add_model(tmp_path / "content", slug, _llama_config(tmp_path), repo, revision)
@@ -433,8 +433,8 @@ def test_verify_hub_goes_on_past_a_missing_file(tmp_path, hf_home):
     from conftest import hub_env
     from hub_server import FakeHub
 
-    from explorer.content import load_model_content
-    from explorer.sources import regenerate_config
+    from explorer.checkpoint.sources import regenerate_config
+    from explorer.content.model_content import load_model_content
 
     project = small_project(tmp_path / "project", "gpt2", "llama-3.1-8b")
     llama = load_model_content(project / "content/models/llama-3.1-8b")
@@ -467,8 +467,8 @@ def test_interrupt_is_one_line(monkeypatch):
 def test_dev_zero_as_config_or_listing_is_read_only_up_to_the_cap(tmp_path):
     """Issue 18: /dev/zero (or a pipe) given as --config or --from-listing was read without limit: the caps
     looked at the file's size, which a device does not have."""
-    from explorer.add_model import add_model
-    from explorer.listing import read_listing
+    from explorer.checkpoint.listing import read_listing
+    from explorer.commands.add_model import add_model
 
     with deadline(30), pytest.raises(ContentError, match=r"/dev/zero: config.json is over the 10,000,000-byte cap"):
         add_model(tmp_path / "content", "m", Path("/dev/zero"), "o/n", "unpinned")
@@ -478,7 +478,7 @@ def test_dev_zero_as_config_or_listing_is_read_only_up_to_the_cap(tmp_path):
 
 def test_add_model_is_linear_in_the_number_of_keys(tmp_path):
     """Issue 18: duplicate keys were found by counting each key in the whole list: 80,000 keys took 104 s."""
-    from explorer.add_model import read_config_text
+    from explorer.commands.add_model import read_config_text
 
     path = tmp_path / "config.json"
     path.write_text("{" + ", ".join(f'"k{i}": {i}' for i in range(80_000)) + ', "k7": 0}')
@@ -488,8 +488,8 @@ def test_add_model_is_linear_in_the_number_of_keys(tmp_path):
 
 def test_a_rewritten_manifest_keeps_its_mode(tmp_path):
     """Issue 18: checkpoint.toml was rewritten with mkstemp's mode 0600, private to its writer."""
-    from explorer.checkpoint import CheckpointIndex, TensorInfo
-    from explorer.manifest import write_manifest
+    from explorer.checkpoint.index import CheckpointIndex, TensorInfo
+    from explorer.checkpoint.manifest import write_manifest
 
     index = CheckpointIndex.of({"w": TensorInfo("w", "BF16", (4, 2))}, "test", "org/name", "a" * 40, "a test")
     path = tmp_path / "checkpoint.toml"
@@ -500,18 +500,18 @@ def test_a_rewritten_manifest_keeps_its_mode(tmp_path):
 
 
 def _kimi_spec():
-    from explorer.content import load_model_content
-    from explorer.families import load_model_spec
+    from explorer.content.model_content import load_model_content
+    from explorer.model.families import load_model_spec
 
     return load_model_spec(load_model_content(ROOT / "content/models/kimi-k2"))
 
 
 def test_a_read_only_cache_warns_and_leaves_no_temporary_file(tmp_path, capsys):
     """Issue 18: a read-only or full .cache aborted the build with a traceback and left .tmp files."""
-    from explorer import cache
-    from explorer.checkpoint import CheckpointIndex, TensorInfo
-    from explorer.execution import Execution, ShapeTrace
-    from explorer.reference import ReferenceModel
+    from explorer.checkpoint.index import CheckpointIndex, TensorInfo
+    from explorer.execute import cache
+    from explorer.execute.reference import ReferenceModel
+    from explorer.spec.results import Execution, ShapeTrace
 
     ref = ReferenceModel("test", CheckpointIndex.of({"w": TensorInfo("w", "F32", (2, 3))}, "test"))
     blocked = tmp_path / "file"
@@ -524,7 +524,7 @@ def test_a_read_only_cache_warns_and_leaves_no_temporary_file(tmp_path, capsys):
 def test_real_weight_checks_are_keyed_by_the_file_s_bytes(tmp_path):
     """Issue 18: the real-weight cache was keyed by the GGUF file's name and size, so a same-size file with
     NaN weights kept the old file's pass."""
-    from explorer import cache
+    from explorer.execute import cache
 
     spec, weights = _kimi_spec(), tmp_path / "model.gguf"
     weights.write_bytes(b"\\x00" * 64)
@@ -544,7 +544,7 @@ def test_real_weight_checks_are_keyed_by_the_file_s_bytes(tmp_path):
 ])
 def test_hostile_config_values_are_one_line(tmp_path, changes, message):
     """Issue 18: architectures null or an integer, and a 5,000-digit integer, gave tracebacks."""
-    from explorer.add_model import add_model
+    from explorer.commands.add_model import add_model
 
     path = _llama_config(tmp_path, **changes)
     path.write_text(path.read_text().replace('"BIG"', "9" * 5000))
@@ -556,9 +556,9 @@ def test_hostile_config_values_are_one_line(tmp_path, changes, message):
 
 def test_llama_3_1_instruct_s_list_of_end_tokens_is_accepted(tmp_path):
     """Issue 18: Llama-3.1-Instruct's config.json gives eos_token_id as a list; it was refused."""
-    from explorer.add_model import add_model
-    from explorer.content import load_model_content
-    from explorer.families import load_model_spec
+    from explorer.commands.add_model import add_model
+    from explorer.content.model_content import load_model_content
+    from explorer.model.families import load_model_spec
 
     path = _llama_config(tmp_path, eos_token_id=[128001, 128008, 128009])
     written = add_model(tmp_path / "content", "m", path, "meta-llama/Llama-3.1-8B-Instruct", "unpinned")
@@ -584,7 +584,7 @@ def test_hostile_model_toml_values_are_one_line_each(tmp_path, pattern, replacem
     range passed; a 100,000-character name would be printed on every page (5 MB: a 5.9 GB site)."""
     import re
 
-    from explorer.content import load_model_content
+    from explorer.content.model_content import load_model_content
     from explorer.pipeline import prepare_model
 
     folder = shutil.copytree(ROOT / "content/models/llama-3.1-8b", tmp_path / "llama-3.1-8b")
@@ -625,7 +625,7 @@ def test_gguf_hyper_parameters_of_the_wrong_kind_are_one_line(tmp_path, head_cou
     traceback from --record-checkpoint --from-gguf."""
     from test_gguf import kv_str, kv_u32
 
-    from explorer.gguf import gguf_config
+    from explorer.checkpoint.gguf import gguf_config
 
     kv = {"string": kv_str("llama.attention.head_count", "four"), "zero": kv_u32("llama.attention.head_count", 0),
           "four": kv_u32("llama.attention.head_count", 4)}[head_count]
@@ -639,7 +639,7 @@ def test_gguf_hyper_parameters_of_the_wrong_kind_are_one_line(tmp_path, head_cou
 def test_a_well_formed_gguf_still_gives_its_config(tmp_path):
     from test_gguf import kv_u32
 
-    from explorer.gguf import gguf_config
+    from explorer.checkpoint.gguf import gguf_config
 
     path = tmp_path / "m.gguf"
     path.write_bytes(_gguf_with(kv_u32("llama.attention.head_count", 4)))
@@ -653,9 +653,9 @@ def test_a_well_formed_gguf_still_gives_its_config(tmp_path):
 def kimi_entry(tmp_path):
     from test_cache import consistent_execution
 
-    from explorer import cache
-    from explorer.checkpoint import CheckpointIndex, TensorInfo
-    from explorer.reference import ReferenceModel
+    from explorer.checkpoint.index import CheckpointIndex, TensorInfo
+    from explorer.execute import cache
+    from explorer.execute.reference import ReferenceModel
 
     spec = _kimi_spec()
     ref = ReferenceModel("test", CheckpointIndex.of({"w": TensorInfo("w", "F32", (2, 3))}, "test"))
@@ -675,7 +675,7 @@ def test_a_cache_entry_that_disagrees_with_the_model_is_recomputed(tmp_path, kim
     missing component crashed the page build instead of being recomputed."""
     import json
 
-    from explorer import cache
+    from explorer.execute import cache
 
     spec, path = kimi_entry
     data = json.loads(path.read_text())
@@ -700,9 +700,9 @@ def test_a_one_layer_gpt_oss_builds_its_tiny_config():
     layer type."""
     import dataclasses
 
-    from explorer.content import load_model_content
-    from explorer.execute import tiny_spec
-    from explorer.families import load_model_spec
+    from explorer.content.model_content import load_model_content
+    from explorer.execute.executor import tiny_spec
+    from explorer.model.families import load_model_spec
 
     content = load_model_content(ROOT / "content/models/gpt-oss-20b")
     config = {**content.config, "num_hidden_layers": 1, "layer_types": content.config["layer_types"][:1]}
@@ -713,7 +713,7 @@ def test_a_one_layer_gpt_oss_builds_its_tiny_config():
 def test_a_previous_site_that_cannot_be_deleted_does_not_fail_the_build(tmp_path, monkeypatch):
     """Issue 18: when deleting the replaced site failed, the published build reported an error, and every later
     build failed on the remnant ("cannot remove a killed build's leftovers")."""
-    from explorer import publish
+    from explorer.render import publish
 
     out = tmp_path / "site"
     _publish_once(out, "first")
@@ -787,7 +787,7 @@ def test_a_check_that_never_ran_is_not_shown_as_executed(tmp_path, kimi_entry, e
     """Issue 18: an edited cache entry could show a check that never ran as executed."""
     import json
 
-    from explorer import cache
+    from explorer.execute import cache
 
     spec, path = kimi_entry
     data = json.loads(path.read_text())
@@ -815,7 +815,7 @@ def test_a_check_that_never_ran_is_not_shown_as_executed(tmp_path, kimi_entry, e
 ])
 def test_a_manifest_config_key_without_provenance_is_one_line(tmp_path, edit, message):
     """Issue 18: a [config] key of checkpoint.toml without its [config_provenance] gave a traceback."""
-    from explorer.manifest import read_manifest
+    from explorer.checkpoint.manifest import read_manifest
 
     path = tmp_path / "checkpoint.toml"
     path.write_text(edit((ROOT / "content/models/smollm2-135m/checkpoint.toml").read_text()))

@@ -13,14 +13,14 @@ from conftest import ROOT
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from explorer.account import account
-from explorer.components import moonvit
-from explorer.content import load_model_content
+from explorer.checkpoint.reconcile import expected_groups, predicted_index, reconcile
+from explorer.content.model_content import load_model_content
 from explorer.errors import ContentError, ExecutionError
-from explorer.execute import check_equations, tiny_spec
-from explorer.families import FAMILIES, load_model_spec
-from explorer.reconcile import expected_groups, predicted_index, reconcile
-from explorer.reference import build_reference_model, reference_index
+from explorer.execute.executor import check_equations, tiny_spec
+from explorer.execute.reference import build_reference_model, reference_index
+from explorer.model.account import account
+from explorer.model.components import moonvit
+from explorer.model.families import FAMILIES, load_model_spec
 from explorer.spec.storage import PackQuantized
 from explorer.spec.types import walk
 
@@ -168,7 +168,7 @@ def test_stored_layout_keeps_the_parameters_and_explains_the_naive_count(spec):
        experts=st.sampled_from([4, 8]), patch=st.sampled_from([2, 14]))
 def test_add_model_builds_any_small_config_with_transformers_totals(tmp_path, layers, dense, heads, vision_layers,
                                                                    vision_heads, merge, experts, patch):
-    from explorer.add_model import add_model
+    from explorer.commands.add_model import add_model
 
     raw = json.loads(json.dumps(load_model_content(KIMI).config))
     t, v = raw["text_config"], raw["vision_config"]
@@ -199,8 +199,8 @@ def _write_int4_checkpoint(tiny, folder, mutate=None):
     import torch
     from safetensors.torch import save_file
 
-    from explorer import int4_pack
-    from explorer.reference import reference_state, tiny_reference_model
+    from explorer.checkpoint.formats import int4_pack
+    from explorer.execute.reference import reference_state, tiny_reference_model
 
     tensors = {}
     for name, value in reference_state(tiny, tiny_reference_model(tiny), stored_once=True).items():
@@ -221,7 +221,7 @@ def _write_int4_checkpoint(tiny, folder, mutate=None):
 def test_synthetic_int4_checkpoint_reconciles_and_a_broken_one_names_the_tensor(tiny, tmp_path):
     import torch
 
-    from explorer.safetensors_headers import read_local_checkpoint
+    from explorer.checkpoint.safetensors_headers import read_local_checkpoint
 
     tiny_bf16 = FAMILIES["kimi_k25"].build_spec("k", {**_tiny_raw(tiny), "dtype": "bfloat16"}, "test")
     rec = reconcile(tiny_bf16, read_local_checkpoint(_write_int4_checkpoint(tiny, tmp_path / "good")))
@@ -240,7 +240,7 @@ def test_synthetic_int4_checkpoint_reconciles_and_a_broken_one_names_the_tensor(
 
 
 def _tiny_raw(tiny):
-    from explorer.families.kimi_k25 import _as_dict
+    from explorer.model.families.kimi_k25 import _as_dict
 
     raw = _as_dict(tiny.config)
     raw["text_config"] = {**raw["text_config"], "dtype": "bfloat16", "torch_dtype": "bfloat16"}
@@ -248,7 +248,7 @@ def _tiny_raw(tiny):
 
 
 def test_compare_with_kimi_k2_names_the_vision_parts_as_the_change(spec):
-    from explorer.compare import compare_roles, role_totals
+    from explorer.figures.compare_roles import compare_roles, role_totals
 
     kimi_k2 = load_model_spec(load_model_content(ROOT / "content/models/kimi-k2"))
     rows = {r.role: r.delta for r in compare_roles(role_totals(kimi_k2, account(kimi_k2)),
@@ -258,7 +258,7 @@ def test_compare_with_kimi_k2_names_the_vision_parts_as_the_change(spec):
 
 
 def test_active_parameters_per_text_token_leave_the_vision_parts_out(spec):
-    from explorer.figures import derive
+    from explorer.figures.model_figures import derive
 
     kimi_k2 = load_model_spec(load_model_content(ROOT / "content/models/kimi-k2"))
     ours, theirs = derive(spec, account(spec), None), derive(kimi_k2, account(kimi_k2), None)

@@ -1,4 +1,4 @@
-"""Formulas converted to MathML kept between builds (explorer/mathml_cache.py): a second build converts nothing, an
+"""Formulas converted to MathML kept between builds (explorer/views/mathml_cache.py): a second build converts nothing, an
 entry that is not exactly what to_mathml writes around its formula is converted again, never shown, and the page
 writers hand back every formula they used."""
 
@@ -9,10 +9,10 @@ from functools import partial
 
 import pytest
 
-from explorer import mathml, mathml_cache
-from explorer.mathml_cache import holds
-from explorer.render import _write_pages
-from explorer.views import PageGroup
+from explorer.render.site_writer import _write_pages
+from explorer.views import mathml, mathml_cache
+from explorer.views.component_page import PageGroup
+from explorer.views.mathml_cache import holds
 
 FORMULAS = [(r"q_{t,h}=W^{Q}x_t", False), (r"\operatorname{RMSNorm}(x)=\frac{x}{\sqrt{\operatorname{mean}(x^2)+\epsilon}}",
                                           True), (r"a<b \land c>d", False), (r"\ell=x\,E_{\mathrm{tok}}^{\top}", False)]
@@ -101,7 +101,7 @@ def test_a_page_writer_hands_back_the_formulas_its_pages_used(tmp_path, fresh):
 
 def test_an_oversized_cache_file_is_not_read(tmp_path, fresh, monkeypatch):
     """A file the build cannot have written (past cache.STRINGS_LIMIT) is passed over unread, not loaded whole."""
-    from explorer import cache
+    from explorer.execute import cache
 
     _use_all()
     mathml_cache.save(tmp_path, mathml.take_used())

@@ -15,18 +15,18 @@ from conftest import ROOT
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from explorer.account import account
-from explorer.add_model import add_model
-from explorer.components import attention, layer_attention, moe
-from explorer.content import load_model_content
+from explorer.checkpoint.reconcile import predicted_index, reconcile
+from explorer.commands.add_model import add_model
+from explorer.content.model_content import load_model_content
 from explorer.errors import ContentError, ExecutionError
-from explorer.execute import FREE_SIZES, check_equations, tiny_spec
-from explorer.families import FAMILIES, load_model_spec
-from explorer.families.block_fp8 import names_module
-from explorer.families.mimo_v2_flash import MiMoV2Flash
-from explorer.figures import CONTEXT, derive
-from explorer.reconcile import predicted_index, reconcile
-from explorer.reference import build_reference_model, reference_index
+from explorer.execute.executor import FREE_SIZES, check_equations, tiny_spec
+from explorer.execute.reference import build_reference_model, reference_index
+from explorer.figures.model_figures import CONTEXT, derive
+from explorer.model.account import account
+from explorer.model.components import attention, layer_attention, moe
+from explorer.model.families import FAMILIES, load_model_spec
+from explorer.model.families.block_fp8 import names_module
+from explorer.model.families.mimo_v2_flash import MiMoV2Flash
 from explorer.spec.types import ModelSpec
 
 TOTALS = {"minimax-m2.5": (228_689_748_992, 15_872), "mimo-v2-flash": (308_778_768_832, 12_032)}
@@ -321,8 +321,8 @@ def test_a_published_key_transformers_ignores_must_agree(tmp_path):
 
 def _unchanged_features(o) -> list[int]:
     """The head features a rotation by o's angles at positions 1..4 leaves as they were."""
-    from explorer.components.base import Run
-    from explorer.components.rope import rotary_angles, rotate
+    from explorer.model.components.base import Run
+    from explorer.model.components.rope import rotary_angles, rotate
 
     x = torch.randn(4, 8, dtype=torch.float64)
     angles = rotary_angles(Run({}), o, torch.arange(1, 5))
@@ -334,7 +334,7 @@ def test_the_two_partial_rotary_layouts_leave_different_features_unrotated():
     """MiniMax-M2 and MiMo-V2-Flash rotate the leading features of a head and pass the tail through (their
     apply_rotary_pos_emb slices q[..., :rotary_dim]); Gemma 4's proportional RoPE pairs the whole head as rotate_half
     does and gives the last pairs frequency 0, so with half pairing the tail of each half passes through."""
-    from explorer.components.rope import RopeOptions
+    from explorer.model.components.rope import RopeOptions
 
     leading = RopeOptions("default", 10000.0, 4, "half", unrotated_tail=4)
     proportional = RopeOptions("default", 10000.0, 8, "half", zero_frequency_pairs=2)
@@ -344,7 +344,7 @@ def test_the_two_partial_rotary_layouts_leave_different_features_unrotated():
 
 
 def test_a_rotary_that_is_both_partial_layouts_is_refused():
-    from explorer.components.rope import RopeOptions
+    from explorer.model.components.rope import RopeOptions
 
     with pytest.raises(ValueError, match="not both"):
         RopeOptions("default", 10000.0, 4, "half", unrotated_tail=4, zero_frequency_pairs=1)

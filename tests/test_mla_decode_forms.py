@@ -9,11 +9,11 @@ import dataclasses
 import pytest
 from conftest import ROOT
 
-from explorer.account import account
-from explorer.calculator import calculator_view, evaluate
-from explorer.content import load_model_content
-from explorer.families import load_model_spec
-from explorer.figures import derive
+from explorer.content.model_content import load_model_content
+from explorer.figures.calculator import calculator_view, evaluate
+from explorer.figures.model_figures import derive
+from explorer.model.account import account
+from explorer.model.families import load_model_spec
 
 # DeepSeek-V3's config: num_attention_heads = 128, qk_nope_head_dim = 128, qk_rope_head_dim = 64, v_head_dim = 128,
 # kv_lora_rank = 512, num_hidden_layers = 61 (every one MLA; the MTP layer is not part of decode).
@@ -80,7 +80,7 @@ def test_mutation_a_narrower_latent_changes_only_the_absorbed_cost():
 
 def test_mutation_a_wrong_absorbed_cost_is_caught(monkeypatch):
     """A deliberately wrong absorbed form (the rotary key left out) makes the hand-computed check fail."""
-    from explorer.components import mla
+    from explorer.model.components import mla
 
     real = mla.decode_costs
 

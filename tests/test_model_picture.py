@@ -11,10 +11,10 @@ import tomllib
 import pytest
 from conftest import ROOT
 
-from explorer.content import load_model_content
-from explorer.families import load_model_spec
-from explorer.model_picture import describe, draw
-from explorer.picture_routing import route_example, seeded_router
+from explorer.content.model_content import load_model_content
+from explorer.execute.picture_routing import route_example, seeded_router
+from explorer.model.families import load_model_spec
+from explorer.views.model_picture import describe, draw
 
 CELL = re.compile(r'<g class="layer ([a-z ]+)"><title>layer (\d+): ')
 ROW = re.compile(r'class="rowlabel">(\d+)(?:–(\d+))?</text>')
@@ -164,7 +164,7 @@ def test_the_lit_experts_are_those_transformers_router_selects_on_the_same_weigh
 
 def test_layer_lists_are_one_based_and_name_a_regular_spacing():
     """The caption's layer numbers, written by hand: 0-based layers 5, 11, 17, 23 are the 6th, 12th, 18th, 24th."""
-    from explorer.model_picture import layer_list
+    from explorer.views.model_picture import layer_list
 
     assert layer_list((5, 11, 17, 23), 24) == "layers 6, 12, …, 24 (every 6th)"
     assert layer_list(tuple(i for i in range(24) if i % 6 != 5), 24) == "every layer except 6, 12, …, 24 (every 6th)"
@@ -185,7 +185,7 @@ def test_gemma3_caption_names_its_global_layers():
 def test_the_routing_is_cached_and_read_back_and_a_damaged_entry_is_rerun(tmp_path, monkeypatch):
     """The build reads the picture's routing from the cache beside the torch stages: the entry written is the one read
     back (no rerun), a damaged entry is run again, and a dense model's "no routing" is cached too."""
-    from explorer import picture_routing as pr
+    from explorer.execute import picture_routing as pr
 
     spec = load_model_spec(content("deepseek-v3"))
     routing = pr.picture_routing(spec, tmp_path)

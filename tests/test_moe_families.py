@@ -10,15 +10,15 @@ import pytest
 import torch
 from conftest import ROOT
 
-from explorer.account import account
-from explorer.components import attention, moe, rope
-from explorer.content import load_model_content
+from explorer.checkpoint.formats.mxfp4 import mxfp4_storage
+from explorer.checkpoint.reconcile import predicted_index, reconcile
+from explorer.content.model_content import load_model_content
 from explorer.errors import ExecutionError
-from explorer.execute import FREE_SIZES, check_equations, tiny_spec
-from explorer.families import FAMILIES, load_model_spec
-from explorer.mxfp4 import mxfp4_storage
-from explorer.reconcile import predicted_index, reconcile
-from explorer.reference import build_reference_model, reference_index
+from explorer.execute.executor import FREE_SIZES, check_equations, tiny_spec
+from explorer.execute.reference import build_reference_model, reference_index
+from explorer.model.account import account
+from explorer.model.components import attention, moe, rope
+from explorer.model.families import FAMILIES, load_model_spec
 from explorer.spec.types import ModelSpec
 
 SLUGS = ("mixtral-8x7b", "qwen3-30b-a3b", "qwen3-235b-a22b", "gpt-oss-20b", "gpt-oss-120b")
@@ -148,7 +148,7 @@ def test_gpt_oss_unclamped_experts_fail(tiny_checks, monkeypatch):
     family = FAMILIES["gpt_oss"]
     low = family.build_spec("gpt-oss-low", {**family.tiny_config(spec.config), "swiglu_limit": 0.05}, "test")
     check_equations(low, low)
-    from explorer.components import fused_experts
+    from explorer.model.components import fused_experts
 
     real = fused_experts.expert_outputs
     monkeypatch.setattr(fused_experts, "expert_outputs", lambda run, o, x: real(run, replace(o, limit=1e9), x))
@@ -189,7 +189,7 @@ def test_experts_named_in_modules_to_not_convert_stay_dense():
 
 
 def test_gpt_oss_ledger_labels_parameters_fp4_values_and_bytes(builds):
-    from explorer.model_views import ledger_view, routing_view
+    from explorer.views.model_page import ledger_view, routing_view
 
     mb = builds["gpt-oss-20b"]
     ledger = ledger_view(mb)
@@ -199,7 +199,7 @@ def test_gpt_oss_ledger_labels_parameters_fp4_values_and_bytes(builds):
     assert (packed.parameters, packed.elements, packed.bytes) == ("19,110,297,600", "9,555,148,800", "9,555,148,800")
     assert rows["MXFP4 scales: one E8M0 exponent per 32 values"].parameters == "—"
     assert ledger.total_parameters == "20,914,757,184" and ledger.total_bytes == "13,761,264,768"
-    from explorer.api import model_api
+    from explorer.views.api import model_api
 
     api = model_api(mb)["predicted_storage"]
     assert {(r["role"], r["dtype"]): r["parameters"] for r in api["by_role_and_dtype"]}[("parameter", "U8")] == \
@@ -219,7 +219,7 @@ def test_fused_experts_count_k_of_n_as_active(builds):
 
 @pytest.mark.parametrize("slug", SLUGS)
 def test_published_active_claims_are_reproduced(builds, slug):
-    from explorer.figures import match_claim, parse_claim
+    from explorer.figures.model_figures import match_claim, parse_claim
 
     mb = builds[slug]
     assert mb.claim is not None

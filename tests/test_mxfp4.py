@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from explorer import mxfp4
-from explorer.mxfp4 import dequantize, e2m1_value, mxfp4_storage, quantize
+from explorer.checkpoint.formats import mxfp4
+from explorer.checkpoint.formats.mxfp4 import dequantize, e2m1_value, mxfp4_storage, quantize
 
 
 def transformers_dequantize(blocks: torch.Tensor, scales: torch.Tensor) -> torch.Tensor:

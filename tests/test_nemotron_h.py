@@ -15,16 +15,16 @@ from conftest import ROOT
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from explorer.account import account
-from explorer.add_model import add_model
-from explorer.components import PROGRAMS, Run, mamba2
-from explorer.components.layer_pattern import NEMOTRON_H_LETTERS, pattern_problems, read_pattern, runs
-from explorer.content import load_model_content
+from explorer.checkpoint.reconcile import reconcile
+from explorer.commands.add_model import add_model
+from explorer.content.model_content import load_model_content
 from explorer.errors import ContentError, ExecutionError
-from explorer.execute import FREE_SIZES, check_equations, tiny_spec
-from explorer.families import FAMILIES, load_model_spec, nemotron_h
-from explorer.reconcile import reconcile
-from explorer.reference import build_reference_model, reference_index, reference_state, tiny_reference_model
+from explorer.execute.executor import FREE_SIZES, check_equations, tiny_spec
+from explorer.execute.reference import build_reference_model, reference_index, reference_state, tiny_reference_model
+from explorer.model.account import account
+from explorer.model.components import PROGRAMS, Run, mamba2
+from explorer.model.components.layer_pattern import NEMOTRON_H_LETTERS, pattern_problems, read_pattern, runs
+from explorer.model.families import FAMILIES, load_model_spec, nemotron_h
 from explorer.spec.types import ModelSpec
 
 SLUG = "nemotron-3-nano-30b-a3b"
@@ -268,7 +268,7 @@ def test_tiny_config_keeps_groups_when_the_router_groups(nano):
 
 def test_memory_of_a_context_by_layer_kind():
     """Mamba-2 layers keep a fixed state (float32 S, BF16 conv window); only the 6 attention layers grow."""
-    from explorer.figures import derive
+    from explorer.figures.model_figures import derive
 
     spec = spec_of()
     c = spec.config
@@ -288,7 +288,7 @@ def test_memory_of_a_context_by_layer_kind():
 
 
 def test_whole_model_picture_colours_layers_by_kind():
-    from explorer.model_picture import describe, draw
+    from explorer.views.model_picture import describe, draw
 
     picture = describe(spec_of(), "Nemotron 3 Nano")
     kinds = {(k.mixer.css, k.ffn.css): len(k.layers) for k in picture.kinds}

@@ -12,21 +12,21 @@ import dataclasses
 import pytest
 from conftest import ROOT
 
-from explorer.families import load_model_spec
-from explorer.notation import undefined_reads
+from explorer.model.families import load_model_spec
+from explorer.model.notation import undefined_reads
+from explorer.model.step_symbols import parse_step, symbols_of
 from explorer.spec.types import walk
-from explorer.step_symbols import parse_step, symbols_of
 
 
 @pytest.fixture(scope="module")
 def all_specs():
-    from explorer.content import load_all_models
+    from explorer.content.model_content import load_all_models
 
     return [load_model_spec(m) for m in load_all_models(ROOT / "content")]
 
 
 def spec_of(slug: str):
-    from explorer.content import load_model_content
+    from explorer.content.model_content import load_model_content
 
     return load_model_spec(load_model_content(ROOT / "content/models" / slug))
 
@@ -152,15 +152,15 @@ def test_a_step_that_reads_what_nothing_computed_fails():
 # ------------------------------------------------------------------------------------------ one notation
 
 def test_every_symbol_any_step_or_port_uses_is_in_the_registry(all_specs):
-    from explorer.notation import unregistered
+    from explorer.model.notation import unregistered
 
     missing = {f"{comp.program}: {s}" for spec in all_specs for _, comp in walk(spec.root) for s in unregistered(comp)}
     assert missing == set()
 
 
 def test_the_registry_gives_each_symbol_one_entry_and_one_anchor():
-    from explorer.notation import SYMBOLS
-    from explorer.notation_page import symbol_anchor
+    from explorer.model.notation import SYMBOLS
+    from explorer.views.notation_page import symbol_anchor
 
     latex = [s.latex for s in SYMBOLS]
     assert len(latex) == len(set(latex))
@@ -169,7 +169,7 @@ def test_the_registry_gives_each_symbol_one_entry_and_one_anchor():
 
 
 def test_an_unregistered_symbol_fails():
-    from explorer.notation import unregistered
+    from explorer.model.notation import unregistered
 
     mlp = next(c for _, c in walk(spec_of("kimi-k2").root) if c.program == "gated_mlp")
     product = next(s for s in mlp.steps if s.name == "product")
@@ -209,8 +209,8 @@ def test_a_step_that_defines_the_sigmoid_fails():
 
 
 def test_the_notation_page_renders_every_symbol_as_mathml_with_where_it_is_defined(all_specs):
-    from explorer.notation import SYMBOLS
-    from explorer.notation_page import notation_page
+    from explorer.model.notation import SYMBOLS
+    from explorer.views.notation_page import notation_page
 
     page = notation_page(all_specs, "<p>intro</p>")
     entries = [e for sec in page.sections for e in sec.entries]
@@ -244,7 +244,7 @@ rename removes one here and a new double use must be declared."""
 
 
 def test_each_symbol_has_one_meaning_but_the_declared_overloads():
-    from explorer.notation import BY_LATEX, SYMBOLS
+    from explorer.model.notation import BY_LATEX, SYMBOLS
 
     assert {s.latex for s in SYMBOLS if s.also} == KNOWN_OVERLOADS
     # issue 25 named these: s was sigmoid scores, softmax scores and sink logits; h a head and a SwiGLU product;

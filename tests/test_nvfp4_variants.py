@@ -4,8 +4,8 @@ and reconciled with the prediction.
 
 No ModelOpt writer is installed (nvidia-modelopt is not in the environment), so the synthetic files are written the
 way ModelOpt's export lays them out: every nn.Linear of the tiny reference model that exclude_modules leaves, and
-every fused experts tensor split per expert (ModelOpt's `_export_fused_experts`), quantized with explorer.nvfp4 /
-explorer.fp8_tensor; the modules to quantize are found on the torch model, not read from the prediction."""
+every fused experts tensor split per expert (ModelOpt's `_export_fused_experts`), quantized with explorer.checkpoint.formats.nvfp4 /
+explorer.checkpoint.formats.fp8_tensor; the modules to quantize are found on the torch model, not read from the prediction."""
 
 from __future__ import annotations
 
@@ -15,13 +15,13 @@ import json
 import pytest
 from conftest import ROOT
 
-from explorer.account import account
-from explorer.content import load_model_content
-from explorer.families import FAMILIES, load_model_spec
-from explorer.reconcile import reconcile
+from explorer.checkpoint.reconcile import reconcile
+from explorer.checkpoint.variants import PublishedVariant, load_variant, load_variants, stored_as, variant_spec
+from explorer.content.model_content import load_model_content
+from explorer.model.account import account
+from explorer.model.families import FAMILIES, load_model_spec
 from explorer.spec.storage import NVFP4, BlockFP8, Dense
 from explorer.spec.types import walk
-from explorer.variants import PublishedVariant, load_variant, load_variants, stored_as, variant_spec
 
 RECORDED = {"deepseek-v3.2": "deepseek-v3.2-nvfp4", "gemma-4-26b-a4b": "gemma-4-26b-a4b-nvfp4",
             "nemotron-3-nano-30b-a3b": "nemotron-3-nano-30b-a3b-nvfp4"}
@@ -129,8 +129,8 @@ def test_deepseek_v32_keeps_no_fp8_blocks_and_leaves_excluded_attention_and_mtp_
 def test_api_entry_and_section_of_each_recorded_variant(slug):
     from types import SimpleNamespace
 
-    from explorer.api import _variant
-    from explorer.model_views import variant_views
+    from explorer.views.api import _variant
+    from explorer.views.model_page import variant_views
 
     spec, variant = _base(slug)
     _, s = _layout(spec, variant)
@@ -161,7 +161,7 @@ def _write(tiny, folder, exclude: list[str], quantize, mutate=None, dense=None, 
     import torch
     from safetensors.torch import save_file
 
-    from explorer.reference import reference_state, tiny_reference_model
+    from explorer.execute.reference import reference_state, tiny_reference_model
 
     model = tiny_reference_model(tiny)
     linears = {n for n, m in model.named_modules() if isinstance(m, torch.nn.Linear)}
@@ -201,13 +201,13 @@ layer 1 too, so the fused form and the per-expert form meet in one file."""
 
 @pytest.fixture(scope="module")
 def gemma_tiny():
-    from explorer.execute import tiny_spec
+    from explorer.execute.executor import tiny_spec
 
     return tiny_spec(load_model_spec(load_model_content(ROOT / "content/models/gemma-4-26b-a4b")))
 
 
 def _nvfp4(weight):
-    from explorer import nvfp4
+    from explorer.checkpoint.formats import nvfp4
 
     return nvfp4.quantize(weight)
 
@@ -215,7 +215,7 @@ def _nvfp4(weight):
 def test_synthetic_nvfp4_checkpoint_reconciles_and_a_broken_one_names_the_tensor(gemma_tiny, tmp_path):
     import torch
 
-    from explorer.safetensors_headers import read_local_checkpoint
+    from explorer.checkpoint.safetensors_headers import read_local_checkpoint
 
     variant = _variant_file(tmp_path, "NVFP4", GEMMA_EXCLUDE)
     spec = variant_spec(gemma_tiny, variant)
@@ -243,8 +243,8 @@ def test_synthetic_nvfp4_checkpoint_reconciles_and_a_broken_one_names_the_tensor
 
 def test_without_the_fused_experts_split_the_real_layout_does_not_reconcile(gemma_tiny, tmp_path, monkeypatch):
     """The mechanism, mutated: left fused, the prediction misses every per-expert tensor ModelOpt writes."""
-    from explorer import quantization
-    from explorer.safetensors_headers import read_local_checkpoint
+    from explorer.checkpoint.safetensors_headers import read_local_checkpoint
+    from explorer.model import quantization
 
     variant = _variant_file(tmp_path, "NVFP4", GEMMA_EXCLUDE)
     good = read_local_checkpoint(_write(gemma_tiny, tmp_path / "good", GEMMA_EXCLUDE, _nvfp4))
@@ -256,9 +256,9 @@ def test_without_the_fused_experts_split_the_real_layout_does_not_reconcile(gemm
 def test_synthetic_fp8_per_tensor_checkpoint_reconciles_and_a_broken_one_names_the_tensor(tmp_path):
     import torch
 
-    from explorer import fp8_tensor
-    from explorer.execute import tiny_spec
-    from explorer.safetensors_headers import read_local_checkpoint
+    from explorer.checkpoint.formats import fp8_tensor
+    from explorer.checkpoint.safetensors_headers import read_local_checkpoint
+    from explorer.execute.executor import tiny_spec
 
     tiny = tiny_spec(load_model_spec(load_model_content(ROOT / "content/models/qwen3-8b")))
     exclude = ["lm_head", "model.layers.0.self_attn*"]
@@ -288,7 +288,7 @@ def test_synthetic_fp8_per_tensor_checkpoint_reconciles_and_a_broken_one_names_t
 def test_record_checkpoint_from_folder_reads_the_nvfp4_file(gemma_tiny, tmp_path):
     """build.py --record-checkpoint --from-folder is read_local_checkpoint plus a manifest: the U8 and F8_E4M3
     tensors come back with the shapes the export wrote."""
-    from explorer.safetensors_headers import read_local_checkpoint
+    from explorer.checkpoint.safetensors_headers import read_local_checkpoint
 
     index = read_local_checkpoint(_write(gemma_tiny, tmp_path / "f", GEMMA_EXCLUDE, _nvfp4))
     w = index.tensors["model.language_model.layers.0.experts.0.gate_proj.weight"]
@@ -301,7 +301,7 @@ def test_record_checkpoint_from_folder_reads_the_nvfp4_file(gemma_tiny, tmp_path
 def test_weight_format_bytes_count_scales_and_scalars():
     """Bytes per parameter as stored: values, one scale per group or block, and the per-tensor scalars, worked
     out here by hand for a 4096 × 4096 weight."""
-    from explorer.variants import weight_format_bytes
+    from explorer.checkpoint.variants import weight_format_bytes
 
     n = 4096 * 4096
     expected = {"BF16": 2.0, "FP8, one scale per 128 × 128 block": 1 + 4 / 128 ** 2,
@@ -319,8 +319,8 @@ def test_synthetic_nemotron_nvfp4_checkpoint_with_exclusions_at_some_layers(tmp_
     excluded at one Mamba layer and not at the other, attention excluded, per-expert up and down projections."""
     import torch
 
-    from explorer.execute import tiny_spec
-    from explorer.safetensors_headers import read_local_checkpoint
+    from explorer.checkpoint.safetensors_headers import read_local_checkpoint
+    from explorer.execute.executor import tiny_spec
 
     tiny = tiny_spec(load_model_spec(load_model_content(ROOT / "content/models/nemotron-3-nano-30b-a3b")))
     exclude = ["lm_head", "backbone.layers.3.mixer.in_proj", "backbone.layers.3.mixer.out_proj",
@@ -347,8 +347,8 @@ def test_recorded_exclude_lists_on_the_tiny_model_reconcile(slug, tmp_path):
     on the torch model, is one the prediction quantizes, and no other."""
     import torch
 
-    from explorer.execute import tiny_spec
-    from explorer.safetensors_headers import read_local_checkpoint
+    from explorer.checkpoint.safetensors_headers import read_local_checkpoint
+    from explorer.execute.executor import tiny_spec
 
     spec, variant = _base(slug)
     tiny = tiny_spec(spec)

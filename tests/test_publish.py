@@ -17,7 +17,7 @@ import pytest
 from conftest import ROOT, build_main, run_build
 
 from explorer.errors import OutputError
-from explorer.publish import MARKER, Protected, check_output, claim_output, lock_path, publish, stage
+from explorer.render.publish import MARKER, Protected, check_output, claim_output, lock_path, publish, stage
 
 
 def one_error_line(result: subprocess.CompletedProcess[str]) -> str:
@@ -135,7 +135,7 @@ def test_empty_models_folder_keeps_the_published_site(project_copy, tmp_path):
 PUBLISH_FOREVER = """
 import itertools, sys
 from pathlib import Path
-from explorer.publish import claim_output, publish, stage
+from explorer.render.publish import claim_output, publish, stage
 out = Path(sys.argv[1])
 for i in itertools.count():
     with claim_output(out) as o:
@@ -148,7 +148,7 @@ for i in itertools.count():
 HOLD = """
 import sys, time
 from pathlib import Path
-from explorer.publish import claim_output, stage
+from explorer.render.publish import claim_output, stage
 with claim_output(Path(sys.argv[1])) as o:
     print(stage(o) if sys.argv[2] == "stage" else "held", flush=True)
     time.sleep(120)
@@ -233,7 +233,7 @@ def test_a_concurrent_build_fails_with_one_line(tmp_path):
 
 def test_the_site_folder_is_readable_by_others(tmp_path):
     """Issue 25: site/ was created 0700 (mkdtemp's mode), so a web server running as another user got 403."""
-    from explorer.publish import stage
+    from explorer.render.publish import stage
 
     old = os.umask(0o022)
     try:

@@ -14,20 +14,20 @@ from conftest import ROOT
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from explorer.account import account
-from explorer.components import PROGRAMS, Run
-from explorer.components import gated_attention as gated_attention_module
-from explorer.components import gated_deltanet as gdn
-from explorer.components import gated_shared_expert as gse
-from explorer.components.blocks import block_layers
-from explorer.content import load_model_content
+from explorer.checkpoint.reconcile import reconcile
+from explorer.content.model_content import load_model_content
 from explorer.errors import ExecutionError
-from explorer.execute import _check_one, check_equations, first_layer, module_prefix, tiny_spec
-from explorer.execution import within_tolerance
-from explorer.families import FAMILIES, load_model_spec
-from explorer.families import qwen3_5 as qwen3_5_module
-from explorer.reconcile import reconcile
-from explorer.reference import build_reference_model, reference_index, reference_state, tiny_reference_model
+from explorer.execute.executor import _check_one, check_equations, first_layer, module_prefix, tiny_spec
+from explorer.execute.reference import build_reference_model, reference_index, reference_state, tiny_reference_model
+from explorer.model.account import account
+from explorer.model.components import PROGRAMS, Run
+from explorer.model.components import gated_attention as gated_attention_module
+from explorer.model.components import gated_deltanet as gdn
+from explorer.model.components import gated_shared_expert as gse
+from explorer.model.components.blocks import block_layers
+from explorer.model.families import FAMILIES, load_model_spec
+from explorer.model.families import qwen3_5 as qwen3_5_module
+from explorer.spec.results import within_tolerance
 from explorer.spec.types import walk
 
 TOTALS = {"qwen3.5-27b": (27_356_728_560, 460_730_096), "qwen3.5-35b-a3b": (35_107_181_936, 446_571_248)}
@@ -214,7 +214,7 @@ def test_wrong_pattern_letter_fails(tiny_moe, monkeypatch):
 # ---------------------------------------------------------------------------------------------- memory figures
 
 def test_memory_counts_kv_only_in_attention_layers_and_a_fixed_state_in_deltanet_layers():
-    from explorer.figures import derive
+    from explorer.figures.model_figures import derive
 
     spec = spec_of("qwen3.5-27b")
     figures = derive(spec, account(spec), None)
@@ -271,7 +271,7 @@ def test_generated_configs_build_and_agree_with_transformers(config):
 
 
 def test_whole_model_picture_names_each_layer_kind():
-    from explorer.model_picture import describe
+    from explorer.views.model_picture import describe
 
     picture = describe(spec_of("qwen3.5-27b"), "Qwen3.5-27B")
     linear, full = picture.kinds
@@ -281,7 +281,7 @@ def test_whole_model_picture_names_each_layer_kind():
 
 
 def test_compare_pages_give_gated_deltanet_its_own_role():
-    from explorer.compare import role_totals
+    from explorer.figures.compare_roles import role_totals
 
     spec = spec_of("qwen3.5-27b")
     ledger = account(spec)
@@ -294,7 +294,7 @@ def test_compare_pages_give_gated_deltanet_its_own_role():
 def test_vision_tower_checks_and_fails_with_patches_in_row_order(tiny_moe, monkeypatch):
     """The reference lays patches out in merge order (each 2 × 2 neighbourhood consecutive): reading the position
     table and the rotary angles in plain row order gives other tokens."""
-    from explorer.components import qwen_vision
+    from explorer.model.components import qwen_vision
 
     assert within_tolerance(component_error(tiny_moe, "visual"))
 

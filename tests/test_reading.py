@@ -7,11 +7,11 @@ from types import SimpleNamespace
 import pytest
 from conftest import ROOT
 
-from explorer.content import load_model_content
-from explorer.families import load_model_spec
+from explorer.content.model_content import load_model_content
+from explorer.model.families import load_model_spec
 from explorer.spec.types import path_key, walk
-from explorer.view_basics import crumb_texts
-from explorer.views import _unused_rotary_buffer_note
+from explorer.views.basics import crumb_texts
+from explorer.views.component_page import _unused_rotary_buffer_note
 
 
 def chain_to(spec, path: str):

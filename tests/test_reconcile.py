@@ -12,10 +12,10 @@ import pytest
 from conftest import ROOT, hub_env, run_build, write_safetensors
 from hub_server import FakeHub
 
-from explorer.checkpoint import CheckpointIndex, TensorInfo
-from explorer.reconcile import expected_groups, reconcile
+from explorer.checkpoint.index import CheckpointIndex, TensorInfo
+from explorer.checkpoint.reconcile import expected_groups, reconcile
+from explorer.checkpoint.tensor_names import shared_name
 from explorer.spec.storage import BlockFP8
-from explorer.tensor_names import shared_name
 
 
 def test_kimi_k2_ledger_balances_to_the_published_numbers(builds):
@@ -118,8 +118,8 @@ def tiny_project(project_copy):
     """Add a small model of the family to a project copy; return its folder and the tensors it expects."""
     from conftest import DEEPSEEK_TINY as TINY_CONFIG
 
-    from explorer.content import load_model_content
-    from explorer.families import load_model_spec
+    from explorer.content.model_content import load_model_content
+    from explorer.model.families import load_model_spec
 
     folder = project_copy / "content/models/tiny"
     folder.mkdir()
@@ -151,7 +151,7 @@ def tiny_torch_stages(tmp_path_factory):
     without running the same torch stages again in a new process (one import of torch and transformers each)."""
     from conftest import _copy_project
 
-    from explorer.content import load_model_content
+    from explorer.content.model_content import load_model_content
     from explorer.pipeline import build_model
 
     folder, _ = tiny_project(_copy_project(tmp_path_factory.mktemp("tiny") / "project", with_cache=False, models=()))
@@ -223,7 +223,7 @@ def test_api_json_carries_the_ledger(built_site, slug):
 
 def test_verify_hub_confirms_the_recorded_config(project_copy, tmp_path):
     """--verify-hub fetches config.json at the pinned revision through HF_ENDPOINT and compares it."""
-    from explorer.content import load_model_content
+    from explorer.content.model_content import load_model_content
 
     models = {slug: load_model_content(project_copy / "content/models" / slug) for slug in ("kimi-k2", "deepseek-v3")}
     with FakeHub() as hub:

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 from conftest import ROOT
 
-from explorer.content import load_all_models
-from explorer.families import load_model_spec
+from explorer.content.model_content import load_all_models
+from explorer.model.families import load_model_spec
 from explorer.spec.types import ModelSpec, path_key, walk
 
 STEPS = Path(__file__).parent / "golden" / "steps"

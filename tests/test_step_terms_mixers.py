@@ -1,4 +1,4 @@
-"""The token mixers' step terms (explorer/components/step_terms_mixers.py): each factor a mixer's program applies
+"""The token mixers' step terms (explorer/model/components/step_terms_mixers.py): each factor a mixer's program applies
 is named by its steps, so a step that drops or changes one fails. test_truth checks every model's components pass;
 these change one step (or one child) of a real component and expect the factor reported."""
 
@@ -9,10 +9,10 @@ import dataclasses
 import pytest
 from conftest import ROOT
 
-from explorer.components.step_terms import unshown_terms
-from explorer.components.step_terms_mixers import nested_mismatches
-from explorer.content import load_model_content
-from explorer.families import load_model_spec
+from explorer.content.model_content import load_model_content
+from explorer.model.components.step_terms import unshown_terms
+from explorer.model.components.step_terms_mixers import nested_mismatches
+from explorer.model.families import load_model_spec
 from explorer.spec.types import walk
 
 
@@ -117,7 +117,7 @@ def test_mla_whose_latent_norm_or_query_latent_goes_unshown_fails():
 # ---------------------------------------------------------------------------------------------- nested norms
 
 def test_every_child_norm_shows_the_norm_its_layer_applies():
-    from explorer.content import load_all_models
+    from explorer.content.model_content import load_all_models
 
     problems = []
     for content in load_all_models(ROOT / "content"):

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from explorer import fp8_tensor, int4_pack, nvfp4
+from explorer.checkpoint.formats import fp8_tensor, int4_pack, nvfp4
 from explorer.spec.storage import NVFP4, FP8PerTensor, PackQuantized, header_elements
 
 DTYPES = {torch.int32: "I32", torch.int64: "I64", torch.bfloat16: "BF16", torch.float32: "F32", torch.uint8: "U8",
@@ -127,7 +127,7 @@ def test_fp8_per_tensor_matches_transformers_fp8_linear():
 
 def test_memory_formats_count_their_scales():
     """The memory figures' bytes per parameter are what each scheme stores for a weight, scales included."""
-    from explorer.figures import QUANT_FORMATS
+    from explorer.figures.model_figures import QUANT_FORMATS
     from explorer.spec.storage import MXFP4
 
     schemes = {"mxfp4": MXFP4(), "nvfp4": NVFP4(), "int4_g32": PackQuantized(4, 32, "BF16")}

@@ -1,4 +1,4 @@
-"""The stored_buffers figure (explorer/figures.py) counts the persistent buffers every checkpoint stores. GPT-2's
+"""The stored_buffers figure (explorer/figures/model_figures.py) counts the persistent buffers every checkpoint stores. GPT-2's
 only buffers are its causal masks, one per layer: 12 × 1 × 1 × 1,024 × 1,024 elements (config: n_layer 12,
 n_positions 1024). A buffer a checkpoint may omit (optional) is not counted."""
 
@@ -8,10 +8,10 @@ import dataclasses
 
 from conftest import ROOT
 
-from explorer.account import account
-from explorer.content import load_model_content
-from explorer.families import load_model_spec
-from explorer.figures import derive
+from explorer.content.model_content import load_model_content
+from explorer.figures.model_figures import derive
+from explorer.model.account import account
+from explorer.model.families import load_model_spec
 from explorer.spec.types import Component
 
 MASKS = 12 * 1024 * 1024

@@ -1,4 +1,4 @@
-"""Names held as boxes (explorer/tensor_names.py) and the ledger matched group against group: the same answers as
+"""Names held as boxes (explorer/checkpoint/tensor_names.py) and the ledger matched group against group: the same answers as
 matching name by name, which this file does independently (TensorSpec.names and each storage scheme, one name at
 a time), on Kimi K2's manifest and on edits that split, cut and overlap its groups."""
 
@@ -10,13 +10,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from explorer.account import evaluate
-from explorer.checkpoint import MAX_TENSORS, CheckpointIndex, TensorGroup, TensorInfo, group_tensors
+from explorer.checkpoint.index import MAX_TENSORS, CheckpointIndex, TensorGroup, TensorInfo, group_tensors
+from explorer.checkpoint.manifest import manifest_index
+from explorer.checkpoint.reconcile import predicted_index, reconcile
+from explorer.checkpoint.tensor_names import NameBox, name_box, pattern_box, pattern_size, shared_name, template_boxes
 from explorer.errors import ContentError
-from explorer.manifest import manifest_index
-from explorer.reconcile import predicted_index, reconcile
+from explorer.model.account import evaluate
 from explorer.spec.types import path_key, walk
-from explorer.tensor_names import NameBox, name_box, pattern_box, pattern_size, shared_name, template_boxes
 
 SEGMENTS = st.sampled_from(["model", "layers", "experts", "w", "0", "1", "2", "7", "12", "01", "a-b"])
 
@@ -201,7 +201,7 @@ def test_a_stored_group_spanning_disjoint_expected_groups_is_matched_as_boxes(bu
     """Kimi K2 stores model.layers.0-60.input_layernorm.weight as one group where the spec expects layer 0 (dense
     block) and layers 1-60 (MoE blocks) apart: owned piece by piece, no name listed (the name-by-name oracle above
     holds the result equal); a group reaching past them (layers 61, 62) still falls back to names."""
-    from explorer import reconcile as reconcile_module
+    from explorer.checkpoint import reconcile as reconcile_module
 
     listed = []
     by_names = reconcile_module._match_names
@@ -242,7 +242,7 @@ def test_a_component_claiming_a_stored_group_twice_is_reported(builds):
 def test_a_name_splits_into_slots_exactly_where_a_segment_is_an_index(name):
     import re
 
-    from explorer.tensor_names import INDEX, split_name
+    from explorer.checkpoint.tensor_names import INDEX, split_name
 
     parts = name.split(".")
     assert split_name(name) == (tuple(None if re.fullmatch(INDEX, p) else p for p in parts),

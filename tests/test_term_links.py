@@ -8,8 +8,8 @@ from pathlib import Path
 
 from test_browser import browser, tabs  # noqa: F401  (the same Chromium fixtures)
 
-from explorer.mathml import to_mathml
-from explorer.term_links import TermLink, tag_terms
+from explorer.views.mathml import to_mathml
+from explorer.views.term_links import TermLink, tag_terms
 
 TERM = re.compile(r'<mrow class="term" data-light="([^"]+)" tabindex="0"')
 PART = re.compile(r'<(?:a|g) [^>]*?data-light="([^"]+)"')
@@ -42,10 +42,10 @@ def test_swiglu_symbols_light_the_parts_that_hold_or_produce_them():
     a = SiLU(g) and m = a ⊙ u are drawn as ops, and Δ_ffn is both the page's output and the down projection's."""
     from conftest import ROOT
 
-    from explorer.content import load_model_content
-    from explorer.families import load_model_spec
+    from explorer.content.model_content import load_model_content
+    from explorer.model.families import load_model_spec
     from explorer.spec.types import path_key, walk
-    from explorer.term_links import page_links
+    from explorer.views.term_links import page_links
 
     spec = load_model_spec(load_model_content(ROOT / "content/models/kimi-k2"))
     comp = next(c for a, c in walk(spec.root) if path_key(a, c) == "blocks.dense.mlp")

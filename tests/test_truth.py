@@ -14,12 +14,12 @@ from pathlib import Path
 import pytest
 from conftest import ROOT
 
-from explorer.account import account
-from explorer.content import load_model_content
+from explorer.checkpoint.reconcile import predicted_index, reconcile
+from explorer.content.model_content import load_model_content
 from explorer.errors import ContentError
-from explorer.families import load_model_spec
-from explorer.figures import derive
-from explorer.reconcile import predicted_index, reconcile
+from explorer.figures.model_figures import derive
+from explorer.model.account import account
+from explorer.model.families import load_model_spec
 
 
 def content_of(slug: str):
@@ -101,7 +101,7 @@ def test_gpt2_predicted_layout_is_the_published_file():
 
 
 def test_gpt2_masks_are_left_out_of_the_reference_comparison():
-    from explorer.reference import reference_index
+    from explorer.execute.reference import reference_index
 
     spec = spec_of("gpt2")
     rec = reconcile(spec, reference_index(spec).index, reference=True)
@@ -126,13 +126,13 @@ components pass)."""
 
 @pytest.fixture(scope="module")
 def all_specs():
-    from explorer.content import load_all_models
+    from explorer.content.model_content import load_all_models
 
     return [load_model_spec(m) for m in load_all_models(ROOT / "content")]
 
 
 def test_every_step_names_every_factor_its_program_applies(all_specs):
-    from explorer.components.step_terms import TERMS, unshown_terms
+    from explorer.model.components.step_terms import TERMS, unshown_terms
     from explorer.spec.types import path_key, walk
 
     problems, unclassed = [], set()
@@ -151,7 +151,7 @@ def _with_step(comp, name: str, latex: str):
 
 
 def test_a_step_that_drops_a_factor_fails():
-    from explorer.components.step_terms import unshown_terms
+    from explorer.model.components.step_terms import unshown_terms
     from explorer.spec.types import walk
 
     ds = spec_of("deepseek-v3")
@@ -165,8 +165,8 @@ def test_a_step_that_drops_a_factor_fails():
 
 
 def test_gpt_oss_rotary_step_without_yarns_attention_factor_fails(monkeypatch):
-    from explorer.components import rope as rope_module
-    from explorer.components.step_terms import unshown_terms
+    from explorer.model.components import rope as rope_module
+    from explorer.model.components.step_terms import unshown_terms
     from explorer.spec.types import walk
 
     rotary = next(c for _, c in walk(spec_of("gpt-oss-20b").root) if c.program == "rope")
@@ -186,14 +186,14 @@ def test_gemma_qk_norm_cites_one_plus_weight_as_its_step_shows():
 
 
 def test_router_and_routed_sum_formulas_are_held_by_their_programs_modules():
-    from explorer.components import fused_experts, moe
+    from explorer.model.components import fused_experts, moe
 
     for module in (moe, fused_experts):
         assert {k: moe.fingerprint(v) for k, v in module.canonical_steps().items()} == module.STEP_FINGERPRINTS
 
 
 def test_a_routed_sum_edited_alone_fails_its_fingerprint(monkeypatch):
-    from explorer.components import fused_experts, moe
+    from explorer.model.components import fused_experts, moe
 
     original = fused_experts.clamped_steps
 
@@ -211,8 +211,8 @@ def test_a_routed_sum_edited_alone_fails_its_fingerprint(monkeypatch):
 
 
 def test_mla_decode_costs_in_both_forms():
-    from explorer.components.mla import MLAOptions, decode_costs
-    from explorer.components.norms import NormOptions
+    from explorer.model.components.mla import MLAOptions, decode_costs
+    from explorer.model.components.norms import NormOptions
 
     absorbed, expanded = decode_costs(MLAOptions(128, 1536, 512, 128, 64, 128, NormOptions("rms", 1e-6)))
     assert absorbed.per_key == 128 * (512 + 64 + 512)  # scores over latent + rotary key, values in the latent
@@ -222,7 +222,7 @@ def test_mla_decode_costs_in_both_forms():
 # ------------------------------------------------------------------------------ published "active" claims
 
 def _claim(slug: str, **changes):
-    from explorer.figures import match_claim
+    from explorer.figures.model_figures import match_claim
 
     content = content_of(slug)
     meta = dataclasses.replace(content.meta, **changes)
@@ -234,7 +234,7 @@ def _claim(slug: str, **changes):
 
 @pytest.mark.parametrize("slug, lab_total", [("deepseek-v3", (671e9, 1e9)), ("kimi-k2", (1e12, 1e12))])
 def test_deepseek_and_kimi_claims_are_matched_by_what_the_labs_count(slug, lab_total):
-    from explorer.figures import parse_claim
+    from explorer.figures.model_figures import parse_claim
 
     match, figures = _claim(slug)
     assert match.matched is not None and match.matched.key == "active_parameters"
@@ -264,7 +264,7 @@ def test_a_stated_definition_without_evidence_is_refused(tmp_path: Path):
 
 
 def test_gpt2_components_are_still_checked_one_by_one_under_the_published_names():
-    from explorer.execute import check_equations, tiny_spec
+    from explorer.execute.executor import check_equations, tiny_spec
 
     spec = spec_of("gpt2")
     checks = check_equations(spec, tiny_spec(spec))

@@ -10,13 +10,13 @@ import shutil
 import pytest
 from conftest import ROOT
 
-from explorer.account import account
-from explorer.content import load_model_content
+from explorer.checkpoint.variants import add_variant, load_variants, stored_as, variant_spec
+from explorer.content.model_content import load_model_content
 from explorer.errors import ContentError
-from explorer.families import load_model_spec
+from explorer.model.account import account
+from explorer.model.families import load_model_spec
 from explorer.spec.storage import NVFP4
 from explorer.spec.types import walk
-from explorer.variants import add_variant, load_variants, stored_as, variant_spec
 
 BASE = "qwen3-8b"
 
@@ -81,10 +81,10 @@ def test_an_algorithm_the_library_cannot_predict_is_refused(tmp_path):
 
 def test_model_page_and_api_show_each_variant(tmp_path, base):
     """A base model whose folder records a variant gets a "Stored as" section and an API entry for it."""
-    from explorer.api import model_api
     from explorer.pipeline import build_model
-    from explorer.render import environment, render_page
-    from explorer.views import component_page
+    from explorer.render.site_writer import environment, render_page
+    from explorer.views.api import model_api
+    from explorer.views.component_page import component_page
 
     content = _content(tmp_path)
     add_variant(content, BASE, _modelopt(tmp_path, "NVFP4", ["lm_head"]), "nvidia/Qwen3-8B-NVFP4", "unpinned",
@@ -100,7 +100,7 @@ def test_model_page_and_api_show_each_variant(tmp_path, base):
 def test_nvfp4_rows_are_not_called_mxfp4(tmp_path, base):
     from types import SimpleNamespace
 
-    from explorer.model_views import variant_views
+    from explorer.views.model_page import variant_views
 
     content = _content(tmp_path)
     add_variant(content, BASE, _modelopt(tmp_path, "NVFP4", ["lm_head"]), "nvidia/Qwen3-8B-NVFP4", "unpinned", "x")

@@ -1,8 +1,8 @@
 """Spec layer: the plain data of a model's component tree (types.py) and how weights are stored (storage.py).
-Families (explorer/families/) build trees from the component library (explorer/components/)."""
+Families (explorer/model/families/) build trees from the component library (explorer/model/components/)."""
 
 from __future__ import annotations
 
-from .types import ModelSpec
+from explorer.spec.types import ModelSpec
 
 __all__ = ["ModelSpec"]

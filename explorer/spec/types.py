@@ -12,7 +12,7 @@ from typing import Literal
 
 import sympy
 
-from .storage import Dense, Storage
+from explorer.spec.storage import Dense, Storage
 
 Kind = Literal["learned", "computed", "buffer", "group"]
 """learned: owns trained weights; computed: no weights (RoPE, scores); buffer: stored non-trained
@@ -187,7 +187,7 @@ class Component:
     row_label: str = ""
     """Label of this component's row in its parent's accounting table (default: title)."""
     program: str = ""
-    """Name of the executable step program that computes this component (explorer/components/)."""
+    """Name of the executable step program that computes this component (explorer/model/components/)."""
     options: object = None
     """The program's settings (a frozen dataclass of the component's library module: eps, heads, window...)."""
     reference: str = ""

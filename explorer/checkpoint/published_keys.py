@@ -1,0 +1,154 @@
+"""Published config keys a family does not read: which may be recorded as unused, and which never.
+
+Published configs routinely carry keys their config class does not define (GPT-2 medium's n_special and
+predict_special_tokens, a tool's own notes). transformers' config classes take any such key and keep it as an
+attribute, so `--add-model` takes it too: it is recorded in [config] as published (the config's sha256 still
+holds) and listed in checkpoint.config_unused; the family reads the config without it, the reference config class
+is built without it, and the model page lists it as published and not read.
+
+A key is taken for unused only where nothing could read it: it is no field of the family's config, it is no
+storage key (a quantization_config the family cannot lay out would leave every stored tensor in the wrong
+dtype), and no file of the reference implementation names it: the family's configuration and modeling modules in
+the installed transformers, and the base config class's (a key the base class consumes, such as rope_scaling, or
+one modeling code reads with getattr). Found by reading those files as text, so no torch is imported to build.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import re
+import types
+import typing
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from explorer.errors import ContentError, did_you_mean
+
+if TYPE_CHECKING:
+    from explorer.model.families.base import Family
+
+STORAGE_KEYS = ("quantization_config",)
+"""Top-level keys that change how the checkpoint stores its tensors: never recorded as unused."""
+BASE_FILES = ("configuration_utils.py", "modeling_rope_utils.py", "modeling_utils.py")
+"""The transformers files every config class and model reads keys through."""
+
+
+def unknown_keys(cls: type, config: dict[str, Any], prefix: str = "") -> list[str]:
+    """The keys of `config` that the config dataclass `cls` has no field for, dotted below nested tables it reads
+    as dataclasses ("text_config.some_key"); a free-form table (dict[str, Any]) has none."""
+    hints = typing.get_type_hints(cls)
+    fields = {f.name for f in dataclasses.fields(cls)}
+    out = []
+    for key, value in config.items():
+        if key not in fields:
+            out.append(prefix + key)
+        elif isinstance(value, dict):
+            out += _unknown_below(hints[key], value, f"{prefix}{key}.")
+    return sorted(out)
+
+
+def _unknown_below(hint: Any, value: dict[str, Any], prefix: str) -> list[str]:
+    """Unknown keys inside a table read as a dataclass (alone or in a union with None), or as a table of them
+    (a compressed-tensors config's config_groups)."""
+    if typing.get_origin(hint) is dict:
+        inner = typing.get_args(hint)[1]
+        if isinstance(inner, type) and dataclasses.is_dataclass(inner):
+            return [k for name, v in value.items() if isinstance(v, dict)
+                    for k in unknown_keys(inner, v, f"{prefix}{name}.")]
+        return []
+    alternatives = typing.get_args(hint) if typing.get_origin(hint) in (typing.Union, types.UnionType) else (hint,)
+    for candidate in alternatives:
+        if isinstance(candidate, type) and dataclasses.is_dataclass(candidate):
+            return unknown_keys(candidate, value, prefix)
+    return []
+
+
+def classify(family: Family, config: dict[str, Any], where: str) -> tuple[str, ...]:
+    """The config's keys to record as unused (sorted, dotted below nested tables); ContentError lists every key
+    that cannot be."""
+    unknown = unknown_keys(family.config_class, config)
+    problems = [p for key in unknown if (p := _why_read(family, key))]
+    if problems:
+        raise ContentError([f"{where}: {p}" for p in problems])
+    return tuple(unknown)
+
+
+def unused_problems(family: Family, unused: tuple[str, ...], config: dict[str, Any], where: str) -> list[str]:
+    """A recorded config_unused list names only keys nothing reads (an edited list could hide a key the family
+    reads, which would then take its default)."""
+    unknown = set(unknown_keys(family.config_class, config))
+    out = []
+    for key in unused:
+        if key not in unknown:
+            out.append(f"{where}: key 'checkpoint.config_unused': '{key}' is read by the {family.name} family; "
+                       "remove it from the list")
+        elif why := _why_read(family, key):
+            out.append(f"{where}: key 'checkpoint.config_unused': {why}")
+    return out
+
+
+def without_unused(config: dict[str, Any], unused: tuple[str, ...]) -> dict[str, Any]:
+    """The config the family reads: the recorded one less the keys recorded as unused (at any depth)."""
+    here = {k for k in unused if "." not in k}
+    below: dict[str, list[str]] = {}
+    for key in unused:
+        head, dot, rest = key.partition(".")
+        if dot:
+            below.setdefault(head, []).append(rest)
+    return {k: without_unused(v, tuple(below[k])) if k in below and isinstance(v, dict) else v
+            for k, v in config.items() if k not in here}
+
+
+def _why_read(family: Family, key: str) -> str:
+    """Why `key` cannot be recorded as unused ("" where it can)."""
+    parts = key.split(".")
+    if any(part in STORAGE_KEYS for part in parts):
+        return (f"key '{key}': the {family.name} family predicts no such quantized stored layout, and this key "
+                "changes how weights are stored, so it is not recorded as unused; a model of this family is added "
+                "from its unquantized config")
+    for path in reference_files(family):
+        if _names(path, parts[-1]):
+            return (f"key '{key}': transformers reads it ({path.parent.name}/{path.name} names it), but the "
+                    f"{family.name} family does not model it, so the model would be built and checked without it")
+    return ""
+
+
+@functools.cache
+def _text(path: Path) -> str:
+    return path.read_text(encoding="utf-8")
+
+
+def _names(path: Path, key: str) -> bool:
+    return re.search(rf"(?<![A-Za-z0-9_]){re.escape(key)}(?![A-Za-z0-9_])", _text(path)) is not None
+
+
+@functools.cache
+def reference_files(family: Family) -> tuple[Path, ...]:
+    """The installed transformers files that define or read the family's reference config: the configuration and
+    modeling modules beside its config class, the family's cited modeling file, and the base classes' files."""
+    from explorer.checkpoint.sources import transformers_file
+
+    root = transformers_file("models")
+    defines = f"class {family.reference.config_class}("
+    folders = {p.parent for p in root.glob("*/configuration_*.py")  # read once each, not kept (some 550 files)
+               if defines in p.read_text(encoding="utf-8")}
+    ref = getattr(family, "ref", None)
+    if ref is not None:
+        folders.add(transformers_file(ref.file).parent)
+    own = sorted(p for folder in folders for p in folder.glob("*.py")
+                 if p.name.startswith(("configuration_", "modeling_")))
+    return tuple(own) + tuple(transformers_file(name) for name in BASE_FILES)
+
+
+def unused_report(family: Family, unused: tuple[str, ...]) -> list[str]:
+    """One line per key recorded as unused, for `--add-model` to print: a misspelled key the family reads would
+    be recorded so (as transformers takes it silently), so the nearest key the family reads is named."""
+    fields = family_keys(family)
+    return [f"{key}: recorded as published and not read (checkpoint.config_unused){did_you_mean(key, fields)}"
+            for key in unused]
+
+
+def family_keys(family: Family) -> frozenset[str]:
+    """The top-level keys the family's config reads."""
+    return frozenset(f.name for f in dataclasses.fields(family.config_class))

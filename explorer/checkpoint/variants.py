@@ -1,0 +1,284 @@
+"""Published variants of a model: quantized checkpoints of the same weights (NVFP4, FP8, INT4 releases by the lab
+or by a third party), each predicted from its quantization config and explained in a "Stored as" section.
+
+A variant lives beside its base model, content/models/<base>/variants/<name>.toml, written by
+`build.py --add-variant BASE --quant-config PATH --repo OWNER/NAME --revision REV` (or by hand): where it is
+published, and its quantization config as recorded (ModelOpt's hf_quant_config.json "quantization" table, or a
+config.json "quantization_config" of compressed-tensors). Pointing the explorer at a new variant is that one file.
+
+What a variant's section states, all computed here from the base model's spec and the variant's config:
+- the predicted tensor layout: every stored tensor (name pattern, dtype, shape, bytes) with the exclude or ignore
+  list applied, layer by layer, to the base model's projections and, for ModelOpt, to its fused experts (exported
+  one projection per expert); a ModelOpt export starts from the weights in the variant's dtype, so whatever the
+  base checkpoint quantized itself (DeepSeek's FP8 blocks) is not carried over;
+- the bytes on disk, and the logical parameters it stores, which equal the base model's (tested);
+- what a count of header elements would report, and why it differs;
+- notes on what differs from the base checkpoint and what the layout leaves out (the KV-cache scales).
+
+tests/test_nvfp4_variants.py reconciles synthetic NVFP4 and FP8 files, written as ModelOpt lays them out, with
+the prediction. `weight_format_bytes` gives the memory calculator each format's stored bytes per parameter.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import tomllib
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from explorer.checkpoint.reconcile import expected_groups, predicted_index, reconcile
+from explorer.content.model_content import parse_table
+from explorer.errors import ContentError
+from explorer.model.quantization import (
+    CompressedTensorsConfig,
+    compressed_tensors_problems,
+    dequantized,
+    excluded,
+    ignored,
+    quantize_linears,
+)
+from explorer.spec.storage import (
+    MXFP4,
+    NVFP4,
+    BlockFP8,
+    Dense,
+    FP8PerTensor,
+    PackQuantized,
+    Storage,
+    bytes_per_parameter,
+)
+from explorer.spec.types import Citation, ModelSpec, TensorSpec, walk
+
+VARIANTS_DIR = "variants"
+
+
+@dataclass(frozen=True, slots=True)
+class ModelOptQuantization:
+    """hf_quant_config.json's "quantization" table as ModelOpt writes it."""
+
+    quant_algo: str
+    """"NVFP4" or "FP8"."""
+    group_size: int = 16
+    exclude_modules: tuple[str, ...] = ()
+    kv_cache_quant_algo: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class VariantMeta:
+    name: str
+    repo_id: str
+    revision: str
+    revision_note: str = ""
+    producer: str = ""
+    """Who wrote the quantized files ("modelopt 0.43.0", "compressed-tensors")."""
+    weight_dtype: str = "BF16"
+    """Dtype of the tensors the config leaves unquantized."""
+
+
+@dataclass(frozen=True, slots=True)
+class PublishedVariant:
+    slug: str
+    meta: VariantMeta
+    modelopt: ModelOptQuantization | None = None
+    compressed_tensors: CompressedTensorsConfig | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class StoredRow:
+    """One group of stored tensors of a role and dtype."""
+
+    role: str
+    dtype: str
+    tensors: int
+    elements: int
+    bytes: int
+    parameters: int
+
+
+@dataclass(frozen=True, slots=True)
+class StoredAs:
+    """A variant's predicted layout and the numbers its section states."""
+
+    variant: PublishedVariant
+    scheme: str
+    """The storage scheme's class name ("NVFP4", "FP8PerTensor", "PackQuantized")."""
+    storage_label: str
+    rows: tuple[StoredRow, ...]
+    tensors: tuple[tuple[str, str, tuple[int, ...], int], ...]
+    """(name pattern, dtype, shape, bytes per tensor) of every stored tensor family."""
+    parameters: int
+    header_elements: int
+    bytes: int
+    notes: tuple[str, ...] = ()
+    """What the layout differs from the base checkpoint in, and what it leaves out, in words."""
+
+    @property
+    def naive_count_reason(self) -> str:
+        packed = [r for r in self.rows if r.role == "parameter" and r.parameters != r.elements]
+        scales = sum(r.elements for r in self.rows if r.role == "quant_scale")
+        words = ", ".join(f"{r.dtype} holds {r.parameters // max(r.elements, 1)} values per element" for r in packed)
+        return (f"A count of header elements reports {self.header_elements:,}, not {self.parameters:,}: "
+                + (f"packed tensors count one element per storage unit ({words}), " if packed else "")
+                + f"and {scales:,} scale and shape elements count as if they were weights.")
+
+
+# ------------------------------------------------------------------------------------------------ content
+
+def load_variants(model_folder: Path) -> tuple[PublishedVariant, ...]:
+    """Every variants/*.toml of a model, sorted by name; ContentError names each bad file and key."""
+    folder = model_folder / VARIANTS_DIR
+    if not folder.is_dir():
+        return ()
+    return tuple(load_variant(p) for p in sorted(folder.glob("*.toml")))
+
+
+def load_variant(path: Path) -> PublishedVariant:
+    raw = tomllib.loads(path.read_text(encoding="utf-8"))
+    problems: list[str] = []
+    meta = parse_table(raw.get("variant"), VariantMeta, f"{path}: table 'variant'", problems)
+    modelopt = (parse_table(raw["quantization"], ModelOptQuantization, f"{path}: table 'quantization'", problems)
+                if "quantization" in raw else None)
+    ct = (parse_table(raw["quantization_config"], CompressedTensorsConfig, f"{path}: table 'quantization_config'",
+                      problems) if "quantization_config" in raw else None)
+    if (modelopt is None) == (ct is None) and not problems:
+        problems.append(f"{path}: expected one of table 'quantization' (ModelOpt) or 'quantization_config' "
+                        "(compressed-tensors)")
+    if modelopt is not None and modelopt.quant_algo not in ("NVFP4", "FP8"):
+        problems.append(f"{path}: key 'quantization.quant_algo': must be 'NVFP4' or 'FP8', got {modelopt.quant_algo!r}")
+    problems += [f"{path}: {p}" for p in compressed_tensors_problems(ct, "quantization_config")]
+    if problems:
+        raise ContentError(problems)
+    return PublishedVariant(path.stem, meta, modelopt, ct)
+
+
+def add_variant(content_dir: Path, base: str, quant_config: Path, repo: str, revision: str,
+                revision_note: str = "") -> Path:
+    """Record a published variant of `base` from its hf_quant_config.json (or a config.json with a
+    compressed-tensors quantization_config): content/models/BASE/variants/NAME.toml."""
+    folder = content_dir / "models" / base
+    if not (folder / "model.toml").exists():
+        raise ContentError([f"--add-variant: no model {base!r} in {content_dir / 'models'}"])
+    if revision == "unpinned" and not revision_note:
+        revision_note = f"{quant_config.name} was recorded without the Hub revision it was read at"
+    data = json.loads(quant_config.read_text(encoding="utf-8"))
+    name = re.sub(r"[^a-z0-9.]+", "-", repo.split("/")[-1].lower()).strip("-")
+    producer = data.get("producer", {})
+    lines = ["[variant]", f"name = {json.dumps(repo.split('/')[-1])}", f"repo_id = {json.dumps(repo)}",
+             f"revision = {json.dumps(revision)}", f"revision_note = {json.dumps(revision_note)}",
+             f"producer = {json.dumps(' '.join(str(v) for v in producer.values()))}", ""]
+    if "quantization" in data:
+        q = data["quantization"]
+        lines += ["[quantization]"] + [f"{k} = {json.dumps(v)}" for k, v in sorted(q.items()) if v is not None]
+    else:
+        q = data.get("quantization_config") or data.get("text_config", {}).get("quantization_config")
+        if q is None:
+            raise ContentError([f"{quant_config}: no 'quantization' or 'quantization_config' table"])
+        from explorer.commands.add_model import toml_value
+
+        lines += ["[quantization_config]"] + [f"{k} = {toml_value(v)}" for k, v in sorted(q.items()) if v is not None]
+    out = folder / VARIANTS_DIR / f"{name}.toml"
+    out.parent.mkdir(exist_ok=True)
+    out.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    load_variant(out)  # raises on a config the library cannot predict
+    return out
+
+
+# ---------------------------------------------------------------------------------------------- predicting
+
+def variant_storage(v: PublishedVariant) -> NVFP4 | FP8PerTensor | PackQuantized:
+    if v.modelopt is not None:
+        return NVFP4(v.modelopt.group_size) if v.modelopt.quant_algo == "NVFP4" else FP8PerTensor()
+    assert v.compressed_tensors is not None
+    w = next(iter(v.compressed_tensors.config_groups.values())).weights
+    assert w is not None and w.group_size is not None
+    return PackQuantized(w.num_bits, w.group_size, v.meta.weight_dtype)
+
+
+def variant_spec(base: ModelSpec, v: PublishedVariant, module_name=lambda n: n) -> ModelSpec:
+    """The base model's spec with the variant's storage on every projection its config does not exclude."""
+    storage = variant_storage(v)
+    root, fused = base.root, None
+    if v.modelopt is not None:
+        globs = v.modelopt.exclude_modules
+        skip = lambda name: excluded(name, globs)  # noqa: E731
+        source = f"hf_quant_config.json of {v.meta.repo_id}"
+        # ModelOpt exports from the weights in the variant's dtype: what it leaves out is stored in that dtype,
+        # whatever scheme the base checkpoint used (DeepSeek's FP8 blocks), and fused experts are split per expert
+        root, fused = dequantized(root, Dense(v.meta.weight_dtype)), base.values
+    else:
+        patterns = v.compressed_tensors.ignore  # type: ignore[union-attr]
+        skip = lambda name: ignored(name, patterns)  # noqa: E731
+        source = f"quantization_config of {v.meta.repo_id}"
+    citation = Citation(f"{v.meta.name} stores these weights {storage.stored_as} ({source}).", "config",
+                        "quantization_config")
+    return replace(base, root=quantize_linears(root, storage, skip, citation, module_name, fused))
+
+
+def stored_as(base: ModelSpec, v: PublishedVariant, module_name=lambda n: n) -> StoredAs:
+    """The variant's predicted layout, its bytes, its logical parameters and its header count."""
+    spec = variant_spec(base, v, module_name)
+    expected = expected_groups(spec)
+    rec = reconcile(spec, predicted_index(spec, expected), expected=expected)
+    rows = tuple(StoredRow(t.role, t.dtype, t.tensors, t.elements, t.bytes, t.parameters) for t in rec.totals)
+    tensors = tuple(sorted({(g.box.pattern, g.dtype, tuple(g.shape or ()), _nbytes(g.dtype, g.shape))
+                            for g in expected}))
+    storage = variant_storage(v)
+    return StoredAs(v, type(storage).__name__, storage.label, rows, tensors, sum(r.parameters for r in rows),
+                    sum(r.elements for r in rows), sum(r.bytes for r in rows), _notes(base, spec, v, module_name))
+
+
+def _notes(base: ModelSpec, spec: ModelSpec, v: PublishedVariant, module_name) -> tuple[str, ...]:
+    """The sentences a reader needs beside the numbers: tensors renamed or re-stored relative to the base
+    checkpoint, names the published files spell otherwise, and what the prediction leaves out."""
+    def tensors(s: ModelSpec) -> dict[str, TensorSpec]:
+        return {t.template: t for _, c in walk(s.root) for t in c.tensors}
+
+    before, after = tensors(base), tensors(spec)
+    notes = []
+    split = sorted({t.rsplit(".experts.", 1)[1] for t in after.keys() - before.keys() if ".experts.{expert}." in t})
+    if split:
+        notes.append("The base checkpoint's fused experts (one tensor for all experts) are exported one projection "
+                     f"per expert ({', '.join('experts.{e}.' + n.removeprefix('{expert}.') for n in split)}), "
+                     "each quantized like a Linear, as ModelOpt exports fused experts.")
+    if any(not isinstance(t.storage, Dense) for t in before.values()) and v.modelopt is not None:
+        notes.append(f"The base checkpoint's own quantization is not in it: the export starts from "
+                     f"{v.meta.weight_dtype} weights, so what the exclude list leaves is stored in {v.meta.weight_dtype}.")
+    renamed = next(((t.first_name, module_name(t.first_name)) for t in after.values()
+                    if module_name(t.first_name) != t.first_name), None)
+    if renamed:
+        notes.append(f"Names are shown as transformers names the modules; the exclude list and the published files "
+                     f"use the original names ({renamed[0]} is {renamed[1]} there).")
+    if v.modelopt is not None and v.modelopt.kv_cache_quant_algo:
+        notes.append(f"The config also quantizes the KV cache to {v.modelopt.kv_cache_quant_algo}: the export adds a "
+                     "few F32 key and value scales per attention layer, which this layout does not list.")
+    return tuple(notes)
+
+
+def _nbytes(dtype: str, shape: Any) -> int:
+    from explorer.spec.storage import DTYPE_BYTES
+
+    n = DTYPE_BYTES.get(dtype, 0)
+    for s in shape or ():
+        n *= s
+    return n
+
+
+# ------------------------------------------------------------------------------------- for the memory calculator
+
+WEIGHT_FORMATS: dict[str, Storage] = {
+    "BF16": Dense("BF16"),
+    "FP8, one scale per 128 × 128 block": BlockFP8("F8_E4M3", (128, 128)),
+    "FP8, one scale per tensor": FP8PerTensor(),
+    "MXFP4": MXFP4(),
+    "NVFP4": NVFP4(16),
+    "INT4, group 32 (compressed-tensors)": PackQuantized(4, 32, "BF16"),
+}
+"""The weight formats published checkpoints use, each as the storage scheme the explorer predicts layouts with."""
+
+
+def weight_format_bytes(shape: tuple[int, ...] = (4096, 4096)) -> dict[str, float]:
+    """Format label -> bytes per logical parameter as stored, scales included, for a weight of `shape` (per-tensor
+    scalars and shape vectors make a small weight cost a little more per parameter than a large one)."""
+    return {label: bytes_per_parameter(scheme, shape) for label, scheme in WEIGHT_FORMATS.items()}

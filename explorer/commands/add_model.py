@@ -1,0 +1,188 @@
+"""Write content/models/SLUG/ from a published config.json: `build.py --add-model SLUG --config PATH --repo OWNER/NAME
+--revision SHA`. The family comes from the config's model_type (or architectures); the config is validated by
+the family before anything is written; keys published as null are listed in `checkpoint.config_nulls` (TOML has
+no null), keys nothing reads in `checkpoint.config_unused` (explorer/checkpoint/published_keys.py), the line ranges of the keys
+the family's pages cite in `checkpoint.config_lines`, and the config's sha256 is recorded so that its bytes can be
+verified later.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import re
+import shutil
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from explorer.checkpoint.hub import MAX_HUB_FILE_BYTES
+from explorer.checkpoint.published_keys import classify, without_unused
+from explorer.checkpoint.safetensors_headers import read_capped
+from explorer.checkpoint.sources import config_values_digest
+from explorer.content.json_lines import key_lines
+from explorer.content.model_content import MODEL_FILE, SLUG, UNPINNED
+from explorer.errors import CheckpointError, ContentError
+from explorer.model.families import family_for
+from explorer.spec.types import ModelSpec, walk
+
+REVISION = re.compile(r"^[0-9a-f]{40}$")
+REPO = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]*/[A-Za-z0-9][A-Za-z0-9_.\-]*$")
+
+
+def read_config_text(path: Path) -> tuple[dict[str, Any], str, str]:
+    """The config's keys (duplicate keys refused), the sha256 of its bytes and its text."""
+    try:
+        data = read_capped(path, MAX_HUB_FILE_BYTES, "config.json")
+    except CheckpointError as e:
+        raise ContentError([str(e)]) from None
+    except OSError as e:
+        raise ContentError([f"{path}: cannot read ({e.strerror})"]) from None
+
+    def no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+        found = dict(pairs)
+        if len(found) < len(pairs):  # counted once, not per key: 80,000 keys took 104 s (issue 18)
+            dupes = sorted(k for k, n in Counter(k for k, _ in pairs).items() if n > 1)
+            raise ContentError([f"{path}: key '{dupes[0]}': appears more than once"])
+        return found
+
+    try:
+        config = json.loads(data.decode("utf-8"), object_pairs_hook=no_duplicates)
+    except (ValueError, RecursionError) as e:  # bad UTF-8 or JSON, or an integer of over 4,300 digits
+        reason = "an integer of over 4,300 digits" if "digits" in str(e) else f"{type(e).__name__}: {e}"
+        raise ContentError([f"{path}: not a JSON config ({reason})"]) from None
+    if not isinstance(config, dict):
+        raise ContentError([f"{path}: expected a JSON object"])
+    return config, hashlib.sha256(data).hexdigest(), data.decode("utf-8")
+
+
+def add_model(content_dir: Path, slug: str, config_path: Path, repo: str, revision: str, released: str = "") -> Path:
+    """Validate everything, then write content/models/SLUG/model.toml; ContentError lists every problem."""
+    problems = []
+    if not SLUG.fullmatch(slug):
+        problems.append(f"--add-model: slug {slug!r}: use lowercase letters, digits, '.' and '-' (a name, not a path)")
+    if not REPO.fullmatch(repo):
+        problems.append(f"--repo: {repo!r}: expected OWNER/NAME")
+    if not REVISION.fullmatch(revision) and revision != UNPINNED:
+        problems.append(f"--revision: {revision!r}: expected a 40-hex-digit commit, or '{UNPINNED}' when the "
+                        "commit is not known (then say why in config_provenance)")
+    if released and not re.fullmatch(r"\d{4}-(0[1-9]|1[0-2])", released):
+        problems.append(f"--released: {released!r}: expected YYYY-MM")
+    folder = content_dir / "models" / slug
+    if SLUG.fullmatch(slug) and folder.exists():
+        problems.append(f"{folder}: already exists (choose another slug or remove it)")
+    if problems:
+        raise ContentError(problems)
+    config, sha256, source = read_config_text(config_path)
+    family = family_for(config, str(config_path))
+    unused = classify(family, config, str(config_path))  # keys nothing reads; raises on one something does
+    nulls = sorted(k for k, v in config.items() if v is None)
+    published = {k: v for k, v in config.items() if v is not None}
+    spec = family.build_spec(slug, without_unused(config, unused), str(config_path))  # raises on a bad config
+    text = model_toml(slug, family.name, published, nulls, sha256, repo, revision, released, config_path.name,
+                      order=list(config), values_sha256=config_values_digest(config), unused=unused,
+                      config_lines=cited_config_lines(spec, source, str(config_path)))
+    data = text.encode("utf-8")  # before the folder exists: a failure here must leave nothing behind
+    try:
+        folder.mkdir(parents=True)
+    except FileExistsError:  # another --add-model of this slug, since the check above
+        raise ContentError([f"{folder}: already exists (choose another slug or remove it)"]) from None
+    except OSError as e:
+        raise ContentError([f"{folder}: cannot create ({e.strerror})"]) from None
+    try:
+        (folder / MODEL_FILE).write_bytes(data)
+    except OSError as e:  # a full disk: no half-written folder left to block the next try
+        shutil.rmtree(folder, ignore_errors=True)
+        raise ContentError([f"{folder / MODEL_FILE}: cannot write ({e.strerror})"]) from None
+    return folder / MODEL_FILE
+
+
+def cited_config_lines(spec: ModelSpec, text: str, where: str) -> dict[str, tuple[int, int]]:
+    """The line range in the given config.json of every key the family's pages cite from it (the quantization
+    block), as checkpoint.config_lines records them; ContentError where the file does not hold a cited key."""
+    symbols = sorted({c.symbol for _, comp in walk(spec.root) for c in comp.citations if c.source == "config"})
+    lines = {s: key_lines(text, s) for s in symbols}
+    missing = [s for s, found in lines.items() if found is None]
+    if missing:
+        raise ContentError([f"{where}: key '{s}': cited by the {spec.family} family, but not found in the file"
+                            for s in missing])
+    return lines  # type: ignore[return-value]  # none is None
+
+
+def model_toml(slug: str, family: str, config: dict[str, Any], nulls: list[str], sha256: str, repo: str,
+               revision: str, released: str, source: str, order: list[str] | None = None,
+               values_sha256: str = "", unused: tuple[str, ...] = (),
+               config_lines: dict[str, tuple[int, int]] | None = None) -> str:
+    """The model.toml text. Nested tables keep the published key order, and the top-level order is recorded
+    where it is not sorted, so that the values serialise back to the published bytes (the build checks them
+    against config_sha256). Keys nothing reads are recorded with the rest and listed in config_unused."""
+    owner, name = repo.split("/", 1)
+    order = order or sorted(config)
+    source = toml_string(source)[1:-1]  # a newline in the file's name would end the comment and inject TOML
+    lines = [f"# {name}: content for explorer, written by `build.py --add-model` from {source}.", "",
+             "[model]", f"name = {toml_value(name)}", f"lab = {toml_value(owner)}", f"released = {toml_value(released)}",
+             f"tagline = {toml_value('')}", f"family = {toml_value(family)}", "",
+             "[checkpoint]", f"repo_id = {toml_value(repo)}", f"revision = {toml_value(revision)}"]
+    if revision == UNPINNED:  # required with an unpinned revision; without it the model added but did not build
+        note = f"{source} was given to --add-model without a commit of {repo}; which revision it comes from is not known"
+        lines.append(f"revision_note = {toml_value(note)}")
+    lines += [
+             f"config_sha256 = {toml_value(sha256)}",
+             f"config_values_sha256 = {toml_value(values_sha256)}",
+             f"config_provenance = {toml_value(f'{source} as given to --add-model; sha256 of its bytes recorded')}",
+             f"config_nulls = {toml_value(nulls)}"]
+    if unused:  # each is in [config] below, as published; the family and the reference config class read none
+        lines += ["# Published keys no config class reads (explorer/checkpoint/published_keys.py): kept in [config] as published.",
+                  f"config_unused = {toml_value(list(unused))}"]
+    if order != sorted(order):
+        lines.append(f"config_order = {toml_value(order)}")
+    if config_lines:
+        lines += ["", "[checkpoint.config_lines]"]
+        lines += [f"{toml_key(k)} = {toml_value(list(v))}" for k, v in sorted(config_lines.items())]
+    lines += ["", "[config]"]
+    tables = {k: v for k, v in sorted(config.items()) if isinstance(v, dict)}
+    lines += [f"{toml_key(k)} = {toml_value(v)}" for k, v in sorted(config.items()) if k not in tables]
+    for key, table in tables.items():
+        lines += ["", f"[config.{toml_key(key)}]"]
+        lines += [f"{toml_key(k)} = {toml_value(v)}" for k, v in table.items() if v is not None]
+    return "\n".join(lines) + "\n"
+
+
+def toml_key(key: str) -> str:
+    return key if re.fullmatch(r"[A-Za-z0-9_\-]+", key) else toml_string(key)
+
+
+def toml_string(text: str) -> str:
+    """A TOML basic string: JSON's escapes of control characters, and of DEL, which TOML also forbids raw; a lone
+    surrogate (valid in JSON's escapes, not in UTF-8) is refused before anything is written."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ContentError([f"value {text!r}: not valid Unicode (a lone surrogate), so it cannot be recorded"]) from None
+    return json.dumps(text, ensure_ascii=False).replace("\x7f", "\\u007f")
+
+
+def toml_value(value: Any) -> str:
+    """A TOML literal that reads back as the same value (floats by their shortest round-trip repr)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        if math.isnan(value):
+            return "nan"
+        if math.isinf(value):
+            return "inf" if value > 0 else "-inf"
+        text = repr(value)
+        return text if any(c in text for c in ".en") else text + ".0"
+    if isinstance(value, str):
+        return toml_string(value)
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(toml_value(v) for v in value) + "]"
+    if isinstance(value, dict):
+        # TOML has no null: a nested key published as null is left out, as in [config.*] tables, and takes the
+        # default the config class gives it (quantization_config's actorder, input_activations, ...)
+        return "{ " + ", ".join(f"{toml_key(k)} = {toml_value(v)}" for k, v in sorted(value.items())
+                                if v is not None) + " }"
+    raise ContentError([f"value {value!r}: cannot be written as TOML"])

@@ -1,0 +1,229 @@
+"""The serving calculator: weights, cache by layer kind, total, tokens that fit and FLOPs for a reader's context,
+batch and dtypes, evaluated from the layer kinds the figures stage derived (explorer/model/components/serving.py).
+
+`evaluate` is the one definition of every number the calculator shows, with its equation. The page carries the same
+layer kinds as data (`page_data`) and static/calc.js evaluates them with the same integer arithmetic, so a reader
+who changes an input sees what `evaluate` would say; tests/test_calculator.py drives the page in a browser and
+compares every displayed number with `evaluate`'s, exactly. Without JavaScript the page shows `evaluate` at the
+contexts of `TABLE_CONTEXTS` (never beyond the model's maximum).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+from explorer.figures.model_figures import Serving, kind_flops_decode, kind_flops_prefill, mla_absorbed
+from explorer.model.components.serving import LayerKind
+
+KV_DTYPES = (("BF16", 4), ("FP8", 2), ("FP4", 1))
+"""Cache dtypes the reader can choose, with their size in half-bytes (FP4 stores two numbers per byte)."""
+ENGINE_BLOCK = 16
+"""Tokens per block of a paged engine's cache (vLLM's default block size): each layer's cache is rounded up to it."""
+TABLE_CONTEXTS = (4_096, 32_768, 131_072)
+"""Contexts of the table shown without JavaScript, besides the model's maximum."""
+GIB = 2 ** 30
+
+
+@dataclass(frozen=True, slots=True)
+class Line:
+    """One displayed figure: what it is, its value in bytes or FLOPs, and the equation that gives it."""
+
+    key: str
+    """Stable name the page and the browser test use ("weights", "kind-0", "total")."""
+    label: str
+    value: int
+    equation: str
+
+
+@dataclass(frozen=True, slots=True)
+class Evaluation:
+    """Every number the calculator shows for one set of inputs."""
+
+    lines: tuple[Line, ...]
+    fits: int | None
+    """Tokens of context per sequence that fit in the GPU memory given (None: no GPU memory given)."""
+    fits_text: str
+
+    def get(self, key: str) -> Line:
+        return next(line for line in self.lines if line.key == key)
+
+
+def evaluate(s: Serving, context: int, batch: int = 1, kv_dtype: str = "BF16", weights: str = "as stored",
+             gpu_gib: int | None = None) -> Evaluation:
+    """The calculator's figures at `context` tokens for `batch` sequences; the context is capped at the maximum."""
+    context = max(1, min(context, s.max_context))
+    half = dict(KV_DTYPES)[kv_dtype]
+    weight_bytes = dict(s.weights)[weights]
+    lines = [Line("weights", f"Weights ({weights})", weight_bytes, f"{fmt(weight_bytes)} bytes")]
+    lines += [_kind_line(i, k, context, batch, half) for i, k in enumerate(s.kinds)]
+    cache = sum(line.value for line in lines[1:])
+    engine = sum(_kind_bytes(k, context, batch, half, ENGINE_BLOCK) for k in s.kinds)
+    per_token = sum(k.layers * k.per_token for k in s.kinds)
+    decode = [kind_flops_decode(k, context) for k in s.kinds]
+    absorbed = [kind_flops_decode(k, context) for k in mla_absorbed(s.kinds)]
+    mla = any(k.absorbed_flops_per_key for k in s.kinds)
+    prefill = [kind_flops_prefill(k, context) for k in s.kinds]
+    lines += [
+        Line("per-token", f"Cache per token of context, all layers ({kv_dtype})", _bytes(per_token, half),
+             f"{fmt(per_token)} elements × {_size(half)}"),
+        Line("cache", f"Cache, all layer kinds ({batch} × {fmt(context)} tokens)", cache,
+             " + ".join(fmt(line.value) for line in lines[1:len(s.kinds) + 1]) or "0"),
+        Line("total", "Total: weights + cache", weight_bytes + cache, f"{fmt(weight_bytes)} + {fmt(cache)}"),
+        Line("engine", f"Engine view: cache in blocks of {ENGINE_BLOCK} tokens per layer", engine,
+             f"each layer's cached entries rounded up to a multiple of {ENGINE_BLOCK}"),
+        Line("engine-total", "Engine view: weights + block-rounded cache", weight_bytes + engine,
+             f"{fmt(weight_bytes)} + {fmt(engine)}"),
+        Line("decode", f"FLOPs per token, decode at {fmt(context)} context" + (MLA_UNABSORBED if mla else ""),
+             2 * s.matmul + sum(decode), f"2 × {fmt(s.matmul)} + " + (" + ".join(fmt(v) for v in decode) or "0")),
+        *([Line("decode-absorbed", f"FLOPs per token, decode at {fmt(context)} context{MLA_ABSORBED}",
+                2 * s.matmul + sum(absorbed), f"2 × {fmt(s.matmul)} + " + " + ".join(fmt(v) for v in absorbed))]
+          if mla else []),
+        Line("prefill", f"FLOPs, prefill of {fmt(context)} tokens (one sequence)",
+             context * 2 * s.matmul + sum(prefill),
+             f"{fmt(context)} × 2 × {fmt(s.matmul)} + " + (" + ".join(fmt(v) for v in prefill) or "0")),
+    ]
+    fits = None if gpu_gib is None else tokens_that_fit(s, batch, half, weight_bytes, gpu_gib * GIB)
+    return Evaluation(tuple(lines), fits, _fits_text(s, fits, gpu_gib, batch))
+
+
+MLA_UNABSORBED = ", MLA unabsorbed (per-head keys and values)"
+MLA_ABSORBED = ", MLA absorbed (scores and sums over the cached latent)"
+"""The two forms of MLA's decode cost (explorer/model/components/mla.py's decode_costs), named in the lines' labels."""
+
+
+def tokens_that_fit(s: Serving, batch: int, half: int, weight_bytes: int, memory: int) -> int:
+    """The longest context (≤ the maximum) whose weights and cache for `batch` sequences fit in `memory` bytes;
+    0 when the weights and fixed state alone do not. The cache never shrinks as the context grows, so bisect."""
+    def fits(c: int) -> bool:
+        return weight_bytes + sum(_kind_bytes(k, c, batch, half) for k in s.kinds) <= memory
+    lo, hi = 0, s.max_context
+    if fits(hi):
+        return hi
+    while lo < hi - 1:  # fits(lo) or lo == 0; not fits(hi)
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if fits(mid) else (lo, mid)
+    return lo
+
+
+def page_data(s: Serving) -> str:
+    """The layer kinds and weights as the JSON the page's script evaluates (short keys: it ships on every page)."""
+    data = {
+        "max": s.max_context, "matmul": s.matmul, "block": ENGINE_BLOCK, "gib": GIB,
+        "kv": [list(d) for d in KV_DTYPES], "weights": [list(w) for w in s.weights],
+        "kinds": [{"t": k.title, "n": k.layers, "p": k.per_token, "e": k.entry_elements if k.per_token or k.entry else 0,
+                   "r": k.ratio, "w": k.window or 0, "c": k.chunk or 0, "k": k.topk or 0, "q": k.flops_per_key,
+                   "x": k.index_flops_per_key, "s": k.state_bytes, "f": kind_formula(k),
+                   "a": k.absorbed_flops_per_key} for k in s.kinds],
+        "mla": [MLA_UNABSORBED, MLA_ABSORBED],
+    }
+    return json.dumps(data, ensure_ascii=True, separators=(",", ":")).replace("<", "\\u003c")
+
+
+def kind_formula(k: LayerKind) -> str:
+    """How one kind's bytes follow from the inputs, in config keys and the reader's symbols C, B and bytes."""
+    if k.state:
+        return " + ".join(f"{p.formula} × {p.bytes} ({p.dtype})" for p in k.state) + ", per layer and sequence"
+    kept = f"min(C, {fmt(k.window)})" if k.window else f"min(C, {fmt(k.chunk)})" if k.chunk else "C"
+    if k.ratio > 1:
+        return f"{k.entry_elements} × ⌊{kept} / {k.ratio}⌋ × bytes × B ({k.formula} per token)"
+    return f"({k.formula}) × {kept} × bytes × B"
+
+
+def _kind_line(i: int, k: LayerKind, context: int, batch: int, half: int) -> Line:
+    value = _kind_bytes(k, context, batch, half)
+    if k.state:
+        return Line(f"kind-{i}", f"{k.title}: fixed state ({layers(k.layers)})", value,
+                    f"{k.layers} × {fmt(k.state_bytes)} × {batch}")
+    return Line(f"kind-{i}", f"{k.title} ({layers(k.layers)})", value,
+                f"{k.layers} × {fmt(k.entry_elements)} × {fmt(k.entries(context))} × {_size(half)} × {batch}")
+
+
+def _kind_bytes(k: LayerKind, context: int, batch: int, half: int, block: int = 1) -> int:
+    """Bytes all layers of one kind hold for `batch` sequences of `context` tokens: the cache at `half` half-bytes
+    per element (rounded up to whole bytes), entries rounded up to `block`, or the fixed state at its own dtypes."""
+    if k.state:
+        return k.layers * k.state_bytes * batch
+    entries = -(-k.entries(context) // block) * block
+    return _bytes(k.layers * k.entry_elements * entries * batch, half)
+
+
+def _bytes(elements: int, half: int) -> int:
+    return -(-elements * half // 2)
+
+
+def _size(half: int) -> str:
+    return {4: "2 bytes", 2: "1 byte", 1: "0.5 byte"}[half]
+
+
+def _fits_text(s: Serving, fits: int | None, gpu_gib: int | None, batch: int) -> str:
+    if fits is None:
+        return "Give a GPU memory size to see how many tokens fit."
+    if fits == 0:
+        return f"Nothing fits in {fmt(gpu_gib or 0)} GiB: the weights and fixed state alone exceed it."
+    whole = " (the maximum context)" if fits == s.max_context else ""
+    return f"{fmt(fits)} tokens per sequence{whole} fit in {fmt(gpu_gib or 0)} GiB for {fmt(batch)} sequence(s)."
+
+
+def layers(n: int) -> str:
+    return f"{n} layer{'s' if n != 1 else ''}"
+
+
+def fmt(n: int) -> str:
+    return f"{n:,}"
+
+
+def gib(n: int) -> str:
+    """Bytes as GiB with two decimals, truncated (integer arithmetic, as the page's script does)."""
+    hundredths = n * 100 // GIB
+    return f"{hundredths // 100:,}.{hundredths % 100:02d} GiB"
+
+
+# ------------------------------------------------------------------------------------------------ the page
+
+@dataclass(frozen=True, slots=True)
+class CalculatorView:
+    """The calculator section of a model page, finished: the form's choices, the data its script evaluates, and
+    the table a reader without JavaScript sees."""
+
+    max_context: str
+    """"131,072"."""
+    max_key: str
+    """The config key the maximum comes from."""
+    context_default: int
+    context_max: int
+    kv_dtypes: tuple[str, ...]
+    weight_formats: tuple[str, ...]
+    data_json: str
+    kinds: tuple[tuple[str, str], ...]
+    """(title with layers, formula) per layer kind."""
+    table_head: tuple[str, ...]
+    table_rows: tuple[tuple[str, ...], ...]
+    decode_forms: tuple[tuple[str, str, str], ...] = ()
+    """MLA only: (form, FLOPs per cached position per layer, its formula) for the unabsorbed form the decode line
+    counts and the absorbed form the latent cache implies."""
+
+
+def calculator_view(s: Serving, max_key: str) -> CalculatorView:
+    contexts = sorted({c for c in TABLE_CONTEXTS if c < s.max_context} | {s.max_context})
+    head = ("Context", *(f"{k.title} ({layers(k.layers)})" for k in s.kinds), "Cache", "Weights (as stored)", "Total",
+            "Engine view total")
+    rows = []
+    for c in contexts:
+        e = evaluate(s, c)
+        kinds = (fmt(e.get(f"kind-{i}").value) for i in range(len(s.kinds)))
+        rows.append((f"{fmt(c)}" + (" (maximum)" if c == s.max_context else ""), *kinds,
+                     *(fmt(e.get(k).value) for k in ("cache", "weights", "total", "engine-total"))))
+    return CalculatorView(fmt(s.max_context), max_key, min(TABLE_CONTEXTS[0], s.max_context), s.max_context,
+                          tuple(n for n, _ in KV_DTYPES), tuple(n for n, _ in s.weights), page_data(s),
+                          tuple((f"{k.title} ({layers(k.layers)})", kind_formula(k)) for k in s.kinds), head,
+                          tuple(rows), _decode_forms(s))
+
+
+def _decode_forms(s: Serving) -> tuple[tuple[str, str, str], ...]:
+    mla = next((k for k in s.kinds if k.absorbed_flops_per_key), None)
+    if mla is None:
+        return ()
+    return (("unabsorbed: per-head keys and values (the decode line)", fmt(mla.flops_per_key), mla.decode_forms[0]),
+            ("absorbed: scores and sums over the cached latent (the absorbed decode line)",
+             fmt(mla.absorbed_flops_per_key), mla.decode_forms[1]))

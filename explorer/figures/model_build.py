@@ -1,0 +1,105 @@
+"""The per-model results of the compute stages: those that need no torch and those that do (computed in
+separate workers where torch must be imported), and the whole, handed to the view stage as one value."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from explorer.checkpoint.index import CheckpointIndex
+from explorer.checkpoint.reconcile import Reconciliation
+from explorer.checkpoint.sources import ResolvedCitation
+from explorer.content.model_content import ModelContent
+from explorer.execute.picture_routing import PictureRouting
+from explorer.execute.reference import ReferenceModel
+from explorer.figures.model_figures import ClaimMatch, DerivedFigures
+from explorer.model.account import Ledger
+from explorer.spec.results import EquationCheck, Execution, RealWeightCheck, ShapeTrace
+from explorer.spec.types import ModelSpec
+
+
+@dataclass(frozen=True, slots=True)
+class PreparedModel:
+    """A model's stages that need no torch: spec, ledger, citations and the checkpoint's checks."""
+
+    content: ModelContent
+    spec: ModelSpec
+    ledger: Ledger
+    citations: dict[str, tuple[ResolvedCitation, ...]]
+    checkpoint: Reconciliation | None
+    index: CheckpointIndex | None
+    figures: DerivedFigures
+    claim: ClaimMatch | None
+    predicted: Reconciliation | None
+    config_differences: tuple[str, ...]
+    variants: tuple[Any, ...] = ()
+    picture_routing: PictureRouting | None = None
+    """Published quantized variants' StoredAs (explorer/checkpoint/variants.py)."""
+
+
+@dataclass(frozen=True, slots=True)
+class TorchResults:
+    """A model's torch stages, run or read from the cache: the reference's tensors, the full-size trace and
+    the equation checks, and the checks on real weights."""
+
+    reference: ReferenceModel
+    execution: Execution
+    real_checks: tuple[RealWeightCheck, ...]
+    routing: PictureRouting | None = None
+    """One token routed at full size for the whole-model picture (explorer/execute/picture_routing.py)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ModelBuild:
+    """Everything computed for one model: spec, accounts, citations and the checks of its tensors."""
+
+    content: ModelContent
+    spec: ModelSpec
+    ledger: Ledger
+    citations: dict[str, tuple[ResolvedCitation, ...]]
+    reference: Reconciliation
+    """Spec against the reference implementation on the meta device."""
+    reference_label: str
+    reference_skips: tuple[str, ...]
+    """Component paths the reference implementation does not build."""
+    checkpoint: Reconciliation | None
+    """Spec against the recorded checkpoint manifest, where one exists."""
+    checkpoint_index: CheckpointIndex | None
+    trace: ShapeTrace
+    """Shapes of every component, traced at full size on the meta device."""
+    checks: dict[str, EquationCheck]
+    """Each component's step program compared with transformers at a tiny config."""
+    figures: DerivedFigures
+    """Active parameters, KV cache, FLOPs and memory, derived from the spec and the ledger."""
+    claim: ClaimMatch | None
+    """The lab's published active-parameter figure and the definition that reproduces it."""
+    predicted: Reconciliation | None = None
+    """Where no checkpoint listing is recorded: the stored layout the spec's storage schemes predict."""
+    real_checks: tuple[RealWeightCheck, ...] = ()
+    """Components run on the checkpoint's real weights and compared with the reference on the same weights."""
+    config_differences: tuple[str, ...] = ()
+    """Hyper-parameters the checkpoint's files state (GGUF metadata) that the content config contradicts."""
+    variants: tuple[Any, ...] = ()
+    picture_routing: PictureRouting | None = None
+    """Published quantized variants of the model, each predicted and explained (explorer/checkpoint/variants.py)."""
+
+    @property
+    def slug(self) -> str:
+        return self.spec.slug
+
+    @property
+    def check_phrase(self) -> str:
+        if self.checkpoint is not None:
+            return "parameter count checked against the checkpoint’s tensor headers"
+        return "parameter count checked against the reference implementation only"
+
+    def checked_against(self, path: str) -> str:
+        """What one component's count was checked against."""
+        ref = self.content.checkpoint
+        if self.checkpoint is not None:
+            return (f"checkpoint headers at {ref.at} "
+                    f"({self.checkpoint_index.tensor_count:,} tensors, recorded manifest)")  # type: ignore[union-attr]
+        if any(path == s or path.startswith(s + ".") for s in self.reference_skips):
+            return ("the configuration only: the reference implementation does not build this module and no "
+                    "checkpoint tensor listing is recorded for this model")
+        return f"the reference implementation only ({self.reference_label}); no checkpoint tensor listing is recorded"

@@ -1,0 +1,537 @@
+"""Derived figures: what runs per token, what a token of context costs, how much compute and memory, computed
+from the spec and the ledger (never in templates), each with its formula and its definition written out.
+
+- Active parameters: every parameter a token's forward pass reads, routed experts counted k of N; with and
+  without the token embedding (a lookup reads one row, not the matrix). Multi-token-prediction modules are not
+  part of the main forward pass and are left out.
+- KV cache: elements cached per token per layer (MLA: the latent plus the shared rotary key; attention: K and V of
+  every key/value head), the multiple against plain multi-head attention of the same width, and bytes at a
+  context length, with sliding-window layers capped at their window.
+- Forward FLOPs per token: 2 × the multiply-adds of the projections a token runs, plus the attention scores and
+  the weighted sum over the cached context, for decode (one token at context C) and prefill (C tokens).
+- Weight memory: the stored bytes (from the checkpoint ledger where one is recorded, else the storage schemes'
+  prediction), the parameters at BF16, FP8 and 4-bit, and as stored by MXFP4, NVFP4 and INT4 group-32 formats
+  with their scales.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from explorer.checkpoint.reconcile import Reconciliation
+from explorer.model.account import Ledger
+from explorer.model.components.moe import RouterOptions
+from explorer.model.components.serving import LAYER_MEMORY, LayerKind
+from explorer.spec.types import Component, ModelSpec, path_key, walk
+
+CONTEXT = 131_072
+"""The context length at which per-sequence figures are stated (128K tokens), or the model's maximum if smaller."""
+FLOP_CONTEXT = 4_096
+"""The context length at which attention FLOPs are stated (or the model's maximum if smaller)."""
+CACHE_DTYPES = (("BF16", 2), ("FP8", 1))
+VISION_PROGRAMS = ("vision_tower", "projector", "gemma4_vision_tower", "gemma4_vision_embedder", "moonvit_tower",
+                   "kimi_projector", "qwen_vision_tower")
+"""Image encoders and their projectors (Gemma 3's SigLIP, Gemma 4's, Kimi K2.5's MoonViT): they run once per
+image, not for a text token."""
+ROUTED = {"moe": "expert", "fused_moe": "experts", "sigmoid_moe": "experts", "moe_beside_mlp": "experts",
+          "shared_and_routed_moe": "experts", "relu2_moe": "expert"}
+"""MoE programs -> the key of their routed experts (one expert repeated, or all experts in one component)."""
+WEIGHT_DTYPES = (("BF16", 2.0), ("FP8", 1.0), ("4-bit", 0.5))
+QUANT_FORMATS = (
+    ("MXFP4", "mxfp4", 0.5 + 1 / 32, "4-bit E2M1 values and one 1-byte E8M0 scale per 32"),
+    ("NVFP4", "nvfp4", 0.5 + 1 / 16, "4-bit E2M1 values and one FP8 E4M3 scale per 16 (plus two FP32 scalars per "
+                                     "tensor)"),
+    ("INT4, group 32", "int4_g32", 0.5 + 2 / 32, "4-bit integers packed in int32 words and one BF16 scale per 32 (plus "
+                                                 "an int64 shape per tensor), as compressed-tensors stores them"),
+)
+"""Stored formats with their bytes per parameter, scales included (per-tensor scalars left out: a few bytes)."""
+MEMORY_CONTEXTS = (("4K", 4_096), ("128K", CONTEXT))
+"""Context lengths at which a hybrid model's whole sequence memory is stated (and its maximum context)."""
+
+AttentionCost = LayerKind
+"""The per-layer-kind entry of explorer/model/components/serving.py, under the name the figures' readers know."""
+
+
+@dataclass(frozen=True, slots=True)
+class Figure:
+    """One derived number with what it counts and how it was computed."""
+
+    key: str
+    label: str
+    value: int
+    formula: str
+    definition: str
+
+
+@dataclass(frozen=True, slots=True)
+class Serving:
+    """What the calculator evaluates for one model: its layer kinds, its maximum context and its weights."""
+
+    kinds: tuple[LayerKind, ...]
+    """Every layer kind: those that cache per token and those that hold a fixed state."""
+    max_context: int
+    """The longest context the config allows (max_position_embeddings, or GPT-2's n_positions)."""
+    matmul: int
+    """Parameters a token multiplies: the active ones less the embedding lookup, plus a tied LM head's matrix."""
+    tied_head: int
+    """Elements of the LM head's matrix where it is the embedding's (0 when untied)."""
+    weights: tuple[tuple[str, int], ...]
+    """(format, bytes): as stored, BF16, FP8, 4-bit."""
+
+
+@dataclass(frozen=True, slots=True)
+class DerivedFigures:
+    """Every derived figure of one model."""
+
+    figures: tuple[Figure, ...]
+    serving: Serving
+
+    @property
+    def attention(self) -> tuple[LayerKind, ...]:
+        """The layer kinds that cache per token (attention and its streams)."""
+        return tuple(k for k in self.serving.kinds if k.per_token or k.entry)
+
+    def get(self, key: str) -> Figure:
+        return next(f for f in self.figures if f.key == key)
+
+
+def derive(spec: ModelSpec, ledger: Ledger, stored: Reconciliation | None) -> DerivedFigures:
+    """The derived figures of one model."""
+    inactive, inactive_text = _inactive_experts(spec, ledger)
+    mtp = sum(ledger.accounts[p].total for p, c in _paths(spec) if c.program == "mtp")
+    embed = ledger.accounts["embed"].total if "embed" in ledger.accounts else 0
+    total = ledger.total
+    # an image encoder (Gemma 3's vision tower and projector) runs once per image, not for a text token
+    vision = sum(ledger.accounts[p].total for p, c in _paths(spec) if c.program in VISION_PROGRAMS)
+    active = total - mtp - inactive - vision
+    kinds = layer_kinds(spec, ledger)
+    costs = [c for c in kinds if c.per_token or c.entry]
+    maximum = max_context(spec)
+    stated, flop_context = min(CONTEXT, maximum), min(FLOP_CONTEXT, maximum)
+    tied = _tied_head(ledger)
+    matmul = active - embed + tied  # every matrix a token multiplies (the embedding is a row lookup; its tied head is not)
+    cache = sum(c.layers * c.cache_per_token for c in costs)
+    mha = sum(c.layers * c.mha_per_token for c in costs)
+    at_context = sum(c.cache_elements(stated) for c in costs)
+    decode_attn = attention_flops_decode(costs, flop_context)
+    prefill_attn = attention_flops_prefill(costs, flop_context)
+    mha_costs = [c for c in costs if c.mha_per_token]
+    no_embed = _no_embedding_convention(spec)
+    mtp_text = (" − MTP modules" if mtp else "") + (" − vision tower and projector" if vision else "")
+    head_text = " (the tied LM head's vocab_size × hidden_size included: the embedding's matrix, multiplied again)" \
+        if tied else ""
+    stored_bytes = _stored_bytes(ledger, stored)
+    weights = (("as stored", stored_bytes), *((name, int(total * size)) for name, size in WEIGHT_DTYPES),
+               *((name, int(total * size)) for name, _, size, _ in QUANT_FORMATS))  # 4-bit formats, scales included
+    figures = [
+        Figure("total_parameters", "Parameters stored (all)", total, "sum of the ledger's rows",
+               "Every learned parameter the checkpoint stores, tied tensors once."),
+        Figure("stored_buffers", "Persistent buffers stored beside the parameters (elements)",
+               _stored_buffer_elements(ledger), "sum of the ledger's stored buffers", _buffers_definition(spec, ledger)),
+        Figure("active_parameters", "Active parameters per token", active,
+               f"total{mtp_text} − {inactive_text}" if inactive else f"total{mtp_text}",
+               "Every parameter a token's forward pass reads: all dense weights, the router, shared experts, and the "
+               "routed experts counted k of N; the embedding and the LM head included"
+               + ("; multi-token-prediction modules excluded (not part of the main forward pass)" if mtp else "")
+               + ("; the vision tower and projector excluded (they run once per image, not per text token)"
+                  if vision else "") + "."),
+        Figure("active_parameters_no_embedding", no_embed[0], active - embed, no_embed[1], no_embed[2]),
+        Figure("max_context", "Maximum context (tokens)", maximum, _max_context_key(spec),
+               "The longest sequence the configuration allows; no figure here is stated beyond it."),
+        *(Figure(f"kv_cache_per_layer_{c.key}",
+                 f"KV cache per token per layer ({c.title.lower()}, {c.layers} layer{'s' if c.layers != 1 else ''})",
+                 c.cache_per_token, c.formula, _cache_definition(c))
+          for c in costs),
+        *_context_by_kind(costs, stated),
+        Figure("kv_cache_per_token", "KV cache per token (all layers)", cache,
+               " + ".join(f"{c.layers} × {c.cache_per_token}" for c in costs),
+               "Elements cached for one token across every layer (before any window applies)."),
+        *(Figure(f"kv_cache_bytes_per_token_{name.lower()}", f"KV cache per token (all layers), {name}", cache * size,
+                 f"{cache:,} × {size} byte{'s' if size > 1 else ''}",
+                 f"Bytes cached for one token across every layer with {name} cache entries (before any window "
+                 "applies).") for name, size in CACHE_DTYPES),
+        Figure("kv_cache_vs_mha", "Plain multi-head attention would cache (per token)", mha,
+               " + ".join(f"{c.layers} × {c.mha_per_token}" for c in mha_costs),
+               "K and V of every query head at full width, for comparison."),
+        *(Figure(f"kv_cache_bytes_{name.lower()}", f"KV cache at {stated:,} tokens, {name}", at_context * size,
+                 f"Σ layers × per-token elements × min({stated:,}, window) × {size} byte{'s' if size > 1 else ''}"
+                 + (" (a compressed stream: entry elements × ⌊tokens / ratio⌋)" if any(c.ratio > 1 for c in costs)
+                    else ""),
+                 f"Bytes cached for one sequence of {stated:,} tokens with {name} cache entries; sliding-window "
+                 "layers keep only their window" + (", chunked layers at most one chunk" if any(c.chunk for c in costs)
+                                                    else "") + "."
+                 + (" The model's maximum context." if stated == maximum else ""))
+          for name, size in CACHE_DTYPES),
+        *_mamba_state_figures(kinds, costs, maximum),
+        Figure("flops_decode", f"Forward FLOPs per token, decode at {flop_context:,} context",
+               2 * matmul + decode_attn, f"2 × {matmul:,} + attention over {flop_context:,} keys" + _sparse_text(costs),
+               "Two FLOPs per multiply-add: every projection a token runs (active parameters less the embedding), "
+               f"plus the scores and weighted values over the cached keys{head_text}." + _mla_convention(costs)),
+        *_mla_decode_figures(costs, matmul, flop_context),
+        Figure("flops_prefill", f"Forward FLOPs, prefill of {flop_context:,} tokens",
+               flop_context * 2 * matmul + prefill_attn,
+               f"{flop_context:,} × 2 × {matmul:,} + causal attention over 1..{flop_context:,} keys" + _sparse_text(costs),
+               f"Every position's projections{head_text}, plus causal attention where position t sees t keys (or its "
+               "window)."),
+        Figure("weight_bytes_stored", "Weight memory as stored", stored_bytes,
+               "Σ stored tensor bytes" + (" (checkpoint ledger)" if stored is not None else " (predicted storage)"),
+               "Bytes of every stored tensor: values, block scales and buffers, at their stored dtypes."),
+        *(Figure(f"weight_bytes_{name.lower().replace('-', '')}", f"Weight memory at {name}", int(total * size),
+                 f"total × {size:g} byte{'s' if size > 1 else ''}", f"Every parameter at {name}, with no scales.")
+          for name, size in WEIGHT_DTYPES),
+        *(Figure(f"weight_bytes_{key}", f"Weight memory as {name}", int(total * size),
+                 f"total × {size:g} bytes", f"Every parameter stored as {what}: {size:g} bytes per parameter.")
+          for name, key, size, what in QUANT_FORMATS),
+    ]
+    figures += _deltanet_state_figures(kinds, costs, maximum)
+    return DerivedFigures(tuple(figures), Serving(tuple(kinds), maximum, matmul, tied, weights))
+
+
+# ------------------------------------------------------------------------------------------- layer kinds
+
+def layer_kinds(spec: ModelSpec, ledger: Ledger) -> list[LayerKind]:
+    """Every layer kind of the main forward pass, in model order, as its component module describes it
+    (explorer/model/components/serving.py's registry), with its block, title and count of layers filled in."""
+    blocks = {p: c for p, c in _paths(spec)}
+    out = []
+    for path, comp in blocks.items():
+        entry = LAYER_MEMORY.get(comp.program)
+        if entry is None or path.startswith("mtp"):
+            continue
+        block = path.rsplit(".", 1)[0]
+        title = blocks[block].title
+        for kind in entry(comp, spec.values):
+            out.append(replace(kind, block=block, layers=ledger.accounts[path].instances,
+                               title=f"{title}: {kind.stream_title}" if kind.stream_title else title))
+    return out
+
+
+def max_context(spec: ModelSpec) -> int:
+    """The config's maximum context: max_position_embeddings (of the text model), or GPT-2's n_positions."""
+    config = getattr(spec.config, "text_config", None) or spec.config
+    return int(getattr(config, _max_context_key(spec)))
+
+
+def _max_context_key(spec: ModelSpec) -> str:
+    config = getattr(spec.config, "text_config", None) or spec.config
+    return "max_position_embeddings" if getattr(config, "max_position_embeddings", None) else "n_positions"
+
+
+def attention_flops_decode(kinds: list[LayerKind] | tuple[LayerKind, ...], context: int) -> int:
+    """FLOPs of the attention of one token at position `context`: per kind, the entries it reads × its FLOPs per
+    key, plus an indexer's score of every cached entry."""
+    return sum(kind_flops_decode(c, context) for c in kinds)
+
+
+def kind_flops_decode(c: LayerKind, context: int) -> int:
+    """attention_flops_decode's term for the layers of one kind (the calculator shows each)."""
+    return c.layers * (c.flops_per_key * c.keys_read(context) + c.index_flops_per_key * c.entries(context))
+
+
+def attention_flops_prefill(kinds: list[LayerKind] | tuple[LayerKind, ...], context: int) -> int:
+    """FLOPs of the causal attention of a `context`-token prefill: per kind, Σ_t of the entries position t reads."""
+    return sum(kind_flops_prefill(c, context) for c in kinds)
+
+
+def kind_flops_prefill(c: LayerKind, context: int) -> int:
+    """attention_flops_prefill's term for the layers of one kind (the calculator shows each)."""
+    return c.layers * (c.flops_per_key * c.keys_read_prefill(context)
+                       + c.index_flops_per_key * c.keys_scored_prefill(context))
+
+
+def mla_absorbed(kinds: list[LayerKind] | tuple[LayerKind, ...]) -> list[LayerKind]:
+    """The kinds with every MLA layer in its absorbed form (scores and sums over the cached latent)."""
+    return [replace(c, flops_per_key=c.absorbed_flops_per_key or c.flops_per_key) for c in kinds]
+
+
+def _tied_head(ledger: Ledger) -> int:
+    """Elements of the LM head's matrix where it is the embedding's: stored once, multiplied by every token."""
+    head = ledger.accounts.get("lm_head")
+    return sum(ta.elements or 0 for ta in head.tensors if ta.spec.tied_to) if head is not None else 0
+
+
+def _no_embedding_convention(spec: ModelSpec) -> tuple[str, str, str]:
+    """Label, formula and definition of "active without the embedding": what it subtracts, written out (GPT-2's
+    embedding account holds the position table too, and a tied LM head is the same matrix as the embedding)."""
+    embed = next((c for c in spec.root.children if c.key == "embed"), None)
+    positions = embed is not None and any(c.key == "wpe" or "position" in c.title.lower() for c in embed.children)
+    tied = any(t.tied_to for _, c in walk(spec.root) if c.key == "lm_head" for t in c.tensors)
+    if positions:
+        label = "Active parameters per token, without the token and position embeddings"
+        formula = "active − (vocab_size + max_position_embeddings) × hidden_size"
+        text = ("As above, less the token embedding matrix and the learned position table: a token reads one row of "
+                "each (a lookup, not a multiply)")
+    else:
+        label = "Active parameters per token, without the token embedding"
+        formula = "active − vocab_size × hidden_size"
+        text = "As above, less the token embedding matrix, of which a token reads one row"
+    text += ("; the LM head is tied to that matrix, so its multiply leaves with it" if tied else
+             "; the LM head, a matrix of its own, stays counted")
+    return label, formula, text + "."
+
+
+def _paths(spec: ModelSpec) -> list[tuple[str, Component]]:
+    return [(path_key(anc, c), c) for anc, c in walk(spec.root)]
+
+
+def _inactive_experts(spec: ModelSpec, ledger: Ledger) -> tuple[int, str]:
+    """Parameters of the routed experts a token does not run, and the formula, over every MoE module."""
+    total, parts = 0, []
+    for path, comp in _paths(spec):
+        if comp.program not in ROUTED or path.startswith("mtp"):
+            continue
+        o = next(c for c in comp.children if c.key == "router").options
+        assert hasattr(o, "experts") and hasattr(o, "k")  # RouterOptions or a library router's own options
+        if ROUTED[comp.program] == "expert":  # one expert component, repeated
+            per_expert = ledger.accounts[f"{path}.expert"].per_instance
+        else:  # all experts in one component whose every tensor has a leading experts axis
+            per_expert = ledger.accounts[f"{path}.experts"].per_instance // o.experts
+        instances = ledger.accounts[path].instances
+        total += instances * (o.experts - o.k) * per_expert
+        parts.append(f"{instances} × ({o.experts} − {o.k}) × {per_expert:,}")
+    return total, " − ".join(parts)
+
+
+def _cache_definition(c: LayerKind) -> str:
+    if not c.mha_per_token:  # a compressed stream beside a layer's window
+        return f"Elements one layer caches per token of context in this stream. {c.note}"
+    return ("Elements one layer caches for one token" + (f" ({c.note})" if c.note else "") + "; plain multi-head "
+            f"attention of the same heads would cache {c.mha_per_token:,} ({c.mha_per_token / c.cache_per_token:.3g}×)."
+            + f" At BF16 that is {2 * c.cache_per_token:,} bytes per token, at FP8 {c.cache_per_token:,}."
+            + (f" This layer keeps only its last {c.window:,} tokens." if c.window else "")
+            + (f" This layer attends within chunks of {c.chunk:,} tokens and keeps at most one chunk." if c.chunk
+               else ""))
+
+
+def _mla_convention(costs: list[LayerKind]) -> str:
+    """What the headline decode figure counts where MLA has two forms (issue 19: state the convention)."""
+    mla = [c for c in costs if c.absorbed_flops_per_key]
+    if not mla:
+        return ""
+    return (f" MLA layers are counted unabsorbed, with per-head keys and values as the steps compute them: "
+            f"{mla[0].flops_per_key:,} FLOPs per cached position per layer ({mla[0].decode_forms[0]}), their rebuilding "
+            "from the cached latent not counted. The absorbed form, which the cached latent implies, is stated beside "
+            "it.")
+
+
+def _mla_decode_figures(costs: list[LayerKind], matmul: int, context: int) -> list[Figure]:
+    """MLA's decode cost in both forms: per cached position per layer, and the whole token's FLOPs with the absorbed
+    form (the unabsorbed is the headline flops_decode). Every MLA layer of a model has the same heads and widths,
+    so the first kind's per-position costs stand for all."""
+    mla = [c for c in costs if c.absorbed_flops_per_key]
+    if not mla:
+        return []
+    first = mla[0]
+    absorbed = mla_absorbed(costs)
+    return [
+        Figure("mla_flops_per_key_unabsorbed", "MLA decode FLOPs per cached position per layer, unabsorbed (counted)",
+               first.flops_per_key, first.decode_forms[0],
+               "Each head scores a d_nope + d_rope query/key pair and sums a d_v value, with per-head keys and values at "
+               "hand (rebuilt from the latent by kv_b_proj, or cached as plain multi-head attention would cache them); "
+               "this is the form the Forward FLOPs per token, decode figure counts."),
+        Figure("mla_flops_per_key_absorbed", "MLA decode FLOPs per cached position per layer, absorbed (latent cache)",
+               first.absorbed_flops_per_key, first.decode_forms[1],
+               "With only the latent and the rotary key cached (kv_lora_rank + qk_rope_head_dim elements per token "
+               "and layer), W_UK folds into the query and W_UV into the output (once per token, their multiply-adds are "
+               "the parameters'), so each head scores the d_ckv-wide latent and the rotary key and sums the latent: "
+               "2 × d_ckv + d_rope multiply-adds per head and position."),
+        Figure("flops_decode_absorbed", f"Forward FLOPs per token, decode at {context:,} context, MLA absorbed",
+               2 * matmul + attention_flops_decode(absorbed, context),
+               f"2 × {matmul:,} + attention over {context:,} keys, MLA absorbed" + _sparse_text(costs),
+               "The decode figure above with every MLA layer in the absorbed form: what a server holding only the "
+               "latent cache computes."),
+    ]
+
+
+def _sparse_text(costs: list[LayerKind]) -> str:
+    """Where sparse attention caps the keys a query reads, say so beside the attention term."""
+    caps = sorted({c.topk for c in costs if c.topk})
+    return (f" (at most {', '.join(f'{n:,}' for n in caps)} of them read by attention, all scored by the lightning "
+            "indexer)") if caps else ""
+
+
+def _context_by_kind(costs: list[LayerKind], context: int) -> list[Figure]:
+    """Per layer kind with attention shaped by its own formula (a layer attention, shaped attention or one of
+    DeepSeek-V4's streams): the BF16 bytes a `context`-token sequence caches, a sliding kind capped at its window, a
+    global kind growing with the context."""
+    out = []
+    for c in costs:
+        if not c.by_kind:
+            continue
+        kept = min(context, c.window or context)
+        held = f"min({context:,}, {c.window:,})" if c.window else f"{context:,}"
+        out.append(Figure(
+            f"kv_cache_bytes_bf16_{c.key}",
+            f"KV cache at {context:,} tokens, BF16 ({c.title.lower()}, {c.layers} layer{'s' if c.layers != 1 else ''})",
+            c.layers * c.cache_per_token * kept * 2, f"{c.layers} × ({c.formula}) × {held} × 2 bytes",
+            ("Bytes these layers cache for one sequence: each keeps only its last "
+             f"{c.window:,} positions, however long the context grows." if c.window else
+             "Bytes these layers cache for one sequence: every position stays, so it grows linearly with the "
+             "context.")))
+    return out
+
+
+def _buffers_definition(spec: ModelSpec, ledger: Ledger) -> str:
+    """What the buffers row counts, and, where this model counts its routers' correction biases with the parameters
+    (as a listing of the checkpoint's tensors counts them), how many elements that convention moves out of this row."""
+    text = ("Tensors the checkpoint stores that are not parameters of the reference module (a router's "
+            "e_score_correction_bias, GPT-2's causal masks), not in the parameter total. Where two models count such a "
+            "tensor differently, this row shows that convention's share of a difference in totals.")
+    counted = _correction_biases_counted_as_parameters(spec, ledger)
+    if not counted:
+        return text
+    return text + (f" This model counts its routers' correction biases ({counted:,} elements) with its parameters, "
+                   "as a listing of the checkpoint's tensors counts them; transformers holds them as buffers.")
+
+
+def _correction_biases_counted_as_parameters(spec: ModelSpec, ledger: Ledger) -> int:
+    out = 0
+    for ancestors, comp in walk(spec.root):
+        o = comp.options
+        if isinstance(o, RouterOptions) and o.correction_bias:
+            out += sum(ta.elements or 0 for ta in ledger.accounts[path_key(ancestors, comp)].tensors
+                       if ta.spec.is_parameter and ta.spec.template.endswith(o.correction_bias_name))
+    return out
+
+
+def _stored_buffer_elements(ledger: Ledger) -> int:
+    """Elements of every persistent buffer the checkpoint stores (optional ones, which a checkpoint may omit, left
+    out), each counted once per instance."""
+    return sum(ta.spec.count * st.elements for acc in ledger.accounts.values() for ta in acc.tensors
+               for st in ta.stored if st.role == "buffer" and not ta.spec.optional)
+
+
+def _stored_bytes(ledger: Ledger, stored: Reconciliation | None) -> int:
+    if stored is not None:
+        return sum(t.bytes for t in stored.totals)
+    return sum(ta.spec.count * st.nbytes for acc in ledger.accounts.values() for ta in acc.tensors
+               for st in ta.stored if (st.role != "buffer" or not ta.spec.optional)  # stored buffers count
+               and not ta.spec.tied_to)  # a tied head is stored once
+
+
+# --------------------------------------------------------------------------------------- recurrent state
+
+def _recurrent(kinds: list[LayerKind], part: str) -> list[LayerKind]:
+    """The recurrent kinds whose state has a part named `part` ("SSM state": Mamba-2; "recurrent state": DeltaNet)."""
+    return [k for k in kinds if any(p.name == part for p in k.state)]
+
+
+def _deltanet_state_figures(kinds: list[LayerKind], costs: list[LayerKind], maximum: int) -> list[Figure]:
+    """Gated DeltaNet layers keep a fixed state (conv and recurrent) whatever the context; attention layers' KV
+    cache grows with it. Per layer kind, exactly, and the sequence's total at 4K, 128K and the maximum context."""
+    layers = _recurrent(kinds, "recurrent state")
+    if not layers:
+        return []
+    out, fixed, parts = [], 0, []
+    for k in layers:
+        state, conv = k.state
+        n = k.layers
+        fixed += n * k.state_bytes
+        parts.append(f"{n} × {k.state_bytes:,}")
+        out += [
+            Figure("recurrent_state_per_layer", f"Recurrent state per Gated DeltaNet layer ({n} layers)",
+                   state.elements, state.formula,
+                   f"Numbers in one layer's delta-rule state, held in {state.dtype} ({state.bytes} bytes each): "
+                   f"{state.elements * state.bytes:,} bytes. It does not grow with the context."),
+            Figure("conv_state_per_layer", f"Conv state per Gated DeltaNet layer ({n} layers)", conv.elements,
+                   conv.formula,
+                   f"The last kernel − 1 inputs of each convolution channel, in {conv.dtype} ({conv.bytes} bytes "
+                   f"each): {conv.elements * conv.bytes:,} bytes. It does not grow with the context."),
+        ]
+    out.append(Figure("recurrent_state_bytes", "Fixed state of all Gated DeltaNet layers (bytes per sequence)", fixed,
+                      " + ".join(parts) + " (recurrent state bytes + conv state bytes, per layer)",
+                      "Bytes every sequence holds in its linear-attention layers, the same at any context length."))
+    kv_per_token = sum(c.layers * c.cache_per_token for c in costs) * 2
+    for name, n_tokens in (*MEMORY_CONTEXTS, (f"{maximum:,} (maximum)", maximum)):
+        if n_tokens > maximum:
+            continue
+        out.append(Figure(f"sequence_memory_{n_tokens}", f"Cache of one sequence at {name} tokens (BF16 KV)",
+                          fixed + kv_per_token * n_tokens,
+                          f"{fixed:,} fixed + {kv_per_token:,} × {n_tokens:,} (KV bytes per token × tokens)",
+                          "The Gated DeltaNet layers' fixed state plus the full-attention layers' KV cache, which "
+                          "alone grows with the context."))
+    return out
+
+
+def _mamba_state_figures(kinds: list[LayerKind], costs: list[LayerKind], maximum: int) -> list[Figure]:
+    """Per-sequence memory of Mamba-2 layers (constant in the context) and the total with the attention layers' KV
+    cache (which grows with it) at 4K, 128K and the model's maximum context; none for a model without such layers."""
+    states = _recurrent(kinds, "SSM state")
+    if not states:
+        return []
+    s = states[0]
+    ssm, conv = s.state
+    fixed = sum(c.layers * c.state_bytes for c in states)
+    kv_bytes = CACHE_DTYPES[0][1]
+    per_token = sum(c.layers * c.cache_per_token for c in costs) * kv_bytes
+    contexts = sorted(n for n in {4_096, CONTEXT, maximum} if n <= maximum)
+    grows = " + ".join(f"{c.layers} × {c.cache_per_token:,}" for c in costs) or "0"
+    figures = [
+        Figure("ssm_state_per_layer", f"SSM state per sequence per layer ({s.title}, {s.layers} layers)",
+               ssm.elements, ssm.formula,
+               f"Elements of the state S one layer carries from token to token, the same at any context length; "
+               f"cached at {ssm.bytes} bytes each (mamba_ssm_cache_dtype)."),
+        Figure("conv_state_per_layer", f"Convolution window per sequence per layer ({s.layers} layers)", conv.elements,
+               conv.formula,
+               f"The last conv_kernel columns of x, B and C that the causal convolution reads, the same at any "
+               f"context length; cached at {conv.bytes} bytes each (the activations' dtype)."),
+        Figure("recurrent_state_bytes", "Mamba-2 state per sequence, all layers (does not grow with context)", fixed,
+               " + ".join(f"{c.layers} × ({c.state[0].elements:,} × {c.state[0].bytes} + {c.state[1].elements:,} × "
+                          f"{c.state[1].bytes})" for c in states),
+               "Bytes of every Mamba-2 layer's SSM state and convolution window for one sequence."),
+        Figure("scan_flops_per_token", "Mamba-2 recurrence FLOPs per token (beside the projections)",
+               sum(c.layers * c.update_flops for c in states),
+               " + ".join(f"{c.layers} × 2 × ({c.state[1].elements:,} + 3 × {c.state[0].elements:,} + 2 × channels)"
+                          for c in states),
+               "Two FLOPs per multiply-add of the one-token recurrence: the convolution over its window, the "
+               "state's decay, its write Δ·x Bᵀ and its read S C, and Δ·x and the D skip (channels = mamba_num_heads "
+               "× mamba_head_dim); not included in the forward FLOPs, which count projections and attention. The "
+               "chunked form a prompt runs does more work per token inside a chunk."),
+    ]
+    figures += [Figure(f"context_memory_bytes_{n}", f"State and KV cache at {n:,} tokens (one sequence)",
+                       fixed + per_token * n, f"{fixed:,} + ({grows}) × {n:,} × {kv_bytes}",
+                       f"The fixed Mamba-2 state plus the attention layers' {CACHE_DTYPES[0][0]} KV cache, which grows "
+                       f"by {per_token:,} bytes per token; only the attention layers grow with the context."
+                       + (" The model's maximum context (max_position_embeddings)." if n == maximum else ""))
+                for n in contexts]
+    return figures
+
+
+# --------------------------------------------------------------------------------------- published claims
+
+@dataclass(frozen=True, slots=True)
+class ClaimMatch:
+    """A lab's published "active parameters" figure and the definition that reproduces it."""
+
+    claim: str
+    """As published, e.g. "32B"."""
+    source: str
+    matched: Figure | None
+    """The derived figure that counts what the lab counts (or, where it does not say, the first one) when it
+    states as the claim, or None."""
+    rounding: str = "nearest"
+    """How the lab states its count: "nearest" or "down" (cut to the claim's precision)."""
+    evidence: str = ""
+    """The lab's words on what it counts, and what could not be verified."""
+
+
+def parse_claim(claim: str) -> tuple[float, float]:
+    """"32B" -> (32e9, 1e9): the value and the unit of its last digit; "12.9B" -> (12.9e9, 1e8)."""
+    number = claim.strip().rstrip("BbMm")
+    scale = 1e9 if claim.strip()[-1:] in "Bb" else 1e6
+    decimals = len(number.split(".", 1)[1]) if "." in number else 0
+    return float(number) * scale, scale / 10 ** decimals
+
+
+def match_claim(figures: DerivedFigures, claim: str, source: str, definition: str = "", rounding: str = "nearest",
+                evidence: str = "") -> ClaimMatch:
+    """The figure counting what the lab counts (`definition`; where empty, the first of with or without the
+    embedding) whose value the lab would state as the claim: rounded to its precision, or cut down to it."""
+    value, unit = parse_claim(claim)
+    for key in (definition,) if definition else ("active_parameters", "active_parameters_no_embedding"):
+        figure = figures.get(key)
+        stated = (value <= figure.value < value + unit) if rounding == "down" else abs(figure.value - value) <= unit / 2
+        if stated:
+            return ClaimMatch(claim, source, figure, rounding, evidence)
+    return ClaimMatch(claim, source, None, rounding, evidence)
+

@@ -1,0 +1,39 @@
+"""The component library: every part a family composes, each owning its spec, program and reference call.
+
+Importing this package registers every program (`base.PROGRAMS`) and reference call (`base.REFERENCE_CALLS`).
+"""
+
+from __future__ import annotations
+
+from explorer.model.components import (  # noqa: F401  (registration)
+    attention,
+    blocks,
+    compressed_attention,
+    dsa,
+    embedding,
+    fused_attention,
+    fused_experts,
+    gemma4_vision,
+    hash_routing,
+    hc_blocks,
+    hybrid_block,
+    hyper_connections,
+    layer_attention,
+    layer_blocks,
+    linear,
+    mamba2,
+    mla,
+    mlp,
+    moe,
+    mtp,
+    nope_attention,
+    norms,
+    parallel_moe,
+    relu2_experts,
+    rope,
+    sigmoid_moe,
+    softcap,
+)
+from explorer.model.components.base import PROGRAMS, REFERENCE_CALLS, Ctx, Reference, Run
+
+__all__ = ["PROGRAMS", "REFERENCE_CALLS", "Ctx", "Reference", "Run"]

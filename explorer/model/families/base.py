@@ -1,0 +1,289 @@
+"""The family contract: what a model family provides so that every stage can build, check and explain its models.
+
+A family (as MkDocs' BasePlugin declares its hooks) is a small subclass of `Family` that
+  - names itself and the config.json `model_type` values it reads (`name`, `model_types`),
+  - declares its typed config (`config_class`, a frozen dataclass of config.json keys, named as published),
+  - cross-checks a parsed config (`check`), beyond the types and ranges every family gets from `validate`,
+  - builds the component tree from library parts (`build`),
+  - gives a tiny config that keeps the structure the pages claim (`tiny_config`),
+  - binds the reference implementation (`reference`: transformers classes, tensor renames, modules it skips),
+  - and says what the index card shows (`facts`).
+
+Content: a config.json key published as null is listed in model.toml's `checkpoint.config_nulls`; a key the
+published config omits takes the family's default, which is the reference config class's default, and the page
+says it is a default. `validate` rejects non-finite numbers and sizes outside LIMITS with the valid range.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from explorer.content.model_content import parse_table
+from explorer.errors import ContentError
+from explorer.model.components.rope import Pairing, RopeOptions
+from explorer.spec.storage import TORCH_DTYPES, BlockFP8, Storage
+from explorer.spec.types import Component, Hyperparameters, ModelSpec
+
+DIM_LABELS = {
+    "hidden_size": "d", "intermediate_size": "d_ff", "moe_intermediate_size": "d_expert", "vocab_size": "vocab",
+    "q_lora_rank": "d_cq", "kv_lora_rank": "d_ckv", "num_attention_heads": "heads", "num_key_value_heads": "kv_heads",
+    "qk_nope_head_dim": "d_nope", "qk_rope_head_dim": "d_rope", "v_head_dim": "d_v", "n_routed_experts": "experts",
+    "num_experts_per_tok": "k", "head_dim": "d_head", "n_shared_experts": "shared", "num_local_experts": "experts",
+    "max_position_embeddings": "positions",
+}
+"""Short names of config sizes in shapes ("7168 d")."""
+
+LIMITS = {
+    "vocab_size": 10_000_000, "hidden_size": 1_000_000, "intermediate_size": 10_000_000,
+    "moe_intermediate_size": 10_000_000, "num_hidden_layers": 1_000, "num_attention_heads": 10_000,
+    "num_key_value_heads": 10_000, "head_dim": 100_000, "n_routed_experts": 4_096, "num_local_experts": 4_096,
+    "num_experts_per_tok": 4_096, "q_lora_rank": 1_000_000, "kv_lora_rank": 1_000_000, "qk_nope_head_dim": 100_000,
+    "qk_rope_head_dim": 100_000, "v_head_dim": 100_000, "n_shared_experts": 1_024, "max_position_embeddings": 100_000_000,
+    "num_nextn_predict_layers": 16, "n_group": 4_096, "topk_group": 4_096, "sliding_window": 100_000_000,
+    "hc_mult": 64, "hc_sinkhorn_iters": 1_000, "o_groups": 10_000, "o_lora_rank": 1_000_000, "index_n_heads": 10_000,
+    "index_head_dim": 100_000, "index_topk": 100_000_000, "num_hash_layers": 1_000,
+}
+"""Largest accepted value of each size key: checked before anything is built, so a hostile config cannot
+allocate without bound."""
+MAY_BE_ZERO = ("num_nextn_predict_layers", "n_shared_experts", "sliding_window", "num_hash_layers")
+"""Size keys for which 0 means "none"."""
+
+POSITIVE_FLOATS = ("rms_norm_eps", "layer_norm_epsilon", "rope_theta", "routed_scaling_factor", "factor")
+"""Keys (at any depth) that must be finite and > 0."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PublishedMetadata(Hyperparameters):
+    """config.json keys that families of the transformers lineage publish alike and the spec does not use: recorded
+    as published (and handed to the reference config class), with the defaults those config classes share."""
+
+    architectures: tuple[str, ...] = ()
+    model_type: str = ""
+    pad_token_id: int | None = None
+    initializer_range: float = 0.02
+    attention_dropout: float = 0.0
+    use_cache: bool = True
+    transformers_version: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class ReferenceBinding:
+    """How the reference implementation builds a family's models."""
+
+    config_class: str
+    """transformers config class, e.g. "LlamaConfig"."""
+    model_class: str
+    """transformers model class, e.g. "LlamaForCausalLM"."""
+    not_built: tuple[str, ...] = ()
+    """Component paths the reference does not build (DeepSeek-V3's MTP module)."""
+    renames: Callable[[dict[str, Any]], dict[str, Any]] | None = None
+    """Maps the reference's state dict to checkpoint tensor names (e.g. splits fused experts); None: same names."""
+    config_skip: tuple[str, ...] = ("quantization_config", "auto_map", "architectures")
+    """Config keys not passed to the reference config class (storage formats and loader metadata)."""
+    config_key: str = ""
+    """The nested table the reference config class takes where the published file wraps it (Llama 4 Scout's
+    text_config, built as Llama4TextConfig); empty: the whole config."""
+
+
+class Family:
+    """Base of every family module: override the class attributes and `build`, `tiny_config`, `facts`."""
+
+    name: ClassVar[str]
+    model_types: ClassVar[tuple[str, ...]]
+    config_class: ClassVar[type]
+    reference: ClassVar[ReferenceBinding]
+    symbols: ClassVar[tuple[str, ...]]
+    """Config keys that appear in formulas and shapes (sympy symbols)."""
+
+    # ------------------------------------------------------------------------------------- hooks to override
+
+    def check(self, config: Any) -> list[str]:
+        """Relations between keys a self-consistent config satisfies: "key 'k': message" per problem."""
+        return []
+
+    def build(self, config: Any, values: dict[str, int | float]) -> Component:
+        """The component tree of a model of this family."""
+        raise NotImplementedError
+
+    def tiny_config(self, config: Any) -> dict[str, Any]:
+        """A small config of the same structure for the executed checks (config.json keys)."""
+        raise NotImplementedError
+
+    def facts(self, config: Any) -> tuple[tuple[str, str], ...]:
+        """(label, value) pairs for the index card."""
+        return (("transformer blocks", f"{config.num_hidden_layers:,}"),
+                ("attention heads", f"{config.num_attention_heads:,}"), ("vocabulary", f"{config.vocab_size:,}"))
+
+    def values(self, config: Any) -> dict[str, int | float]:
+        """Config symbol -> value for the formulas (override to add derived sizes such as head_dim)."""
+        return {n: getattr(config, n) for n in self.symbols}
+
+    def tiny_label_parts(self, tiny: ModelSpec) -> tuple[str, ...]:
+        """How the tiny config exercises this family's own layer mechanisms (a scan's chunks, a compressor's
+        rates), for the executed checks' label after the sizes every family shares (explorer/execute/executor.py)."""
+        return ()
+
+    def tiny_label_towers(self, tiny: ModelSpec) -> tuple[str, ...]:
+        """The tiny config's modules beside the text blocks (a vision tower), for the same label after the blocks."""
+        return ()
+
+    def variant_module_name(self, name: str) -> str:
+        """The name a quantizer's exclude or ignore list sees for the module `name` (the reference's module name):
+        the same unless the checkpoint names it otherwise (explorer/checkpoint/variants.py)."""
+        return name
+
+    def reference_module(self, name: str) -> str:
+        """The reference model's module path for a checkpoint module name (the executed checks call it): the same
+        unless the checkpoint names its modules otherwise (GPT-2's file drops transformers' "transformer.")."""
+        return name
+
+    def default_source(self, key: str) -> str:
+        """The reference config class whose default a defaulted key (dotted for nested tables) takes."""
+        return self.reference.config_class
+
+    # ------------------------------------------------------------------------------------------ shared work
+
+    def validate(self, raw: dict[str, Any], where: str) -> Any:
+        """Parse a config table into the typed config; ContentError lists every problem with the valid range."""
+        problems: list[str] = []
+        problems += [f"{where}: {p}" for p in value_problems(raw)]
+        config = parse_table(raw, self.config_class, where, problems)
+        if config is not None and not problems:
+            problems += [f"{where}: {p}" for p in self.check(config)]
+        if problems:
+            raise ContentError(problems)
+        return config
+
+    def build_spec(self, slug: str, raw: dict[str, Any], where: str) -> ModelSpec:
+        """Validate a config and build the model's spec."""
+        config = self.validate(raw, where)
+        values = self.values(config)
+        defaulted = tuple(f.name for f in dataclasses.fields(self.config_class)
+                          if f.name not in raw and f.name in self.symbols)
+        return ModelSpec(slug=slug, family=self.name, root=self.build(config, values), values=values, config=config,
+                         facts=self.facts(config), defaulted=defaulted)
+
+
+def value_problems(raw: dict[str, Any], path: str = "") -> list[str]:
+    """Non-finite numbers, and sizes or positive quantities out of range, at any depth of a config table."""
+    out: list[str] = []
+    for key, value in sorted(raw.items()):
+        name = f"{path}{key}"
+        if isinstance(value, dict):
+            out += value_problems(value, name + ".")
+        elif isinstance(value, float) and not math.isfinite(value):
+            out.append(f"key '{name}': must be a finite number, got {value!r}")
+        elif key in POSITIVE_FLOATS and isinstance(value, (int, float)) and not isinstance(value, bool) and value <= 0:
+            out.append(f"key '{name}': must be > 0, got {value!r}")
+        elif key in LIMITS and isinstance(value, int) and not isinstance(value, bool):
+            low = 0 if key in MAY_BE_ZERO else 1
+            if not low <= value <= LIMITS[key]:
+                out.append(f"key '{name}': must be an integer in {low}..{LIMITS[key]:,}, got {value!r}")
+    return out
+
+
+def tower_label(tiny: ModelSpec, width_key: str, tower_key: str = "vision_tower", blocks_key: str = "encoder") -> str:
+    """A vision tower's part of the tiny label: its width and how many encoder blocks the tiny config keeps."""
+    tower = tiny.root.child(tower_key)
+    return f"vision tower d {tiny.values[width_key]} with {tower.child(blocks_key).repeat} blocks"
+
+
+def rule_problems(rules: list[tuple[bool, str, str]]) -> list[str]:
+    """Format (ok, key, message) rules as "key 'k': message" for the ones that fail."""
+    return [f"key '{key}': {msg}" for ok, key, msg in rules if not ok]
+
+
+def stored_dtype(torch_dtype: str) -> str:
+    return TORCH_DTYPES.get(torch_dtype, torch_dtype)
+
+
+def fp8_storage(quantization_config: Any) -> Storage | None:
+    """DeepSeek-style block-wise FP8 (quant_method "fp8", fmt e4m3/e5m2, weight_block_size) or None."""
+    if quantization_config is None:
+        return None
+    dtype = {"e4m3": "F8_E4M3", "e5m2": "F8_E5M2"}.get(quantization_config.fmt, "F8_E4M3")
+    return BlockFP8(dtype, tuple(quantization_config.weight_block_size),
+                    scale_fmt=getattr(quantization_config, "scale_fmt", None) or "")
+
+
+__all__ = ["Family", "Hyperparameters", "ReferenceBinding", "DIM_LABELS", "LIMITS", "rule_problems", "stored_dtype"]
+
+
+# ---------------------------------------------------------------------------------------------- rope_scaling
+
+@dataclass(frozen=True, slots=True)
+class RopeScaling:
+    """config.json "rope_scaling", any variant; keys a variant does not publish stay None."""
+
+    type: str | None = None
+    rope_type: str | None = None
+    factor: float | None = None
+    original_max_position_embeddings: int | None = None
+    beta_fast: float | None = None
+    beta_slow: float | None = None
+    mscale: float | None = None
+    mscale_all_dim: float | None = None
+    low_freq_factor: float | None = None
+    high_freq_factor: float | None = None
+    truncate: bool | None = None
+
+    @property
+    def kind(self) -> str:
+        return self.rope_type or self.type or "default"
+
+
+ROPE_KINDS = ("default", "linear", "dynamic", "llama3", "yarn")
+
+
+def rope_scaling_problems(r: RopeScaling | None, key: str = "rope_scaling") -> list[str]:
+    """The variant is known and has the keys it needs."""
+    if r is None:
+        return []
+    if r.kind not in ROPE_KINDS:
+        return [f"key '{key}.rope_type': must be one of {', '.join(ROPE_KINDS)}, got {r.kind!r}"]
+    needs = {"linear": ("factor",), "dynamic": ("factor",), "yarn": ("factor",),
+             "llama3": ("factor", "original_max_position_embeddings", "low_freq_factor", "high_freq_factor")}
+    out = [f"key '{key}.{n}': missing (needed by {r.kind} scaling)" for n in needs.get(r.kind, ())
+           if getattr(r, n) is None]
+    if r.kind != "default" and r.factor is not None and r.factor < 1:
+        out.append(f"key '{key}.factor': must be >= 1, got {r.factor}")
+    return out
+
+
+def rope_options(theta: float, dim: int, scaling: RopeScaling | None, pairing: Pairing,
+                 max_position_embeddings: int) -> RopeOptions:
+    """The library's rotary options for a config's rope_theta, rotary width and rope_scaling."""
+    if scaling is None or scaling.kind == "default":
+        return RopeOptions("default", theta, dim, pairing)
+    original = scaling.original_max_position_embeddings or max_position_embeddings
+    given = {n: getattr(scaling, n) for n in ("beta_fast", "beta_slow", "mscale", "mscale_all_dim", "low_freq_factor",
+                                              "high_freq_factor", "truncate") if getattr(scaling, n) is not None}
+    return RopeOptions(scaling.kind, theta, dim, pairing, factor=scaling.factor or 1.0,  # type: ignore[arg-type]
+                       original_max_position_embeddings=original, **given)
+
+
+def reference_config(config: Any, skip: tuple[str, ...]) -> dict[str, Any]:
+    """The config as the reference config class takes it: published keys, nested keys left unset dropped."""
+    out = {}
+    for f in dataclasses.fields(config):
+        if f.name in skip:
+            continue
+        value = as_published(getattr(config, f.name))
+        inner = tuple(s.partition(".")[2] for s in skip if s.startswith(f.name + "."))
+        if inner and isinstance(value, dict):  # a dotted entry ("text_config.quantization_config") skips a nested key
+            value = {k: x for k, x in value.items() if k not in inner}
+        out[f.name] = value
+    return out
+
+
+def as_published(value: Any) -> Any:
+    """A config value as config.json would hold it: nested tables (Gemma 3's text_config, its rope_scaling) as dicts
+    without their unset keys, tuples as lists; for the reference config class and for families' tiny configs."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: as_published(getattr(value, f.name)) for f in dataclasses.fields(value)
+                if getattr(value, f.name) is not None}
+    return list(value) if isinstance(value, tuple) else value

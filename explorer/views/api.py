@@ -1,0 +1,119 @@
+"""site/api/<slug>.json: the component tree with parameters, shapes, tensors, evidence and the ledger."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from typing import Any
+
+from explorer.checkpoint.reconcile import Reconciliation
+from explorer.figures.model_build import ModelBuild
+from explorer.model.components.serving import LayerKind
+from explorer.spec.types import Component, path_key, walk
+
+
+def api_file(mb: ModelBuild) -> dict[str, str]:
+    """The model's JSON twin as the file api/<slug>.json holds it."""
+    text = json.dumps(model_api(mb), sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+    return {f"api/{mb.slug}.json": text + "\n"}
+
+
+def model_api(mb: ModelBuild) -> dict[str, Any]:
+    """A JSON-ready description of one model, for other tools."""
+    ref = mb.content.checkpoint
+    return {
+        "slug": mb.slug,
+        "name": mb.content.meta.name,
+        "family": mb.spec.family,
+        "checkpoint": {"repo_id": ref.repo_id, "revision": ref.revision, "config_sha256": ref.config_sha256},
+        "total_parameters": mb.ledger.total,
+        "figures": [{"key": f.key, "label": f.label, "value": f.value, "formula": f.formula, "definition": f.definition}
+                    for f in mb.figures.figures],
+        "kv_cache_per_layer": [{"block": c.block, "layers": c.layers, "elements_per_token": c.cache_per_token,
+                                "mha_elements_per_token": c.mha_per_token, "window": c.window,
+                                # sparse attention: the keys a query reads at most, and what a token's entry holds
+                                **({"attended_keys": c.topk, "makeup": c.note} if c.topk else {})}
+                               for c in mb.figures.attention],
+        "max_context": mb.figures.serving.max_context,
+        "layer_kinds": [_layer_kind(k) for k in mb.figures.serving.kinds],
+        "published_active_claim": {"claim": mb.claim.claim, "source": mb.claim.source,
+                                   "reproduced_by": mb.claim.matched.key if mb.claim.matched else None}
+        if mb.claim is not None else None,
+        "components": [_component(mb, anc, comp) for anc, comp in walk(mb.spec.root)],
+        "ledger": _ledger(mb.checkpoint, f"checkpoint headers of {ref.repo_id}@{ref.revision}, recorded in "
+                                         f"content/models/{mb.slug}/checkpoint.toml")
+        if mb.checkpoint is not None else None,
+        "published_variants": [_variant(s) for s in mb.variants],
+        "predicted_storage": _ledger(mb.predicted, "predicted from the config by each weight's storage scheme; "
+                                                   "no checkpoint tensor listing is recorded")
+        if mb.predicted is not None else None,
+        "reference_check": {"reference": mb.reference_label, "skipped": list(mb.reference_skips),
+                            **_ledger(mb.reference, mb.reference_label)},
+    }
+
+
+def _component(mb: ModelBuild, ancestors: tuple[Component, ...], comp: Component) -> dict[str, Any]:
+    path = path_key(ancestors, comp)
+    acc = mb.ledger.accounts[path]
+    return {
+        "path": path, "title": comp.title, "kind": comp.kind, "parent": path_key(ancestors[:-1], ancestors[-1])
+        if ancestors else None,
+        "repeat": comp.repeat, "instances": acc.instances, "instances_label": acc.instances_label,
+        "parameters_per_instance": acc.per_instance, "parameters_total": acc.total, "formula": acc.formula,
+        "rows": [{"label": r.label, "formula": r.formula, "factors": list(r.factors), "value": r.value,
+                  "child": r.child or None} for r in acc.rows],
+        "shapes": {"inputs": [{"name": p.name, "latex": p.latex, "shape": p.shape.display} for p in comp.inputs],
+                   "outputs": [{"name": p.name, "latex": p.latex, "shape": p.shape.display} for p in comp.outputs],
+                   "steps": [{"name": s.name, "latex": s.latex, "shape": s.shape.display if s.shape else None}
+                             for s in comp.steps if not s.heading]},
+        "tensors": [{"pattern": ta.spec.pattern, "count": ta.spec.count, "role": ta.spec.role,
+                     "dtype": ta.spec.dtype or None, "storage": ta.spec.storage.label, "tied_to": ta.spec.tied_to or None,
+                     "optional": ta.spec.optional, "shape": list(ta.shape) if ta.shape is not None else None,
+                     "elements": ta.elements,
+                     "stored": [{"name": st.name, "shape": list(st.shape), "dtype": st.dtype, "role": st.role}
+                                for st in ta.stored]}
+                    for ta in acc.tensors],
+        "checked_against": mb.checked_against(path),
+        "trace": {"device": mb.trace.device, "free_sizes": mb.trace.free,
+                  "inputs": [list(t) for t in mb.trace.components[path].inputs],
+                  "outputs": [list(t) for t in mb.trace.components[path].outputs],
+                  "steps": {k: list(v) for k, v in sorted(mb.trace.components[path].steps.items())}},
+        "equation_check": dataclasses.asdict(mb.checks[path]),
+        "evidence": [{"claim": c.claim, "source": c.source, "file": c.file, "revision": c.revision,
+                      "lines": [c.first, c.last], "symbol": c.symbol, "symbol_lines": list(c.symbol_lines),
+                      "text_from": c.origin, "excerpt_available": c.lines is not None}
+                     for c in mb.citations.get(path, ())],
+    }
+
+
+def _ledger(rec: Reconciliation, source: str) -> dict[str, Any]:
+    """source: what the tensors were read from, in words that do not depend on where the site was built."""
+    return {
+        "source": source, "balanced": rec.balanced,
+        "by_role_and_dtype": [{"role": t.role, "dtype": t.dtype, "tensors": t.tensors, "elements": t.elements,
+                               "bytes": t.bytes, "parameters": t.parameters} for t in rec.totals],
+        "unowned": list(rec.unowned), "owned_twice": list(rec.owned_twice), "missing": list(rec.missing),
+        "shape_mismatch": [m.name for m in rec.shape_mismatch], "dtype_mismatch": [m.name for m in rec.dtype_mismatch],
+    }
+
+
+def _variant(s) -> dict[str, Any]:
+    """A published variant's predicted layout and numbers (explorer/checkpoint/variants.py)."""
+    m = s.variant.meta
+    return {"name": m.name, "repo_id": m.repo_id, "revision": m.revision, "revision_note": m.revision_note,
+            "storage": s.storage_label, "logical_parameters": s.parameters, "header_elements": s.header_elements,
+            "header_count_reason": s.naive_count_reason, "bytes": s.bytes, "notes": list(s.notes),
+            "totals": [{"role": r.role, "dtype": r.dtype, "tensors": r.tensors, "elements": r.elements,
+                        "bytes": r.bytes, "parameters": r.parameters} for r in s.rows],
+            "tensors": [{"name": n, "dtype": d, "shape": list(shape), "bytes_each": b} for n, d, shape, b in s.tensors]}
+
+
+def _layer_kind(k: LayerKind) -> dict[str, Any]:
+    """One layer kind's serving memory and attention cost (explorer/model/components/serving.py), as the calculator
+    evaluates it."""
+    return {"block": k.block, "title": k.title, "layers": k.layers, "elements_per_token": k.per_token,
+            "formula": k.formula, "window": k.window, "chunk": k.chunk, "ratio": k.ratio,
+            "entry_elements": k.entry_elements if k.per_token or k.entry else 0, "topk": k.topk,
+            "flops_per_key": k.flops_per_key, "index_flops_per_key": k.index_flops_per_key,
+            "fixed_state": [{"name": p.name, "elements": p.elements, "dtype": p.dtype, "bytes_per_element": p.bytes,
+                             "formula": p.formula} for p in k.state]}

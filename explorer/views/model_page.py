@@ -1,0 +1,373 @@
+"""Model-level view models: the tensor ledger, the headline figures, a router's worked example, the published
+variants, the config's defaulted and unused keys, the equation check lines and the index card. They only format:
+the numbers come from the stages that own them (account, figures, variants, execution)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+from explorer.figures.model_build import ModelBuild
+from explorer.model.families import FAMILIES
+from explorer.spec.results import RealWeightCheck
+from explorer.spec.types import path_key, walk
+from explorer.views.basics import Link, fmt, month, page_href
+from explorer.views.diagrams import budget_svg
+
+
+@dataclass(frozen=True, slots=True)
+class DefaultView:
+    """A config key the published config omits: the value the model is built with, and whose default it is."""
+
+    key: str
+    value: str
+    source: str
+
+
+@dataclass(frozen=True, slots=True)
+class UnusedKeyView:
+    """A published config key nothing reads, with its value as published."""
+
+    key: str
+    value: str
+
+
+@dataclass(frozen=True, slots=True)
+class CheckView:
+    """The equation check line: what the step program was compared with, and the error measured."""
+
+    status: str
+    text: str
+    link: Link | None
+    config: Link | None = None
+    """Where the tiny test configuration is described (once per model, on its overview page)."""
+    tail: str = ""
+    """What follows the configuration: the verdict and tolerance."""
+    measured: str = ""
+    """The max |Δ| this machine measured: its last digits depend on the CPU's kernels, so it is marked as such on
+    the page (golden texts leave it out, issue 18)."""
+    after: str = ""
+    """What follows the measured value."""
+
+
+@dataclass(frozen=True, slots=True)
+class RealCheckView:
+    """A real-weight check line: the verdict, the measured max |Δ| (machine-dependent digits) and the rest."""
+
+    text: str
+    measured: str
+    after: str
+
+
+@dataclass(frozen=True, slots=True)
+class RoutingCellView:
+    text: str
+    selected: bool
+
+
+@dataclass(frozen=True, slots=True)
+class RoutingView:
+    """A router's worked example: one token's values per expert, from the executed check."""
+
+    caption: str
+    experts: tuple[RoutingCellView, ...]
+    rows: tuple[tuple[str, tuple[RoutingCellView, ...]], ...]
+    summary: str
+
+
+@dataclass(frozen=True, slots=True)
+class LedgerRowView:
+    role: str
+    dtype: str
+    tensors: str
+    parameters: str
+    """Logical parameters the row's tensors carry ("—" for scales and buffers)."""
+    elements: str
+    bytes: str
+
+
+@dataclass(frozen=True, slots=True)
+class LedgerView:
+    source: str
+    rows: tuple[LedgerRowView, ...]
+    total_tensors: str
+    total_parameters: str
+    total_elements: str
+    total_bytes: str
+    parameters: str
+    scales: str
+    buffers: str
+    status: str
+    balanced: bool
+    reference: str
+    predicted: bool = False
+    """The rows are the storage schemes' prediction, not a reconciled listing."""
+
+
+@dataclass(frozen=True, slots=True)
+class VariantView:
+    """A published variant's "Stored as" section: where it is, how it stores the weights, and its numbers."""
+
+    name: str
+    repo_url: str
+    revision: str
+    storage: str
+    rows: tuple[LedgerRowView, ...]
+    tensors: tuple[tuple[str, str, str, str], ...]
+    """(name pattern, dtype, shape, bytes per tensor)."""
+    tensors_summary: str
+    parameters: str
+    header_elements: str
+    bytes: str
+    reason: str
+    notes: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class FigureRowView:
+    label: str
+    value: str
+    readable: str
+    """The value in words a reader scans ("32.9 billion", "9.2 GB"); the exact integer stays beside it."""
+    formula: str
+    definition: str
+
+
+@dataclass(frozen=True, slots=True)
+class FiguresView:
+    rows: tuple[FigureRowView, ...]
+    claim: str
+    """How the lab's published active-parameter figure is reproduced ("" when none is recorded)."""
+    claim_matched: bool
+
+
+@dataclass(frozen=True, slots=True)
+class ModelCardView:
+    name: str
+    href: str
+    meta: str
+    tagline: str
+    params: str
+    facts: tuple[tuple[str, str], ...]
+    checked: str
+    preview_svg: str = ""
+
+
+ROLE_NAMES = {"parameter": "parameters", "quant_scale": "FP8 block scales", "buffer": "stored buffers"}
+STORED_AS = {("parameter", "U8"): "MXFP4 blocks: packed FP4 values, two per byte",
+             ("quant_scale", "U8"): "MXFP4 scales: one E8M0 exponent per 32 values",
+             ("parameter", "I32"): "INT4 packed words: eight 4-bit values per int32 (compressed-tensors)",
+             ("quant_scale", "BF16"): "INT4 group scales: one per group of input values",
+             ("quant_scale", "I64"): "shapes of the packed weights (weight_shape, two integers each)",
+             ("quant_scale", "F8_E4M3"): "NVFP4 block scales: one FP8 E4M3 per 16 values"}
+"""Ledger row labels where a dtype says what the bytes hold (U8 stores MXFP4, the only U8 scheme)."""
+
+
+def ledger_view(mb: ModelBuild) -> LedgerView:
+    rec = mb.checkpoint or mb.predicted or mb.reference
+    rows = tuple(LedgerRowView(STORED_AS.get((t.role, t.dtype), ROLE_NAMES[t.role]), t.dtype, fmt(t.tensors),
+                               fmt(t.parameters) if t.parameters else "—", fmt(t.elements), fmt(t.bytes))
+                 for t in rec.totals)
+    problems = (f"{len(rec.unowned)} unowned, {len(rec.owned_twice)} owned twice, {len(rec.missing)} missing, "
+                f"{len(rec.shape_mismatch)} shape mismatches, {len(rec.dtype_mismatch)} dtype mismatches")
+    if rec is mb.predicted:
+        problems = "Predicted, not read: with no listing to compare against, nothing here is reconciled"
+    ref = (f"Against the reference implementation ({mb.reference_label}): "
+           f"{fmt(mb.reference.role_total('parameter')[0])} parameter tensors, "
+           f"{fmt(mb.reference.role_total('parameter')[1])} elements, "
+           + (f"and {fmt(mb.reference.role_total('buffer')[0])} persistent buffers of "
+              f"{fmt(mb.reference.role_total('buffer')[1])} elements beside them, "
+              if mb.reference.role_total('buffer')[0] else "")
+           + f"{'balanced' if mb.reference.balanced else 'NOT balanced'}"
+           + (f"; modules it does not build: {', '.join(mb.reference_skips)}." if mb.reference_skips else "."))
+    if mb.checkpoint_index is not None:
+        source = (f"Checkpoint headers of {mb.content.checkpoint.at}, "
+                  f"from the recorded manifest ({mb.checkpoint_index.provenance})")
+    else:
+        source = ("No checkpoint tensor listing is recorded for this model: the stored layout below is predicted "
+                  "from the config (each weight's storage scheme, from torch_dtype and any quantization_config, "
+                  "gives its stored tensors' names, shapes and dtypes), not read from the checkpoint. Its "
+                  "parameters are checked against the reference implementation.")
+    return LedgerView(
+        source=source, rows=rows, total_tensors=fmt(sum(t.tensors for t in rec.totals)),
+        total_parameters=fmt(sum(t.parameters for t in rec.totals)),
+        total_elements=fmt(sum(t.elements for t in rec.totals)), total_bytes=fmt(sum(t.bytes for t in rec.totals)),
+        parameters=fmt(rec.role_total("parameter")[1]), scales=fmt(rec.role_total("quant_scale")[1]),
+        buffers=fmt(rec.role_total("buffer")[1]), status=problems, balanced=rec.balanced, reference=ref,
+        predicted=rec is mb.predicted)
+
+
+def readable(value: int, unit: str) -> str:
+    """1,026,408,232,448 -> "1.03 trillion"; bytes -> "9.21 GB" (decimal units)."""
+    if unit == "bytes":
+        for scale, name in ((1e12, "TB"), (1e9, "GB"), (1e6, "MB"), (1e3, "kB")):
+            if value >= scale:
+                return f"{value / scale:.3g} {name}"
+        return f"{value} bytes"
+    for scale, name in ((1e15, "quadrillion"), (1e12, "trillion"), (1e9, "billion"), (1e6, "million")):
+        if value >= scale:
+            return f"{value / scale:.3g} {name}"
+    return fmt(value)
+
+
+def figures_view(mb: ModelBuild) -> FiguresView:
+    rows = tuple(FigureRowView(f.label, fmt(f.value), readable(f.value, "bytes" if "bytes" in f.key else ""),
+                               f.formula, f.definition) for f in mb.figures.figures)
+    claim, matched = "", False
+    if mb.claim is not None:
+        m = mb.claim.matched
+        matched = m is not None
+        stated = ("which, cut to the precision the lab writes, is" if mb.claim.rounding == "down" else "which rounds to")
+        claim = (f"Published: {mb.claim.claim} active parameters ({mb.claim.source}). "
+                 + (f"What the lab counts: {mb.claim.evidence} " if mb.claim.evidence else "")
+                 + (f"Reproduced by “{m.label.lower()}” ({m.definition.rstrip('.')}): {fmt(m.value)}, {stated} "
+                    f"{mb.claim.claim}." if m else "No definition derived here reproduces it within its rounding."))
+    return FiguresView(rows, claim, matched)
+
+
+def routing_view(mb: ModelBuild, path: str) -> RoutingView | None:
+    """The worked example a router's executed check recorded, formatted per expert."""
+    example = mb.checks[path].example
+    if example is None:
+        return None
+    chosen = set(example.selected)
+    n = len(example.rows[0][1])
+    experts = tuple(RoutingCellView(f"expert {i + 1}", i in chosen) for i in range(n))
+    rows = tuple((label, tuple(RoutingCellView(f"{v:.4f}", i in chosen) for i, v in enumerate(values)))
+                 for label, values in example.rows)
+    names = ", ".join(str(i + 1) for i in example.selected)
+    return RoutingView(
+        caption=f"Routing of one token ({example.token}) in the executed check, {mb.checks[path].config}.",
+        experts=experts, rows=rows,
+        summary=f"Selected: expert{'s' if len(chosen) > 1 else ''} {names} (highlighted); transformers' router "
+                f"selected the same experts with the same gates, within the tolerance {mb.checks[path].tolerance:g}.")
+
+
+VARIANT_STORED_AS = {
+    "NVFP4": {("parameter", "U8"): "NVFP4 values: two FP4 (E2M1) per byte",
+              ("quant_scale", "F32"): "per-tensor scales (weight_scale_2, input_scale)"},
+    "FP8PerTensor": {("quant_scale", "F32"): "per-tensor scales (weight_scale, input_scale)"},
+}
+"""Row labels where a variant's scheme says what a dtype holds (U8 is NVFP4 here, not MXFP4)."""
+
+
+def variant_views(mb: ModelBuild) -> tuple[VariantView, ...]:
+    """Each published variant's predicted layout and numbers, formatted (explorer/checkpoint/variants.py computes them)."""
+    out = []
+    for s in mb.variants:
+        m = s.variant.meta
+        names = {**STORED_AS, **VARIANT_STORED_AS.get(s.scheme, {})}
+        rows = tuple(LedgerRowView(names.get((r.role, r.dtype), ROLE_NAMES[r.role]), r.dtype, fmt(r.tensors),
+                                   fmt(r.parameters) if r.parameters else "—", fmt(r.elements), fmt(r.bytes))
+                     for r in s.rows)
+        tensors = tuple((name, dtype, "[" + ", ".join(f"{d:,}" for d in shape) + "]", fmt(nbytes))
+                        for name, dtype, shape, nbytes in s.tensors)
+        revision = m.revision if m.revision != "unpinned" else f"revision not pinned: {m.revision_note}"
+        out.append(VariantView(m.name, f"https://huggingface.co/{m.repo_id}", revision, s.storage_label, rows, tensors,
+                               f"Every stored tensor ({len(tensors)} name patterns)", fmt(s.parameters), fmt(s.header_elements), fmt(s.bytes), s.naive_count_reason,
+                               s.notes))
+    return tuple(out)
+
+
+def defaults_view(mb: ModelBuild) -> tuple[DefaultView, ...]:
+    """Each defaulted key with the value the spec was built with and the reference config class it comes from."""
+    family = FAMILIES[mb.spec.family]
+    return tuple(DefaultView(key, config_display(_config_value(mb.spec.config, key)), family.default_source(key))
+                 for key in mb.spec.defaulted)
+
+
+def unused_view(mb: ModelBuild) -> tuple[UnusedKeyView, ...]:
+    """Each published key recorded as unused, with its value as config.json writes it."""
+    out = []
+    for key in mb.content.checkpoint.config_unused:
+        value: object = mb.content.config
+        for part in key.split("."):  # "text_config.some_key": a key inside a nested table
+            value = value[part]  # type: ignore[index]
+        written = value is None or isinstance(value, (dict, list))  # published null is null, not "unset"
+        shown = json.dumps(value, ensure_ascii=False) if written else config_display(value)
+        out.append(UnusedKeyView(key, shown))
+    return tuple(out)
+
+
+def _config_value(config: object, key: str) -> object:
+    value = config
+    for part in key.split("."):
+        value = getattr(value, part)
+    return value
+
+
+def config_display(value: object) -> str:
+    """A config value as config.json writes it (true, null, 1e-06)."""
+    if value is None:
+        return "null (unset)"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return json.dumps(value)
+    return repr(value) if isinstance(value, (int, float)) else str(value)
+
+
+def check_view(mb: ModelBuild, path: str) -> CheckView:
+    """The check line; the tiny configuration is spelled out on the model page only, and linked from the rest."""
+    check = mb.checks[path]
+    if check.status == "checked":
+        detail = f"; {check.detail}" if check.detail else ""
+        lead = f"Equations executed and checked against {check.reference} on the"
+        return CheckView("checked", lead, None, Link("tiny test configuration", "index.html#tiny-config"),
+                         f": within the tolerance {check.tolerance:g} (max |Δ| = ", measured(check.max_abs_error),
+                         f" on the machine that built this page){detail}.")
+    if check.status == "part":
+        title = _title_of(mb, check.part_of)
+        return CheckView("part", f"Equations executed and checked as part of {title}: its step program runs "
+                         "these steps and matches the reference there.", Link(title, page_href(check.part_of)))
+    return CheckView("unchecked", f"Equations traced but not checked against a reference: {check.detail}.", None)
+
+
+def tiny_config(mb: ModelBuild) -> str:
+    """The model page's one description of the configuration every equation check runs on."""
+    configs = sorted({c.config for c in mb.checks.values() if c.config})
+    if not configs:
+        return ""
+    return ("Every equation check on these pages runs the page's step program and the reference implementation "
+            f"on the same input, at the family's {'; '.join(configs)}. Small widths keep a check fast; the "
+            "routing, scaling and rotary settings are the model's own.")
+
+
+def real_check_view(c: RealWeightCheck) -> RealCheckView:
+    return RealCheckView(
+        f"Checked on the checkpoint’s real weights: block {c.layer + 1} run with the weights stored in {c.source} "
+        f"and compared with {c.reference}: within the tolerance {c.tolerance:g} (max |Δ| = ",
+        measured(c.max_abs_error), f" on the machine that built this page); {c.detail}.")
+
+
+def measured(error: float) -> str:
+    """A measured max |Δ| as the page prints it."""
+    return f"{error:.1e}"
+
+
+def _title_of(mb: ModelBuild, path: str) -> str:
+    for anc, comp in walk(mb.spec.root):
+        if path_key(anc, comp) == path:
+            return comp.title if path else mb.content.meta.name
+    return path
+
+
+def budget_preview(mb: ModelBuild) -> str:
+    """Index preview: the share of parameters in each top-level part of the model."""
+    segments = []
+    for ch in mb.spec.root.children:
+        acc = mb.ledger.accounts[ch.key]
+        if ch.children and ch.kind == "group":
+            for sub in ch.children:
+                sub_acc = mb.ledger.accounts[f"{ch.key}.{sub.key}"]
+                segments.append((sub.crumb or sub.title, sub_acc.total))
+        elif acc.total:
+            segments.append((ch.title, acc.total))
+    return budget_svg(mb.content.meta.name, segments)
+
+
+def model_card(mb: ModelBuild, preview_svg: str = "") -> ModelCardView:
+    facts = mb.spec.facts
+    return ModelCardView(mb.content.meta.name, f"models/{mb.slug}/index.html",
+                         f"{mb.content.meta.lab} · {month(mb.content.meta.released)}", mb.content.meta.tagline,
+                         fmt(mb.ledger.total), facts, mb.check_phrase, preview_svg)
