@@ -170,9 +170,9 @@ def add(project, args) -> int:
         return 1
     path = add_model(project.content, args.add_model, args.config, args.repo, args.revision, args.released)
     print(f"wrote {path}")
-    from explorer.checkpoint.published_keys import unused_report
     from explorer.content.model_content import load_model_content
     from explorer.model.families import FAMILIES
+    from explorer.model.published_keys import unused_report
 
     content = load_model_content(path.parent)
     for line in unused_report(FAMILIES[content.meta.family], content.checkpoint.config_unused):

@@ -5,7 +5,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from explorer.render.publish import Protected
+
+@dataclass(frozen=True, slots=True)
+class Protected:
+    """A folder of the project that the output folder may not equal or contain."""
+
+    label: str
+    path: Path
+    may_hold_output: bool = False
+    """Whether the output folder may lie inside it (the project root holds site/ by default)."""
 
 
 @dataclass(frozen=True, slots=True)

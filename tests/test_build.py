@@ -100,7 +100,8 @@ def test_down_projection_page_shows_what_the_seed_shows(built_site):
 
 
 def test_transformers_excerpts_are_real_file_lines(built_site):
-    from explorer.checkpoint.sources import locate_symbol, transformers_file
+    from explorer.checkpoint.sources import locate_symbol
+    from explorer.model.transformers_files import transformers_file
 
     path = transformers_file("models/deepseek_v3/modeling_deepseek_v3.py")
     first, last = locate_symbol(path.read_text(), "DeepseekV3MLP")

@@ -99,7 +99,8 @@ def test_line_map_symbol_not_cited_by_the_family(project_copy):
 
 
 def test_cited_transformers_symbol_missing_from_its_file():
-    from explorer.checkpoint.sources import _Resolver, transformers_file
+    from explorer.checkpoint.sources import _Resolver
+    from explorer.model.transformers_files import transformers_file
 
     content = load_model_content(ROOT / "content/models/kimi-k2")
     resolver = _Resolver(content, fetch=False)
@@ -401,7 +402,8 @@ def test_out_of_range_and_non_finite_config_values_are_one_line_each(project_cop
 
 
 def _mlp_lines() -> tuple[int, int, list[str]]:
-    from explorer.checkpoint.sources import locate_symbol, transformers_file
+    from explorer.checkpoint.sources import locate_symbol
+    from explorer.model.transformers_files import transformers_file
 
     text = transformers_file(TRANSFORMERS_FILE).read_text()
     first, last = locate_symbol(text, "DeepseekV3MLP")

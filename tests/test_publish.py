@@ -17,7 +17,8 @@ import pytest
 from conftest import ROOT, build_main, run_build
 
 from explorer.errors import OutputError
-from explorer.render.publish import MARKER, Protected, check_output, claim_output, lock_path, publish, stage
+from explorer.project import Protected
+from explorer.render.publish import MARKER, check_output, claim_output, lock_path, publish, stage
 
 
 def one_error_line(result: subprocess.CompletedProcess[str]) -> str:

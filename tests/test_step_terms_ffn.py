@@ -10,7 +10,7 @@ import pytest
 from conftest import ROOT
 
 from explorer.content.model_content import load_model_content
-from explorer.model.components.step_terms import unshown_terms
+from explorer.model.components.step_term_checks import unshown_terms
 from explorer.model.families import load_model_spec
 from explorer.spec.types import walk
 
@@ -111,7 +111,7 @@ def test_every_options_class_classed_here_has_a_mutation_case():
 
 def test_relu2_width_is_structural_and_its_step_stays_checked_by_the_rest():
     from explorer.model.components.relu2_experts import Relu2Options
-    from explorer.model.components.step_terms import TERMS
+    from explorer.model.components.step_term_checks import TERMS
 
     fn, structural = TERMS[Relu2Options]
     assert structural == {"width"} and fn(Relu2Options(8)) == ()

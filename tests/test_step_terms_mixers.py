@@ -10,7 +10,7 @@ import pytest
 from conftest import ROOT
 
 from explorer.content.model_content import load_model_content
-from explorer.model.components.step_terms import unshown_terms
+from explorer.model.components.step_term_checks import unshown_terms
 from explorer.model.components.step_terms_mixers import nested_mismatches
 from explorer.model.families import load_model_spec
 from explorer.spec.types import walk

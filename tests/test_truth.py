@@ -132,7 +132,7 @@ def all_specs():
 
 
 def test_every_step_names_every_factor_its_program_applies(all_specs):
-    from explorer.model.components.step_terms import TERMS, unshown_terms
+    from explorer.model.components.step_term_checks import TERMS, unshown_terms
     from explorer.spec.types import path_key, walk
 
     problems, unclassed = [], set()
@@ -151,7 +151,7 @@ def _with_step(comp, name: str, latex: str):
 
 
 def test_a_step_that_drops_a_factor_fails():
-    from explorer.model.components.step_terms import unshown_terms
+    from explorer.model.components.step_term_checks import unshown_terms
     from explorer.spec.types import walk
 
     ds = spec_of("deepseek-v3")
@@ -166,7 +166,7 @@ def test_a_step_that_drops_a_factor_fails():
 
 def test_gpt_oss_rotary_step_without_yarns_attention_factor_fails(monkeypatch):
     from explorer.model.components import rope as rope_module
-    from explorer.model.components.step_terms import unshown_terms
+    from explorer.model.components.step_term_checks import unshown_terms
     from explorer.spec.types import walk
 
     rotary = next(c for _, c in walk(spec_of("gpt-oss-20b").root) if c.program == "rope")

@@ -11,35 +11,16 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field, fields
-from functools import cache, cached_property
+from functools import cached_property
 from typing import Any
 
 from explorer.checkpoint.tensor_names import NameBox, Skeleton, name_box, pattern_box, split_name
 from explorer.errors import CheckpointError
-from explorer.spec.storage import DTYPE_BYTES
+from explorer.spec.storage import known_dtype, storage_block
 
 MAX_TENSORS = 5_000_000
 """Most tensors a header, checkpoint, manifest or listing may name (Kimi K2 has 139,644), checked before any
 list of names is built."""
-
-
-@cache
-def ggml_blocks() -> dict[str, tuple[int, int]]:
-    """GGUF (llama.cpp) types by name: (elements per block, bytes per block), from the gguf package's table."""
-    from gguf import GGML_QUANT_SIZES
-
-    return {t.name: sizes for t, sizes in GGML_QUANT_SIZES.items()}
-
-
-def known_dtype(dtype: str) -> bool:
-    """A safetensors dtype or a GGUF (llama.cpp) type name (gguf, and its numpy, imported only for the latter)."""
-    return dtype in DTYPE_BYTES or dtype in ggml_blocks()
-
-
-def storage_block(dtype: str) -> tuple[int, int]:
-    """Elements per block and bytes per block of a stored dtype: (1, size) for safetensors dtypes; quantized
-    GGUF types store whole blocks (Q4_1: 32 values in 20 bytes)."""
-    return (1, DTYPE_BYTES[dtype]) if dtype in DTYPE_BYTES else ggml_blocks()[dtype]
 
 
 class _Sized:

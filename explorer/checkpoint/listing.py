@@ -18,12 +18,12 @@ from explorer.checkpoint.index import (
     check_index,
     group_indexed,
     is_count,
-    known_dtype,
 )
 from explorer.checkpoint.manifest import ManifestGroup, stored_groups
 from explorer.checkpoint.safetensors_headers import MAX_HEADER_BYTES, load_json, read_capped
 from explorer.checkpoint.tensor_names import pattern_box, pattern_size, shared_name
 from explorer.errors import CheckpointError, did_you_mean
+from explorer.spec.storage import known_dtype
 
 _LISTING_KEYS = {"repo_id", "provenance", "tensors"}
 _ENTRY_KEYS = {"name", "shape", "dtype", "shard"}

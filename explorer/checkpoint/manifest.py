@@ -13,9 +13,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from explorer.checkpoint.index import MAX_TENSORS, CheckpointIndex, TensorGroup, check_index, known_dtype, storage_block
+from explorer.checkpoint.index import MAX_TENSORS, CheckpointIndex, TensorGroup, check_index
 from explorer.checkpoint.tensor_names import pattern_box, pattern_size, shared_name
 from explorer.errors import CheckpointError, ContentError
+from explorer.spec.storage import known_dtype, storage_block
 
 MANIFEST_FILE = "checkpoint.toml"
 

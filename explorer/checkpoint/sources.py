@@ -11,8 +11,6 @@ import ast
 import dataclasses
 import functools
 import hashlib
-import importlib.metadata
-import importlib.util
 import json
 import os
 from collections.abc import Callable
@@ -27,6 +25,7 @@ from explorer.checkpoint.safetensors_headers import load_json
 from explorer.content.json_lines import key_lines
 from explorer.content.model_content import ModelContent
 from explorer.errors import CheckpointError, ContentError, did_you_mean
+from explorer.model.transformers_files import transformers_file, transformers_version
 from explorer.spec.types import Citation, ModelSpec, path_key, walk
 
 TRANSFORMERS_REPO_URL = "https://github.com/huggingface/transformers/blob/v{version}/src/transformers/{path}"
@@ -95,18 +94,6 @@ def defined_symbols(text: str) -> list[str]:
             if isinstance(node, ast.ClassDef):
                 out += [f"{node.name}.{n.name}" for n in node.body if isinstance(n, ast.FunctionDef)]
     return out
-
-
-@functools.cache
-def transformers_version() -> str:
-    return importlib.metadata.version("transformers")  # scans the installed distributions: read it once
-
-
-def transformers_file(rel: str) -> Path:
-    """Path of a file inside the installed transformers package."""
-    spec = importlib.util.find_spec("transformers")
-    assert spec is not None and spec.origin is not None
-    return Path(spec.origin).parent / rel
 
 
 def hub_text(repo_id: str, revision: str, filename: str, fetch: bool) -> str | None:

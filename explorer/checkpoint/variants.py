@@ -175,7 +175,7 @@ def add_variant(content_dir: Path, base: str, quant_config: Path, repo: str, rev
         q = data.get("quantization_config") or data.get("text_config", {}).get("quantization_config")
         if q is None:
             raise ContentError([f"{quant_config}: no 'quantization' or 'quantization_config' table"])
-        from explorer.commands.add_model import toml_value
+        from explorer.content.toml_text import toml_value
 
         lines += ["[quantization_config]"] + [f"{k} = {toml_value(v)}" for k, v in sorted(q.items()) if v is not None]
     out = folder / VARIANTS_DIR / f"{name}.toml"

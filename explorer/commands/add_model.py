@@ -1,7 +1,7 @@
 """Write content/models/SLUG/ from a published config.json: `build.py --add-model SLUG --config PATH --repo OWNER/NAME
 --revision SHA`. The family comes from the config's model_type (or architectures); the config is validated by
 the family before anything is written; keys published as null are listed in `checkpoint.config_nulls` (TOML has
-no null), keys nothing reads in `checkpoint.config_unused` (explorer/checkpoint/published_keys.py), the line ranges of the keys
+no null), keys nothing reads in `checkpoint.config_unused` (explorer/model/published_keys.py), the line ranges of the keys
 the family's pages cite in `checkpoint.config_lines`, and the config's sha256 is recorded so that its bytes can be
 verified later.
 """
@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 import re
 import shutil
 from collections import Counter
@@ -18,13 +17,14 @@ from pathlib import Path
 from typing import Any
 
 from explorer.checkpoint.hub import MAX_HUB_FILE_BYTES
-from explorer.checkpoint.published_keys import classify, without_unused
 from explorer.checkpoint.safetensors_headers import read_capped
 from explorer.checkpoint.sources import config_values_digest
 from explorer.content.json_lines import key_lines
 from explorer.content.model_content import MODEL_FILE, SLUG, UNPINNED
+from explorer.content.toml_text import toml_key, toml_string, toml_value
 from explorer.errors import CheckpointError, ContentError
 from explorer.model.families import family_for
+from explorer.model.published_keys import classify, without_unused
 from explorer.spec.types import ModelSpec, walk
 
 REVISION = re.compile(r"^[0-9a-f]{40}$")
@@ -133,7 +133,7 @@ def model_toml(slug: str, family: str, config: dict[str, Any], nulls: list[str],
              f"config_provenance = {toml_value(f'{source} as given to --add-model; sha256 of its bytes recorded')}",
              f"config_nulls = {toml_value(nulls)}"]
     if unused:  # each is in [config] below, as published; the family and the reference config class read none
-        lines += ["# Published keys no config class reads (explorer/checkpoint/published_keys.py): kept in [config] as published.",
+        lines += ["# Published keys no config class reads (explorer/model/published_keys.py): kept in [config] as published.",
                   f"config_unused = {toml_value(list(unused))}"]
     if order != sorted(order):
         lines.append(f"config_order = {toml_value(order)}")
@@ -147,42 +147,3 @@ def model_toml(slug: str, family: str, config: dict[str, Any], nulls: list[str],
         lines += ["", f"[config.{toml_key(key)}]"]
         lines += [f"{toml_key(k)} = {toml_value(v)}" for k, v in table.items() if v is not None]
     return "\n".join(lines) + "\n"
-
-
-def toml_key(key: str) -> str:
-    return key if re.fullmatch(r"[A-Za-z0-9_\-]+", key) else toml_string(key)
-
-
-def toml_string(text: str) -> str:
-    """A TOML basic string: JSON's escapes of control characters, and of DEL, which TOML also forbids raw; a lone
-    surrogate (valid in JSON's escapes, not in UTF-8) is refused before anything is written."""
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        raise ContentError([f"value {text!r}: not valid Unicode (a lone surrogate), so it cannot be recorded"]) from None
-    return json.dumps(text, ensure_ascii=False).replace("\x7f", "\\u007f")
-
-
-def toml_value(value: Any) -> str:
-    """A TOML literal that reads back as the same value (floats by their shortest round-trip repr)."""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, int):
-        return str(value)
-    if isinstance(value, float):
-        if math.isnan(value):
-            return "nan"
-        if math.isinf(value):
-            return "inf" if value > 0 else "-inf"
-        text = repr(value)
-        return text if any(c in text for c in ".en") else text + ".0"
-    if isinstance(value, str):
-        return toml_string(value)
-    if isinstance(value, (list, tuple)):
-        return "[" + ", ".join(toml_value(v) for v in value) + "]"
-    if isinstance(value, dict):
-        # TOML has no null: a nested key published as null is left out, as in [config.*] tables, and takes the
-        # default the config class gives it (quantization_config's actorder, input_activations, ...)
-        return "{ " + ", ".join(f"{toml_key(k)} = {toml_value(v)}" for k, v in sorted(value.items())
-                                if v is not None) + " }"
-    raise ContentError([f"value {value!r}: cannot be written as TOML"])

@@ -75,7 +75,7 @@ class CheckpointRef:
     config_nulls: tuple[str, ...] = ()
     """config.json keys published as null (TOML has no null): the family reads them as None."""
     config_unused: tuple[str, ...] = ()
-    """config.json keys the family does not read and no file of the reference names (explorer/checkpoint/published_keys.py):
+    """config.json keys the family does not read and no file of the reference names (explorer/model/published_keys.py):
     recorded in [config] as published, so the recorded values still serialise to the published bytes, but left
     out of the config the family reads and the reference config class is built from; the model page lists them."""
     modeling_file: str = ""
@@ -378,8 +378,7 @@ def _revision_problems(path: Path, ref: CheckpointRef | None) -> list[str]:
 
 
 def _storage_problems(path: Path, ref: CheckpointRef | None) -> list[str]:
-    from explorer.checkpoint.index import ggml_blocks, known_dtype
-    from explorer.spec.storage import DTYPE_BYTES
+    from explorer.spec.storage import DTYPE_BYTES, ggml_blocks, known_dtype
 
     if ref is None:
         return []

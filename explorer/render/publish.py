@@ -22,10 +22,10 @@ import sys
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 
 from explorer.errors import OutputError
+from explorer.project import Protected
 
 MARKER = ".explorer-site"
 """File in every site explorer writes: only a folder holding it (or an empty one) is ever replaced."""
@@ -33,16 +33,6 @@ MARKER_TEXT = "Written by explorer's build.py, which replaces this whole folder 
 _RENAME_NOREPLACE = 1
 _RENAME_EXCHANGE = 2
 _AT_FDCWD = -100
-
-
-@dataclass(frozen=True, slots=True)
-class Protected:
-    """A folder of the project that the output folder may not equal or contain."""
-
-    label: str
-    path: Path
-    may_hold_output: bool = False
-    """Whether the output folder may lie inside it (the project root holds site/ by default)."""
 
 
 def check_output(out: Path, protected: tuple[Protected, ...] = ()) -> Path:

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import cache
 from typing import Literal
 
 Role = Literal["parameter", "quant_scale", "buffer"]
@@ -299,3 +300,22 @@ def bytes_per_parameter(scheme: Storage, shape: tuple[int, ...] = (4096, 4096)) 
     """Bytes a weight of `shape` takes stored as `scheme`, per logical parameter: its values with every scale,
     per-tensor scalar and shape vector the scheme stores beside them (what a memory figure should multiply)."""
     return sum(t.nbytes for t in scheme.expand("w.weight", shape)) / math.prod(shape)
+
+
+@cache
+def ggml_blocks() -> dict[str, tuple[int, int]]:
+    """GGUF (llama.cpp) types by name: (elements per block, bytes per block), from the gguf package's table."""
+    from gguf import GGML_QUANT_SIZES
+
+    return {t.name: sizes for t, sizes in GGML_QUANT_SIZES.items()}
+
+
+def known_dtype(dtype: str) -> bool:
+    """A safetensors dtype or a GGUF (llama.cpp) type name (gguf, and its numpy, imported only for the latter)."""
+    return dtype in DTYPE_BYTES or dtype in ggml_blocks()
+
+
+def storage_block(dtype: str) -> tuple[int, int]:
+    """Elements per block and bytes per block of a stored dtype: (1, size) for safetensors dtypes; quantized
+    GGUF types store whole blocks (Q4_1: 32 values in 20 bytes)."""
+    return (1, DTYPE_BYTES[dtype]) if dtype in DTYPE_BYTES else ggml_blocks()[dtype]

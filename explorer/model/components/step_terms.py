@@ -4,13 +4,14 @@ that names it there.
 
 Every field of a registered options class is either such a factor or listed as structural (a size the shapes
 already show, a module name): a field added to an options class, which its program may then read, fails
-`unshown_terms` until it is classed. tests/test_truth.py checks every component of every model against these.
+`unshown_terms` (explorer/model/components/step_term_checks.py, which imports every registration) until it is
+classed. tests/test_truth.py checks every component of every model against these.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from explorer.model.components.attention import ScoresOptions
@@ -21,7 +22,6 @@ from explorer.model.components.moe import SCORE_LATEX, RouterOptions, score_symb
 from explorer.model.components.norms import NormOptions
 from explorer.model.components.rope import RopeOptions, attention_factor, yarn_bounds
 from explorer.model.components.softcap import SoftcapOptions
-from explorer.spec.types import Component
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,7 +48,7 @@ TERMS: dict[type, tuple[TermsOf, frozenset[str]]] = {}
 """Options class -> (its terms for given options, its structural fields)."""
 
 
-_SWITCHES: dict[type, tuple[str, ...]] = {
+SWITCHES: dict[type, tuple[str, ...]] = {
     RouterOptions: ("router_bias", "softmax_after_topk", "scoring", "correction_bias", "n_group", "topk_group",
                     "norm_topk_prob", "scaling"),
     RopeOptions: ("zero_frequency_pairs", "unrotated_tail", "factor", "beta_fast", "beta_slow", "mscale", "mscale_all_dim",
@@ -63,12 +63,12 @@ whatever their value."""
 
 
 def switched_by(cls: type, *names: str) -> None:
-    """Class `names` of `cls` as switches (see _SWITCHES): registers() passes its own, other modules theirs."""
-    _SWITCHES[cls] = (*_SWITCHES.get(cls, ()), *names)
+    """Class `names` of `cls` as switches (see SWITCHES): registers() passes its own, other modules theirs."""
+    SWITCHES[cls] = (*SWITCHES.get(cls, ()), *names)
 
 
 def registers(cls: type, structural: tuple[str, ...] = (), switches: tuple[str, ...] = ()) -> Callable[[TermsOf], TermsOf]:
-    """switches: fields classed as factors whatever their value (see _SWITCHES)."""
+    """switches: fields classed as factors whatever their value (see SWITCHES)."""
     def register(fn: TermsOf) -> TermsOf:
         TERMS[cls] = (fn, frozenset(structural))
         switched_by(cls, *switches)
@@ -167,37 +167,3 @@ def _softcap(o: SoftcapOptions) -> tuple[Term, ...]:
 def for_programs(programs: tuple[str, ...], terms: Iterable[Term]) -> list[Term]:
     """`terms`, required only of components running one of `programs`."""
     return [replace(t, programs=programs) for t in terms]
-
-
-def unshown_terms(comp: Component) -> list[str]:
-    """Each factor comp's program applies that its steps do not name, and each options field not classed;
-    [] for a component whose options class is not registered (see registered())."""
-    if comp.options is None or type(comp.options) not in TERMS:
-        return []
-    fn, structural = TERMS[type(comp.options)]
-    terms = fn(comp.options)
-    out = [f"options field '{f.name}' of {type(comp.options).__name__} is neither a factor a step names nor "
-           "structural" for f in fields(comp.options)  # type: ignore[arg-type]  # every registered options class is a dataclass
-           if f.name not in structural
-           and f.name not in {t.field for t in _all_terms(fn, comp.options)}]
-    for t in terms:
-        if t.programs and comp.program not in t.programs:
-            continue
-        steps = [s for s in comp.steps if not t.step or s.name == t.step]
-        if not any(text in s.latex for s in steps for text in (t.latex, *t.also)):
-            where = f"step '{t.step}'" if t.step else "no step"
-            out.append(f"{where} shows {t.field} = {getattr(comp.options, t.field)!r} (expected {t.latex!r} in it)")
-    return out
-
-
-def _all_terms(fn: TermsOf, o: Any) -> tuple[Term, ...]:
-    """The terms of `o` and of the field values that switch other terms on (every field a program may read)."""
-    return fn(o) + tuple(Term(f, "", "") for f in _SWITCHES.get(type(o), ()))
-
-
-def registered() -> tuple[type, ...]:
-    return tuple(TERMS)
-
-
-# Each registers its options' terms on import: feed-forward, head and vision; the token mixers.
-from explorer.model.components import step_terms_ffn, step_terms_mixers  # noqa: E402,F401

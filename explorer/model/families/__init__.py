@@ -5,10 +5,9 @@ from __future__ import annotations
 import dataclasses
 import fnmatch
 
-from explorer.checkpoint import published_keys
-from explorer.checkpoint.index import ggml_blocks
 from explorer.content.model_content import ModelContent
 from explorer.errors import ContentError, did_you_mean
+from explorer.model import published_keys
 from explorer.model.families.base import Family
 from explorer.model.families.deepseek_v3 import FAMILY as DEEPSEEK_V3
 from explorer.model.families.deepseek_v4 import FAMILY as DEEPSEEK_V4
@@ -30,7 +29,7 @@ from explorer.model.families.qwen3 import FAMILY as QWEN3
 from explorer.model.families.qwen3_5 import FAMILY as QWEN3_5
 from explorer.model.families.qwen3_5 import MOE_FAMILY as QWEN3_5_MOE
 from explorer.model.families.qwen3_moe import FAMILY as QWEN3_MOE
-from explorer.spec.storage import DTYPE_BYTES, Dense, GGUFQuant, Storage
+from explorer.spec.storage import DTYPE_BYTES, Dense, GGUFQuant, Storage, ggml_blocks
 from explorer.spec.types import Component, ModelSpec
 
 FAMILIES: dict[str, Family] = {f.name: f for f in (DEEPSEEK_V3, LLAMA, QWEN3, GPT2, GEMMA3_TEXT, GEMMA3, MIXTRAL,

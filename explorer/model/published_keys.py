@@ -127,7 +127,7 @@ def _names(path: Path, key: str) -> bool:
 def reference_files(family: Family) -> tuple[Path, ...]:
     """The installed transformers files that define or read the family's reference config: the configuration and
     modeling modules beside its config class, the family's cited modeling file, and the base classes' files."""
-    from explorer.checkpoint.sources import transformers_file
+    from explorer.model.transformers_files import transformers_file
 
     root = transformers_file("models")
     defines = f"class {family.reference.config_class}("
