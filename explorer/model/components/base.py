@@ -276,6 +276,16 @@ def relative_module(parent: Component, child: Component) -> str:
     return inner[len(outer):] if inner.startswith(outer) else inner
 
 
+def first_steps(children: tuple[Component, ...], *keys: str) -> tuple[Step, ...]:
+    """The first step of each child named, in the order named: a builder assembles its steps by child key, so adding
+    a projection shifts nothing."""
+    by_key = {c.key: c for c in children}
+    missing = [k for k in keys if k not in by_key]
+    if missing:
+        raise KeyError(f"no child {missing} (children: {list(by_key)})")
+    return tuple(by_key[k].steps[0] for k in keys)
+
+
 def run_child(comp: Component, key: str, run: Run, *inputs: Any, prefix: str = "") -> Any:
     """Run the child `key` of `comp` with its own program, on the weights of its own module."""
     child = comp.child(key)

@@ -29,7 +29,16 @@ if TYPE_CHECKING:
 else:  # imported on first use: a build whose torch stages are cached never needs it
     from explorer.torch_on_first_use import F, torch
 
-from explorer.model.components.base import Ctx, Run, options, program, reference_call, relative_module, run_child
+from explorer.model.components.base import (
+    Ctx,
+    Run,
+    first_steps,
+    options,
+    program,
+    reference_call,
+    relative_module,
+    run_child,
+)
 from explorer.model.components.linear import linear
 from explorer.model.components.mlp import tower_mlp
 from explorer.model.components.norms import layernorm
@@ -137,7 +146,7 @@ def attention(ctx: Ctx, *, prefix: str, ranges: tuple[IndexRange, ...], x: Port,
                   rf"{o.rope_theta:g}^{{-j/{quarter}}},\ j<{quarter}", x.shape, "rotate")
     attend = Step(rf"O_h=\operatorname{{softmax}}\!\left(\tilde q_h\tilde k_h^{{\top}}/\sqrt{{{hd}}}\right)v_h,\quad "
                   rf"h=1,\dots,{o.heads}", x.shape, "attend")
-    steps = (children[0].steps[0], children[1].steps[0], children[2].steps[0], rotate, attend, children[3].steps[0])
+    steps = (*first_steps(children, "q_proj", "k_proj", "v_proj"), rotate, attend, *first_steps(children, "proj"))
     return Component(
         key="attn", title="Bidirectional attention with 2-D rotary positions", kind="learned",
         code="Kimi_K25VisionAttention(config)",

@@ -14,7 +14,19 @@ if TYPE_CHECKING:
     import torch
 
 from explorer.model.components.attention import ScoresOptions, attend, plain_memory, scores
-from explorer.model.components.base import Ctx, Run, ctx_colour, k, options, program, q, reference_call, run_child, v
+from explorer.model.components.base import (
+    Ctx,
+    Run,
+    ctx_colour,
+    first_steps,
+    k,
+    options,
+    program,
+    q,
+    reference_call,
+    run_child,
+    v,
+)
 from explorer.model.components.linear import linear
 from explorer.model.components.serving import layer_memory
 from explorer.spec.types import Citation, Component, Dim, IndexRange, Port, Step
@@ -49,10 +61,10 @@ def nope_attention(ctx: Ctx, *, prefix: str, ranges: tuple[IndexRange, ...], x: 
                equation=rf"{y.latex}=[{ctx_colour('O_1')};\dots;{ctx_colour(f'O_{{{n}}}')}]W_{{O}}",
                code="self.o_proj(attn_output)", description=f"Mix the {n} heads' outputs back to {d:,} features."),
     )
-    steps = (children[0].steps[0], children[1].steps[0], children[2].steps[0],
+    steps = (*first_steps(children, "q_proj", "k_proj", "v_proj"),
              Step(rf"{q('Q')}=\operatorname{{reshape}}({q('q')}),\ {k('K')}=\operatorname{{reshape}}({k('k')}),\ "
                   rf"{v('V')}=\operatorname{{reshape}}({v('v')})", ctx.tokens(heads, d_head), "heads"),
-             *sc.steps, children[4].steps[0])
+             *sc.steps, *first_steps(children, "o_proj"))
     return Component(
         key="attn", title="Grouped-query attention (no RoPE)", crumb="Attention", kind="learned",
         code="NemotronHAttention(config, layer_idx)",

@@ -23,6 +23,7 @@ from explorer.model.components.base import (
     B,
     Ctx,
     Run,
+    first_steps,
     options,
     program,
     reference_call,
@@ -111,7 +112,7 @@ def vision_attention(ctx: Ctx, *, prefix: str, ranges: tuple[IndexRange, ...], x
     hd = d // heads
     attend = Step(rf"O_h=\operatorname{{softmax}}\!\left(q_hk_h^{{\top}}/\sqrt{{{hd}}}\right)v_h,\quad h=1,\dots,"
                   rf"{heads}", x.shape, "attend")
-    steps = (children[0].steps[0], children[1].steps[0], children[2].steps[0], attend, children[3].steps[0])
+    steps = (*first_steps(children, "q_proj", "k_proj", "v_proj"), attend, *first_steps(children, "out_proj"))
     return Component(
         key="self_attn", title="Bidirectional attention", kind="learned", code="SiglipAttention(config)",
         description=f"{heads} heads of {hd} features; every patch attends to every patch (no mask).",
