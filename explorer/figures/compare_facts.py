@@ -23,7 +23,7 @@ from explorer.model.components.layer_attention import LayerAttentionOptions
 from explorer.model.components.mla import MLAOptions
 from explorer.spec.types import Component, ModelSpec, path_key, walk
 
-ATTENTION_ROLES = ("Attention", "Linear attention (Gated DeltaNet)", "State space (Mamba-2)")
+ATTENTION_ROLES = ("Attention", "Linear attention (Gated DeltaNet)", "Linear attention (KDA)", "State space (Mamba-2)")
 VISION_ROLE = "Vision tower and projector"
 
 

@@ -15,8 +15,8 @@ from explorer.model.components.base import COMPARISON_ROLES
 from explorer.spec.types import Component, ModelSpec, path_key, walk
 
 ROLES = ("Token embedding", "Position embedding", "Attention", "Linear attention (Gated DeltaNet)",
-         "State space (Mamba-2)", "Feed-forward (dense)", "Mixture of experts", "Hyper-connections", "Norms", "LM head",
-         "Multi-token prediction", "Vision tower and projector", "Other")
+         "Linear attention (KDA)", "State space (Mamba-2)", "Feed-forward (dense)", "Mixture of experts",
+         "Hyper-connections", "Norms", "LM head", "Multi-token prediction", "Vision tower and projector", "Other")
 _BY_PROGRAM = COMPARISON_ROLES
 """Program -> role, registered beside each program (`@program(name, role=...)` in explorer/model/components/); importing
 the families imports every part. moe_beside_mlp (Gemma 4) has none: its dense MLP, norms, router and experts take

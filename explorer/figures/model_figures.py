@@ -416,29 +416,39 @@ def _recurrent(kinds: list[LayerKind], part: str) -> list[LayerKind]:
     return [k for k in kinds if any(p.name == part for p in k.state)]
 
 
+def _mixer_name(kind: LayerKind) -> str:
+    """The token mixer a recurrent layer kind is named for: its block kind's title before " block" ("Gated DeltaNet
+    block" -> "Gated DeltaNet", "KDA block (MoE)" -> "KDA")."""
+    return kind.title.split(" block")[0]
+
+
 def _deltanet_state_figures(kinds: list[LayerKind], costs: list[LayerKind], maximum: int) -> list[Figure]:
-    """Gated DeltaNet layers keep a fixed state (conv and recurrent) whatever the context; attention layers' KV
-    cache grows with it. Per layer kind, exactly, and the sequence's total at 4K, 128K and the maximum context."""
-    layers = _recurrent(kinds, "recurrent state")
-    if not layers:
+    """Delta-rule layers (Gated DeltaNet, KDA) keep a fixed state (conv and recurrent) whatever the context;
+    attention layers' KV cache grows with it. Per mixer (block kinds of one mixer and one state size together),
+    exactly, and the sequence's total at 4K, 128K and the maximum context."""
+    groups: dict[tuple[str, int], list[LayerKind]] = {}
+    for k in _recurrent(kinds, "recurrent state"):
+        groups.setdefault((_mixer_name(k), k.state_bytes), []).append(k)
+    if not groups:
         return []
     out, fixed, parts = [], 0, []
-    for k in layers:
-        state, conv = k.state
-        n = k.layers
-        fixed += n * k.state_bytes
-        parts.append(f"{n} × {k.state_bytes:,}")
+    for (mixer, _), group in groups.items():
+        state, conv = group[0].state
+        n = sum(k.layers for k in group)
+        fixed += n * group[0].state_bytes
+        parts.append(f"{n} × {group[0].state_bytes:,}")
         out += [
-            Figure("recurrent_state_per_layer", f"Recurrent state per Gated DeltaNet layer ({n} layers)",
+            Figure("recurrent_state_per_layer", f"Recurrent state per {mixer} layer ({n} layers)",
                    state.elements, state.formula,
                    f"Numbers in one layer's delta-rule state, held in {state.dtype} ({state.bytes} bytes each): "
                    f"{state.elements * state.bytes:,} bytes. It does not grow with the context."),
-            Figure("conv_state_per_layer", f"Conv state per Gated DeltaNet layer ({n} layers)", conv.elements,
+            Figure("conv_state_per_layer", f"Conv state per {mixer} layer ({n} layers)", conv.elements,
                    conv.formula,
                    f"The last kernel − 1 inputs of each convolution channel, in {conv.dtype} ({conv.bytes} bytes "
                    f"each): {conv.elements * conv.bytes:,} bytes. It does not grow with the context."),
         ]
-    out.append(Figure("recurrent_state_bytes", "Fixed state of all Gated DeltaNet layers (bytes per sequence)", fixed,
+    mixers = " and ".join(dict.fromkeys(m for m, _ in groups))
+    out.append(Figure("recurrent_state_bytes", f"Fixed state of all {mixers} layers (bytes per sequence)", fixed,
                       " + ".join(parts) + " (recurrent state bytes + conv state bytes, per layer)",
                       "Bytes every sequence holds in its linear-attention layers, the same at any context length."))
     kv_per_token = sum(c.layers * c.cache_per_token for c in costs) * 2
@@ -448,7 +458,7 @@ def _deltanet_state_figures(kinds: list[LayerKind], costs: list[LayerKind], maxi
         out.append(Figure(f"sequence_memory_{n_tokens}", f"Cache of one sequence at {name} tokens (BF16 KV)",
                           fixed + kv_per_token * n_tokens,
                           f"{fixed:,} fixed + {kv_per_token:,} × {n_tokens:,} (KV bytes per token × tokens)",
-                          "The Gated DeltaNet layers' fixed state plus the full-attention layers' KV cache, which "
+                          f"The {mixers} layers' fixed state plus the full-attention layers' KV cache, which "
                           "alone grows with the context."))
     return out
 

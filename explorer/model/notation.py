@@ -239,6 +239,11 @@ SYMBOLS: tuple[Symbol, ...] = (
     _s(r"\xi", "computed", "a recurrent mixer's convolution input: x, B, C together (Mamba-2), q, k, v together "
        "(DeltaNet)", _REC),
     _s(r"\tilde \xi", "computed", "a recurrent mixer's convolved input", _REC),
+    _s(r"\xi_{q}", "computed", "KDA: the query projection, before the convolution", _REC),
+    _s(r"\xi_{k}", "computed", "KDA: the key projection, before the convolution", _REC),
+    _s(r"\xi_{v}", "computed", "KDA: the value projection, before the convolution", _REC),
+    _s(r"c^{\alpha}", "computed", "KDA: the forget gate's low-rank latent (d_k wide)", _REC),
+    _s(r"c^{g}", "computed", "KDA: the output gate's low-rank latent (d_k wide)", _REC),
     _s(r"\delta", "computed", "Mamba-2: the raw step size", _REC),
     _s(r"\Delta", "computed", "Mamba-2: the step size Δ_t, softplus of δ_t plus a bias", _REC),
     _s(r"B", "computed", "Mamba-2: the write vector B_t", _REC),

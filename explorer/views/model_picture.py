@@ -121,6 +121,8 @@ def mixer_kind(block: Component, local: bool) -> Kind:
     progs = _programs(block)
     if "gated_deltanet" in progs:
         return Kind("linear", "Gated DeltaNet (linear attention, fixed-size state)")
+    if "kda" in progs:
+        return Kind("linear", "Kimi Delta Attention (linear attention, fixed-size state, decay per key channel)")
     if "mamba2" in progs:
         return Kind("mamba", "Mamba-2 (fixed-size state)")
     # attention programs are those registered in the compare pages' Attention row (any other mixer is a
@@ -139,6 +141,8 @@ def mixer_kind(block: Component, local: bool) -> Kind:
         return Kind("dsa", f"sparse (DSA: an indexer keeps {_option(block, 'topk'):,} tokens), latent KV")
     if "mla" in progs:
         return Kind("mla", "full, multi-head latent attention (MLA)")
+    if "mla_nope" in progs:
+        return Kind("mla", "full, multi-head latent attention (MLA), no position encoding")
     if window:
         return Kind("sliding", f"sliding window {window:,}")
     if chunk:

@@ -8,7 +8,7 @@ models/deepseek_v3/modeling_deepseek_v3.py for the reference module.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -192,10 +192,18 @@ def _kv_steps(ctx: Ctx, o: MLAOptions, x_name: str) -> tuple[Step, ...]:
 
 @program("mla", role="Attention")
 def run_mla(comp: Component, run: Run, x: torch.Tensor, angles: torch.Tensor, M: torch.Tensor) -> list[torch.Tensor]:
+    ro = options(comp.child("rope"), RopeOptions)
+    return mla_forward(comp, run, x, M, rotate_q=lambda t: run.rec("q-rotate", rotate(t, angles, ro)),
+                       rotate_k=lambda t: run.rec("k-rotate", rotate(t, angles, ro)))
+
+
+def mla_forward(comp: Component, run: Run, x: torch.Tensor, M: torch.Tensor, *, rotate_q: Callable[[Any], Any],
+                rotate_k: Callable[[Any], Any]) -> list[torch.Tensor]:
+    """MLA's computation with the query's and the shared key's rotation given (the identity where the layer has no
+    positional encoding, explorer/model/components/mla_nope.py)."""
     o = options(comp, MLAOptions)
     B_, T_, _ = x.shape
     H, nope, rope_d, dv = o.heads, o.nope, o.rope, o.v
-    ro = options(comp.child("rope"), RopeOptions)
     if o.q_lora_rank is not None:
         c_q = run.rec("q-down", run_child(comp, "q_a_proj", run, x))
         c_q_hat = apply_norm(run, "q-norm", c_q, o.norm, "q_a_layernorm.")
@@ -210,12 +218,12 @@ def run_mla(comp: Component, run: Run, x: torch.Tensor, angles: torch.Tensor, M:
     run.rec("q-content", Q_C.reshape(B_, T_, H * nope))
     Q_pe = run.rec("q-rope-heads", q_[..., nope:])
     run.rec("q-rope", Q_pe.reshape(B_, T_, H * rope_d))
-    Q = run.rec("q-concat", torch.cat([Q_C, run.rec("q-rotate", rotate(Q_pe, angles, ro))], dim=-1))
+    Q = run.rec("q-concat", torch.cat([Q_C, rotate_q(Q_pe)], dim=-1))
     kv = run_child(comp, "kv_b_proj", run, c_kv_hat).view(B_, T_, H, nope + dv)  # [B, T, H, d_nope + d_v]
     K_C = run.rec("k-content-heads", kv[..., :nope])
     run.rec("k-content", K_C.reshape(B_, T_, H * nope))
     run.rec("k-rope", k_pe)
-    k_R = run.rec("k-rotate", rotate(k_pe, angles, ro))                             # [B, T, d_rope]
+    k_R = rotate_k(k_pe)                             # [B, T, d_rope]
     K = run.rec("k-concat", torch.cat([K_C, k_R[:, :, None, :].expand(B_, T_, H, rope_d)], dim=-1))
     V = run.rec("v-heads", kv[..., nope:])
     run.rec("v", V.reshape(B_, T_, H * dv))

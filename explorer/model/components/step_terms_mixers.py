@@ -18,6 +18,7 @@ from explorer.model.components.fused_attention import FusedAttentionOptions
 from explorer.model.components.gated_attention import GatedAttentionOptions
 from explorer.model.components.gated_deltanet import DeltaNetOptions
 from explorer.model.components.hyper_connections import HyperOptions
+from explorer.model.components.kda import KDAOptions
 from explorer.model.components.layer_attention import LayerAttentionOptions, scores_options
 from explorer.model.components.layer_blocks import LayerBlockOptions
 from explorer.model.components.mamba2 import Mamba2Options
@@ -303,6 +304,23 @@ def _deltanet(o: DeltaNetOptions) -> tuple[Term, ...]:
             Term("eps", "gated-norm", fmt_eps(o.eps), programs=(*layer, "gated_rmsnorm"))]
     if o.groups > 1:
         out.append(Term("v_heads", "repeat", rf"\lceil h/{o.groups}\rceil", programs=layer))
+    return tuple(out)
+
+
+# ---------------------------------------------------------------------------------------------- KDA
+
+@registers(KDAOptions, structural=_DELTANET_MEMORY)
+def _kda(o: KDAOptions) -> tuple[Term, ...]:
+    """As Gated DeltaNet's, with one head count for queries, keys and values; the forget gate applies d_k (its
+    decay is a vector per head) and the sigmoid-gated norm eps."""
+    split = f"{o.key_dim}+{o.key_dim}+{o.value_dim}"
+    layer = ("kda",)
+    out = [Term(f, "split", split, programs=layer) for f in ("k_heads", "v_heads", "d_k", "d_v")]
+    out += [Term("d_k", "l2norm", rf"\sqrt{{{o.d_k}}}\,\lVert", programs=layer),
+            Term("d_k", "decay", rf"(0,1]^{{{o.d_k}}}", programs=(*layer, "kda_forget_gate")),
+            Term("conv_kernel", "conv", rf"\sum_{{j=0}}^{{{o.conv_kernel - 1}}}", programs=layer),
+            Term("chunk", "chunked", rf"\text{{the same in chunks of {o.chunk}", programs=layer),
+            Term("eps", "gated-norm", fmt_eps(o.eps), programs=(*layer, "sigmoid_gated_rmsnorm"))]
     return tuple(out)
 
 

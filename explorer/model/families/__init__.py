@@ -19,6 +19,7 @@ from explorer.model.families.glm_moe_dsa import FAMILY as GLM_MOE_DSA
 from explorer.model.families.gpt2 import FAMILY as GPT2
 from explorer.model.families.gpt_oss import FAMILY as GPT_OSS
 from explorer.model.families.kimi_k25 import FAMILY as KIMI_K25
+from explorer.model.families.kimi_linear import FAMILY as KIMI_LINEAR
 from explorer.model.families.llama import FAMILY as LLAMA
 from explorer.model.families.llama4 import FAMILY as LLAMA4
 from explorer.model.families.mimo_v2_flash import FAMILY as MIMO_V2_FLASH
@@ -35,7 +36,7 @@ from explorer.spec.types import Component, ModelSpec
 FAMILIES: dict[str, Family] = {f.name: f for f in (DEEPSEEK_V3, LLAMA, QWEN3, GPT2, GEMMA3_TEXT, GEMMA3, MIXTRAL,
                                                     QWEN3_MOE, GPT_OSS, DEEPSEEK_V32, GLM_MOE_DSA, KIMI_K25,
                                                     MINIMAX_M2, MIMO_V2_FLASH, LLAMA4, GEMMA4, DEEPSEEK_V4, NEMOTRON_H,
-                                                    QWEN3_5, QWEN3_5_MOE)}
+                                                    QWEN3_5, QWEN3_5_MOE, KIMI_LINEAR)}
 """Family name (content's model.family) -> family."""
 
 
