@@ -47,7 +47,9 @@ def test_q_lora_rank_null_added_with_add_model_builds_and_agrees(tmp_path):
     content = tmp_path / "content"
     toml = add_model(content, "lite", write_config(tmp_path, lite_config()), "org/lite", REVISION)
     text = toml.read_text()
-    assert 'config_nulls = ["q_lora_rank"]' in text and "rope_scaling" not in text
+    assert 'config_nulls = ["q_lora_rank"]' in text
+    assert "rope_scaling" not in text.split("[config]", 1)[1]  # omitted: not recorded, only listed as defaulted
+    assert "rope_scaling" in load_model_content(toml.parent).checkpoint.config_defaulted
     spec = load_model_spec(load_model_content(toml.parent))
     attn = spec.root.child("blocks").child("moe").child("attn")
     assert [c.key for c in attn.children][:1] == ["q_proj"] and "q_a_proj" not in [c.key for c in attn.children]

@@ -134,10 +134,13 @@ def test_defaulted_keys_are_named_with_their_source(gemma_27b, gemma_270m):
 
 
 def test_defaults_view_shows_value_used(gemma_27b):
+    from types import SimpleNamespace
+
     from explorer.views.model_page import config_display, defaults_view
 
-    class Build:  # the fields defaults_view reads
+    class Build:  # the fields defaults_view reads; no config_defaulted recorded: the formula keys it defaults
         spec = gemma_27b
+        content = SimpleNamespace(checkpoint=SimpleNamespace(config_defaulted=()))
 
     rows = {d.key: d for d in defaults_view(Build())}  # type: ignore[arg-type]
     assert (rows["text_config.vocab_size"].value, rows["text_config.vocab_size"].source) == ("262208",

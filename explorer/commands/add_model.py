@@ -1,7 +1,8 @@
 """Write content/models/SLUG/ from a published config.json: `build.py --add-model SLUG --config PATH --repo OWNER/NAME
 --revision SHA`. The family comes from the config's model_type (or architectures); the config is validated by
 the family before anything is written; keys published as null are listed in `checkpoint.config_nulls` (TOML has
-no null), keys nothing reads in `checkpoint.config_unused` (explorer/model/published_keys.py), the line ranges of the keys
+no null), keys nothing reads in `checkpoint.config_unused` (explorer/model/published_keys.py), keys the family reads that the file
+omits (so that they take the reference config class's defaults) in `checkpoint.config_defaulted`, the line ranges of the keys
 the family's pages cite in `checkpoint.config_lines`, and the config's sha256 is recorded so that its bytes can be
 verified later.
 """
@@ -82,7 +83,8 @@ def add_model(content_dir: Path, slug: str, config_path: Path, repo: str, revisi
     spec = family.build_spec(slug, without_unused(config, unused), str(config_path))  # raises on a bad config
     text = model_toml(slug, family.name, published, nulls, sha256, repo, revision, released, config_path.name,
                       order=list(config), values_sha256=config_values_digest(config), unused=unused,
-                      config_lines=cited_config_lines(spec, source, str(config_path)))
+                      config_lines=cited_config_lines(spec, source, str(config_path)),
+                      defaulted=family.defaulted_keys(config))
     data = text.encode("utf-8")  # before the folder exists: a failure here must leave nothing behind
     try:
         folder.mkdir(parents=True)
@@ -113,10 +115,11 @@ def cited_config_lines(spec: ModelSpec, text: str, where: str) -> dict[str, tupl
 def model_toml(slug: str, family: str, config: dict[str, Any], nulls: list[str], sha256: str, repo: str,
                revision: str, released: str, source: str, order: list[str] | None = None,
                values_sha256: str = "", unused: tuple[str, ...] = (),
-               config_lines: dict[str, tuple[int, int]] | None = None) -> str:
+               config_lines: dict[str, tuple[int, int]] | None = None, defaulted: tuple[str, ...] = ()) -> str:
     """The model.toml text. Nested tables keep the published key order, and the top-level order is recorded
     where it is not sorted, so that the values serialise back to the published bytes (the build checks them
-    against config_sha256). Keys nothing reads are recorded with the rest and listed in config_unused."""
+    against config_sha256). Keys nothing reads are recorded with the rest and listed in config_unused; keys the
+    family reads that the file omits (taking the reference config class's defaults) in config_defaulted."""
     owner, name = repo.split("/", 1)
     order = order or sorted(config)
     source = toml_string(source)[1:-1]  # a newline in the file's name would end the comment and inject TOML
@@ -135,6 +138,9 @@ def model_toml(slug: str, family: str, config: dict[str, Any], nulls: list[str],
     if unused:  # each is in [config] below, as published; the family and the reference config class read none
         lines += ["# Published keys no config class reads (explorer/model/published_keys.py): kept in [config] as published.",
                   f"config_unused = {toml_value(list(unused))}"]
+    if defaulted:  # not in [config]: the family and the reference config class take their defaults
+        lines += ["# Keys the file omits, built with the reference config class's defaults (listed on the model page).",
+                  f"config_defaulted = {toml_value(list(defaulted))}"]
     if order != sorted(order):
         lines.append(f"config_order = {toml_value(order)}")
     if config_lines:

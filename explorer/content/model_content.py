@@ -78,6 +78,12 @@ class CheckpointRef:
     """config.json keys the family does not read and no file of the reference names (explorer/model/published_keys.py):
     recorded in [config] as published, so the recorded values still serialise to the published bytes, but left
     out of the config the family reads and the reference config class is built from; the model page lists them."""
+    config_defaulted: tuple[str, ...] = ()
+    """Keys of the family's config that the recorded config.json omits, so that the model is built with the
+    reference config class's defaults for them (Family.defaulted_keys), as --add-model computed them; the model page
+    lists each with the value it took. Empty in content written before the field: the page then lists only the
+    defaulted keys that appear in formulas. A recorded list must be the family's own (an edited one could hide a
+    default)."""
     modeling_file: str = ""
     """The checkpoint's own modeling code (empty: it ships none that we cite)."""
     source_lines: dict[str, tuple[int, int]] = dataclasses.field(default_factory=dict)

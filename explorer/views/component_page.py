@@ -183,6 +183,9 @@ class ComponentPage(PageBase):
     routing: RoutingView | None = None
     defaults: tuple[DefaultView, ...] = ()
     """Model page only: the keys the published config omits, with the default values used."""
+    defaults_complete: bool = False
+    """True where defaults lists every key the family reads that the file omits (checkpoint.config_defaulted, as
+    --add-model recorded it), not only those in formulas: the page then says the checkpoint may set them otherwise."""
     unused: tuple[UnusedKeyView, ...] = ()
     """Model page only: the keys the published config holds that nothing reads (checkpoint.config_unused)."""
     unused_reader: str = ""
@@ -459,6 +462,7 @@ def component_page(mb: ModelBuild, ancestors: tuple[Component, ...], comp: Compo
         tiny_config=tiny_config(mb) if is_model else "",
         routing=routing_view(mb, path),
         defaults=defaults_view(mb) if is_model else (),
+        defaults_complete=is_model and bool(mb.content.checkpoint.config_defaulted),
         unused=unused_view(mb) if is_model else (),
         unused_reader=FAMILIES[mb.spec.family].reference.config_class,
         variants=variant_views(mb) if is_model else (),

@@ -272,6 +272,10 @@ def variant_views(mb: ModelBuild) -> tuple[VariantView, ...]:
 def defaults_view(mb: ModelBuild) -> tuple[DefaultView, ...]:
     """Each defaulted key with the value the spec was built with and the reference config class it comes from."""
     family = FAMILIES[mb.spec.family]
+    recorded = mb.content.checkpoint.config_defaulted  # every omitted key, where --add-model recorded them
+    if recorded:
+        return tuple(DefaultView(key, config_display(family.defaulted_value(mb.spec.config, key)),
+                                 family.default_source(key)) for key in recorded)
     return tuple(DefaultView(key, config_display(_config_value(mb.spec.config, key)), family.default_source(key))
                  for key in mb.spec.defaulted)
 
@@ -302,7 +306,7 @@ def config_display(value: object) -> str:
         return "null (unset)"
     if isinstance(value, bool):
         return "true" if value else "false"
-    if isinstance(value, str):
+    if isinstance(value, (str, dict, list, tuple)):
         return json.dumps(value)
     return repr(value) if isinstance(value, (int, float)) else str(value)
 

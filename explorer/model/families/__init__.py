@@ -15,6 +15,8 @@ from explorer.model.families.deepseek_v32 import FAMILY as DEEPSEEK_V32
 from explorer.model.families.gemma3 import FAMILY as GEMMA3
 from explorer.model.families.gemma3 import TEXT_FAMILY as GEMMA3_TEXT
 from explorer.model.families.gemma4 import FAMILY as GEMMA4
+from explorer.model.families.glm4_moe import FAMILY as GLM4_MOE
+from explorer.model.families.glm4_moe_lite import FAMILY as GLM4_MOE_LITE
 from explorer.model.families.glm_moe_dsa import FAMILY as GLM_MOE_DSA
 from explorer.model.families.gpt2 import FAMILY as GPT2
 from explorer.model.families.gpt_oss import FAMILY as GPT_OSS
@@ -36,7 +38,7 @@ from explorer.spec.types import Component, ModelSpec
 FAMILIES: dict[str, Family] = {f.name: f for f in (DEEPSEEK_V3, LLAMA, QWEN3, GPT2, GEMMA3_TEXT, GEMMA3, MIXTRAL,
                                                     QWEN3_MOE, GPT_OSS, DEEPSEEK_V32, GLM_MOE_DSA, KIMI_K25,
                                                     MINIMAX_M2, MIMO_V2_FLASH, LLAMA4, GEMMA4, DEEPSEEK_V4, NEMOTRON_H,
-                                                    QWEN3_5, QWEN3_5_MOE, KIMI_LINEAR)}
+                                                    QWEN3_5, QWEN3_5_MOE, KIMI_LINEAR, GLM4_MOE, GLM4_MOE_LITE)}
 """Family name (content's model.family) -> family."""
 
 
@@ -66,6 +68,10 @@ def load_model_spec(content: ModelContent) -> ModelSpec:
     if unused:
         raise ContentError(unused)
     spec = family.build_spec(content.slug, family_config(content), f"{content.folder / 'model.toml'}: table 'config'")
+    recorded = content.checkpoint.config_defaulted
+    if recorded and recorded != (own := family.defaulted_keys(content.config)):
+        raise ContentError([f"{content.folder / 'model.toml'}: key 'checkpoint.config_defaulted': must list the keys "
+                            f"the recorded config omits, {list(own)}, got {list(recorded)}"])
     if not content.checkpoint.storage:
         return spec
     return dataclasses.replace(spec, root=with_storage(spec.root, content.checkpoint.storage,

@@ -145,6 +145,23 @@ class Family:
         """The reference config class whose default a defaulted key (dotted for nested tables) takes."""
         return self.reference.config_class
 
+    defaulted_exempt: ClassVar[tuple[str, ...]] = ("architectures", "model_type", "transformers_version", "auto_map")
+    """Keys never listed as taking a default: what the file says of itself and its loader, not of the model."""
+
+    def defaulted_keys(self, raw: dict[str, Any]) -> tuple[str, ...]:
+        """Every key of the family's config that the published config `raw` omits (published null is not omitted),
+        so that it takes the reference config class's default: what --add-model records as
+        checkpoint.config_defaulted. dtype and torch_dtype name one setting: neither is listed when one is given."""
+        aliases = {"dtype": "torch_dtype", "torch_dtype": "dtype"}
+        return tuple(sorted(f.name for f in dataclasses.fields(self.config_class)
+                            if f.name not in raw and f.name not in self.defaulted_exempt
+                            and aliases.get(f.name) not in raw))
+
+    def defaulted_value(self, config: Any, key: str) -> Any:
+        """The value a defaulted key took, as the model page shows it: the config's own, unless the reference
+        config class derives it when the key is absent (override: GLM-4-MoE's rope_parameters)."""
+        return getattr(config, key)
+
     # ------------------------------------------------------------------------------------------ shared work
 
     def validate(self, raw: dict[str, Any], where: str) -> Any:

@@ -131,6 +131,8 @@ class DeepseekV3(Family):
     """Where the family's transformers code lives (citations, class names); a subclass for a sibling model type
     (DeepSeek-V3.2) points it at its own file."""
     attn_heading: ClassVar[str] = "Multi-head latent attention"
+    attn_short: ClassVar[str] = "MLA"
+    """The attention's name at the start of a block's description (GLM-4-MoE's blocks hold grouped-query attention)."""
     correction_bias_role: ClassVar[TensorRole] = "parameter"
     """The routers' e_score_correction_bias: counted as a parameter here; a persistent buffer in the reference."""
     symbols: ClassVar[tuple[str, ...]] = (
@@ -204,7 +206,7 @@ class DeepseekV3(Family):
             stack(ctx, tuple(blocks), layers=L, citations=BLOCK_CITATIONS[:1],
                   description=f"{L} decoder layers: {len(dense_layers)} dense, {len(moe_layers)} with a mixture of "
                               "experts.")]
-        if c.num_nextn_predict_layers:
+        if getattr(c, "num_nextn_predict_layers", 0):  # GLM-4-MoE-Lite's config has no such key
             mtp_layers = tuple(range(L, L + c.num_nextn_predict_layers))
             block = replace(self.block(ctx, c, "block", "MTP transformer block", mtp_layers, moe_ffn=True,
                                        label="run on the combined state"),
@@ -252,7 +254,7 @@ class DeepseekV3(Family):
             kind=kind, citations=(*BLOCK_CITATIONS[:2], self.ref.cite("transformers' decoder layer has the same "
                                                                       "structure.", "DecoderLayer")),
             attn_heading=self.attn_heading,
-            description=f"MLA and {'a mixture of experts' if moe_ffn else 'a dense SwiGLU MLP'}, each added to the "
+            description=f"{self.attn_short} and {'a mixture of experts' if moe_ffn else 'a dense SwiGLU MLP'}, each added to the "
                         f"residual stream; {label or layer_label(indices)}.")
         return replace(block, repeat_formula="num_hidden_layers − first_k_dense_replace" if moe_ffn
                        else "first_k_dense_replace")
