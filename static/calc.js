@@ -10,10 +10,18 @@
   var d = JSON.parse(node.textContent);
   var out = document.querySelector("table.calc-out");
   var fitsOut = document.getElementById("calc-fits");
+  var noteOut = document.getElementById("calc-note");
   var B = BigInt, MAX = B(d.max), BLOCK = B(d.block);
 
   function fmt(n) { return n.toString().replace(/\B(?=(\d{3})+(?!\d))/g, ","); }
-  function gib(n) { var h = n * 100n / B(d.gib); return fmt(h / 100n) + "." + (h % 100n).toString().padStart(2, "0") + " GiB"; }
+  // As explorer/calculator.py's size: the largest decimal unit the bytes fill once, two decimals truncated.
+  function size(n) {
+    var p = 0, scale = 1n;
+    while (p + 1 < d.units.length && n >= scale * 1000n) { p += 1; scale *= 1000n; }
+    if (p === 0) return fmt(n) + " bytes";
+    var h = n * 100n / scale;
+    return fmt(h / 100n) + "." + (h % 100n).toString().padStart(2, "0") + " " + d.units[p];
+  }
   function min(a, b) { return a < b ? a : b; }
   function ceilDiv(a, b) { return (a + b - 1n) / b; }
 
@@ -42,29 +50,46 @@
   }
   function scoredPrefill(k, c) { return k.r === 1 ? triangle(c, k.w ? B(k.w) : 0n) : pooled(c, B(k.r), 0n); }
   function bytes(elements, half) { return ceilDiv(elements * half, 2n); }
+  function buffered(k, c) {
+    if (k.r === 1) return 0n;
+    return B(k.b) * (c % B(k.r)) + (c >= B(k.r) ? B(k.o) : 0n);
+  }
   function kindBytes(k, c, batch, half, block) {
     if (!cached(k)) return B(k.n) * B(k.s) * batch;
     var e = ceilDiv(entries(k, c), block) * block;
-    return bytes(B(k.n) * B(k.e) * e * batch, half);
+    return bytes(B(k.n) * (B(k.e) * e + buffered(k, c)) * batch, half);
   }
   function layers(n) { return n + (n === 1 ? " layer" : " layers"); }
   var SIZE = { 4: "2 bytes", 2: "1 byte", 1: "0.5 byte" };
 
   // As explorer/calculator.py's evaluate: the same lines, labels and equations.
-  function evaluate(c, batch, kv, wname) {
+  // As explorer/engines.py: llama.cpp's cells per layer, the context padded, a sliding or chunked layer admitting
+  // its window per sequence plus one micro-batch unless swa_full.
+  function pad(n) { return ceilDiv(n, B(d.ll.pad)) * B(d.ll.pad); }
+  function cells(k, c, seqs, ubatch, swaFull) {
+    var nctx = pad(c * seqs), cap = k.w || k.c;
+    if (!cap || swaFull) return nctx;
+    return pad(min(nctx, B(cap) * seqs + ubatch));
+  }
+
+  function evaluate(c, batch, kv, wname, ubatch, swaFull) {
     var half = 0n, w = 0n, i;
     d.kv.forEach(function (x) { if (x[0] === kv) half = B(x[1]); });
     d.weights.forEach(function (x) { if (x[0] === wname) w = B(x[1]); });
     var lines = [["weights", "Weights (" + wname + ")", w, fmt(w) + " bytes"]];
-    var cache = 0n, engine = 0n, perToken = 0n, dec = [], abs = [], pre = [], parts = [], mla = false;
+    var cache = 0n, engine = 0n, perToken = 0n, fixed = 0n, state = 0n, dec = [], abs = [], pre = [], parts = [];
+    var mla = false;
     d.kinds.forEach(function (k, i) {
-      var v = kindBytes(k, c, batch, half, 1n), n = B(k.n);
+      var v = kindBytes(k, c, batch, half, 1n), n = B(k.n), buf = buffered(k, c);
       cache += v; parts.push(fmt(v));
       engine += kindBytes(k, c, batch, half, BLOCK);
-      perToken += n * B(k.p);
+      if (k.g) perToken += n * B(k.p);
+      fixed += B(k.fx);
+      if (!cached(k)) state += n * B(k.s);
+      var held = fmt(B(k.e)) + " × " + fmt(entries(k, c));
       lines.push(cached(k)
         ? ["kind-" + i, k.t + " (" + layers(k.n) + ")", v,
-           k.n + " × " + fmt(B(k.e)) + " × " + fmt(entries(k, c)) + " × " + SIZE[half] + " × " + batch]
+           k.n + " × " + (buf ? "(" + held + " + " + fmt(buf) + " buffered)" : held) + " × " + SIZE[half] + " × " + batch]
         : ["kind-" + i, k.t + ": fixed state (" + layers(k.n) + ")", v, k.n + " × " + fmt(B(k.s)) + " × " + batch]);
       dec.push(n * (B(k.q) * keysRead(k, c) + B(k.x) * entries(k, c)));
       abs.push(n * (B(k.a || k.q) * keysRead(k, c) + B(k.x) * entries(k, c)));  // MLA's absorbed form, as decode_costs
@@ -72,8 +97,11 @@
       pre.push(n * (B(k.q) * readPrefill(k, c) + B(k.x) * scoredPrefill(k, c)));
     });
     var m = B(d.matmul), sum = function (a) { return a.reduce(function (x, y) { return x + y; }, 0n); };
-    lines.push(["per-token", "Cache per token of context, all layers (" + kv + ")", bytes(perToken, half),
+    lines.push(["per-token", "Cache growth per added token, all layers (" + kv + ")", bytes(perToken, half),
                 fmt(perToken) + " elements × " + SIZE[half]]);
+    lines.push(["fixed", "Fixed part per sequence once full: windows, chunks, buffers and states (" + kv + " cache)",
+                bytes(fixed, half) + state, fmt(fixed) + " elements × " + SIZE[half] + " + " + fmt(state) +
+                " bytes of state"]);
     lines.push(["cache", "Cache, all layer kinds (" + batch + " × " + fmt(c) + " tokens)", cache, parts.join(" + ") || "0"]);
     lines.push(["total", "Total: weights + cache", w + cache, fmt(w) + " + " + fmt(cache)]);
     lines.push(["engine", "Engine view: cache in blocks of " + d.block + " tokens per layer", engine,
@@ -87,6 +115,17 @@
     }
     lines.push(["prefill", "FLOPs, prefill of " + fmt(c) + " tokens (one sequence)", c * 2n * m + sum(pre),
                 fmt(c) + " × 2 × " + fmt(m) + " + " + (pre.map(fmt).join(" + ") || "0")]);
+    if (!d.ll.why) {
+      var ll = 0n, llParts = [];
+      d.kinds.forEach(function (k) {
+        var n = cells(k, c, batch, ubatch, swaFull);
+        ll += B(k.n) * B(k.p) * n * B(d.ll.bytes);
+        llParts.push(k.n + " × " + fmt(B(k.p)) + " × " + fmt(n) + " × " + d.ll.bytes);
+      });
+      lines.push(["llama-cpp", "llama.cpp allocates: K and V at F16 in cells padded to " + d.ll.pad + " (" + batch +
+                  " × " + fmt(c) + " tokens, swa_full " + (swaFull ? "on" : "off") + ", n_ubatch " + fmt(ubatch) + ")",
+                  ll, llParts.join(" + ")]);
+    }
     return { lines: lines, half: half, w: w };
   }
 
@@ -98,16 +137,26 @@
     return lo;
   }
 
-  function whole(input, fallback, top) {
-    var v = parseInt(input.value, 10);
-    if (!(v >= 1)) return fallback;
-    return top && B(v) > top ? top : B(v);
+  // A whole number as the reader typed it: "100000", "100,000" or "1e5" (Number reads exponents, parseInt stops at
+  // the "e"); null when it is none.
+  function whole(input) {
+    var v = Number(String(input.value).replace(/[,_\s]/g, ""));
+    return input.value !== "" && Number.isFinite(v) && Math.abs(v) <= 1e18 ? B(Math.floor(v)) : null;
   }
+  // As explorer/calculator.py's clamp_note.
+  function clampNote(c, batch) {
+    var notes = [];
+    if (c > MAX) notes.push("Context " + fmt(c) + " is beyond this model's maximum: evaluated at " + fmt(MAX) + " tokens.");
+    else if (c < 1n) notes.push("Context " + fmt(c) + " is below one token: evaluated at 1.");
+    if (batch < 1n) notes.push("Batch " + fmt(batch) + " is below one sequence: evaluated at 1.");
+    return notes.join(" ");
+  }
+  function clamp(v, top) { return v < 1n ? 1n : top && v > top ? top : v; }
 
   function row(line) {
     var tr = document.createElement("tr"), flops = line[0].indexOf("decode") === 0 || line[0] === "prefill";
     tr.setAttribute("data-key", line[0]);
-    var cells = [["th", line[1]], ["td", fmt(line[2])], ["td", flops ? "" : gib(line[2])], ["td", line[3]]];
+    var cells = [["th", line[1]], ["td", fmt(line[2])], ["td", flops ? "" : size(line[2])], ["td", line[3]]];
     cells.forEach(function (c, i) {
       var el = document.createElement(c[0]);
       if (i === 0) el.setAttribute("scope", "row");
@@ -120,18 +169,25 @@
   }
 
   function update() {
-    var c = whole(form.elements.context, 1n, MAX), batch = whole(form.elements.batch, 1n, 0n);
-    var r = evaluate(c, batch, form.elements.kv.value, form.elements.weights.value);
+    var rawC = whole(form.elements.context), rawB = whole(form.elements.batch);
+    if (rawC === null) rawC = 1n;
+    if (rawB === null) rawB = 1n;
+    noteOut.textContent = clampNote(rawC, rawB);
+    noteOut.hidden = !noteOut.textContent;
+    var c = clamp(rawC, MAX), batch = clamp(rawB, 0n);
+    var ub = whole(form.elements.ubatch);
+    var r = evaluate(c, batch, form.elements.kv.value, form.elements.weights.value, ub === null ? B(d.ll.ubatch) : ub < 1n ? 1n : ub,
+                     form.elements.swafull.checked);
     var body = out.tBodies[0];
     while (body.firstChild) body.removeChild(body.firstChild);
     r.lines.forEach(function (line) { body.appendChild(row(line)); });
-    var g = parseInt(form.elements.gpu.value, 10);
-    if (!(g >= 1)) { fitsOut.textContent = "Give a GPU memory size to see how many tokens fit."; return; }
-    var f = fits(batch, r.half, r.w, B(g) * B(d.gib));
+    var g = whole(form.elements.gpu);
+    if (g === null || g < 1n) { fitsOut.textContent = "Give a GPU memory size to see how many tokens fit."; return; }
+    var f = fits(batch, r.half, r.w, g * B(d.gb));
     fitsOut.textContent = f === 0n
-      ? "Nothing fits in " + fmt(B(g)) + " GiB: the weights and fixed state alone exceed it."
-      : fmt(f) + " tokens per sequence" + (f === MAX ? " (the maximum context)" : "") + " fit in " + fmt(B(g)) +
-        " GiB for " + fmt(batch) + " sequence(s).";
+      ? "Nothing fits in " + fmt(g) + " GB: the weights and fixed state alone exceed it."
+      : fmt(f) + " tokens per sequence" + (f === MAX ? " (the maximum context)" : "") + " fit in " + fmt(g) +
+        " GB for " + fmt(batch) + " sequence(s).";
   }
 
   form.hidden = false;

@@ -22,6 +22,20 @@
   function grouped(digits) { return digits.replace(/\B(?=(\d{3})+(?!\d))/g, ","); }
   function fmt(n) { return (n < 0n ? "−" : "") + grouped((n < 0n ? -n : n).toString()); }
   function signed(n) { return n > 0n ? "+" + fmt(n) : fmt(n); }
+  // As explorer/calculator.py's size and compare_views.py's sized: bytes also in decimal units (kB, MB, GB).
+  var UNITS = ["bytes", "kB", "MB", "GB", "TB", "PB"];
+  function size(n) {
+    if (n < 0n) return "−" + size(-n);
+    var p = 0, scale = 1n;
+    while (p + 1 < UNITS.length && n >= scale * 1000n) { p += 1; scale *= 1000n; }
+    if (p === 0) return fmt(n) + " bytes";
+    var h = n * 100n / scale;
+    return fmt(h / 100n) + "." + (h % 100n).toString().padStart(2, "0") + " " + UNITS[p];
+  }
+  function sized(n, sign) {
+    var exact = sign ? signed(n) : fmt(n);
+    return n === 0n ? exact : exact + " (" + (sign && n > 0n ? "+" : "") + size(n) + ")";
+  }
 
   function el(tag, attrs, children) {
     var e = document.createElement(tag);
@@ -42,12 +56,12 @@
     if (foot) t.append(el("tfoot", {}, [row(foot, head)]));
     return el("div", { "class": "table-wrap" }, [t]);
   }
-  function row(r, head) {
-    var left = BigInt(r[1]), right = BigInt(r[2]);
+  function row(r, head) {  // r: [label, left, right, counts bytes]
+    var left = BigInt(r[1]), right = BigInt(r[2]), b = r[3];
     return el("tr", {}, [el("th", { scope: "row" }, [r[0]]),
-      el("td", { "class": "num", "data-label": head[1] }, [fmt(left)]),
-      el("td", { "class": "num", "data-label": head[2] }, [fmt(right)]),
-      el("td", { "class": "num", "data-label": "Δ" }, [signed(right - left)])]);
+      el("td", { "class": "num", "data-label": head[1] }, [b ? sized(left) : fmt(left)]),
+      el("td", { "class": "num", "data-label": head[2] }, [b ? sized(right) : fmt(right)]),
+      el("td", { "class": "num", "data-label": "Δ" }, [b ? sized(right - left, true) : signed(right - left)])]);
   }
 
   // A role named with each side's mechanisms where they differ, as explorer/compare_views.py names it.
@@ -115,29 +129,53 @@
     var roles = L.roles.map(function (x) { return [label(x[0], L, R), lr.get(x[0]), rr.get(x[0])]; })
       .filter(function (x) { return x[1] !== "0" || x[2] !== "0"; });
     var rf = new Map(R.figures.map(function (f) { return [f[0], f[2]]; }));
-    var figures = L.figures.filter(function (f) { return rf.has(f[0]); })
-      .map(function (f) { return [f[1], f[2], rf.get(f[0])]; });
-    out.replaceChildren(
-      el("h2", {}, [link(L), " vs ", link(R)]),
+    var figures = L.figures.filter(function (f) { return rf.has(f[0]); })  // as compare_views.py's compare_rows
+      .map(function (f) { return [f[1] + ", in " + f[3], f[2], rf.get(f[0]), f[3].indexOf("bytes") === 0]; });
+    var parts = [el("h2", {}, [link(L), " vs ", link(R)])];
+    if (unknown.length) parts.push(el("p", { "class": "compare-unknown", role: "status" }, [unknown.join(" ")]));
+    out.replaceChildren.apply(out, parts.concat([
       changed(L, R),
       el("p", {}, ["Each row is a role's parameters in each model; Δ is " + R.name + " minus " + L.name +
                    ", and the rows' Δ add up to the totals' Δ exactly."]),
       table("Parameters by role", head, roles, ["Total", L.total, R.total]),
       table("Per token: active parameters, KV cache, compute, memory", ["Figure", L.name, R.name, "Δ"], figures),
-      configTable(L, R));
+      configTable(L, R)]));
     try {  // keep the pair in the address, to share or reload; some browsers refuse this on file://
-      history.replaceState(null, "", "#a=" + encodeURIComponent(pick.a.value) + "&b=" + encodeURIComponent(pick.b.value));
+      ours = "#a=" + encodeURIComponent(pick.a.value) + "&b=" + encodeURIComponent(pick.b.value);
+      if (!unknown.length) history.replaceState(null, "", ours);  // a link naming an unknown model stays as given
     } catch (e) { /* the comparison is shown all the same */ }
   }
 
   function update() { load(pick.a.value, function () { load(pick.b.value, render); }); }
 
-  var wanted = new URLSearchParams(location.hash.slice(1));
   var options = Array.from(pick.a.options).map(function (o) { return o.value; });
-  pick.a.value = options.indexOf(wanted.get("a")) >= 0 ? wanted.get("a") : options[0];
-  var other = options.filter(function (o) { return o !== pick.a.value; })[0] || options[0];
-  pick.b.value = options.indexOf(wanted.get("b")) >= 0 ? wanted.get("b") : other;
-  form.addEventListener("change", update);
+  var unknown = [];  // what a shared link named that no model here is, said above the comparison
+  var ours = "";  // the hash this script last wrote, so that its own replaceState is not read back as a new link
+
+  // The pair the address names: each known slug chosen, each unknown one said (never swapped in silently).
+  function follow() {
+    var wanted = new URLSearchParams(location.hash.slice(1));
+    unknown = [];
+    ["a", "b"].forEach(function (side) {
+      var slug = wanted.get(side);
+      if (slug === null) return;
+      if (options.indexOf(slug) >= 0) pick[side].value = slug;
+      else unknown.push("The link names “" + slug + "” for the " + (side === "a" ? "left" : "right") +
+                        " model, which is not on this site; " + pick[side].options[pick[side].selectedIndex].text +
+                        " is shown instead.");
+    });
+    return wanted;
+  }
+
+  pick.a.value = options[0];
+  pick.b.value = options.filter(function (o) { return o !== options[0]; })[0] || options[0];
+  var wanted = follow();
+  form.addEventListener("change", function () { unknown = []; update(); });
+  window.addEventListener("hashchange", function () {
+    if (location.hash === ours) return;
+    var w = follow();
+    if (w.has("a") && w.has("b")) update();
+  });
   // Shown at once only when the address names both models (a shared link); otherwise on the reader's first choice,
   // so that nothing on the page moves before the reader asks for it.
   if (wanted.has("a") && wanted.has("b")) update();

@@ -297,12 +297,20 @@ PICKED = [("deepseek-v3", "kimi-k2"), ("gpt2", "gemma-3-27b"), ("qwen3-235b-a22b
 def test_compare_picker_shows_the_python_numbers_for_any_pair(tabs, built_site, builds, width):
     """Issue 26: the picker page (file://, no network) sets any two models side by side; every number it shows
     is the one Python computes for the same pair from the same data, rows and Δ alike."""
+    from explorer.figures.calculator import size
     from explorer.figures.compare_roles import role_totals
     from explorer.views.basics import fmt
     from explorer.views.compare_pages import compare_data, compare_rows
 
     def signed(n: int) -> str:
         return f"+{fmt(n)}" if n > 0 else ("0" if n == 0 else f"−{fmt(-n)}")
+
+    def cells(label: str, lv: int, rv: int, is_bytes: bool = False) -> list[str]:
+        if not is_bytes:
+            return [label, fmt(lv), fmt(rv), signed(rv - lv)]
+        d = rv - lv
+        return [label, *(f"{fmt(v)} ({size(v)})" if v else "0" for v in (lv, rv)),
+                f"{signed(d)} ({'+' if d > 0 else ''}{size(d)})" if d else "0"]
 
     with tabs.open(built_site, "compare/index.html", width) as page:
         for a, b in PICKED:
@@ -314,9 +322,11 @@ def test_compare_picker_shows_the_python_numbers_for_any_pair(tabs, built_site, 
                                               "rows => rows.map(r => Array.from(r.cells, c => c.textContent))")
             left, right = (compare_data(builds[s], role_totals(builds[s].spec, builds[s].ledger)) for s in (a, b))
             roles, figures = compare_rows(left, right)
-            expected = [[label, fmt(lv), fmt(rv), signed(rv - lv)]
-                        for label, lv, rv in [*roles, ("Total", left["total"], right["total"]), *figures]]
+            expected = [cells(*r) for r in [*roles, ("Total", left["total"], right["total"]), *figures]]
             assert shown == expected, (a, b)
+            by_label = {r[0]: r for r in shown}
+            assert "KV cache growth per added token (all layers), in elements per token" in by_label
+            assert all(", in " in label for label, *_ in figures)  # every figure row names its unit
         assert page.errors == [] and all(u.startswith("file://") for u in page.requests)
         assert page.evaluate("document.documentElement.scrollWidth") <= width
 
@@ -338,4 +348,26 @@ def test_compare_picker_says_what_changed_as_the_static_page_does(tabs, built_si
                                        "getAttribute('href') ?? '']))]")
         assert "128 → 64 query heads" in static[0] and "no MTP" in static[0]
         assert picked == static
+        assert page.errors == []
+
+
+def test_compare_picker_follows_the_address_and_names_unknown_models(tabs, built_site):
+    """A changed URL hash re-picks the pair; a shared link naming a slug the site lacks says so above the comparison
+    instead of swapping another model in silently, and leaves the link as given."""
+    with tabs.open(built_site, "compare/index.html", 1280) as page:
+        page.evaluate("location.hash = '#a=deepseek-v3&b=kimi-k2'")
+        page.wait_for_function("document.querySelector('#compare-result h2')?.textContent === 'DeepSeek-V3 vs Kimi K2'")
+        assert page.locator(".compare-unknown").count() == 0
+        page.evaluate("location.hash = '#a=gpt2&b=qwen3-8b'")
+        page.wait_for_function("document.querySelector('#compare-result h2')?.textContent === 'GPT-2 (124M) vs Qwen3 8B'")
+        assert page.input_value("select[name=a]") == "gpt2" and page.input_value("select[name=b]") == "qwen3-8b"
+        page.goto((built_site / "compare/index.html").as_uri() + "#a=no-such-model&b=kimi-k2")
+        page.wait_for_selector(".compare-unknown")
+        note = page.text_content(".compare-unknown")
+        assert "“no-such-model” for the left model, which is not on this site" in note
+        assert page.evaluate("location.hash") == "#a=no-such-model&b=kimi-k2"
+        assert page.input_value("select[name=b]") == "kimi-k2"
+        page.select_option("select[name=a]", "deepseek-v3")  # the reader's own choice clears the note
+        page.wait_for_function("document.querySelector('#compare-result h2')?.textContent === 'DeepSeek-V3 vs Kimi K2'")
+        assert page.locator(".compare-unknown").count() == 0
         assert page.errors == []

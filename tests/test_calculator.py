@@ -16,7 +16,7 @@ from conftest import ROOT
 from test_browser import browser, tabs  # noqa: F401  (the same Chromium fixtures: missing Chromium fails, never skips)
 
 from explorer.content.model_content import load_model_content
-from explorer.figures.calculator import calculator_view, evaluate, gib, page_data
+from explorer.figures.calculator import calculator_view, evaluate, page_data, size
 from explorer.model.components import serving
 from explorer.pipeline import prepare_model
 from explorer.render.site_writer import environment
@@ -32,7 +32,11 @@ BROWSER_CASES = {  # one model per layer kind, each with inputs that are not mul
     "deepseek-v3.2": [(163_840, 1, "BF16", "as stored", 1_500), (2_049, 2, "FP8", "4-bit", 0)],  # DSA
     "deepseek-v4-flash": [(1_000_003, 2, "FP8", "as stored", 400)],  # compressed streams
     "gpt2": [(999_999, 1, "BF16", "as stored", 1)],  # clamped to its 1,024
+    "qwen3-8b": [("1e5", "2", "BF16", "as stored", 80), ("100,000", "0", "FP8", "as stored", 0)],  # as typed
+    "gemma-3-270m": [(20_001, 3, "BF16", "as stored", 8, "300", False)],  # llama.cpp's settings: n_ubatch, swa_full
 }
+TYPED = {"1e5": 100_000, "100,000": 100_000, "2": 2, "0": 0}
+"""What a reader types, and the number the page must read it as (the script once read "1e5" as 1)."""
 
 
 @cache
@@ -46,7 +50,7 @@ def all_slugs() -> list[str]:
 
 def _evaluate_formula(formula: str, values: dict) -> int:
     """A formula in config keys, evaluated on the config (× − / as written on the page)."""
-    expr = formula.split(" (")[0] if "(one vector" in formula else formula
+    expr = formula.split(" (")[0] if "(one vector" in formula or "(the key and" in formula else formula
     expr = expr.replace("×", "*").replace("−", "-").replace("/", "//")
     return eval(expr, {"__builtins__": {}}, {k: v for k, v in values.items() if isinstance(v, int)})  # noqa: S307
 
@@ -130,10 +134,10 @@ def test_engine_view_rounds_each_layer_to_blocks():
 
 def test_tokens_that_fit_is_the_longest_context():
     s = prepared("llama-3.1-8b").figures.serving
-    e = evaluate(s, 1, batch=1, gpu_gib=24)
+    e = evaluate(s, 1, batch=1, gpu_gb=24)
     weights = dict(s.weights)["as stored"]
     per_token = 32 * 2 * 8 * 128 * 2
-    assert e.fits == min(s.max_context, (24 * 2 ** 30 - weights) // per_token)
+    assert e.fits == min(s.max_context, (24 * 10 ** 9 - weights) // per_token)  # GB: 10^9 bytes
 
 
 @pytest.mark.parametrize("slug", all_slugs())
@@ -168,23 +172,29 @@ def calculator_pages(tmp_path_factory) -> Path:
 
 def _shown_and_wanted(tabs, site: Path, slug: str, case) -> tuple[list, list, object]:  # noqa: F811 (the fixture)
     """What the page shows after a reader enters `case`, and what evaluate() says for it."""
-    c, batch, kv, weights, gpu = case
+    c, batch, kv, weights, gpu, *engine = case
+    ubatch, swa_full = engine or ("512", True)
     with tabs.open(site, f"models/{slug}.html", 1280) as page:
         page.fill("form.calc input[name=context]", str(c))
         page.fill("form.calc input[name=batch]", str(batch))
         page.select_option("form.calc select[name=kv]", kv)
         page.select_option("form.calc select[name=weights]", weights)
         page.fill("form.calc input[name=gpu]", str(gpu) if gpu else "")
+        page.fill("form.calc input[name=ubatch]", ubatch)
+        page.set_checked("form.calc input[name=swafull]", swa_full)
         shown = page.evaluate("""() => Array.from(document.querySelectorAll('table.calc-out tbody tr'))
             .map(r => [r.dataset.key, ...Array.from(r.children).map(td => td.textContent)])""")
         fits = page.text_content("#calc-fits")
         assert page.errors == []
         assert [u for u in page.requests if not u.startswith(site.as_uri())] == []
         assert page.locator("table.calc-static tbody tr").count() >= 1  # the table without JavaScript
-    want = evaluate(prepared(slug).figures.serving, c, batch, kv, weights, gpu or None)
+        note = page.text_content("#calc-note") if page.is_visible("#calc-note") else ""
+    want = evaluate(prepared(slug).figures.serving, TYPED.get(c, c), TYPED.get(batch, batch), kv, weights, gpu or None,
+                    swa_full, int(ubatch))
     expected = [[line.key, line.label, f"{line.value:,}",
-                 "" if line.key in ("decode", "decode-absorbed", "prefill") else gib(line.value), line.equation] for line in want.lines]
-    return shown + [fits], expected + [want.fits_text], want
+                 "" if line.key in ("decode", "decode-absorbed", "prefill") else size(line.value), line.equation]
+                for line in want.lines]
+    return shown + [fits, note], expected + [want.fits_text, want.note], want
 
 
 @pytest.mark.parametrize("slug", BROWSER_CASES)
@@ -202,6 +212,11 @@ def test_a_wrong_script_formula_is_caught(tabs, tmp_path):  # noqa: F811 (the fi
     assert wrong != script
     site = _render_pages(tmp_path / "site", wrong, ["deepseek-v4-flash"])
     shown, expected, _ = _shown_and_wanted(tabs, site, "deepseek-v4-flash", BROWSER_CASES["deepseek-v4-flash"][0])
+    assert shown != expected
+    no_ubatch = script.replace("B(cap) * seqs + ubatch", "B(cap) * seqs")  # llama.cpp's sliding admission
+    assert no_ubatch != script
+    site = _render_pages(tmp_path / "ll", no_ubatch, ["gemma-3-270m"])
+    shown, expected, _ = _shown_and_wanted(tabs, site, "gemma-3-270m", BROWSER_CASES["gemma-3-270m"][0])
     assert shown != expected
 
 
@@ -237,3 +252,68 @@ def test_cache_agrees_with_the_reference_cache(slug):
         assert evaluate(s, length, kv_dtype="FP8").get("cache").value == theirs + beyond
     if slug == "gemma-3-270m":
         assert beyond == 15 * 1 * 2 * 256  # 15 sliding layers, one key/value head of 256, K and V
+
+
+@pytest.mark.parametrize("slug", all_slugs())
+def test_per_kind_rows_sum_to_the_total(slug):
+    """The model page's per-kind rows (figures, BF16 at the stated context) are the calculator's per-kind lines, and
+    with the fixed states they add up to the page's total and the calculator's cache line; the growth per token
+    counts only the kinds that keep every position."""
+    f = prepared(slug).figures
+    s = f.serving
+    stated = min(131_072, s.max_context)
+    e = evaluate(s, stated, kv_dtype="BF16")
+    lines = [e.get(f"kind-{i}").value for i in range(len(s.kinds))]
+    assert sum(lines) == e.get("cache").value
+    cached = [(i, k) for i, k in enumerate(s.kinds) if k.per_token or k.entry]
+    assert sum(lines[i] for i, _ in cached) == f.get("kv_cache_bytes_bf16").value
+    rows = {k.key: lines[i] for i, k in cached if k.by_kind}
+    for key, value in rows.items():
+        assert f.get(f"kv_cache_bytes_bf16_{key}").value == value, key
+    if rows and len(rows) == len(cached):
+        assert sum(rows.values()) == f.get("kv_cache_bytes_bf16").value
+    growth = sum(k.layers * k.per_token for k in s.kinds if (k.per_token or k.entry) and not (k.window or k.chunk))
+    assert f.get("kv_cache_per_token").value == growth
+    assert e.get("per-token").value == 2 * growth
+
+
+def test_llama_4_chunked_row_is_capped_at_one_chunk():
+    """Mutation of the issue's example: the chunked layers' row at 131,072 tokens holds one 8,192-token chunk, and a
+    row that let every position stay would not sum to the total."""
+    f = prepared("llama-4-scout-17b-16e").figures
+    chunked = next(k for k in f.serving.kinds if k.chunk)
+    assert chunked.chunk == 8_192
+    assert f.get(f"kv_cache_bytes_bf16_{chunked.key}").value == chunked.layers * chunked.per_token * 8_192 * 2
+    wrong = chunked.layers * chunked.per_token * 131_072 * 2
+    others = sum(f.get(f"kv_cache_bytes_bf16_{k.key}").value for k in f.serving.kinds if k.by_kind and k is not chunked)
+    assert wrong + others != f.get("kv_cache_bytes_bf16").value
+
+
+def test_headline_is_the_growth_per_token_with_the_fixed_part_beside_it():
+    """DeepSeek-V4-Flash: its two sliding-only layers and every window stop growing at 128 positions, so the
+    growth per token is the compressed streams' alone; the fixed part holds the windows and the buffers."""
+    f = prepared("deepseek-v4-flash").figures
+    kinds = f.serving.kinds
+    growth = sum(k.layers * k.per_token for k in kinds if k.ratio > 1)
+    assert f.get("kv_cache_per_token").value == growth
+    windows = sum(k.layers * k.per_token * min(k.window, f.serving.max_context) for k in kinds if k.window)
+    buffers = sum(k.layers * (k.overlap + k.pending * (k.ratio - 1)) for k in kinds if k.ratio > 1)
+    assert f.get("kv_cache_fixed_elements").value == windows + buffers > 0
+    assert f.get("kv_cache_fixed_bytes_bf16").value == 2 * (windows + buffers)
+    qwen = prepared("qwen3.5-27b").figures
+    state = sum(k.layers * k.state_bytes for k in qwen.serving.kinds)
+    assert qwen.get("kv_cache_fixed_bytes_bf16").value == state > 0
+
+
+def test_inputs_outside_the_model_are_clamped_with_a_note():
+    s = prepared("gpt2").figures.serving
+    assert evaluate(s, 999_999).note == "Context 999,999 is beyond this model's maximum: evaluated at 1,024 tokens."
+    assert evaluate(s, 999_999).get("cache").value == evaluate(s, 1_024).get("cache").value
+    assert evaluate(s, 0, batch=0).note == ("Context 0 is below one token: evaluated at 1. Batch 0 is below one "
+                                            "sequence: evaluated at 1.")
+    assert evaluate(s, 1_024).note == ""
+
+
+def test_sizes_read_in_one_decimal_family():
+    assert [size(n) for n in (0, 999, 1_000, 466_000, 1_209_999_999, 2_890_000_000_000, -1_500)] == [
+        "0 bytes", "999 bytes", "1.00 kB", "466.00 kB", "1.20 GB", "2.89 TB", "−1.50 kB"]

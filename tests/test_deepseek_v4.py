@@ -314,12 +314,17 @@ def test_memory_per_token_of_each_stream(specs):
     figures = derive(spec, account(spec), None)
     per_layer = {f.key.removeprefix("kv_cache_per_layer_"): f.value for f in figures.figures
                  if f.key.startswith("kv_cache_per_layer_")}
-    assert per_layer == {"sliding_hash_window": 512, "csa_hash_window": 512, "csa_hash_compressed": 128,
+    # the two sliding-only layers hold the vector twice (keys and a value copy), as the reference's plain sliding cache
+    assert per_layer == {"sliding_hash_window": 1024, "csa_hash_window": 512, "csa_hash_compressed": 128,
                          "csa_hash_indexer": 32, "hca_window": 512, "hca_compressed": 4, "csa_window": 512,
                          "csa_compressed": 128, "csa_indexer": 32}
-    assert figures.get("kv_cache_per_token").value == 43 * 512 + 21 * (128 + 32) + 20 * 4
-    # at 128K tokens: 43 windows of 128 vectors, 21 × 32,768 entries (+ indexer keys), 20 × 1,024 entries
-    elements = 43 * 512 * 128 + 21 * (512 + 128) * (CONTEXT // 4) + 20 * 512 * (CONTEXT // 128)
+    # the growth per added token: the compressed streams alone (every window stops at 128 positions)
+    assert figures.get("kv_cache_per_token").value == 21 * (128 + 32) + 20 * 4
+    # at 128K tokens: 2 sliding-only windows of 128 keys and values, 41 windows of 128 vectors, 21 × 32,768 entries
+    # (+ indexer keys), 20 × 1,024 entries, and the ratio-4 streams' carried overlap (4 positions of values and gates
+    # of 512 and of 128); 131,072 is a multiple of both ratios, so nothing is pending
+    elements = (2 * 1024 * 128 + 41 * 512 * 128 + 21 * (512 + 128) * (CONTEXT // 4) + 20 * 512 * (CONTEXT // 128)
+                + 21 * 2 * 4 * (512 + 128))
     assert figures.get("kv_cache_bytes_bf16").value == 2 * elements
     moe_layer = 256 * 3 * 4096 * 2048
     assert figures.get("active_parameters").value == TOTAL - 43 * (256 - 6) * moe_layer // 256

@@ -243,8 +243,10 @@ def test_cache_per_layer_kind(gemma, llama):
     figures = derive(gemma[0], account(gemma[0]), None)
     local, glob = figures.attention
     assert (local.window, local.cache_per_token) == (1024, 2 * 8 * 256)
-    assert (glob.window, glob.cache_per_token) == (None, 2 * 512)  # keys double as values: cached once
-    assert figures.get("kv_cache_bytes_bf16").value == 2 * (25 * 4096 * 1024 + 5 * 1024 * CONTEXT)
+    # keys double as values, yet the reference caches both: the keys normalised and rotated, the values normalised
+    assert (glob.window, glob.cache_per_token) == (None, 2 * (512 + 512))
+    assert figures.get("kv_cache_bytes_bf16").value == 2 * (25 * 4096 * 1024 + 5 * 2048 * CONTEXT)
+    assert figures.get("kv_cache_per_token").value == 5 * 2048  # the sliding layers stop growing at 1,024
     figures = derive(llama[0], account(llama[0]), None)
     chunked, nope = figures.attention
     assert chunked.chunk == 8192 and nope.chunk is None and nope.window is None

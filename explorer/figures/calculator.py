@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
+from explorer.figures import engines
 from explorer.figures.model_figures import Serving, kind_flops_decode, kind_flops_prefill, mla_absorbed
 from explorer.model.components.serving import LayerKind
 
@@ -22,7 +23,10 @@ ENGINE_BLOCK = 16
 """Tokens per block of a paged engine's cache (vLLM's default block size): each layer's cache is rounded up to it."""
 TABLE_CONTEXTS = (4_096, 32_768, 131_072)
 """Contexts of the table shown without JavaScript, besides the model's maximum."""
-GIB = 2 ** 30
+GB = 10 ** 9
+"""The GPU memory input's unit: decimal gigabytes, the family every byte count on the site reads in (kB, MB, GB, TB,
+as the model pages' figures read), so no page mixes GB with GiB."""
+SIZE_UNITS = ("bytes", "kB", "MB", "GB", "TB", "PB")
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,29 +48,38 @@ class Evaluation:
     fits: int | None
     """Tokens of context per sequence that fit in the GPU memory given (None: no GPU memory given)."""
     fits_text: str
+    note: str = ""
+    """What the inputs were clamped to, where a reader's value lay outside what the model allows ("" otherwise)."""
 
     def get(self, key: str) -> Line:
         return next(line for line in self.lines if line.key == key)
 
 
 def evaluate(s: Serving, context: int, batch: int = 1, kv_dtype: str = "BF16", weights: str = "as stored",
-             gpu_gib: int | None = None) -> Evaluation:
-    """The calculator's figures at `context` tokens for `batch` sequences; the context is capped at the maximum."""
-    context = max(1, min(context, s.max_context))
+             gpu_gb: int | None = None, swa_full: bool = engines.SWA_FULL, n_ubatch: int = engines.N_UBATCH
+             ) -> Evaluation:
+    """The calculator's figures at `context` tokens for `batch` sequences; the context is capped at the maximum
+    and both are at least 1, each clamp said in the note."""
+    note = clamp_note(s, context, batch)
+    context, batch = max(1, min(context, s.max_context)), max(1, batch)
     half = dict(KV_DTYPES)[kv_dtype]
     weight_bytes = dict(s.weights)[weights]
     lines = [Line("weights", f"Weights ({weights})", weight_bytes, f"{fmt(weight_bytes)} bytes")]
     lines += [_kind_line(i, k, context, batch, half) for i, k in enumerate(s.kinds)]
     cache = sum(line.value for line in lines[1:])
     engine = sum(_kind_bytes(k, context, batch, half, ENGINE_BLOCK) for k in s.kinds)
-    per_token = sum(k.layers * k.per_token for k in s.kinds)
+    per_token = sum(k.layers * k.per_token for k in s.kinds if k.grows)
+    fixed = sum(k.fixed_elements(s.max_context) for k in s.kinds)
+    state = sum(k.layers * k.state_bytes for k in s.kinds)
     decode = [kind_flops_decode(k, context) for k in s.kinds]
     absorbed = [kind_flops_decode(k, context) for k in mla_absorbed(s.kinds)]
     mla = any(k.absorbed_flops_per_key for k in s.kinds)
     prefill = [kind_flops_prefill(k, context) for k in s.kinds]
     lines += [
-        Line("per-token", f"Cache per token of context, all layers ({kv_dtype})", _bytes(per_token, half),
+        Line("per-token", f"Cache growth per added token, all layers ({kv_dtype})", _bytes(per_token, half),
              f"{fmt(per_token)} elements × {_size(half)}"),
+        Line("fixed", f"Fixed part per sequence once full: windows, chunks, buffers and states ({kv_dtype} cache)",
+             _bytes(fixed, half) + state, f"{fmt(fixed)} elements × {_size(half)} + {fmt(state)} bytes of state"),
         Line("cache", f"Cache, all layer kinds ({batch} × {fmt(context)} tokens)", cache,
              " + ".join(fmt(line.value) for line in lines[1:len(s.kinds) + 1]) or "0"),
         Line("total", "Total: weights + cache", weight_bytes + cache, f"{fmt(weight_bytes)} + {fmt(cache)}"),
@@ -83,8 +96,30 @@ def evaluate(s: Serving, context: int, batch: int = 1, kv_dtype: str = "BF16", w
              context * 2 * s.matmul + sum(prefill),
              f"{fmt(context)} × 2 × {fmt(s.matmul)} + " + (" + ".join(fmt(v) for v in prefill) or "0")),
     ]
-    fits = None if gpu_gib is None else tokens_that_fit(s, batch, half, weight_bytes, gpu_gib * GIB)
-    return Evaluation(tuple(lines), fits, _fits_text(s, fits, gpu_gib, batch))
+    why_not = engines.unsupported(s.kinds)
+    n_ubatch = max(1, n_ubatch)
+    if not why_not:
+        parts = [f"{k.layers} × {fmt(k.per_token)} × {fmt(engines.cells(k, context, batch, n_ubatch, swa_full))} × "
+                 f"{engines.F16}" for k in s.kinds]
+        lines.append(Line("llama-cpp", f"llama.cpp allocates: K and V at F16 in cells padded to {engines.PAD} "
+                                       f"({batch} × {fmt(context)} tokens, swa_full {'on' if swa_full else 'off'}, "
+                                       f"n_ubatch {fmt(n_ubatch)})",
+                          engines.total_bytes(s.kinds, context, batch, n_ubatch, swa_full) or 0, " + ".join(parts)))
+    fits = None if gpu_gb is None else tokens_that_fit(s, batch, half, weight_bytes, gpu_gb * GB)
+    return Evaluation(tuple(lines), fits, _fits_text(s, fits, gpu_gb, batch), note)
+
+
+def clamp_note(s: Serving, context: int, batch: int) -> str:
+    """The visible note when an input lies outside what is evaluated: a context past the maximum or below one token,
+    a batch below one sequence."""
+    notes = []
+    if context > s.max_context:
+        notes.append(f"Context {fmt(context)} is beyond this model's maximum: evaluated at {fmt(s.max_context)} tokens.")
+    elif context < 1:
+        notes.append(f"Context {fmt(context)} is below one token: evaluated at 1.")
+    if batch < 1:
+        notes.append(f"Batch {fmt(batch)} is below one sequence: evaluated at 1.")
+    return " ".join(notes)
 
 
 MLA_UNABSORBED = ", MLA unabsorbed (per-head keys and values)"
@@ -109,13 +144,16 @@ def tokens_that_fit(s: Serving, batch: int, half: int, weight_bytes: int, memory
 def page_data(s: Serving) -> str:
     """The layer kinds and weights as the JSON the page's script evaluates (short keys: it ships on every page)."""
     data = {
-        "max": s.max_context, "matmul": s.matmul, "block": ENGINE_BLOCK, "gib": GIB,
+        "max": s.max_context, "matmul": s.matmul, "block": ENGINE_BLOCK, "gb": GB, "units": list(SIZE_UNITS),
         "kv": [list(d) for d in KV_DTYPES], "weights": [list(w) for w in s.weights],
         "kinds": [{"t": k.title, "n": k.layers, "p": k.per_token, "e": k.entry_elements if k.per_token or k.entry else 0,
                    "r": k.ratio, "w": k.window or 0, "c": k.chunk or 0, "k": k.topk or 0, "q": k.flops_per_key,
                    "x": k.index_flops_per_key, "s": k.state_bytes, "f": kind_formula(k),
-                   "a": k.absorbed_flops_per_key} for k in s.kinds],
+                   "a": k.absorbed_flops_per_key, "g": int(k.grows), "fx": k.fixed_elements(s.max_context),
+                   "b": k.pending, "o": k.overlap} for k in s.kinds],
         "mla": [MLA_UNABSORBED, MLA_ABSORBED],
+        "ll": {"pad": engines.PAD, "bytes": engines.F16, "why": engines.unsupported(s.kinds),
+               "ubatch": engines.N_UBATCH},
     }
     return json.dumps(data, ensure_ascii=True, separators=(",", ":")).replace("<", "\\u003c")
 
@@ -126,7 +164,9 @@ def kind_formula(k: LayerKind) -> str:
         return " + ".join(f"{p.formula} × {p.bytes} ({p.dtype})" for p in k.state) + ", per layer and sequence"
     kept = f"min(C, {fmt(k.window)})" if k.window else f"min(C, {fmt(k.chunk)})" if k.chunk else "C"
     if k.ratio > 1:
-        return f"{k.entry_elements} × ⌊{kept} / {k.ratio}⌋ × bytes × B ({k.formula} per token)"
+        pending = f" + {k.pending} × (C mod {k.ratio})" if k.pending else ""
+        overlap = f" + {k.overlap} once C ≥ {k.ratio}" if k.overlap else ""
+        return f"({k.entry_elements} × ⌊{kept} / {k.ratio}⌋{pending}{overlap}) × bytes × B ({k.formula} per token)"
     return f"({k.formula}) × {kept} × bytes × B"
 
 
@@ -135,8 +175,11 @@ def _kind_line(i: int, k: LayerKind, context: int, batch: int, half: int) -> Lin
     if k.state:
         return Line(f"kind-{i}", f"{k.title}: fixed state ({layers(k.layers)})", value,
                     f"{k.layers} × {fmt(k.state_bytes)} × {batch}")
+    buffered = k.buffered(context)
+    held = f"({fmt(k.entry_elements)} × {fmt(k.entries(context))} + {fmt(buffered)} buffered)" if buffered else \
+        f"{fmt(k.entry_elements)} × {fmt(k.entries(context))}"
     return Line(f"kind-{i}", f"{k.title} ({layers(k.layers)})", value,
-                f"{k.layers} × {fmt(k.entry_elements)} × {fmt(k.entries(context))} × {_size(half)} × {batch}")
+                f"{k.layers} × {held} × {_size(half)} × {batch}")
 
 
 def _kind_bytes(k: LayerKind, context: int, batch: int, half: int, block: int = 1) -> int:
@@ -145,7 +188,7 @@ def _kind_bytes(k: LayerKind, context: int, batch: int, half: int, block: int = 
     if k.state:
         return k.layers * k.state_bytes * batch
     entries = -(-k.entries(context) // block) * block
-    return _bytes(k.layers * k.entry_elements * entries * batch, half)
+    return _bytes(k.layers * (k.entry_elements * entries + k.buffered(context)) * batch, half)
 
 
 def _bytes(elements: int, half: int) -> int:
@@ -156,13 +199,13 @@ def _size(half: int) -> str:
     return {4: "2 bytes", 2: "1 byte", 1: "0.5 byte"}[half]
 
 
-def _fits_text(s: Serving, fits: int | None, gpu_gib: int | None, batch: int) -> str:
+def _fits_text(s: Serving, fits: int | None, gpu_gb: int | None, batch: int) -> str:
     if fits is None:
         return "Give a GPU memory size to see how many tokens fit."
     if fits == 0:
-        return f"Nothing fits in {fmt(gpu_gib or 0)} GiB: the weights and fixed state alone exceed it."
+        return f"Nothing fits in {fmt(gpu_gb or 0)} GB: the weights and fixed state alone exceed it."
     whole = " (the maximum context)" if fits == s.max_context else ""
-    return f"{fmt(fits)} tokens per sequence{whole} fit in {fmt(gpu_gib or 0)} GiB for {fmt(batch)} sequence(s)."
+    return f"{fmt(fits)} tokens per sequence{whole} fit in {fmt(gpu_gb or 0)} GB for {fmt(batch)} sequence(s)."
 
 
 def layers(n: int) -> str:
@@ -173,10 +216,18 @@ def fmt(n: int) -> str:
     return f"{n:,}"
 
 
-def gib(n: int) -> str:
-    """Bytes as GiB with two decimals, truncated (integer arithmetic, as the page's script does)."""
-    hundredths = n * 100 // GIB
-    return f"{hundredths // 100:,}.{hundredths % 100:02d} GiB"
+def size(n: int) -> str:
+    """Bytes in the largest decimal unit they fill at least once, two decimals truncated ("466.00 kB", "1.21 GB";
+    under 1,000: "512 bytes"), in integer arithmetic as the page's scripts do; negative for a difference."""
+    if n < 0:
+        return "−" + size(-n)
+    power = 0
+    while power + 1 < len(SIZE_UNITS) and n >= 1000 ** (power + 1):
+        power += 1
+    if power == 0:
+        return f"{n:,} bytes"
+    hundredths = n * 100 // 1000 ** power
+    return f"{hundredths // 100:,}.{hundredths % 100:02d} {SIZE_UNITS[power]}"
 
 
 # ------------------------------------------------------------------------------------------------ the page
@@ -202,6 +253,13 @@ class CalculatorView:
     decode_forms: tuple[tuple[str, str, str], ...] = ()
     """MLA only: (form, FLOPs per cached position per layer, its formula) for the unabsorbed form the decode line
     counts and the absorbed form the latent cache implies."""
+    engine_version: str = engines.LLAMA_CPP_VERSION
+    engine_rules: tuple[tuple[str, str], ...] = tuple((r.text, r.source) for r in engines.LLAMA_CPP_RULES)
+    """(rule, the file and function it is read from) of llama.cpp's allocation."""
+    engine_defaults: tuple[int, bool] = (engines.N_UBATCH, engines.SWA_FULL)
+    """n_ubatch and swa_full as llama_context_default_params sets them."""
+    engine_note: str = ""
+    """Why llama.cpp's allocation is not modelled for this model ("" where it is)."""
 
 
 def calculator_view(s: Serving, max_key: str) -> CalculatorView:
@@ -217,7 +275,7 @@ def calculator_view(s: Serving, max_key: str) -> CalculatorView:
     return CalculatorView(fmt(s.max_context), max_key, min(TABLE_CONTEXTS[0], s.max_context), s.max_context,
                           tuple(n for n, _ in KV_DTYPES), tuple(n for n, _ in s.weights), page_data(s),
                           tuple((f"{k.title} ({layers(k.layers)})", kind_formula(k)) for k in s.kinds), head,
-                          tuple(rows), _decode_forms(s))
+                          tuple(rows), _decode_forms(s), engine_note=engines.unsupported(s.kinds))
 
 
 def _decode_forms(s: Serving) -> tuple[tuple[str, str, str], ...]:

@@ -62,6 +62,31 @@ class Figure:
     formula: str
     definition: str
 
+    @property
+    def unit(self) -> str:
+        """What the value counts ("bytes per token", "elements", "FLOPs"), read from the figure's key, so that every view
+        that sets figures side by side (the comparisons) names it."""
+        per_token = "kv_cache_per_layer_", "kv_cache_per_token", "kv_cache_vs_mha"
+        if self.key.startswith("kv_cache_bytes_per_token"):
+            return "bytes per token"
+        if self.key.startswith(per_token):
+            return "elements per token"
+        if "bytes" in self.key or self.key.startswith("sequence_memory"):
+            return "bytes"
+        if self.key.startswith("mla_flops_per_key"):
+            return "FLOPs per cached position"
+        if "flops" in self.key:
+            return "FLOPs"
+        if self.key.endswith("parameters"):
+            return "parameters"
+        if self.key == "max_context":
+            return "tokens"
+        return "elements"
+
+    @property
+    def is_bytes(self) -> bool:
+        return self.unit.startswith("bytes")
+
 
 @dataclass(frozen=True, slots=True)
 class Serving:
@@ -110,7 +135,10 @@ def derive(spec: ModelSpec, ledger: Ledger, stored: Reconciliation | None) -> De
     stated, flop_context = min(CONTEXT, maximum), min(FLOP_CONTEXT, maximum)
     tied = _tied_head(ledger)
     matmul = active - embed + tied  # every matrix a token multiplies (the embedding is a row lookup; its tied head is not)
-    cache = sum(c.layers * c.cache_per_token for c in costs)
+    growing = [c for c in costs if c.grows]
+    cache = sum(c.layers * c.cache_per_token for c in growing)
+    fixed_cache = sum(c.fixed_elements(maximum) for c in costs)
+    fixed_state = sum(k.layers * k.state_bytes for k in kinds if k.state)
     mha = sum(c.layers * c.mha_per_token for c in costs)
     at_context = sum(c.cache_elements(stated) for c in costs)
     decode_attn = attention_flops_decode(costs, flop_context)
@@ -143,19 +171,31 @@ def derive(spec: ModelSpec, ledger: Ledger, stored: Reconciliation | None) -> De
                  c.cache_per_token, c.formula, _cache_definition(c))
           for c in costs),
         *_context_by_kind(costs, stated),
-        Figure("kv_cache_per_token", "KV cache per token (all layers)", cache,
-               " + ".join(f"{c.layers} × {c.cache_per_token}" for c in costs),
-               "Elements cached for one token across every layer (before any window applies)."),
-        *(Figure(f"kv_cache_bytes_per_token_{name.lower()}", f"KV cache per token (all layers), {name}", cache * size,
-                 f"{cache:,} × {size} byte{'s' if size > 1 else ''}",
-                 f"Bytes cached for one token across every layer with {name} cache entries (before any window "
-                 "applies).") for name, size in CACHE_DTYPES),
+        Figure("kv_cache_per_token", "KV cache growth per added token (all layers)", cache,
+               " + ".join(f"{c.layers} × {c.cache_per_token}" for c in growing) or "0",
+               "Elements the cache grows by with each added token: the layers that keep every position (a compressed "
+               "stream at its entry ÷ ratio); layers capped by a window or a chunk and fixed states do not grow once "
+               "full, and are the fixed part beside it."),
+        *(Figure(f"kv_cache_bytes_per_token_{name.lower()}", f"KV cache growth per added token (all layers), {name}",
+                 cache * size, f"{cache:,} × {size} byte{'s' if size > 1 else ''}",
+                 f"Bytes the cache grows by with each added token at {name} cache entries; the windows, chunks and "
+                 "fixed states are the fixed part beside it.") for name, size in CACHE_DTYPES),
+        Figure("kv_cache_fixed_elements", "Fixed part of the cache once full (elements per sequence)", fixed_cache,
+               " + ".join(f"{c.fixed_elements(maximum):,}" for c in costs if c.fixed_elements(maximum)) or "0",
+               "Elements that stop growing once the context fills them: every sliding window's and chunk's positions "
+               f"(at most the maximum context, {maximum:,}), and a compressor's overlap and largest pending buffer."),
+        Figure("kv_cache_fixed_bytes_bf16", "Fixed part of the cache and state once full, BF16 (bytes per sequence)",
+               fixed_cache * CACHE_DTYPES[0][1] + fixed_state,
+               f"{fixed_cache:,} × {CACHE_DTYPES[0][1]} bytes + {fixed_state:,} bytes of fixed state",
+               "The fixed part at BF16 cache entries, plus the recurrent layers' states at their own dtypes: what a "
+               "sequence holds beside the growth per token, whatever its length beyond the windows."),
         Figure("kv_cache_vs_mha", "Plain multi-head attention would cache (per token)", mha,
                " + ".join(f"{c.layers} × {c.mha_per_token}" for c in mha_costs),
                "K and V of every query head at full width, for comparison."),
         *(Figure(f"kv_cache_bytes_{name.lower()}", f"KV cache at {stated:,} tokens, {name}", at_context * size,
                  f"Σ layers × per-token elements × min({stated:,}, window) × {size} byte{'s' if size > 1 else ''}"
-                 + (" (a compressed stream: entry elements × ⌊tokens / ratio⌋)" if any(c.ratio > 1 for c in costs)
+                 + (" (a compressed stream: entry elements × ⌊tokens / ratio⌋, plus its pending positions and "
+                    "carried overlap)" if any(c.ratio > 1 for c in costs)
                     else ""),
                  f"Bytes cached for one sequence of {stated:,} tokens with {name} cache entries; sliding-window "
                  "layers keep only their window" + (", chunked layers at most one chunk" if any(c.chunk for c in costs)
@@ -358,14 +398,21 @@ def _context_by_kind(costs: list[LayerKind], context: int) -> list[Figure]:
     for c in costs:
         if not c.by_kind:
             continue
-        kept = min(context, c.window or context)
-        held = f"min({context:,}, {c.window:,})" if c.window else f"{context:,}"
+        cap = c.window or c.chunk
+        held = f"min({context:,}, {cap:,})" if cap else f"{context:,}"
+        elements = f"{c.entry_elements:,} × ⌊{held} / {c.ratio}⌋" if c.ratio > 1 else f"({c.formula}) × {held}"
+        buffered = f" + {c.buffered(context):,} buffered" if c.buffered(context) else ""
         out.append(Figure(
             f"kv_cache_bytes_bf16_{c.key}",
             f"KV cache at {context:,} tokens, BF16 ({c.title.lower()}, {c.layers} layer{'s' if c.layers != 1 else ''})",
-            c.layers * c.cache_per_token * kept * 2, f"{c.layers} × ({c.formula}) × {held} × 2 bytes",
+            c.cache_elements(context) * 2, f"{c.layers} × ({elements}{buffered}) × 2 bytes",
             ("Bytes these layers cache for one sequence: each keeps only its last "
              f"{c.window:,} positions, however long the context grows." if c.window else
+             f"Bytes these layers cache for one sequence: each keeps at most one {c.chunk:,}-token chunk, however "
+             "long the context grows." if c.chunk else
+             "Bytes these layers cache for one sequence: every position stays (one entry per ratio positions, with "
+             "the positions not yet pooled and the carried overlap), so it grows linearly with the context."
+             if c.ratio > 1 else
              "Bytes these layers cache for one sequence: every position stays, so it grows linearly with the "
              "context.")))
     return out
@@ -444,7 +491,9 @@ def _deltanet_state_figures(kinds: list[LayerKind], costs: list[LayerKind], maxi
                    f"{state.elements * state.bytes:,} bytes. It does not grow with the context."),
             Figure("conv_state_per_layer", f"Conv state per {mixer} layer ({n} layers)", conv.elements,
                    conv.formula,
-                   f"The last kernel − 1 inputs of each convolution channel, in {conv.dtype} ({conv.bytes} bytes "
+                   f"The last kernel inputs of each convolution channel (the full kernel, as the reference's cache holds "
+                   f"it and as Mamba-2's conv state is counted; a step reads kernel − 1 of them beside the new input), "
+                   f"in {conv.dtype} ({conv.bytes} bytes "
                    f"each): {conv.elements * conv.bytes:,} bytes. It does not grow with the context."),
         ]
     mixers = " and ".join(dict.fromkeys(m for m, _ in groups))

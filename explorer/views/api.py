@@ -7,6 +7,7 @@ import json
 from typing import Any
 
 from explorer.checkpoint.reconcile import Reconciliation
+from explorer.figures import engines
 from explorer.figures.model_build import ModelBuild
 from explorer.model.components.serving import LayerKind
 from explorer.spec.types import Component, path_key, walk
@@ -35,7 +36,8 @@ def model_api(mb: ModelBuild) -> dict[str, Any]:
                                 **({"attended_keys": c.topk, "makeup": c.note} if c.topk else {})}
                                for c in mb.figures.attention],
         "max_context": mb.figures.serving.max_context,
-        "layer_kinds": [_layer_kind(k) for k in mb.figures.serving.kinds],
+        "layer_kinds": [_layer_kind(k, mb.figures.serving.max_context) for k in mb.figures.serving.kinds],
+        "engines": {"llama.cpp": _llama_cpp(mb.figures.serving.kinds, mb.figures.serving.max_context)},
         "published_active_claim": {"claim": mb.claim.claim, "source": mb.claim.source,
                                    "reproduced_by": mb.claim.matched.key if mb.claim.matched else None}
         if mb.claim is not None else None,
@@ -108,12 +110,29 @@ def _variant(s) -> dict[str, Any]:
             "tensors": [{"name": n, "dtype": d, "shape": list(shape), "bytes_each": b} for n, d, shape, b in s.tensors]}
 
 
-def _layer_kind(k: LayerKind) -> dict[str, Any]:
+def _llama_cpp(kinds: tuple[LayerKind, ...], maximum: int) -> dict[str, Any]:
+    """llama.cpp's allocation rules with their sources, its defaults, and the KV bytes at the calculator's table
+    contexts for one sequence (explorer/figures/engines.py); where a kind is not modelled, why."""
+    contexts = sorted({c for c in (4_096, 32_768, 131_072) if c < maximum} | {maximum})
+    why = engines.unsupported(kinds)
+    return {"version": engines.LLAMA_CPP_VERSION,
+            "rules": [{"rule": r.text, "source": r.source} for r in engines.LLAMA_CPP_RULES],
+            "defaults": {"n_ubatch": engines.N_UBATCH, "swa_full": engines.SWA_FULL, "pad": engines.PAD,
+                         "type_k": "f16", "type_v": "f16"},
+            "not_modelled": why or None,
+            "kv_bytes_one_sequence": None if why else
+            [{"context": c, "bytes": engines.total_bytes(kinds, c, 1)} for c in contexts]}
+
+
+def _layer_kind(k: LayerKind, max_context: int) -> dict[str, Any]:
     """One layer kind's serving memory and attention cost (explorer/model/components/serving.py), as the calculator
     evaluates it."""
     return {"block": k.block, "title": k.title, "layers": k.layers, "elements_per_token": k.per_token,
             "formula": k.formula, "window": k.window, "chunk": k.chunk, "ratio": k.ratio,
             "entry_elements": k.entry_elements if k.per_token or k.entry else 0, "topk": k.topk,
             "flops_per_key": k.flops_per_key, "index_flops_per_key": k.index_flops_per_key,
+            # the headline's convention: a kind grows per added token, or is part of the fixed part once full
+            "grows_per_token": k.grows, "pending_elements_per_position": k.pending, "overlap_elements": k.overlap,
+            "fixed_elements": k.fixed_elements(max_context),
             "fixed_state": [{"name": p.name, "elements": p.elements, "dtype": p.dtype, "bytes_per_element": p.bytes,
                              "formula": p.formula} for p in k.state]}

@@ -13,6 +13,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from explorer.figures.calculator import size
 from explorer.figures.compare_facts import ArchFact, architecture_facts, changes, facts_data
 from explorer.figures.compare_roles import NAMED_ROLES, ROLES, RoleTotals, config_differences, role_totals
 from explorer.figures.model_build import ModelBuild
@@ -103,7 +104,7 @@ def compare_data(mb: ModelBuild, totals: RoleTotals) -> dict[str, Any]:
         "slug": mb.slug, "name": mb.content.meta.name, "href": f"../models/{mb.slug}/index.html",
         "roles": [[role, totals.values[role]] for role in ROLES], "total": mb.ledger.total,
         "mechanisms": {role: list(totals.mechanisms.get(role, ())) for role in NAMED_ROLES},
-        "figures": [[f.key, f.label, f.value] for f in mb.figures.figures],
+        "figures": [[f.key, f.label, f.value, f.unit] for f in mb.figures.figures],
         "config": [[key, left] for key, left, _, _ in config_differences(mb.content.config, {})],
         "facts": [{**f, "href": f"../models/{mb.slug}/{page_href(f['path'])}"}
                   for f in facts_data(architecture_facts(mb.spec, mb.ledger, mb.figures))],
@@ -116,20 +117,23 @@ def compare_data_file(mb: ModelBuild) -> dict[str, str]:
     JavaScript number stops being exact."""
     data = compare_data(mb, role_totals(mb.spec, mb.ledger))
     data.update(roles=[[role, str(value)] for role, value in data["roles"]], total=str(data["total"]),
-                figures=[[key, label, str(value)] for key, label, value in data["figures"]])
+                figures=[[key, label, str(value), unit] for key, label, value, unit in data["figures"]])
     text = json.dumps(data, ensure_ascii=False, sort_keys=True, separators=(",", ":"))
     return {f"compare/data/{mb.slug}.js":
             f"(window.EXPLORER_COMPARE=window.EXPLORER_COMPARE||{{}})[{json.dumps(mb.slug)}]={text};\n"}
 
 
-def compare_rows(left: dict[str, Any], right: dict[str, Any]) -> tuple[list[tuple[str, int, int]], list[tuple[str, int, int]]]:
-    """(role rows, figure rows) of two models' data: each (label, left, right); static/compare.js does the same.
+def compare_rows(left: dict[str, Any], right: dict[str, Any]) -> tuple[list[tuple[str, int, int]],
+                                                                      list[tuple[str, int, int, bool]]]:
+    """(role rows, figure rows) of two models' data: each (label, left, right), a figure's label ending in its unit
+    and with whether it counts bytes (its cells then also read in kB, MB, GB); static/compare.js does the same.
     Role rows are the roles either model has, named with each side's mechanisms where they differ ("Attention:
     Grouped-query attention → Chunked attention"); their deltas add up to the totals' difference."""
     lr, rr = dict(left["roles"]), dict(right["roles"])
     roles = [(_role_label(role, left, right), lr[role], rr[role]) for role in ROLES if lr[role] or rr[role]]
-    rf = {key: value for key, _, value in right["figures"]}
-    figures = [(label, value, rf[key]) for key, label, value in left["figures"] if key in rf]
+    rf = {key: value for key, _, value, _ in right["figures"]}
+    figures = [(f"{label}, in {unit}", int(value), int(rf[key]), unit.startswith("bytes"))
+               for key, label, value, unit in left["figures"] if key in rf]
     return roles, figures
 
 
@@ -174,14 +178,22 @@ def compare_page(a: ModelBuild, b: ModelBuild) -> ComparePage:
         "figures, configs.", "../", compare_path(a.slug, b.slug), Link(lname, left["href"]), Link(rname, right["href"]),
         summary, changed,
         tuple(_row(*r) for r in roles), _row("Total", left["total"], right["total"]),
-        tuple(_row(*r) for r in figures),
+        tuple(_row(*r) for r in figures),  # bytes also in decimal units
         tuple(ConfigRowView(*row) for row in config_differences(a.content.config, b.content.config)),
         note=f"Each row is a role's parameters in each model; Δ is {rname} minus {lname}, and the rows' Δ add up to "
              "the totals' Δ exactly (every stored parameter belongs to one role).")
 
 
-def _row(label: str, left: int, right: int) -> CompareRowView:
+def _row(label: str, left: int, right: int, is_bytes: bool = False) -> CompareRowView:
+    if is_bytes:
+        return CompareRowView(label, sized(left), sized(right), sized(right - left, signed=True))
     return CompareRowView(label, fmt(left), fmt(right), _signed(right - left))
+
+
+def sized(n: int, signed: bool = False) -> str:
+    """An exact byte count with its size in decimal units beside it: "477,184 (477.18 kB)"; a difference signed."""
+    exact = _signed(n) if signed else fmt(n)
+    return f"{exact} ({'+' if signed and n > 0 else ''}{size(n)})" if n else exact
 
 
 def _signed(n: int) -> str:

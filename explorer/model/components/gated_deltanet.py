@@ -83,8 +83,10 @@ class DeltaNetOptions:
 
     @property
     def conv_elements(self) -> int:
-        """Numbers in one layer's conv state: the last kernel − 1 inputs of every channel."""
-        return self.conv_dim * (self.conv_kernel - 1)
+        """Numbers in one layer's conv state: the last `kernel` inputs of every channel, as the reference's cache holds
+        them (LinearAttentionLayer keeps conv_kernel_size columns; the next step's convolution reads kernel − 1 of
+        them beside the new input). Mamba-2's conv state is counted the same way."""
+        return self.conv_dim * self.conv_kernel
 
     @property
     def key_dim(self) -> int:
@@ -238,7 +240,9 @@ def conv_component(ctx: Ctx, o: DeltaNetOptions, *, weight: str, ranges: tuple[I
         key="conv1d", title="Causal convolution", kind="learned", code="nn.Conv1d(conv_dim, conv_dim, kernel_size, "
         "groups=conv_dim, padding=kernel_size - 1, bias=False)",
         description=f"Mix each of the {o.conv_dim:,} q, k, v channels with its own previous {K_ - 1} positions "
-                    f"({K_} taps per channel), then SiLU. Decoding keeps the last {K_ - 1} inputs as the conv state.",
+                    f"({K_} taps per channel), then SiLU. Decoding reads the last {K_ - 1} inputs "
+                    f"beside the new one; the reference's cache holds the last {K_} (the full kernel), as this site "
+                    "counts the conv state of every recurrent layer.",
         inputs=(Port(r"\xi", ctx.tokens(channels), "c"),), outputs=(Port(r"\tilde\xi", ctx.tokens(channels), "c_conv"),),
         equations=(step,), steps=(step,), tensors=(ctx.tensor(weight, ranges, shape),), citations=citations,
         program="causal_conv", reference="-",
@@ -340,7 +344,8 @@ def gated_deltanet(ctx: Ctx, *, prefix: str, ranges: tuple[IndexRange, ...], x: 
         equations=tuple(s for s in steps if s.name in ("state", "readout")), steps=tuple(steps), children=children,
         citations=citations, program="gated_deltanet", options=o,
         extras=(("state per layer", f"{o.v_heads} × {o.d_k} × {o.d_v} = {o.v_heads * o.d_k * o.d_v:,} numbers"),
-                ("conv state per layer", f"{o.conv_dim:,} channels × {o.conv_kernel - 1} positions"),
+                ("conv state per layer", f"{o.conv_dim:,} channels × {o.conv_kernel} positions (the full kernel, as the "
+                                          "reference's cache holds it)"),
                 ("chunk (prefill)", f"{o.chunk} positions")),
         notes=("The recurrent form (one token, from the conv and recurrent states) and the chunked form (a sequence, "
                f"{o.chunk} positions at a time) compute the same outputs; the executed check runs both.",),
@@ -483,12 +488,13 @@ __all__ = ["DeltaNetOptions", "gated_deltanet", "chunked_delta_rule", "recurrent
 @layer_memory("gated_deltanet")
 def deltanet_memory(comp: Component, values: Mapping[str, Any]) -> tuple[LayerKind, ...]:
     """A fixed state per sequence, whatever the context: the delta-rule matrix of every value head and the last
-    kernel − 1 inputs of every convolution channel. Nothing grows per token."""
+    kernel inputs of every convolution channel (the full kernel, as the reference holds it and as Mamba-2's conv state
+    is counted). Nothing grows per token."""
     o = comp.options
     assert isinstance(o, DeltaNetOptions)
     state = StatePart("recurrent state", o.state_elements, o.state_dtype, o.state_bytes,
                       "linear_num_value_heads × linear_key_head_dim × linear_value_head_dim")
     conv = StatePart("conv state", o.conv_elements, o.conv_dtype, o.conv_bytes,
                      "(2 × linear_num_key_heads × linear_key_head_dim + linear_num_value_heads × "
-                     "linear_value_head_dim) × (linear_conv_kernel_dim − 1)")
+                     "linear_value_head_dim) × linear_conv_kernel_dim")
     return (LayerKind(0, f"{state.formula} + {conv.formula}", state=(state, conv)),)

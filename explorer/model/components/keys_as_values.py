@@ -1,6 +1,7 @@
 """Keys as values: a layer with a key projection and no value projection, whose values are its keys before the
 key norm and rotation, scaled to unit root mean square (Gemma 4's global layers, attention_k_eq_v). One projection
-per key/value head instead of two, and one tensor per token in the cache instead of two.
+per key/value head instead of two; the cache still holds two tensors per token (the keys normalised and
+rotated, the values normalised differently), as the reference's cache does.
 
 References: Gemma 4 model card (Google DeepMind, 2026); transformers' models/gemma4/modeling_gemma4.py
 (Gemma4TextAttention: v_proj is None and value_states = key_states when use_alternative_attention).
@@ -25,10 +26,3 @@ def values_step(shape: Shape) -> Step:
 def values_from_keys(K):  # K: torch.Tensor [B, T, H_kv, d_head], the projected keys
     """The values of a keys-as-values layer: the key projection itself, before k_norm and the rotation."""
     return K
-
-
-def cache_tensors(keys_as_values: bool) -> int:
-    """Tensors cached per key/value head and token: keys and values, or the keys alone when they double as values.
-    (The reference's cache stores the normalised values beside the rotated keys; a cache built for this layer kind
-    needs only the projection, from which both follow.)"""
-    return 1 if keys_as_values else 2

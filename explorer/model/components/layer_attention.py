@@ -121,17 +121,12 @@ class LayerAttentionOptions:
     """The library part the layer is listed under: its scores child and its page's wording (see the module doc)."""
 
     @property
-    def cache_tensors(self) -> int:
-        return keys_as_values.cache_tensors(self.keys_as_values)
-
-    @property
     def cache_formula(self) -> str:
         """"2 × num_key_value_heads × head_dim"; "… × (head_dim + v_head_dim)" with value heads of their own
-        width; no 2 × where the keys double as values."""
+        width. Keys that double as values are still cached twice: normalised and rotated as keys, normalised
+        differently as values (keys_as_values.py), as the reference's cache holds them."""
         _, kv, dqk, dv = self.shape.formulas
         kv_text = str(kv).replace("*", " × ")
-        if self.cache_tensors == 1:
-            return f"{kv_text} × {dqk}"
         if dqk == dv:
             return f"2 × {kv_text} × {dqk}"
         return f"{kv_text} × ({dqk} + {dv})"
@@ -571,12 +566,12 @@ reference_call("shaped_attention")(call_with_rotary)  # MiniMax-M2 and MiMo-V2-F
 @layer_memory("layer_attention")
 @layer_memory("shaped_attention")
 def layer_memory_entry(comp: Component, values: Mapping[str, Any]) -> tuple[LayerKind, ...]:
-    """K and V of each key/value head at their own widths, or K alone where the keys double as values (the values
-    follow from the cached keys' projection: one tensor, not two); capped by the layer's window or chunk."""
+    """K and V of each key/value head at their own widths, both also where the keys double as values (the reference
+    caches the rotated keys and the differently normalised values); capped by the layer's window or chunk."""
     o = comp.options
     assert isinstance(o, LayerAttentionOptions)
     s = o.shape
     full = s.heads * (s.qk_head_dim + s.v_head_dim)
-    cached = s.kv_heads * (s.qk_head_dim + (s.v_head_dim if o.cache_tensors == 2 else 0))
+    cached = s.kv_heads * (s.qk_head_dim + s.v_head_dim)
     return (LayerKind(cached, o.cache_formula, flops_per_key=2 * full, mha_per_token=full, window=o.window,
                       chunk=o.chunk, by_kind=True),)

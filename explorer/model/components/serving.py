@@ -82,6 +82,12 @@ class LayerKind:
     one form. `flops_per_key` is then the unabsorbed form: per-head keys and values."""
     decode_forms: tuple[str, ...] = ()
     """MLA only: how `flops_per_key` and `absorbed_flops_per_key` follow from the config, in keys and in numbers."""
+    pending: int = 0
+    """A compressed stream: elements held per position not yet pooled into an entry (the compressor's projected
+    values and gates, waiting for `ratio` positions): context mod ratio positions are pending."""
+    overlap: int = 0
+    """A compressed stream with overlapping windows: elements carried from the last pooled window to the next (its
+    first half of values and gates), held once one entry has been pooled."""
 
     @property
     def key(self) -> str:
@@ -131,14 +137,35 @@ class LayerKind:
             return triangle_capped(context, self.window)
         return pooled_capped(context, self.ratio, None)
 
+    @property
+    def grows(self) -> bool:
+        """Whether the kind's cache grows with every added token (no window or chunk caps it, no fixed state)."""
+        return bool(self.per_token or self.entry) and not (self.window or self.chunk)
+
+    def buffered(self, context: int) -> int:
+        """Elements one layer holds beside its entries at `context`: the positions waiting to be pooled and the
+        overlap carried between pooled windows (a compressed stream; 0 for every other kind)."""
+        if self.ratio == 1:
+            return 0
+        return self.pending * (context % self.ratio) + (self.overlap if context >= self.ratio else 0)
+
     def cache_elements(self, context: int) -> int:
         """Elements all layers of this kind cache for one sequence of `context` positions (not the fixed state)."""
-        return self.layers * self.entry_elements * self.entries(context)
+        return self.layers * (self.entry_elements * self.entries(context) + self.buffered(context))
 
     def engine_elements(self, context: int, block: int) -> int:
         """The same, with each layer's entries rounded up to whole blocks of `block` entries (a paged engine)."""
         entries = self.entries(context)
-        return self.layers * self.entry_elements * (-(-entries // block) * block)
+        return self.layers * (self.entry_elements * (-(-entries // block) * block) + self.buffered(context))
+
+    def fixed_elements(self, maximum: int) -> int:
+        """Elements all layers of this kind hold once full that do not grow with further tokens: a window's or a
+        chunk's entries (at most `maximum`), a compressed stream's overlap and its largest pending buffer."""
+        if self.window or self.chunk:
+            return self.cache_elements(maximum)
+        if self.ratio > 1:
+            return self.layers * (self.overlap + self.pending * (self.ratio - 1))
+        return 0
 
 
 def triangle_capped(context: int, cap: int | None) -> int:
