@@ -98,6 +98,7 @@ EXCLUDING = {
     "gemma4": [r"model\.vision_tower", "lm_head", "router"],
     "glm4_moe": ["lm_head", r"model\.layers\.\d+\.mlp\.shared_experts"],
     "glm4_moe_lite": ["lm_head", r"model\.layers\.\d+\.self_attn\.kv_a_proj_with_mqa"],
+    "kimi_linear": ["lm_head", r"model\.layers\.\d+\.self_attn\.(g_a|g_b|b)_proj"],
     "llama": [r"model\.layers\.\d+\.self_attn", "lm_head"],
     "llama4": ["lm_head", r"model\.layers\.\d+\.feed_forward\.shared_expert"],
     "nemotron_h": ["lm_head", r"model\.layers\.\d+\.mixer\.experts"],

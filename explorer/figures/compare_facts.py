@@ -68,7 +68,8 @@ def architecture_facts(spec: ModelSpec, ledger: Ledger, figures: DerivedFigures)
     attn = _first(spec.root, lambda c: COMPARISON_ROLES.get(c.program) == "Attention", main) or \
         _first(spec.root, lambda c: COMPARISON_ROLES.get(c.program) in ATTENTION_ROLES, main)
     moe = _first(spec.root, lambda c: c.program in ROUTED, main)
-    return (_layers(spec), _attention_kinds(spec, attn), *_heads(spec, attn), _window(figures), *_experts(spec, moe),
+    return (_layers(spec), _attention_kinds(spec, attn), *_heads(spec, attn), _qk_norm(attn), _norm_placement(main),
+            _window(figures), *_experts(spec, moe),
             _streams(spec), _context(figures), _vocabulary(spec), _mtp(spec), _vision(spec), _storage(ledger))
 
 
@@ -164,6 +165,39 @@ def _head_widths(spec: ModelSpec, comp: Component) -> tuple[int | None, int | No
     if width is None and isinstance(spec.values.get("head_dim"), int):
         width = int(spec.values["head_dim"])  # NoPE attention (Nemotron-H) keeps its width in the config only
     return width, width, None
+
+
+QK_NORMS = {"per_head": "per head", "across_heads": "across all heads, before the split into heads",
+            "l2": "per head, weightless (L2), after the rotation"}
+"""LayerAttentionOptions.qk_norm -> how the compare pages say it."""
+
+
+def _qk_norm(attn: tuple[str, Component] | None) -> ArchFact:
+    """Where queries and keys are normalised before their dot product: per head (Qwen3), across all heads (OLMo 2,
+    MiniMax-M2), or not at all; read from the attention's options, whichever attention part it is."""
+    path, comp = attn if attn else ("", None)
+    o = comp.options if comp else None
+    if isinstance(o, LayerAttentionOptions):
+        text = QK_NORMS.get(o.qk_norm)
+    else:  # attention.py's and gated attention's options carry the per-head norm's options, or None
+        text = "per head" if getattr(o, "qk_norm", None) is not None else None
+    return _fact("qk_norm", "QK-norm", text, path, noun="QK-norm")
+
+
+def _norm_placement(main: tuple[tuple[Component, ...], Component] | None) -> ArchFact:
+    """Where the main block's norms sit on each branch: before it (pre-norm), at both ends (sandwich), or only at
+    its end, inside the branch (OLMo 2's post-norm)."""
+    if main is None:
+        return _fact("norms", "Norm placement", None, "")
+    anc, block = main
+    keys = {c.key for c in block.children}
+    before, after = bool(keys & {"attn_norm", "norm"}), "post_attn_norm" in keys
+    if not (before or after):
+        return _fact("norms", "Norm placement", None, "")
+    text, brief = (("before and after each branch (sandwich)", "sandwich") if before and after else
+                   ("before each branch (pre-norm)", "pre-norm") if before else
+                   ("after each branch, inside it (no norm before a branch)", "after each branch"))
+    return _fact("norms", "Norm placement", text, path_key(anc, block), noun="norm placement", brief=brief)
 
 
 def _window(figures: DerivedFigures) -> ArchFact:

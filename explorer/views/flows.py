@@ -81,6 +81,24 @@ def swiglu_layout(comp: Component, node: NodeOf) -> Item | None:
                 _step_op(comp, "⊙", ("product",), "a ⊙ u"), down[0]))
 
 
+def fused_qkv_layout(comp: Component, node: NodeOf) -> Item | None:
+    """Attention with one fused projection: it, the split into q, k and v, then RoPE, scores, output."""
+    fused = _boxes(comp, node, "qkv_proj")
+    if not fused:
+        return None
+    return Seq((fused[0], _step_op(comp, "⫼", ("qkv-split",), "split into q, k, v"),
+                *_boxes(comp, node, "rope", "scores", "o_proj")))
+
+
+def fused_swiglu_layout(comp: Component, node: NodeOf) -> Item | None:
+    """SwiGLU from one fused gate-up projection: split in halves, SiLU on the gate, times the up half, then down."""
+    gate_up, down = (_boxes(comp, node, k) for k in ("gate_up_proj", "down_proj"))
+    if not (gate_up and down):
+        return None
+    return Seq((gate_up[0], _step_op(comp, "⫼", ("gate-up-split",), "split into g, u"),
+                _step_op(comp, "σ", ("silu",), "SiLU"), _step_op(comp, "⊙", ("product",), "a ⊙ u"), down[0]))
+
+
 def moe_layout(comp: Component, node: NodeOf) -> Item | None:
     """Mixture of experts: the router picks experts; their gated outputs are summed, plus the shared expert."""
     router, routed, shared = (_boxes(comp, node, k) for k in ("router", "expert", "shared"))
@@ -144,8 +162,9 @@ def shared_and_routed_moe_layout(comp: Component, node: NodeOf) -> Item | None:
 
 
 LAYOUTS: dict[str, Layout] = {
-    "block": block_layout, "mla": mla_layout, "attention": attention_layout, "gated_mlp": swiglu_layout,
-    "shaped_attention": attention_layout,
+    "block": block_layout, "post_norm_block": block_layout, "mla": mla_layout, "attention": attention_layout, "gated_mlp": swiglu_layout,
+    "shaped_attention": attention_layout, "fused_qkv_attention": fused_qkv_layout,
+    "fused_gated_mlp": fused_swiglu_layout,
     "moe": moe_layout, "mtp": mtp_layout, "model": model_layout,
     "hc_block": hc_block_layout, "v4_attention": v4_attention_layout,
     "shared_and_routed_moe": shared_and_routed_moe_layout,

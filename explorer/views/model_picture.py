@@ -166,7 +166,7 @@ def ffn_kind(block: Component) -> Kind:
         shared = " + shared expert" if any("shared" in c.key for _, c in walk(block)) else ""
         beside = " beside a dense MLP" if "moe_beside_mlp" in _programs(block) else ""
         return Kind("moe hashed" if hashed else "moe", f"MoE: {o.k} of {o.experts} experts{hashed}{shared}{beside}")
-    if _programs(block).keys() & {"gated_mlp", "plain_mlp", "relu2_mlp"}:
+    if _programs(block).keys() & {"gated_mlp", "fused_gated_mlp", "plain_mlp", "relu2_mlp"}:
         return Kind("dense", "dense MLP")
     return Kind("none", "no feed-forward")
 

@@ -27,7 +27,8 @@ from explorer.model.components.norms import NormOptions, apply_norm
 from explorer.model.components.rope import RopeOptions, rotary_angles
 from explorer.spec.types import Citation, Component, Port, Step
 
-FFN_HEADINGS = {"moe": "Mixture of experts:", "fused_moe": "Mixture of experts:", "gated_mlp": "SwiGLU MLP:", "plain_mlp": "MLP:"}
+FFN_HEADINGS = {"moe": "Mixture of experts:", "fused_moe": "Mixture of experts:", "gated_mlp": "SwiGLU MLP:", "fused_gated_mlp": "SwiGLU MLP:",
+                "plain_mlp": "MLP:"}
 
 
 class BlockPorts(NamedTuple):

@@ -15,6 +15,7 @@ from explorer.model.components.base import fmt_eps, fmt_num, k, options, q, v
 from explorer.model.components.blocks import BlockOptions
 from explorer.model.components.compressed_attention import CompressorOptions, IndexerOptions, V4AttentionOptions
 from explorer.model.components.fused_attention import FusedAttentionOptions
+from explorer.model.components.fused_qkv_attention import split_widths
 from explorer.model.components.gated_attention import GatedAttentionOptions
 from explorer.model.components.gated_deltanet import DeltaNetOptions
 from explorer.model.components.hyper_connections import HyperOptions
@@ -24,6 +25,7 @@ from explorer.model.components.layer_blocks import LayerBlockOptions
 from explorer.model.components.mamba2 import Mamba2Options
 from explorer.model.components.mla import MLAOptions
 from explorer.model.components.norms import GAIN_SUBSCRIPT, NormOptions
+from explorer.model.components.post_norm_block import PostNormBlockOptions
 from explorer.model.components.rope import RopeOptions
 from explorer.model.components.step_terms import TERMS, Term, for_programs, registers
 from explorer.spec.types import Component
@@ -123,7 +125,14 @@ def _layer_attention(o: LayerAttentionOptions) -> tuple[Term, ...]:
     (across_heads, on q and k before the split) or over each head (per_head, on Q and K), with the q_norm child's
     options (nested_mismatches checks they are `norm`); eps is the value norm's and the L2 norms'."""
     return (*for_programs(("layer_attention", "layer_scores"), _layer_scores_terms(o)),
-            *for_programs(("layer_attention", "shaped_attention"), _layer_own_terms(o)))
+            *for_programs(("layer_attention", "shaped_attention", "fused_qkv_attention"), _layer_own_terms(o)),
+            *for_programs(("fused_qkv_attention",), _fused_split_terms(o)))
+
+
+def _fused_split_terms(o: LayerAttentionOptions) -> list[Term]:
+    """The fused projection splits at heads·d_head and heads·d_head + kv_heads·d_head (fused_qkv_attention.py)."""
+    wq, wk, _ = split_widths(o)
+    return [Term("shape", "qkv-split", f"{wq}:{wq + wk}")]
 
 
 def _layer_own_terms(o: LayerAttentionOptions) -> list[Term]:
@@ -260,7 +269,7 @@ def _hyper_connection(o: HyperOptions) -> tuple[Term, ...]:
 
 # ---------------------------------------------------------------------------------------------- blocks
 
-def _post_norm_terms(o: BlockOptions | LayerBlockOptions) -> list[Term]:
+def _post_norm_terms(o: BlockOptions | LayerBlockOptions | PostNormBlockOptions) -> list[Term]:
     """The residual adds the post-normed branch (Δ̄) where the block has a post-norm, the branch itself otherwise."""
     return [Term("post_attn_norm", "residual-attn", rf"x_n+{_delta(o.post_attn_norm)}_{{\mathrm{{attn}}}}"),
             Term("post_ffn_norm", "residual-ffn", rf"x'_n+{_delta(o.post_ffn_norm)}_{{\mathrm{{ffn}}}}")]
@@ -272,6 +281,12 @@ def _delta(post_normed: bool) -> str:
 
 @registers(BlockOptions)
 def _block(o: BlockOptions) -> tuple[Term, ...]:
+    return tuple(_post_norm_terms(o))
+
+
+@registers(PostNormBlockOptions)
+def _post_norm_block(o: PostNormBlockOptions) -> tuple[Term, ...]:
+    """OLMo 2's block: the residual adds each branch's normalised output (its steps name the normed Δ̄)."""
     return tuple(_post_norm_terms(o))
 
 

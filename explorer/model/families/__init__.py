@@ -28,6 +28,8 @@ from explorer.model.families.mimo_v2_flash import FAMILY as MIMO_V2_FLASH
 from explorer.model.families.minimax_m2 import FAMILY as MINIMAX_M2
 from explorer.model.families.mixtral import FAMILY as MIXTRAL
 from explorer.model.families.nemotron_h import FAMILY as NEMOTRON_H
+from explorer.model.families.olmo2 import FAMILY as OLMO2
+from explorer.model.families.phi3 import FAMILY as PHI3
 from explorer.model.families.qwen3 import FAMILY as QWEN3
 from explorer.model.families.qwen3_5 import FAMILY as QWEN3_5
 from explorer.model.families.qwen3_5 import MOE_FAMILY as QWEN3_5_MOE
@@ -38,7 +40,7 @@ from explorer.spec.types import Component, ModelSpec
 FAMILIES: dict[str, Family] = {f.name: f for f in (DEEPSEEK_V3, LLAMA, QWEN3, GPT2, GEMMA3_TEXT, GEMMA3, MIXTRAL,
                                                     QWEN3_MOE, GPT_OSS, DEEPSEEK_V32, GLM_MOE_DSA, KIMI_K25,
                                                     MINIMAX_M2, MIMO_V2_FLASH, LLAMA4, GEMMA4, DEEPSEEK_V4, NEMOTRON_H,
-                                                    QWEN3_5, QWEN3_5_MOE, KIMI_LINEAR, GLM4_MOE, GLM4_MOE_LITE)}
+                                                    QWEN3_5, QWEN3_5_MOE, KIMI_LINEAR, GLM4_MOE, GLM4_MOE_LITE, OLMO2, PHI3)}
 """Family name (content's model.family) -> family."""
 
 

@@ -37,6 +37,12 @@ from explorer.model.families.base import (
     rule_problems,
     stored_dtype,
 )
+from explorer.model.families.block_fp8 import (
+    FP8QuantizationConfig,
+    fp8_block_storage,
+    fp8_problems,
+    keep_named_modules_dense,
+)
 from explorer.model.families.renames import split_fused_experts
 from explorer.spec.types import Component, ModelSpec
 
@@ -92,6 +98,8 @@ class KimiLinearHyperparameters(PublishedMetadata):
     torch_dtype: str = "bfloat16"
     dtype: str | None = None
     """The newer name of torch_dtype; where published it is the stored dtype."""
+    quantization_config: FP8QuantizationConfig | None = None
+    """Block-wise FP8, modules_to_not_convert applied (explorer/model/families/block_fp8.py)."""
     # Informational keys: recorded as published, not used by the spec.
     bos_token_id: int | None = 163_584
     eos_token_id: int | tuple[int, ...] | None = 163_586
@@ -157,7 +165,7 @@ class KimiLinear(Family):
             (c.hidden_act == "silu", "hidden_act", f"must be 'silu' (SwiGLU), got {c.hidden_act!r}"),
             (not c.tie_word_embeddings, "tie_word_embeddings", "must be false: the family stores lm_head separately"),
             (not c.attention_bias, "attention_bias", "must be false"),
-        ])
+        ]) + fp8_problems(c.quantization_config)
 
     def default_source(self, key: str) -> str:
         return self.reference.config_class
@@ -173,7 +181,7 @@ class KimiLinear(Family):
     # ------------------------------------------------------------------------------------------------ build
 
     def build(self, c: KimiLinearHyperparameters, values: dict[str, int | float]) -> Component:
-        ctx = Ctx(values, LABELS, self.ref, stored_dtype(stored(c)), None)
+        ctx = Ctx(values, LABELS, self.ref, stored_dtype(stored(c)), fp8_block_storage(c.quantization_config))
         L = c.num_hidden_layers
         kinds = block_kinds(c)
         blocks = tuple(self.block(ctx, c, pair, ix) for pair, ix in kinds.items())
@@ -194,9 +202,11 @@ class KimiLinear(Family):
             head(ctx, "lm_head", "LM head", weight="lm_head.weight", citations=(
                 self.ref.cite("lm_head is a separate bias-free Linear to the vocabulary.", "ForCausalLM.__init__"),)),
         )
-        return model_root(ctx, children, code=f"{self.reference.model_class}(config)", layers=L, citations=cite,
+        root = model_root(ctx, children, code=f"{self.reference.model_class}(config)", layers=L, citations=cite,
                           description=f"A token embedding, {L} decoder layers ({L - n_full} KDA, {n_full} MLA with no "
                                       "positional encoding), a final RMSNorm and an untied LM head.")
+        return keep_named_modules_dense(root, c.quantization_config, stored_dtype(stored(c)), self.reference_module,
+                                        f"{self.name} config")
 
     def block(self, ctx: Ctx, c: KimiLinearHyperparameters, pair: tuple[str, str], indices: tuple[int, ...]
               ) -> Component:
@@ -299,7 +309,7 @@ class KimiLinear(Family):
                 "norm_topk_prob": c.norm_topk_prob, "linear_num_heads": 2, "linear_head_dim": 8,
                 "linear_conv_kernel_dim": c.linear_conv_kernel_dim, "rms_norm_eps": c.rms_norm_eps,
                 "max_position_embeddings": 256, "dtype": "float32", "pad_token_id": 0, "bos_token_id": 0,
-                "eos_token_id": 1}
+                "eos_token_id": 1, "quantization_config": None}
 
     def tiny_label_parts(self, tiny: ModelSpec) -> tuple[str, ...]:
         v = tiny.values
