@@ -105,6 +105,7 @@ EXCLUDING = {
     "qwen3_5": [r"model\.visual", "lm_head", r"model\.language_model\.layers\.\d+\.linear_attn"],
     "qwen3": [r"model\.layers\.\d+\.self_attn", "lm_head"],
     "qwen3_5_moe": [r"model\.visual", "lm_head", "shared_expert_gate"],
+    "qwen3_next": ["lm_head", r"model\.layers\.\d+\.linear_attn", "shared_expert_gate"],
     "qwen3_moe": [r"model\.layers\.\d+\.self_attn", "lm_head"],
 }
 """modules_to_not_convert patterns a published checkpoint might give: the vision tower, a shared expert, the routed

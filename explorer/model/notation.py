@@ -220,7 +220,7 @@ SYMBOLS: tuple[Symbol, ...] = (
        "GELU(g) or ReLU(u)² in a plain one (m_i for expert i)", _EXP),
     _s(r"h", "index", "indexes a head (Q_h, A_h, O_h)", _IDX),
     _s(r"i", "index", "indexes a routed expert (G_i, E_i), a patch (row(i), col(i): its row and column in the "
-       "image) or a position in a chunk", _IDX),
+       "image), a position in a chunk, or a key head's group of fused projections (π^{qkvz}_i)", _IDX),
     _s(r"j", "index", "indexes a feature pair (θ_j), the experts a sum runs over, or a head group (O^{A}_j)", _IDX),
     _s(r"n", "index", "indexes a block (x_n enters block n)", _IDX),
     _s(r"s", "index", "indexes a key position (M_{ts}: query t, key s)", _IDX),
@@ -255,6 +255,10 @@ SYMBOLS: tuple[Symbol, ...] = (
     _s(r"\beta", "computed", "DeltaNet: the write strength β_t, how much of the correction is written", _REC),
     _s(r"\beta^{\mathrm{raw}}", "computed", "DeltaNet: the write-strength logit before its sigmoid", _REC),
     _s(r"\alpha^{\mathrm{raw}}", "computed", "DeltaNet: the decay input before its softplus", _REC),
+    _s(r"\pi^{\mathrm{qkvz}}", "computed", "DeltaNet with fused projections (Qwen3-Next): in_proj_qkvz's output, one "
+       "group per key head (π^{qkvz}_i: key head i's q, k, v and gate)", _REC),
+    _s(r"\pi^{\mathrm{ba}}", "computed", "DeltaNet with fused projections (Qwen3-Next): in_proj_ba's output, one group "
+       "per key head (π^{ba}_i: key head i's write-strength logits and decay inputs)", _REC),
     _s(r"S", "computed", "a recurrent mixer's state (S_t after position t)", _REC),
     _s(r"\Gamma", "computed", "DeltaNet: cumulative decays within a chunk", _REC),
     _s(r"\gamma", "parameter", "a norm's learned gain per feature", _PAR),

@@ -12,6 +12,7 @@ from explorer.model.components import (  # noqa: F401  (registration)
     dsa,
     embedding,
     fused_attention,
+    fused_deltanet_proj,
     fused_experts,
     fused_mlp,
     fused_qkv_attention,

@@ -52,8 +52,10 @@ def output_gate(O: torch.Tensor, G: torch.Tensor) -> torch.Tensor:
 
 def gated_attention(ctx: Ctx, *, prefix: str, ranges: tuple[IndexRange, ...], x: Port, rope_options: RopeOptions,
                     scores_options: ScoresOptions, eps: float, gain: Gain, citations: tuple[Citation, ...],
-                    rope_reference: str, notes: tuple[str, ...] = ()) -> Component:
-    """Grouped-query attention with QK-norm, partial rotary and a sigmoid output gate from the query projection."""
+                    rope_reference: str, notes: tuple[str, ...] = (),
+                    rope_class: str = "TextRotaryEmbedding") -> Component:
+    """Grouped-query attention with QK-norm, partial rotary and a sigmoid output gate from the query projection;
+    `rope_class`: the reference's rotary module after its prefix (a multimodal model's text one by default)."""
     so, ro = scores_options, rope_options
     n, kvh, hd = so.heads, so.kv_heads, ctx.size("head_dim")
     heads, kv_heads, d_head = Dim("heads", n), Dim("kv_heads", kvh), Dim("d_head", hd)
@@ -76,11 +78,11 @@ def gated_attention(ctx: Ctx, *, prefix: str, ranges: tuple[IndexRange, ...], x:
     ]
     children += per_head_qk_norms(ctx, prefix=prefix, ranges=ranges, heads=heads, kv_heads=kv_heads, d_head=d_head,
                                   eps=eps, gain=gain)
-    # the reference's text rotary module is {prefix}TextRotaryEmbedding (the vision tower has its own)
-    rope_c = rope(ctx, ro, code=f"{ctx.reference.prefix}TextRotaryEmbedding(config)")
+    # a multimodal reference's text rotary module is {prefix}TextRotaryEmbedding (the vision tower has its own)
+    rope_c = rope(ctx, ro, code=f"{ctx.reference.prefix}{rope_class}(config)")
     rope_cite = ctx.reference.cite(f"The text rotary module computes the default inverse frequencies over "
                                    f"head_dim × partial_rotary_factor = {ro.dim} features.",
-                                   "TextRotaryEmbedding.compute_default_rope_parameters")
+                                   f"{rope_class}.compute_default_rope_parameters")
     children.append(replace(rope_c, reference=rope_reference, citations=(rope_cite,)))
     children.append(scores(ctx, so, d_qk=hd, d_v=hd, scale_latex=rf"\tau=1/\sqrt{{{hd}}}={so.scale:.6f}",
                            description=f"Causal softmax attention of {n} query heads over {hd}-dimensional dot "

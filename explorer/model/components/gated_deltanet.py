@@ -45,6 +45,7 @@ from explorer.model.components.base import (
     program,
     q,
     reference_call,
+    relative_module,
     run_child,
     v,
 )
@@ -57,6 +58,10 @@ CHUNK = 64
 """Positions per chunk of the chunked form (the reference's chunk_size)."""
 L2_EPS = 1e-6
 """The epsilon inside the queries' and keys' L2 norm (the reference's l2norm)."""
+PROJECTIONS_KEY = "in_proj"
+"""The key of a part that makes c, z, b and a in one run, given in place of the four projections (Qwen3-Next's
+fused pair, explorer/model/components/fused_deltanet_proj.py)."""
+FOUR_PROJECTIONS = ("in_proj_qkv", "in_proj_z", "in_proj_b", "in_proj_a")
 
 
 @dataclass(frozen=True, slots=True)
@@ -212,14 +217,14 @@ def _dims(o: DeltaNetOptions) -> tuple[Dim, Dim, Dim, Dim]:
 
 
 def gated_rmsnorm_component(ctx: Ctx, o: DeltaNetOptions, *, weight: str, ranges: tuple[IndexRange, ...],
-                            citations: tuple[Citation, ...]) -> Component:
+                            citations: tuple[Citation, ...], code: str = "") -> Component:
     """RMSNorm(o) ⊙ γ ⊙ SiLU(z) per value head, one gain of d_v shared by every head."""
     _, vh, _, dv = _dims(o)
     shape = ctx.tokens(vh, dv)
     step = Step(rf"\hat o=\frac{{{ctx_colour('o')}}}{{\sqrt{{\operatorname{{mean}}({ctx_colour('o')}^2)+"
                 rf"{fmt_eps(o.eps)}}}}}\odot\gamma\odot\operatorname{{SiLU}}(g)", shape, "gated-norm")
     return Component(
-        key="norm", title="Gated RMSNorm", kind="learned", code="Qwen3_5RMSNormGated(head_v_dim, eps=rms_norm_eps)",
+        key="norm", title="Gated RMSNorm", kind="learned", code=code or f"{ctx.reference.prefix}RMSNormGated(head_v_dim, eps=rms_norm_eps)",
         description=f"Normalise each head's {o.d_v} outputs to unit root mean square, scale by a learned gain shared "
                     "by the heads, and multiply by SiLU of the output gate g.",
         inputs=(Port(ctx_colour("o"), shape, "o"), Port("g", shape, "z")), outputs=(Port(r"\hat o", shape, "o_hat"),),
@@ -272,8 +277,11 @@ def decay_component(ctx: Ctx, o: DeltaNetOptions, *, prefix: str, ranges: tuple[
 
 
 def gated_deltanet(ctx: Ctx, *, prefix: str, ranges: tuple[IndexRange, ...], x: Port, o: DeltaNetOptions,
-                   citations: tuple[Citation, ...]) -> Component:
-    """The whole Gated DeltaNet layer (the token mixer of a linear-attention block)."""
+                   citations: tuple[Citation, ...], projections: Component | None = None,
+                   norm_code: str = "") -> Component:
+    """The whole Gated DeltaNet layer (the token mixer of a linear-attention block). `projections`: a part keyed
+    PROJECTIONS_KEY that makes c, z, b and a from x, in place of the four projections (its steps replace theirs);
+    `norm_code`: how the reference builds the gated norm (default: the reference prefix's RMSNormGated)."""
     kh, vh, dk, dv = _dims(o)
     Hk, Hv = ctx.sym("linear_num_key_heads"), ctx.sym("linear_num_value_heads")
     Dk, Dv, K = ctx.sym("linear_key_head_dim"), ctx.sym("linear_value_head_dim"), ctx.sym("linear_conv_kernel_dim")
@@ -298,7 +306,8 @@ def gated_deltanet(ctx: Ctx, *, prefix: str, ranges: tuple[IndexRange, ...], x: 
         conv_component(ctx, o, weight=prefix + "conv1d.weight", ranges=ranges, shape=(2 * Hk * Dk + Hv * Dv, 1, K),
                        citations=citations[1:2]),
         decay_component(ctx, o, prefix=prefix, ranges=ranges, citations=citations[1:2]),
-        gated_rmsnorm_component(ctx, o, weight=prefix + "norm.weight", ranges=ranges, citations=citations[:1]),
+        gated_rmsnorm_component(ctx, o, weight=prefix + "norm.weight", ranges=ranges, citations=citations[:1],
+                                code=norm_code),
         linear(ctx, "out_proj", "Output projection", weight=prefix + "out_proj.weight", ranges=ranges, d_in=Hv * Dv,
                d_out="hidden_size", out_dim=ctx.dim("hidden_size"),
                x=Port(r"\hat o", ctx.tokens(Dim("v_heads·d_v", o.value_dim)), "o_hat"),
@@ -311,15 +320,17 @@ def gated_deltanet(ctx: Ctx, *, prefix: str, ranges: tuple[IndexRange, ...], x: 
     qn, kn = q(r"\hat q"), k(r"\hat k")
     S = ctx_colour("S")
     repeat = (rf"{qn}_h,{kn}_h\ \text{{of key head}}\ \lceil h/{o.groups}\rceil" if o.groups > 1 else "")
+    made = (projections,) if projections is not None else children[:4]  # what makes c, z, b and a
+    mixing = children[4:]  # conv1d, decay, norm, out_proj
+    children = (*made, *mixing)
     steps = [
-        children[0].steps[0], children[1].steps[0], children[2].steps[0], children[3].steps[0],
-        children[4].steps[0],
+        *(s for c in made for s in c.steps), mixing[0].steps[0],
         Step(rf"[{q('q')};{k('k')};{v('v')}]=\tilde\xi\ \text{{split into}}\ {o.key_dim}+{o.key_dim}+{o.value_dim}"
              rf"\text{{, viewed as heads}}", ctx.tokens(vh, dv), "split"),
         Step(rf"{qn}=\frac{{{q('q')}}}{{\sqrt{{{o.d_k}}}\,\lVert {q('q')}\rVert}},\quad {kn}=\frac{{{k('k')}}}"
              rf"{{\lVert {k('k')}\rVert}}", ctx.tokens(kh, dk), "l2norm"),
         Step(r"\beta_t=\sigma(\beta^{\mathrm{raw}}_t)", ctx.tokens(vh), "beta"),
-        children[5].steps[0],
+        mixing[1].steps[0],
     ]
     if o.groups > 1:
         steps.append(Step(repeat, ctx.tokens(vh, dk), "repeat"))
@@ -332,7 +343,7 @@ def gated_deltanet(ctx: Ctx, *, prefix: str, ranges: tuple[IndexRange, ...], x: 
              rf"{kn}{kn}^{{\top}}),-1))^{{-1}}\operatorname{{diag}}(\beta)({v('v')}-\operatorname{{diag}}(\bar\alpha){kn}{S}_0),"
              rf"\ {ctx_colour('O')}=\operatorname{{diag}}(\bar\alpha){qn}{S}_0+\operatorname{{tril}}(\Gamma\odot{qn}{kn}"
              rf"^{{\top}})U", ctx.tokens(vh, dv), "chunked"),
-        children[6].steps[0], children[7].steps[0],
+        mixing[2].steps[0], mixing[3].steps[0],
     ]
     return Component(
         key="attn", title="Gated DeltaNet", kind="learned", code=f"{ctx.reference.prefix}GatedDeltaNet(config, layer_idx)",
@@ -355,14 +366,19 @@ def gated_deltanet(ctx: Ctx, *, prefix: str, ranges: tuple[IndexRange, ...], x: 
 # ----------------------------------------------------------------------------------------------- program
 
 def mixer_inputs(comp: Component, run: Run, x: torch.Tensor):
-    """The four projections and the two gates: c (q, k, v before the convolution), z, log α and β."""
-    c = run_child(comp, "in_proj_qkv", run, x)
-    z = run_child(comp, "in_proj_z", run, x)
-    b = run_child(comp, "in_proj_b", run, x)
-    a = run_child(comp, "in_proj_a", run, x)
+    """The projections and the two gates: c (q, k, v before the convolution), z, log α and β."""
+    c, z, b, a = projected(comp, run, x)
     beta = run.rec("beta", write_strength(b))                                         # [B, T, H_v]
     g = run_child(comp, "decay", run, a)                                              # log α: [B, T, H_v]
     return c, z, g, beta
+
+
+def projected(comp: Component, run: Run, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """c, z, b and a: from the four projections, or from the one part that makes all four."""
+    if any(c.key == PROJECTIONS_KEY for c in comp.children):
+        part = comp.child(PROJECTIONS_KEY)
+        return tuple(PROGRAMS[part.program](part, run.child(relative_module(comp, part)), x))
+    return tuple(run_child(comp, key, run, x) for key in FOUR_PROJECTIONS)
 
 
 def split_heads(o: DeltaNetOptions, mixed: torch.Tensor):

@@ -29,7 +29,7 @@ def gated_shared_expert(ctx: Ctx, *, prefix: str, ranges: tuple[IndexRange, ...]
     mlp = gated_mlp(ctx, "shared_expert", "Shared expert", "Shared expert", prefix=prefix + "shared_expert.",
                     ranges=ranges, d_ff=ctx.sym(width), ff_dim=Dim("d_shared", w), x=x, y=s, sub=r"\mathrm{sh}",
                     description=f"A SwiGLU MLP of width {w:,} that every token runs.",
-                    code="Qwen3_5MoeMLP(config, intermediate_size=shared_expert_intermediate_size)",
+                    code=f"{ctx.reference.prefix}MLP(config, intermediate_size=shared_expert_intermediate_size)",
                     citations=citations)
     gate = linear(ctx, "shared_expert_gate", "Shared-expert gate", weight=prefix + "shared_expert_gate.weight",
                   ranges=ranges, d_in="hidden_size", d_out=1, out_dim=Dim("one", 1), x=x,

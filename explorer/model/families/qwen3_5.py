@@ -37,7 +37,7 @@ from explorer.model.families.block_fp8 import (
     keep_named_modules_dense,
 )
 from explorer.model.families.renames import split_fused_experts
-from explorer.spec.types import Component, Hyperparameters, ModelSpec
+from explorer.spec.types import Citation, Component, Hyperparameters, IndexRange, ModelSpec
 
 LINEAR, FULL = "linear_attention", "full_attention"
 KINDS = {LINEAR: ("linear", "Gated DeltaNet block"), FULL: ("full", "Gated-attention block")}
@@ -181,53 +181,97 @@ class Qwen3_5(Family):
     symbols: ClassVar[tuple[str, ...]] = TEXT_SYMBOLS + tuple(VISION_LABELS)
     prefix = "model.language_model."
 
+    # ----------------------------------------------------------------- hooks: the text model and what is beside it
+
+    text_model_symbol: ClassVar[str] = "TextModel"
+    """The reference's text-model class, after the family's prefix (Qwen3_5TextModel)."""
+    head_symbol: ClassVar[str] = "ForConditionalGeneration"
+    """The reference's class that holds lm_head, after the prefix."""
+    rope_symbol: ClassVar[str] = "TextRotaryEmbedding"
+    """The reference's text rotary module, after the prefix."""
+
+    text_key: ClassVar[str] = "text_config."
+    """Where the text model's keys are in the config, for the problems check() names."""
+
+    def text(self, c: Any) -> Any:
+        """The text model's config (here the nested text_config; a text-only family's whole config)."""
+        return c.text_config
+
+    def rope_key(self, name: str) -> str:
+        """The config key of a rotary setting, for check()'s problems."""
+        return f"{self.text_key}rope_parameters.{name}"
+
+    def rope(self, t: Any) -> RopeParameters:
+        return rope_of(t)
+
+    def dtype(self, t: Any) -> str:
+        """The text model's dtype as published."""
+        return t.dtype
+
+    def state_dtype(self, t: Any) -> str:
+        """The recurrent state's cache dtype (the config's mamba_ssm_dtype)."""
+        return t.mamba_ssm_dtype
+
     def values(self, c: Any) -> dict[str, int | float]:
-        t, v = c.text_config, c.vision_config
+        t = self.text(c)
         out: dict[str, int | float] = {n: getattr(t, n) for n in TEXT_SYMBOLS if getattr(t, n) is not None}
         if "intermediate_size" in self.symbols:
             out["intermediate_size"] = t.intermediate_size or DENSE_WIDTH
         out.update({n: getattr(t, n) for n in MOE_SYMBOLS if getattr(t, n) is not None})
-        out.update(vit_hidden_size=v.hidden_size, vit_intermediate_size=v.intermediate_size,
-                   vit_patch_values=v.in_channels * v.temporal_patch_size * v.patch_size ** 2,
-                   vit_positions=v.num_position_embeddings, vit_merged_size=v.hidden_size * v.spatial_merge_size ** 2,
-                   vit_out_hidden_size=v.out_hidden_size, vit_in_channels=v.in_channels,
-                   vit_temporal_patch_size=v.temporal_patch_size, vit_patch_size=v.patch_size)
-        return out
+        return {**out, **self.vision_values(c)}
+
+    def vision_values(self, c: Any) -> dict[str, int | float]:
+        v = c.vision_config
+        return dict(vit_hidden_size=v.hidden_size, vit_intermediate_size=v.intermediate_size,
+                    vit_patch_values=v.in_channels * v.temporal_patch_size * v.patch_size ** 2,
+                    vit_positions=v.num_position_embeddings, vit_merged_size=v.hidden_size * v.spatial_merge_size ** 2,
+                    vit_out_hidden_size=v.out_hidden_size, vit_in_channels=v.in_channels,
+                    vit_temporal_patch_size=v.temporal_patch_size, vit_patch_size=v.patch_size)
 
     def check(self, c: Any) -> list[str]:
-        t, v = c.text_config, c.vision_config
+        return self.text_problems(c) + self.vision_problems(c) + fp8_problems(c.quantization_config)
+
+    def text_problems(self, c: Any) -> list[str]:
+        t = self.text(c)
         pattern = layer_pattern(t)
-        rp = rope_of(t)
+        rp = self.rope(t)
         rot = int(t.head_dim * rp.partial_rotary_factor)
-        side = round(v.num_position_embeddings ** 0.5)
         return rule_problems([
             (len(pattern.kinds) == t.num_hidden_layers and set(pattern.kinds) <= {LINEAR, FULL},
-             "text_config.layer_types", f"must give {t.num_hidden_layers} entries, each '{LINEAR}' or '{FULL}'"),
-            (t.num_attention_heads % t.num_key_value_heads == 0, "text_config.num_key_value_heads",
+             self.text_key + "layer_types", f"must give {t.num_hidden_layers} entries, each '{LINEAR}' or '{FULL}'"),
+            (t.num_attention_heads % t.num_key_value_heads == 0, self.text_key + "num_key_value_heads",
              f"must divide num_attention_heads ({t.num_attention_heads})"),
-            (t.linear_num_value_heads % t.linear_num_key_heads == 0, "text_config.linear_num_key_heads",
+            (t.linear_num_value_heads % t.linear_num_key_heads == 0, self.text_key + "linear_num_key_heads",
              f"must divide linear_num_value_heads ({t.linear_num_value_heads})"),
-            (rot % 2 == 0 and 0 < rot <= t.head_dim, "text_config.rope_parameters.partial_rotary_factor",
+            (rot % 2 == 0 and 0 < rot <= t.head_dim, self.rope_key("partial_rotary_factor"),
              f"must rotate an even number of head_dim's {t.head_dim} features"),
-            (rp.rope_type == "default", "text_config.rope_parameters.rope_type", "must be 'default'"),
-            (t.hidden_act == "silu", "text_config.hidden_act", "must be 'silu' (SwiGLU)"),
-            (not t.attention_bias, "text_config.attention_bias", "must be false"),
-            (not t.mlp_only_layers, "text_config.mlp_only_layers", "must be empty"),
+            (rp.rope_type == "default", self.rope_key("rope_type"), "must be 'default'"),
+            (t.hidden_act == "silu", self.text_key + "hidden_act", "must be 'silu' (SwiGLU)"),
+            (not t.attention_bias, self.text_key + "attention_bias", "must be false"),
+            (not t.mlp_only_layers, self.text_key + "mlp_only_layers", "must be empty"),
             (not t.tie_word_embeddings and not c.tie_word_embeddings, "tie_word_embeddings", "must be false"),
+        ])
+
+    def vision_problems(self, c: Any) -> list[str]:
+        v = c.vision_config
+        side = round(v.num_position_embeddings ** 0.5)
+        return rule_problems([
             (side * side == v.num_position_embeddings and side % v.spatial_merge_size == 0,
              "vision_config.num_position_embeddings", "must be a square whose side spatial_merge_size divides"),
             (v.hidden_size % v.num_heads == 0 and (v.hidden_size // v.num_heads) % 4 == 0, "vision_config.num_heads",
              "must divide hidden_size into heads whose size is a multiple of 4 (2-D rotary)"),
             (not v.deepstack_visual_indexes, "vision_config.deepstack_visual_indexes", "must be empty"),
-        ]) + fp8_problems(c.quantization_config)
+        ])
 
     def build_spec(self, slug: str, raw: dict[str, Any], where: str) -> ModelSpec:
-        spec = super().build_spec(slug, raw, where)
+        return replace(super().build_spec(slug, raw, where), defaulted=self.defaulted(raw))
+
+    def defaulted(self, raw: dict[str, Any]) -> tuple[str, ...]:
+        """The architecture keys the published config omits (they take the reference config classes' defaults)."""
         text, vision = raw.get("text_config", {}), raw.get("vision_config", {})
-        defaulted = (tuple(f"text_config.{k}" for k in ARCHITECTURE_KEYS if k not in text and k != "layer_types")
-                     + tuple(f"vision_config.{f.name}" for f in dataclasses.fields(Qwen3_5VisionHyperparameters)[:11]
-                             if f.name not in vision))
-        return replace(spec, defaulted=defaulted)
+        return (tuple(f"text_config.{k}" for k in ARCHITECTURE_KEYS if k not in text and k != "layer_types")
+                + tuple(f"vision_config.{f.name}" for f in dataclasses.fields(Qwen3_5VisionHyperparameters)[:11]
+                        if f.name not in vision))
 
     def default_source(self, key: str) -> str:
         return {"text_config": self.reference.config_class.replace("Config", "TextConfig"),
@@ -237,13 +281,14 @@ class Qwen3_5(Family):
     # ------------------------------------------------------------------------------------------------ build
 
     def build(self, c: Any, values: dict[str, int | float]) -> Component:
-        t, v = c.text_config, c.vision_config
-        ctx = Ctx(values, LABELS, self.ref, stored_dtype(t.dtype), fp8_block_storage(c.quantization_config))
+        t = self.text(c)
+        ctx = Ctx(values, LABELS, self.ref, stored_dtype(self.dtype(t)), fp8_block_storage(c.quantization_config))
         p, L = self.prefix, t.num_hidden_layers
         pattern = layer_pattern(t)
         blocks = tuple(self.block(ctx, t, kind, pattern.indices(kind)) for kind in pattern.present())
         cite = (self.ref.cite("The text model embeds tokens, runs each decoder layer as layer_types names it (Gated "
-                              "DeltaNet or full attention) and applies a final RMSNorm.", "TextModel.__init__"),)
+                              "DeltaNet or full attention) and applies a final RMSNorm.",
+                              f"{self.text_model_symbol}.__init__"),)
         x = Port(r"x_{L}", ctx.tokens("hidden_size"), "x")
         n_full = pattern.count(FULL)
         text = (
@@ -258,17 +303,27 @@ class Qwen3_5(Family):
                     y=Port(r"\hat x", x.shape, "x_hat"), code="self.norm(hidden_states)", eps=t.rms_norm_eps,
                     gain="1+w", citations=self._norm_citation()),
             head(ctx, "lm_head", "LM head", weight="lm_head.weight", citations=(
-                self.ref.cite("lm_head is a separate bias-free Linear to the vocabulary.", "ForConditionalGeneration"),)),
+                self.ref.cite("lm_head is a separate bias-free Linear to the vocabulary.", self.head_symbol),)),
         )
         root = model_root(ctx, text, code=f"{self.reference.model_class}(config)", layers=L, citations=cite,
                           description=f"A token embedding, {L} decoder layers ({L - n_full} Gated DeltaNet, {n_full} "
-                                      "gated full attention), a final RMSNorm and an untied LM head; beside them a "
-                                      f"{v.depth}-block vision tower whose merger emits tokens of the text width.")
+                                      "gated full attention), a final RMSNorm and an untied LM head"
+                                      f"{self.beside_words(c)}.")
+        return keep_named_modules_dense(replace(root, children=root.children + self.towers(ctx, c)),
+                                        c.quantization_config, stored_dtype(self.dtype(t)), self.reference_module,
+                                        f"{self.name} config")
+
+    def beside_words(self, c: Any) -> str:
+        """What the root's description adds after the text model (the vision tower)."""
+        return (f"; beside them a {c.vision_config.depth}-block vision tower whose merger emits tokens of the text "
+                "width")
+
+    def towers(self, ctx: Ctx, c: Any) -> tuple[Component, ...]:
+        """The modules beside the text model: the vision tower and its merger."""
+        v = c.vision_config
         side = round(v.num_position_embeddings ** 0.5)
         vo = VisionOptions(side, v.spatial_merge_size, v.num_heads, v.hidden_size // v.num_heads)
-        tower = qwen_vision_tower(ctx, vo, prefix="model.visual.", depth=v.depth, ref=self.ref)
-        return keep_named_modules_dense(replace(root, children=root.children + (tower,)), c.quantization_config,
-                                        stored_dtype(t.dtype), self.reference_module, f"{self.name} config")
+        return (qwen_vision_tower(ctx, vo, prefix="model.visual.", depth=v.depth, ref=self.ref),)
 
     def _norm_citation(self):
         return (self.ref.cite("Qwen3.5's RMSNorm multiplies by (1 + weight), in float32, with the weight "
@@ -279,32 +334,20 @@ class Qwen3_5(Family):
         x, x_attn, x_mid, x_ffn, _, delta = block_ports(ctx)
         eps = t.rms_norm_eps
         if kind == LINEAR:
+            dtype, state = self.dtype(t), self.state_dtype(t)
             o = DeltaNetOptions(t.linear_num_key_heads, t.linear_num_value_heads, t.linear_key_head_dim,
                                 t.linear_value_head_dim, t.linear_conv_kernel_dim, eps,
-                                state_dtype=t.mamba_ssm_dtype, state_bytes=DTYPE_SIZES.get(t.mamba_ssm_dtype, 4),
-                                conv_dtype=t.dtype, conv_bytes=DTYPE_SIZES.get(t.dtype, 2))
-            mixer = gated_deltanet(ctx, prefix=p + "linear_attn.", ranges=ranges, x=x_attn, o=o, citations=(
-                self.ref.cite("The gated RMSNorm normalises each value head's output, multiplies by its weight and "
-                              "then by SiLU of the gate z.", "RMSNormGated"),
-                self.ref.cite("The layer projects q, k, v (fused), z, b and a, convolves q, k, v causally, takes "
-                              "beta = sigmoid(b) and g = -exp(A_log) * softplus(a + dt_bias), runs the gated delta "
-                              "rule (chunked over a sequence, recurrent for one cached token) with L2-normalised q "
-                              "and k, and applies the gated norm and out_proj.", "GatedDeltaNet.forward"),
-                self.ref.cite("The recurrent form decays the state by exp(g), corrects it toward v by beta along k, "
-                              "and reads it with q.", "torch_recurrent_gated_delta_rule", prefixed=False),
-                self.ref.cite("The chunked form solves each chunk's updates with a unit lower-triangular system and "
-                              "carries the state across chunks.", "torch_chunk_gated_delta_rule", prefixed=False)))
+                                state_dtype=state, state_bytes=DTYPE_SIZES.get(state, 4),
+                                conv_dtype=dtype, conv_bytes=DTYPE_SIZES.get(dtype, 2))
+            mixer = self.deltanet(ctx, p + "linear_attn.", ranges, x_attn, o)
             heading = "Gated DeltaNet"
         else:
-            rp = rope_of(t)
+            rp = self.rope(t)
             ro = RopeOptions("default", rp.rope_theta, int(t.head_dim * rp.partial_rotary_factor), "half")
             so = ScoresOptions(t.num_attention_heads, t.num_key_value_heads, t.head_dim ** -0.5)
             mixer = gated_attention(ctx, prefix=p + "self_attn.", ranges=ranges, x=x_attn, rope_options=ro,
                                     scores_options=so, eps=eps, gain="1+w", rope_reference=self.prefix + "rotary_emb",
-                                    notes=(f"The rotary module is multimodal (mrope_section {list(rp.mrope_section)}: "
-                                           "pairs given to an image token's temporal, height and width positions). "
-                                           "A text token has the same position in all three, so its angles are the "
-                                           "plain ones shown here.",),
+                                    notes=self.rope_notes(rp), rope_class=self.rope_symbol,
                                     citations=(self.ref.cite(
                                         "The attention splits q_proj's output per head into query and gate, "
                                         "normalises q and k per head, rotates the first rotary features, attends "
@@ -331,6 +374,30 @@ class Qwen3_5(Family):
             description=f"{'A Gated DeltaNet' if kind == LINEAR else 'Gated full attention'} and "
                         f"{self.ffn_words(t)}, each added to the residual stream; {layer_label(indices)}.")
         return replace(block, program="recurrent_block") if kind == LINEAR else block
+
+    def deltanet(self, ctx: Ctx, prefix: str, ranges: tuple[IndexRange, ...], x: Port,
+                 o: DeltaNetOptions) -> Component:
+        return gated_deltanet(ctx, prefix=prefix, ranges=ranges, x=x, o=o, citations=self.deltanet_citations(
+            "The layer projects q, k, v (fused), z, b and a, convolves q, k, v causally, takes beta = sigmoid(b) and "
+            "g = -exp(A_log) * softplus(a + dt_bias), runs the gated delta rule (chunked over a sequence, recurrent "
+            "for one cached token) with L2-normalised q and k, and applies the gated norm and out_proj."),
+            norm_code="Qwen3_5RMSNormGated(head_v_dim, eps=rms_norm_eps)")  # as both Qwen3.5 pages have named it
+
+    def deltanet_citations(self, forward: str) -> tuple[Citation, ...]:
+        """The gated norm, the layer's forward (what `forward` says of it) and the two forms of the delta rule."""
+        return (
+            self.ref.cite("The gated RMSNorm normalises each value head's output, multiplies by its weight and then "
+                          "by SiLU of the gate z.", "RMSNormGated"),
+            self.ref.cite(forward, "GatedDeltaNet.forward"),
+            self.ref.cite("The recurrent form decays the state by exp(g), corrects it toward v by beta along k, and "
+                          "reads it with q.", "torch_recurrent_gated_delta_rule", prefixed=False),
+            self.ref.cite("The chunked form solves each chunk's updates with a unit lower-triangular system and "
+                          "carries the state across chunks.", "torch_chunk_gated_delta_rule", prefixed=False))
+
+    def rope_notes(self, rp: RopeParameters) -> tuple[str, ...]:
+        return (f"The rotary module is multimodal (mrope_section {list(rp.mrope_section)}: pairs given to an image "
+                "token's temporal, height and width positions). A text token has the same position in all three, so "
+                "its angles are the plain ones shown here.",)
 
     def ffn(self, ctx: Ctx, t: Qwen3_5TextHyperparameters, p: str, ranges, x: Port, y: Port) -> Component:
         return gated_mlp(ctx, "mlp", "SwiGLU MLP", "SwiGLU", prefix=p + "mlp.", ranges=ranges,
@@ -371,7 +438,7 @@ class Qwen3_5(Family):
         return (tower_label(tiny, "vit_hidden_size", tower_key="visual", blocks_key="blocks"),)
 
     def facts(self, c: Any) -> tuple[tuple[str, str], ...]:
-        t = c.text_config
+        t = self.text(c)
         pattern = layer_pattern(t)
         return (("decoder layers", f"{t.num_hidden_layers} ({pattern.count(LINEAR)} Gated DeltaNet, "
                                    f"{pattern.count(FULL)} gated attention)"),
@@ -392,11 +459,11 @@ class Qwen3_5Moe(Qwen3_5):
     symbols = tuple(s for s in TEXT_SYMBOLS if s != "intermediate_size") + MOE_SYMBOLS + tuple(VISION_LABELS)
 
     def check(self, c: Any) -> list[str]:
-        t = c.text_config
+        t = self.text(c)
         missing = [n for n in MOE_SYMBOLS if getattr(t, n) is None]
         return super().check(c) + rule_problems([
-            (not missing, "text_config." + (missing[0] if missing else ""), "missing (a Qwen3.5-MoE size)"),
-            (not missing and (t.num_experts_per_tok or 0) <= (t.num_experts or 0), "text_config.num_experts_per_tok",
+            (not missing, self.text_key + (missing[0] if missing else ""), "missing (a Qwen3.5-MoE size)"),
+            (not missing and (t.num_experts_per_tok or 0) <= (t.num_experts or 0), self.text_key + "num_experts_per_tok",
              "must be <= num_experts"),
         ])
 
@@ -404,11 +471,11 @@ class Qwen3_5Moe(Qwen3_5):
         m = p + "mlp."
         E, k = int(t.num_experts or 0), int(t.num_experts_per_tok or 0)  # check() has required both
         gate = router(ctx, weight=m + "gate.weight", ranges=ranges, x=x, o=RouterOptions(E, k, "softmax", True),
-                      code="Qwen3_5MoeTopKRouter(config)", experts_sym="num_experts", citations=(
+                      code=f"{self.ref.prefix}TopKRouter(config)", experts_sym="num_experts", citations=(
                           self.ref.cite("The router takes a softmax over all experts, keeps the top k and divides "
                                         "them by their sum.", "TopKRouter"),))
         experts = routed_experts(ctx, prefix=m + "experts.", ranges=ranges, x=x, experts=E, k=k,
-                                 code="Qwen3_5MoeExperts(config)", experts_sym="num_experts",
+                                 code=f"{self.ref.prefix}Experts(config)", experts_sym="num_experts",
                                  width="moe_intermediate_size", citations=(
                                      self.ref.cite("Each expert is a SwiGLU MLP of width moe_intermediate_size; "
                                                    "transformers fuses gate and up into gate_up_proj.", "Experts"),))
@@ -417,7 +484,7 @@ class Qwen3_5Moe(Qwen3_5):
                                                               "sigmoid(shared_expert_gate(x)) and added to the "
                                                               "routed sum.", "SparseMoeBlock"),))
         block = moe(ctx, x=x, y_latex=y.latex, router_c=gate, expert=experts, shared=shared,
-                    code="Qwen3_5MoeSparseMoeBlock(config)", citations=shared.citations)
+                    code=f"{self.ref.prefix}SparseMoeBlock(config)", citations=shared.citations)
         return replace(block, description=f"Route each token to {k} of {E} experts and add a shared expert scaled by "
                                           "a sigmoid gate of the token.")
 
@@ -432,7 +499,7 @@ class Qwen3_5Moe(Qwen3_5):
         return raw
 
     def facts(self, c: Any) -> tuple[tuple[str, str], ...]:
-        t = c.text_config
+        t = self.text(c)
         return super().facts(c)[:1] + (("routed experts", f"{t.num_experts} (top {t.num_experts_per_tok}) + 1 "
                                                           "gated shared"),) + super().facts(c)[1:]
 
