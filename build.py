@@ -40,6 +40,9 @@ def main(argv: list[str] | None = None) -> int:
                              "--revision): content/models/BASE/variants/NAME.toml")
     parser.add_argument("--quant-config", type=Path, help="with --add-variant: hf_quant_config.json, or a config.json "
                                                            "with a compressed-tensors quantization_config")
+    parser.add_argument("--replace", action="store_true",
+                        help="with --add-variant or --record-checkpoint: replace the file if it exists (discarding "
+                             "any edits made to it); without it an existing file is never replaced")
     parser.add_argument("--verify-hub", action="store_true",
                         help="fetch each model's config.json at its pinned revision and compare hash and values")
     parser.add_argument("--no-cache", action="store_true",
@@ -64,10 +67,12 @@ def main(argv: list[str] | None = None) -> int:
                                 "content/)"])
         if args.add_model is not None:  # an empty slug is refused, not taken for a plain build
             return add(project, args)
-        if args.add_variant:
-            from explorer.checkpoint.variants import add_variant
+        if args.add_variant is not None:  # an empty name is refused, not taken for a plain build
+            from explorer.commands.add_variant import add_variant
 
-            print(f"wrote {add_variant(project.content, args.add_variant, args.quant_config, args.repo, args.revision)}")
+            path = add_variant(project.content, args.add_variant, args.quant_config, args.repo, args.revision,
+                               replace=args.replace)
+            print(f"wrote {path}")
             return 0
         if args.record_checkpoint is not None:
             return record(project, args)
@@ -84,14 +89,20 @@ def main(argv: list[str] | None = None) -> int:
         return 130
 
 
+MAX_JOBS = 64
+"""Most worker processes --jobs may ask for: each holds a model's torch stage (a few hundred MB), so a thousand
+would exhaust any machine's memory long before they helped."""
+
+
 def _positive(text: str) -> int:
-    """argparse type for --jobs: a whole number of processes, at least 1."""
+    """argparse type for --jobs: a whole number of processes, 1 to MAX_JOBS."""
     try:
         value = int(text)
     except ValueError:
         value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{text!r}: expected a whole number of processes, at least 1")
+    if not 1 <= value <= MAX_JOBS:
+        raise argparse.ArgumentTypeError(f"{text[:40]!r}: expected a whole number of processes, at least 1 "
+                                         f"and at most {MAX_JOBS}")
     return value
 
 
@@ -136,21 +147,29 @@ def check(project, jobs: int | None = None) -> int:
 
 
 def verify_hub(project) -> int:
+    from explorer.checkpoint.hub import hub_unreachable
     from explorer.checkpoint.sources import verify_published_config
     from explorer.content.model_content import load_all_models
     from explorer.errors import CheckpointError
 
     failed = False
-    for content in load_all_models(project.content):
+    models = load_all_models(project.content)
+    for i, content in enumerate(models):
         ref = content.checkpoint
         if not ref.pinned:
             print(f"{content.slug}: no pinned revision ({ref.revision_note}); nothing to fetch")
             continue
         try:
             problems = verify_published_config(content)
-        except CheckpointError as e:  # one model's file missing (404) or unreachable: the others are still checked
+        except CheckpointError as e:  # one model's file missing (404): the others are still checked
             print(printable(f"error: {e}"), file=sys.stderr)
             failed = True
+            if hub_unreachable(e):  # the Hub itself is down: every other model would wait out the same timeout
+                rest = sum(m.checkpoint.pinned for m in models[i + 1:])
+                if rest:
+                    print(f"error: the Hub cannot be reached; stopped, {rest} more pinned model(s) not verified",
+                          file=sys.stderr)
+                return 1
             continue
         print(f"{content.slug}: config.json at {ref.repo_id}@{ref.revision[:7]}: "
               + ("matches the recorded sha256 and values" if not problems else f"{len(problems)} differences"))
@@ -210,7 +229,7 @@ def record(project, args) -> int:
         return 1
     index = replace(index, repo_id=ref.repo_id, revision=ref.revision, provenance=provenance)
     path = content.folder / MANIFEST_FILE
-    write_manifest(index, path)
+    write_manifest(index, path, replace=args.replace)
     print(f"wrote {path}: {index.tensor_count:,} tensors")
     return 0
 

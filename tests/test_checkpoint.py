@@ -611,7 +611,8 @@ def test_recording_a_folder_with_a_non_bmp_name_reads_back(project_copy, tmp_pat
     folder = tmp_path / "ckpt-\U0001F600"
     folder.mkdir()
     write_safetensors(folder / "model.safetensors", {"blocks.01.w": ("F32", [2]), "a.0-1.w": ("F32", [1])})
-    result = build_main("--content", str(project_copy), "--record-checkpoint", "kimi-k2", "--from-folder", str(folder))
+    result = build_main("--content", str(project_copy), "--record-checkpoint", "kimi-k2", "--from-folder", str(folder),
+                        "--replace")
     assert result.returncode == 0, result.stderr
     back = read_manifest(project_copy / "content/models/kimi-k2/checkpoint.toml")
     assert sorted(back.tensors) == ["a.0-1.w", "blocks.01.w"]

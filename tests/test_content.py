@@ -3,6 +3,7 @@ previous site stays as it was. Also: recorded content reproduces what it was rec
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -119,8 +120,10 @@ def test_citations_parse_each_file_once_and_read_the_version_once(tmp_path, monk
 
     content = load_model_content(ROOT / "content/models/kimi-k2")
     ref = content.checkpoint
-    cache = fake_hf_cache(tmp_path / "hub", ref.repo_id, ref.revision,
-                          {ref.modeling_file: synth_module(ref.source_lines)})
+    synthetic = synth_module(ref.source_lines)
+    cache = fake_hf_cache(tmp_path / "hub", ref.repo_id, ref.revision, {ref.modeling_file: synthetic})
+    ref = dataclasses.replace(ref, modeling_sha256=hashlib.sha256(synthetic.encode()).hexdigest())  # else not quoted
+    content = dataclasses.replace(content, checkpoint=ref)
     monkeypatch.setattr(sources, "try_to_load_from_cache",
                         lambda repo, name, revision: str(cache / f"models--{repo.replace('/', '--')}/snapshots"
                                                          f"/{revision}/{name}") if name == ref.modeling_file else None)
@@ -194,14 +197,23 @@ def fake_hf_cache(root: Path, repo_id: str, revision: str, files: dict[str, str]
     return root
 
 
+def record_modeling_hash(project_copy: Path, text: str) -> None:
+    """checkpoint.modeling_sha256 of a synthetic modeling file: a cached copy is quoted only when it hashes to the
+    recorded sha256 (issue 37)."""
+    edit(project_copy, KIMI, r"^modeling_file = (.*)$",
+         rf'modeling_file = \1\nmodeling_sha256 = "{hashlib.sha256(text.encode()).hexdigest()}"')
+
+
 def test_checkpoint_file_in_cache_is_excerpted(tmp_path, small_project_copy):
     content = load_model_content(ROOT / "content/models/kimi-k2")
     ref = content.checkpoint
-    cache = fake_hf_cache(tmp_path / "hub", ref.repo_id, ref.revision,
-                          {ref.modeling_file: synth_module(ref.source_lines)})
+    synthetic = synth_module(ref.source_lines)
+    cache = fake_hf_cache(tmp_path / "hub", ref.repo_id, ref.revision, {ref.modeling_file: synthetic})
     out = tmp_path / "site"
     env = {**os.environ, "HF_HUB_CACHE": str(cache), "HF_HUB_OFFLINE": "1"}
-    result = run_build("--content", str(small_project_copy(*KIMI_AND_FOLLOWED)), "--out", str(out), env=env)
+    project_copy = small_project_copy(*KIMI_AND_FOLLOWED)
+    record_modeling_hash(project_copy, synthetic)
+    result = run_build("--content", str(project_copy), "--out", str(out), env=env)
     assert result.returncode == 0, result.stderr
     page = (out / "models/kimi-k2/blocks.dense.mlp.html").read_text()
     assert "Excerpt unavailable offline: modeling_deepseek.py" not in page
@@ -217,6 +229,7 @@ def test_cited_range_that_no_longer_holds_its_symbol_fails(tmp_path, small_proje
     ref = content.checkpoint
     shifted = "\n" + synth_module(ref.source_lines)  # every symbol one line lower
     cache = fake_hf_cache(tmp_path / "hub", ref.repo_id, ref.revision, {ref.modeling_file: shifted})
+    record_modeling_hash(project_copy, shifted)  # the file recorded is the shifted one: its ranges are checked
     env = {**os.environ, "HF_HUB_CACHE": str(cache), "HF_HUB_OFFLINE": "1"}
     result = run_build("--content", str(project_copy), "--out", str(tmp_path / "site"), env=env)
     assert result.returncode == 1

@@ -148,7 +148,8 @@ def test_api_entry_and_section_of_each_recorded_variant(slug):
 
 def _variant_file(tmp_path, algo: str, exclude: list[str]) -> PublishedVariant:
     path = tmp_path / "v.toml"
-    path.write_text("[variant]\nname = \"t\"\nrepo_id = \"test/t\"\nrevision = \"unpinned\"\n\n[quantization]\n"
+    path.write_text("[variant]\nname = \"t\"\nrepo_id = \"test/t\"\nrevision = \"unpinned\"\n"
+                    "revision_note = \"a synthetic variant\"\n\n[quantization]\n"
                     f"quant_algo = \"{algo}\"\ngroup_size = 16\nexclude_modules = {json.dumps(exclude)}\n")
     return load_variant(path)
 

@@ -10,7 +10,7 @@ import shutil
 import pytest
 from conftest import ROOT
 
-from explorer.checkpoint.variants import add_variant, load_variants, stored_as, variant_spec
+from explorer.commands.add_variant import add_variant, load_variants, stored_as, variant_spec
 from explorer.content.model_content import load_model_content
 from explorer.errors import ContentError
 from explorer.model.account import account

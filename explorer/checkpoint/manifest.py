@@ -6,8 +6,6 @@ before a name is expanded.
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,6 +13,7 @@ from typing import Any
 
 from explorer.checkpoint.index import MAX_TENSORS, CheckpointIndex, TensorGroup, check_index
 from explorer.checkpoint.tensor_names import pattern_box, pattern_size, shared_name
+from explorer.content.guarded_write import toml_string, write_content_file
 from explorer.errors import CheckpointError, ContentError
 from explorer.spec.storage import known_dtype, storage_block
 
@@ -65,50 +64,29 @@ def _toml_scalar(value: Any) -> str:
     return _toml_string(value) if isinstance(value, str) else json.dumps(value)
 
 
-_TOML_ESCAPES = {ord(c): "\\" + c for c in '"\\'} | {c: f"\\u{c:04x}" for c in (*range(0x20), 0x7F)}
-
-
 def _toml_string(text: str) -> str:
-    """A TOML basic string: backslash, quote and control characters escaped, all else (non-BMP too) verbatim,
-    which is what TOML allows; json.dumps would write surrogate pairs that TOML rejects."""
-    return '"' + text.translate(_TOML_ESCAPES) + '"'
+    """A TOML basic string, as every content file spells one (explorer/content/guarded_write.py)."""
+    return toml_string(text)
 
 
-def write_manifest(index: CheckpointIndex, path: Path) -> None:
+def write_manifest(index: CheckpointIndex, path: Path, replace: bool = True) -> None:
     """Record an index as content/models/<slug>/checkpoint.toml, atomically and only once the text written
-    reads back as exactly this index."""
+    reads back as exactly this index; an existing manifest is replaced only with `replace` (--replace)."""
     check_index(index, str(path))
     text = manifest_text(index)
     back = manifest_index(tomllib.loads(text), str(path))
     if not _reads_back_as(back, index):
         raise CheckpointError(str(path), "the manifest would not read back as the index recorded; nothing written")
-    try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    except OSError as e:
-        raise CheckpointError(str(path), f"cannot write: {e.strerror or e}") from e
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, _file_mode(path))  # mkstemp's 0600 would make the recorded file private (issue 18)
-        os.replace(tmp, path)
-    except OSError as e:
-        Path(tmp).unlink(missing_ok=True)
-        raise CheckpointError(str(path), f"cannot write: {e.strerror or e}") from e
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    _write_guarded(path, text.encode("utf-8"), replace)
 
 
-def _file_mode(path: Path) -> int:
-    """The mode of the file being replaced, or a new file's usual mode under the umask."""
+def _write_guarded(path: Path, data: bytes, replace: bool) -> None:
+    """Through the one guarded writer (no link followed, whole or nothing, an existing manifest replaced only
+    with `replace`), relative to the models folder the manifest's model lives in."""
     try:
-        return path.stat().st_mode & 0o777
-    except OSError:
-        mask = os.umask(0)
-        os.umask(mask)
-        return 0o666 & ~mask
+        write_content_file(path.parent.parent, (path.parent.name, path.name), data, replace=replace)
+    except ContentError as e:
+        raise CheckpointError(str(path), e.problems[0].removeprefix(f"{path}: ")) from None
 
 
 def _reads_back_as(back: CheckpointIndex, index: CheckpointIndex) -> bool:

@@ -13,6 +13,7 @@ import functools
 import hashlib
 import json
 import os
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -114,6 +115,21 @@ def hub_text(repo_id: str, revision: str, filename: str, fetch: bool) -> str | N
     return decode_text(data, f"{repo_id}@{revision}/{filename}")
 
 
+def verified_text(text: str | None, sha256: str, source: str, key: str) -> str | None:
+    """The text if its bytes hash to the recorded sha256; else None (nothing is quoted from it) and one warning
+    line: a served or cached file with other bytes (another revision, an edited copy) was quoted as "read from
+    the pinned file" beside numbers computed from the recorded values (issue 37)."""
+    if text is None:
+        return None
+    digest = hashlib.sha256(text.encode("utf-8")).hexdigest()
+    if digest == sha256:
+        return text
+    why = f"its sha256 {digest[:12]}… is not the recorded {key} ({sha256[:12]}…)" if sha256 else \
+        f"no {key} is recorded to check it against"
+    print(f"  warning: {source}: {why}; not quoted", file=sys.stderr, flush=True)
+    return None
+
+
 def decode_text(data: bytes, source: str) -> str:
     try:
         return data.decode("utf-8")
@@ -130,8 +146,13 @@ class _Resolver:
         self.problems: list[str] = []
         self._texts: dict[Path, str] = {}
         ref = content.checkpoint
-        self.modeling = hub_text(ref.repo_id, ref.revision, ref.modeling_file, fetch) if ref.modeling_file else None
-        self.config_json = hub_text(ref.repo_id, ref.revision, "config.json", fetch)
+        modeling = hub_text(ref.repo_id, ref.revision, ref.modeling_file, fetch) if ref.modeling_file else None
+        config_json = hub_text(ref.repo_id, ref.revision, "config.json", fetch)
+        # a file found in the cache or served by the Hub is quoted as the pinned file only if it is that file
+        self.modeling = verified_text(modeling, ref.modeling_sha256, f"{ref.repo_id}@{ref.revision[:7]}/"
+                                      f"{ref.modeling_file}", "checkpoint.modeling_sha256")
+        self.config_json = verified_text(config_json, ref.config_sha256, f"{ref.repo_id}@{ref.revision[:7]}/"
+                                         "config.json", "checkpoint.config_sha256")
         self.config_regenerated = regenerate_config(content) if self.config_json is None else None
 
     def _text(self, path: Path) -> str:
@@ -275,7 +296,9 @@ def check_recorded_config(content: ModelContent) -> None:
     if not ref.config_sha256 or regenerate_config(content) is not None:
         return
     where = f"{content.folder / 'model.toml'}: key 'config"
-    published = hub_text(ref.repo_id, ref.revision, "config.json", fetch=False) if ref.pinned else None
+    published = verified_text(hub_text(ref.repo_id, ref.revision, "config.json", fetch=False) if ref.pinned else None,
+                              ref.config_sha256, f"{ref.repo_id}@{ref.revision[:7]}/config.json",
+                              "checkpoint.config_sha256")
     if published is not None:  # the file itself is at hand (the local Hugging Face cache): name the keys
         values = load_json(published.encode(), "config.json", "config.json")
         if isinstance(values, dict) and (keys := _value_differences(values, content.config)):

@@ -21,15 +21,12 @@ the prediction. `weight_format_bytes` gives the memory calculator each format's 
 
 from __future__ import annotations
 
-import json
-import re
-import tomllib
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from explorer.checkpoint.reconcile import expected_groups, predicted_index, reconcile
-from explorer.content.model_content import parse_table
+from explorer.content.model_content import SLUG, parse_table
 from explorer.errors import ContentError
 from explorer.model.quantization import (
     CompressedTensorsConfig,
@@ -40,12 +37,14 @@ from explorer.model.quantization import (
     quantize_linears,
 )
 from explorer.spec.storage import (
+    DTYPE_BYTES,
     MXFP4,
     NVFP4,
     BlockFP8,
     Dense,
     FP8PerTensor,
     PackQuantized,
+    SchemeError,
     Storage,
     bytes_per_parameter,
 )
@@ -127,65 +126,90 @@ class StoredAs:
 # ------------------------------------------------------------------------------------------------ content
 
 def load_variants(model_folder: Path) -> tuple[PublishedVariant, ...]:
-    """Every variants/*.toml of a model, sorted by name; ContentError names each bad file and key."""
+    """Every variants/*.toml of a model, sorted by name; ContentError names each bad file and key. The folder and
+    its files go through the content checks: no link out of the model's folder, UTF-8 TOML, each value in form."""
     folder = model_folder / VARIANTS_DIR
+    if folder.is_symlink():
+        raise ContentError([f"{folder}: is a link; a model's variants folder may not link out of it"])
     if not folder.is_dir():
         return ()
-    return tuple(load_variant(p) for p in sorted(folder.glob("*.toml")))
+    problems: list[str] = []
+    variants = []
+    for path in sorted(folder.glob("*.toml")):
+        try:
+            variants.append(load_variant(path, model_folder))
+        except ContentError as e:
+            problems += e.problems
+    if problems:
+        raise ContentError(problems)
+    return tuple(variants)
 
 
-def load_variant(path: Path) -> PublishedVariant:
-    raw = tomllib.loads(path.read_text(encoding="utf-8"))
+def load_variant(path: Path, model_folder: Path | None = None) -> PublishedVariant:
+    from explorer.content.model_content import load_toml
+
+    if not SLUG.fullmatch(path.stem):
+        raise ContentError([f"{path}: not a variant name (lowercase letters, digits, '-' and '.'); rename the file"])
+    if path.is_symlink():
+        raise ContentError([f"{path}: is a link; variant files are read only where they are"])
+    return variant_from_toml(load_toml(path, model_folder or path.parent.parent), path)
+
+
+def variant_from_toml(raw: dict[str, Any], path: Path) -> PublishedVariant:
+    """A variant file's tables checked completely: every key known and typed, the repository and revision in
+    form, the quantization a scheme the library predicts with numbers within the scheme's definition, and every
+    pattern bounded; ContentError lists each problem with the file and key."""
     problems: list[str] = []
     meta = parse_table(raw.get("variant"), VariantMeta, f"{path}: table 'variant'", problems)
     modelopt = (parse_table(raw["quantization"], ModelOptQuantization, f"{path}: table 'quantization'", problems)
                 if "quantization" in raw else None)
     ct = (parse_table(raw["quantization_config"], CompressedTensorsConfig, f"{path}: table 'quantization_config'",
                       problems) if "quantization_config" in raw else None)
+    unknown = sorted(set(raw) - {"variant", "quantization", "quantization_config"})
+    problems += [f"{path}: table '{k}': unknown (a variant has [variant] and one quantization table)" for k in unknown]
     if (modelopt is None) == (ct is None) and not problems:
         problems.append(f"{path}: expected one of table 'quantization' (ModelOpt) or 'quantization_config' "
                         "(compressed-tensors)")
     if modelopt is not None and modelopt.quant_algo not in ("NVFP4", "FP8"):
         problems.append(f"{path}: key 'quantization.quant_algo': must be 'NVFP4' or 'FP8', got {modelopt.quant_algo!r}")
     problems += [f"{path}: {p}" for p in compressed_tensors_problems(ct, "quantization_config")]
+    problems += _meta_problems(meta, path)
     if problems:
         raise ContentError(problems)
-    return PublishedVariant(path.stem, meta, modelopt, ct)
+    variant = PublishedVariant(path.stem, meta, modelopt, ct)
+    try:  # the scheme's own rule on every number it takes (group_size), as every family's storage is held to
+        variant_storage(variant)
+    except SchemeError as e:
+        table = "quantization" if modelopt is not None else "quantization_config.config_groups.weights"
+        raise ContentError([f"{path}: {p.replace(chr(39), chr(39) + table + '.', 1)}" for p in e.problems]) from None
+    return variant
 
 
-def add_variant(content_dir: Path, base: str, quant_config: Path, repo: str, revision: str,
-                revision_note: str = "") -> Path:
-    """Record a published variant of `base` from its hf_quant_config.json (or a config.json with a
-    compressed-tensors quantization_config): content/models/BASE/variants/NAME.toml."""
-    folder = content_dir / "models" / base
-    if not (folder / "model.toml").exists():
-        raise ContentError([f"--add-variant: no model {base!r} in {content_dir / 'models'}"])
-    if revision == "unpinned" and not revision_note:
-        revision_note = f"{quant_config.name} was recorded without the Hub revision it was read at"
-    data = json.loads(quant_config.read_text(encoding="utf-8"))
-    name = re.sub(r"[^a-z0-9.]+", "-", repo.split("/")[-1].lower()).strip("-")
-    producer = data.get("producer", {})
-    lines = ["[variant]", f"name = {json.dumps(repo.split('/')[-1])}", f"repo_id = {json.dumps(repo)}",
-             f"revision = {json.dumps(revision)}", f"revision_note = {json.dumps(revision_note)}",
-             f"producer = {json.dumps(' '.join(str(v) for v in producer.values()))}", ""]
-    if "quantization" in data:
-        q = data["quantization"]
-        lines += ["[quantization]"] + [f"{k} = {json.dumps(v)}" for k, v in sorted(q.items()) if v is not None]
-    else:
-        q = data.get("quantization_config") or data.get("text_config", {}).get("quantization_config")
-        if q is None:
-            raise ContentError([f"{quant_config}: no 'quantization' or 'quantization_config' table"])
-        from explorer.content.toml_text import toml_value
+MAX_NOTE = 1000
+"""Longest revision note of a variant (it is printed beside the variant's section)."""
 
-        lines += ["[quantization_config]"] + [f"{k} = {toml_value(v)}" for k, v in sorted(q.items()) if v is not None]
-    out = folder / VARIANTS_DIR / f"{name}.toml"
-    out.parent.mkdir(exist_ok=True)
-    out.write_text("\n".join(lines) + "\n", encoding="utf-8")
-    load_variant(out)  # raises on a config the library cannot predict
+
+def _meta_problems(meta: VariantMeta | None, path: Path) -> list[str]:
+    """The [variant] values whose form the type alone does not fix (as content.py checks a model's)."""
+    from explorer.content.model_content import MAX_TEXT, REPO, REVISION, UNPINNED
+
+    if meta is None:
+        return []
+    where = f"{path}: key 'variant."
+    out = [f"{where}{k}': longer than {MAX_TEXT} characters" for k in ("name", "producer", "weight_dtype")
+           if len(getattr(meta, k)) > MAX_TEXT]
+    if len(meta.revision_note) > MAX_NOTE:
+        out.append(f"{where}revision_note': longer than {MAX_NOTE} characters")
+    if not REPO.fullmatch(meta.repo_id):
+        out.append(f"{where}repo_id': expected OWNER/NAME, got {meta.repo_id[:80]!r}")
+    if not REVISION.fullmatch(meta.revision) and meta.revision != UNPINNED:
+        out.append(f"{where}revision': expected a 40-hex-digit commit or '{UNPINNED}', got {meta.revision[:80]!r}")
+    if meta.revision == UNPINNED and not meta.revision_note.strip():
+        out.append(f"{where}revision_note': missing (required with revision = \"{UNPINNED}\": say why)")
+    if meta.weight_dtype not in DTYPE_BYTES:
+        out.append(f"{where}weight_dtype': unknown dtype {meta.weight_dtype[:40]!r}")
     return out
 
-
-# ---------------------------------------------------------------------------------------------- predicting
 
 def variant_storage(v: PublishedVariant) -> NVFP4 | FP8PerTensor | PackQuantized:
     if v.modelopt is not None:
@@ -219,6 +243,7 @@ def variant_spec(base: ModelSpec, v: PublishedVariant, module_name=lambda n: n) 
 def stored_as(base: ModelSpec, v: PublishedVariant, module_name=lambda n: n) -> StoredAs:
     """The variant's predicted layout, its bytes, its logical parameters and its header count."""
     spec = variant_spec(base, v, module_name)
+    _group_divides_widths(spec, variant_storage(v), v)
     expected = expected_groups(spec)
     rec = reconcile(spec, predicted_index(spec, expected), expected=expected)
     rows = tuple(StoredRow(t.role, t.dtype, t.tensors, t.elements, t.bytes, t.parameters) for t in rec.totals)
@@ -227,6 +252,25 @@ def stored_as(base: ModelSpec, v: PublishedVariant, module_name=lambda n: n) -> 
     storage = variant_storage(v)
     return StoredAs(v, type(storage).__name__, storage.label, rows, tensors, sum(r.parameters for r in rows),
                     sum(r.elements for r in rows), sum(r.bytes for r in rows), _notes(base, spec, v, module_name))
+
+
+def _group_divides_widths(spec: ModelSpec, storage: Storage, v: PublishedVariant) -> None:
+    """A group of inputs per scale must divide the input width of every weight it is applied to: the scale count
+    is width / group, and a group that does not divide it describes no file a quantizer writes."""
+    from explorer.model.account import evaluate
+
+    group = getattr(storage, "group_size", None) or getattr(storage, "group", None)
+    if not group:
+        return
+    for _, comp in walk(spec.root):
+        for t in comp.tensors:
+            if t.storage == storage and t.shape:
+                width = evaluate(t.shape[-1], spec.values)
+                if width % group:
+                    key = "quantization.group_size" if v.modelopt is not None else \
+                        "quantization_config.config_groups.weights.group_size"
+                    raise ContentError([f"variant {v.slug}: key '{key}': {group} does not divide the input width "
+                                        f"{width:,} of {t.template}"])
 
 
 def _notes(base: ModelSpec, spec: ModelSpec, v: PublishedVariant, module_name) -> tuple[str, ...]:

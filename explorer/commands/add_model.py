@@ -9,10 +9,10 @@ verified later.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import re
-import shutil
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -20,22 +20,20 @@ from typing import Any
 from explorer.checkpoint.hub import MAX_HUB_FILE_BYTES
 from explorer.checkpoint.safetensors_headers import read_capped
 from explorer.checkpoint.sources import config_values_digest
+from explorer.content.guarded_write import toml_key, toml_string, toml_value, write_content_file
 from explorer.content.json_lines import key_lines
-from explorer.content.model_content import MODEL_FILE, SLUG, UNPINNED
-from explorer.content.toml_text import toml_key, toml_string, toml_value
+from explorer.content.model_content import MODEL_FILE, REPO, REVISION, SLUG, UNPINNED
 from explorer.errors import CheckpointError, ContentError
 from explorer.model.families import family_for
 from explorer.model.published_keys import classify, without_unused
 from explorer.spec.types import ModelSpec, walk
 
-REVISION = re.compile(r"^[0-9a-f]{40}$")
-REPO = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]*/[A-Za-z0-9][A-Za-z0-9_.\-]*$")
 
-
-def read_config_text(path: Path) -> tuple[dict[str, Any], str, str]:
-    """The config's keys (duplicate keys refused), the sha256 of its bytes and its text."""
+def read_config_text(path: Path, cap: int = MAX_HUB_FILE_BYTES,
+                     what: str = "config.json") -> tuple[dict[str, Any], str, str]:
+    """The config's keys (duplicate keys refused), the sha256 of its bytes and its text, read with a size bound."""
     try:
-        data = read_capped(path, MAX_HUB_FILE_BYTES, "config.json")
+        data = read_capped(path, cap, what)
     except CheckpointError as e:
         raise ContentError([str(e)]) from None
     except OSError as e:
@@ -86,17 +84,18 @@ def add_model(content_dir: Path, slug: str, config_path: Path, repo: str, revisi
                       config_lines=cited_config_lines(spec, source, str(config_path)),
                       defaulted=family.defaulted_keys(config))
     data = text.encode("utf-8")  # before the folder exists: a failure here must leave nothing behind
-    try:
-        folder.mkdir(parents=True)
-    except FileExistsError:  # another --add-model of this slug, since the check above
-        raise ContentError([f"{folder}: already exists (choose another slug or remove it)"]) from None
-    except OSError as e:
-        raise ContentError([f"{folder}: cannot create ({e.strerror})"]) from None
-    try:
-        (folder / MODEL_FILE).write_bytes(data)
-    except OSError as e:  # a full disk: no half-written folder left to block the next try
-        shutil.rmtree(folder, ignore_errors=True)
-        raise ContentError([f"{folder / MODEL_FILE}: cannot write ({e.strerror})"]) from None
+    try:  # the one guarded writer: no link followed, the folder and file new, the file whole or not at all
+        if not content_dir.exists():  # a new project (build.py itself refuses a missing content folder)
+            try:
+                content_dir.mkdir(parents=True)
+            except OSError as e:
+                raise ContentError([f"{content_dir}: cannot create ({e.strerror or e})"]) from None
+        write_content_file(content_dir, ("models", slug, MODEL_FILE), data, create_folders=2)
+    except ContentError:  # a full disk: no empty folder left to block the next try (rmdir removes only that)
+        if not (content_dir / "models").is_symlink():
+            with contextlib.suppress(OSError):
+                folder.rmdir()
+        raise
     return folder / MODEL_FILE
 
 

@@ -25,6 +25,10 @@ from explorer.errors import ContentError, did_you_mean
 SLUG = re.compile(r"^(?=.{1,64}$)[a-z0-9]+(?:[.-][a-z0-9]+)*$")
 """A model folder's name: it becomes a URL and a file name, so never a path (nor "..", nor a trailing dot)."""
 RELEASED = re.compile(r"^\d{4}-(0[1-9]|1[0-2])$")
+REVISION = re.compile(r"^[0-9a-f]{40}$")
+"""A Hub commit, in full."""
+REPO = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]*/[A-Za-z0-9][A-Za-z0-9_.\-]*$")
+"""A Hub repository, OWNER/NAME."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,6 +92,10 @@ class CheckpointRef:
     """The checkpoint's own modeling code (empty: it ships none that we cite)."""
     source_lines: dict[str, tuple[int, int]] = dataclasses.field(default_factory=dict)
     """Line map of modeling_file at revision: qualified symbol -> (first, last) line, inclusive."""
+    modeling_sha256: str = ""
+    """sha256 of modeling_file's bytes at revision, recorded where its lines are cited: a copy found in the local
+    Hugging Face cache or fetched is quoted only when its bytes hash to it (empty: the file is cited by line range
+    and link, never quoted)."""
     config_lines: dict[str, tuple[int, int]] = dataclasses.field(default_factory=dict)
     """Line ranges of top-level keys in the published config.json."""
     config_values_sha256: str = ""
@@ -181,7 +189,8 @@ def parse_table(table: Any, cls: type, where: str, problems: list[str]) -> Any:
     fields = {f.name: f for f in dataclasses.fields(cls)}
     before = len(problems)
     for key in sorted(set(table) - set(fields)):
-        problems.append(f"{where}: key '{key}': unknown{did_you_mean(key, fields)}")
+        shown = key if key.isprintable() else repr(key)[1:-1]  # a newline in a key would end the line
+        problems.append(f"{where}: key '{shown}': unknown{did_you_mean(key, fields)}")
     values: dict[str, Any] = {}
     for name, field in fields.items():
         if name not in table:

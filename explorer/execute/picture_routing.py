@@ -40,11 +40,13 @@ def picture_routing(spec: ModelSpec, cache_dir: Path | None) -> PictureRouting |
     if path is not None and path.exists():
         try:
             data = json.loads(path.read_text(encoding="utf-8"))
-            return None if data is None else PictureRouting(int(data["layer"]), str(data["path"]),
-                                                            int(data["experts"]),
-                                                            tuple(int(i) for i in data["selected"]))
-        except (ValueError, KeyError, TypeError):
-            pass  # a damaged entry is recomputed
+            cached = None if data is None else PictureRouting(int(data["layer"]), str(data["path"]),
+                                                              int(data["experts"]),
+                                                              tuple(int(i) for i in data["selected"]))
+            if cached == _expected_shape(spec, cached):
+                return cached
+        except (ValueError, KeyError, TypeError, AttributeError):
+            pass  # a damaged or edited entry is recomputed
     routing = route_example(spec)
     if path is not None:
         cache.write_replacing(path, json.dumps(asdict(routing) if routing else None, sort_keys=True),
@@ -52,16 +54,45 @@ def picture_routing(spec: ModelSpec, cache_dir: Path | None) -> PictureRouting |
     return routing
 
 
+def _expected_shape(spec: ModelSpec, cached: PictureRouting | None) -> PictureRouting | None:
+    """The cached routing where it agrees with everything the spec states without running torch: the first
+    routed layer and its router's page, the router's expert count, and a selection of distinct experts in range,
+    in index order, no more than its k; else a routing that differs from it, so that the entry is recomputed (an
+    edited entry published "layer 99" or expert 10,000 of 384, issue 37)."""
+    routers = _routers(spec, _first_layer)
+    if not routers:
+        return None
+    layer, ancestors, router = routers[0]
+    experts, k = getattr(router.options, "experts", None), getattr(router.options, "k", None)
+    if cached is None:
+        return PictureRouting(layer, path_key(ancestors, router), -1, ())  # a routed model cached as unrouted
+    from explorer.model.account import evaluate
+
+    experts, k = (int(evaluate(v, spec.values)) if v is not None else None for v in (experts, k))
+    selected = cached.selected
+    ok = (list(selected) == sorted(set(selected)) and all(0 <= i < (experts or 0) for i in selected)
+          and 0 < len(selected) <= (k if k is not None else len(selected)))
+    return PictureRouting(layer, path_key(ancestors, router), experts if experts is not None else -1,
+                          selected if ok else (-1,))
+
+
+def _first_layer(comp: Component) -> int | None:
+    """execute.first_layer, without importing torch: the first layer a component's tensors are stored at."""
+    return next((r.values[0] for _, c in walk(comp) for t in c.tensors for r in t.ranges if r.var == "layer"),
+                None)
+
+
 def is_router(comp: Component) -> bool:
     """Whether the component is a router: its one output is the gates over every expert (its options' `experts`)."""
     return [p.name for p in comp.outputs] == ["gates"] and hasattr(comp.options, "experts")
 
 
-def _routers(spec: ModelSpec) -> list[tuple[int, tuple[Component, ...], Component]]:
+def _routers(spec: ModelSpec, first_layer=None) -> list[tuple[int, tuple[Component, ...], Component]]:
     """(first layer, ancestors, router) for each router of the layer stack, by layer, that computes its gates from
     the hidden state alone (a hash router also reads token ids, from a table that random weights cannot stand in
     for)."""
-    from explorer.execute.executor import first_layer
+    if first_layer is None:
+        from explorer.execute.executor import first_layer
 
     found = []
     for ancestors, comp in walk(spec.root):

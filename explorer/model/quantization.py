@@ -81,12 +81,80 @@ def compressed_tensors_problems(q: CompressedTensorsConfig | None, where: str) -
         (w is None or w.num_bits in (2, 4, 8), "config_groups.weights.num_bits", "must be 2, 4 or 8"),
         (len(groups) != 1 or groups[0].targets == ("Linear",), "config_groups.targets", "must be ['Linear']"),
     ]
-    return [f"key '{where}.{key}': {msg}" for ok, key, msg in rules if not ok]
+    return ([f"key '{where}.{key}': {msg}" for ok, key, msg in rules if not ok]
+            + [f"key '{where}.ignore': {p}" for p in (pattern_problem(e[3:]) for e in q.ignore if e.startswith("re:"))
+               if p])
+
+
+MAX_PATTERN = 300
+"""Longest regular expression taken from a config (published ignore entries are under 60 characters)."""
+MAX_UNBOUNDED = 3
+"""Most unbounded repeats ("*", "+", "{n,}") one pattern may hold: each can make a failed match try every split
+of a module name again, so k of them cost up to (name length)^k steps per name."""
+
+
+def pattern_problem(pattern: str) -> str:
+    """Why a regular expression from a config could take unbounded time to match, or cannot be compiled; "" if
+    neither. Matching time is bounded by refusing what backtracks exponentially: a repeat inside a repeat
+    ("(.*)*X", "(a+)+"), an alternation or a backreference inside a repeat, and more than MAX_UNBOUNDED
+    unbounded repeats; module names are at most a few hundred characters, so what is left is polynomial."""
+    import re._parser as sre  # the parse `re` compiles from: the pattern's structure, not a guess at its text
+
+    shown = pattern[:60] + ("…" if len(pattern) > 60 else "")
+    if len(pattern) > MAX_PATTERN:
+        return f"pattern {shown!r}: longer than {MAX_PATTERN} characters"
+    try:
+        parsed = sre.parse(pattern)
+    except (re.error, RecursionError, OverflowError) as e:
+        return f"pattern {shown!r}: not a regular expression ({getattr(e, 'msg', e)})"
+    unbounded = 0
+
+    def walk(items, in_repeat: bool) -> str:
+        nonlocal unbounded
+        for op, av in items:
+            if op in (sre.MAX_REPEAT, sre.MIN_REPEAT, sre.POSSESSIVE_REPEAT):
+                low, high, body = av
+                if in_repeat and high > 1:
+                    return "a repeat inside a repeat (nested quantifiers backtrack exponentially)"
+                unbounded += high == sre.MAXREPEAT
+                if found := walk(body, in_repeat or high > 1):
+                    return found
+            elif op == sre.BRANCH:
+                if in_repeat:
+                    return "an alternation inside a repeat (it can backtrack exponentially)"
+                for branch in av[1]:
+                    if found := walk(branch, in_repeat):
+                        return found
+            elif op in (sre.GROUPREF, sre.GROUPREF_EXISTS):
+                return "a backreference (matching one can take exponential time)"
+            elif op == sre.SUBPATTERN:
+                if found := walk(av[-1], in_repeat):
+                    return found
+            elif op in (sre.ASSERT, sre.ASSERT_NOT):
+                if found := walk(av[1], in_repeat):
+                    return found
+            elif op == sre.ATOMIC_GROUP:
+                if found := walk(av, in_repeat):
+                    return found
+        return ""
+
+    why = walk(parsed, False)
+    if not why and unbounded > MAX_UNBOUNDED:
+        why = f"{unbounded} unbounded repeats (at most {MAX_UNBOUNDED}, so that matching stays bounded)"
+    return f"pattern {shown!r}: {why}; refused, so that matching stays bounded" if why else ""
 
 
 def ignored(name: str, patterns: tuple[str, ...]) -> bool:
-    """compressed-tensors' rule: an entry matches a module by exact name, or "re:<regex>" by re.match."""
-    return any(re.match(p[3:], name) if p.startswith("re:") else p == name for p in patterns)
+    """compressed-tensors' rule: an entry matches a module by exact name, or "re:<regex>" by re.match. Every
+    "re:" entry was checked by pattern_problem (compressed_tensors_problems) before a name is matched."""
+    return any(_compiled(p[3:]).match(name) if p.startswith("re:") else p == name for p in patterns)
+
+
+@functools.lru_cache(maxsize=256)
+def _compiled(pattern: str) -> re.Pattern[str]:
+    if problem := pattern_problem(pattern):  # a caller that skipped the check gets one line, not a hang
+        raise ContentError([f"key 'ignore': {problem}"])
+    return re.compile(pattern)
 
 
 def excluded(name: str, globs: tuple[str, ...]) -> bool:

@@ -29,6 +29,8 @@ from dataclasses import dataclass
 from functools import cache
 from typing import Literal
 
+from explorer.errors import ContentError
+
 Role = Literal["parameter", "quant_scale", "buffer"]
 """parameter: a learned value (packed or not); quant_scale: quantization metadata; buffer: stored non-trained."""
 
@@ -40,6 +42,29 @@ DTYPE_BYTES = {
 
 TORCH_DTYPES = {"bfloat16": "BF16", "float16": "F16", "float32": "F32"}
 """config.json torch_dtype -> safetensors dtype."""
+
+
+class SchemeError(ContentError):
+    """A storage scheme given a number outside its definition (a block of 0, a group of -16): raised when the scheme
+    is made, so that no family and no variant can build one, whichever config supplied the number (issue 37). The
+    one problem reads "key 'NAME': ...", NAME the config key that supplies the number; the caller adds the file."""
+
+
+MAX_BLOCK = 16_384
+"""Largest block side or group the library takes from a config: published ones are 16 to 128, and a larger one
+would group more inputs than any projection has."""
+
+
+def _whole(value: object, low: int = 1, high: int = MAX_BLOCK) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and low <= value <= high
+
+
+def _power_of_two(value: object) -> bool:
+    return _whole(value) and value & (value - 1) == 0  # type: ignore[operator]
+
+
+def _refuse(key: str, message: str) -> None:
+    raise SchemeError([f"key '{key}': {message}"])
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,6 +121,12 @@ class BlockFP8:
     """The checkpoint holds the weight with its last two axes swapped: Llama 4's stacked experts, [E, in, out] in
     BF16, are [E, out, in] in FP8, as transformers' FP8Experts holds them."""
 
+    def __post_init__(self) -> None:
+        """A block is rows × columns of whole positive sizes (quantization_config.weight_block_size)."""
+        if not (len(self.block) == 2 and all(_whole(b) for b in self.block)):
+            _refuse("weight_block_size", f"must be two integers in 1..{MAX_BLOCK:,} (rows, columns of a block), got "
+                                         f"{list(self.block)}")
+
     @property
     def label(self) -> str:
         return (f"{self.dtype}, one {self.scale_dtype} scale per {' × '.join(map(str, self.block))} block"
@@ -130,6 +161,10 @@ class MXFP4:
     axis is the packed one."""
 
     block: int = 32
+
+    def __post_init__(self) -> None:
+        if self.block != 32:  # OCP Microscaling Formats v1.0: k = 32 values share one exponent
+            _refuse("block", f"MXFP4 blocks hold 32 values (OCP MX v1.0), got {self.block!r}")
 
     @property
     def stored_as(self) -> str:
@@ -213,6 +248,15 @@ class PackQuantized:
     scale_dtype: str = "BF16"
     """The scale keeps the dtype of the weight it was computed from (the model's torch_dtype)."""
 
+    def __post_init__(self) -> None:
+        """Codes pack whole into 32-bit words; a group is a power of two of inputs (the group sizes GPTQ, AWQ and
+        compressed-tensors' presets use), which must also divide the width it groups (explorer/checkpoint/variants.py)."""
+        if self.num_bits not in (2, 4, 8):
+            _refuse("num_bits", f"must be 2, 4 or 8 (codes packed whole into 32-bit words), got {self.num_bits!r}")
+        if not _power_of_two(self.group_size):
+            _refuse("group_size", f"must be a power of two in 1..{MAX_BLOCK:,} (inputs per scale), got "
+                                  f"{self.group_size!r}")
+
     @property
     def label(self) -> str:
         return (f"compressed-tensors pack-quantized INT{self.num_bits}: {32 // self.num_bits} values per I32 word, "
@@ -240,6 +284,11 @@ class NVFP4:
     an F32 second-level scale for the whole weight and the F32 static scale of the layer's input."""
 
     group: int = 16
+
+    def __post_init__(self) -> None:
+        if self.group != 16:  # NVFP4 is defined with one E4M3 scale per 16 FP4 values (ModelOpt writes group_size 16)
+            _refuse("group_size", f"NVFP4 stores one FP8 scale per 16 values, so group_size must be 16, got "
+                                  f"{self.group!r}")
 
     @property
     def label(self) -> str:

@@ -9,6 +9,7 @@ from explorer.model.components import (  # noqa: F401  (registration)
     attention,
     blocks,
     compressed_attention,
+    compressed_attention_memory,
     dsa,
     embedding,
     fused_attention,

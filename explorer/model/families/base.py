@@ -25,7 +25,7 @@ from typing import Any, ClassVar
 from explorer.content.model_content import parse_table
 from explorer.errors import ContentError
 from explorer.model.components.rope import Pairing, RopeOptions
-from explorer.spec.storage import TORCH_DTYPES, BlockFP8, Storage
+from explorer.spec.storage import TORCH_DTYPES, BlockFP8, SchemeError, Storage
 from explorer.spec.types import Component, Hyperparameters, ModelSpec
 
 DIM_LABELS = {
@@ -181,7 +181,11 @@ class Family:
         values = self.values(config)
         defaulted = tuple(f.name for f in dataclasses.fields(self.config_class)
                           if f.name not in raw and f.name in self.symbols)
-        return ModelSpec(slug=slug, family=self.name, root=self.build(config, values), values=values, config=config,
+        try:  # a storage scheme refuses a number outside its definition, whichever family supplied it
+            root = self.build(config, values)
+        except SchemeError as e:
+            raise ContentError([f"{where}: {p}" for p in e.problems]) from None
+        return ModelSpec(slug=slug, family=self.name, root=root, values=values, config=config,
                          facts=self.facts(config), defaulted=defaulted)
 
 

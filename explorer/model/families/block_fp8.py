@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 from explorer.errors import ContentError
 from explorer.model.families.base import rule_problems
+from explorer.model.quantization import pattern_problem
 from explorer.spec.storage import BlockFP8, Dense, Storage
 from explorer.spec.types import Component
 
@@ -44,7 +45,8 @@ def fp8_problems(q: FP8QuantizationConfig | None) -> list[str]:
         (q.fmt in FORMATS, "quantization_config.fmt", f"must be one of {', '.join(FORMATS)}, got {q.fmt!r}"),
         (len(q.weight_block_size) == 2 and all(b >= 1 for b in q.weight_block_size),
          "quantization_config.weight_block_size", "must be two positive integers"),
-    ])
+    ]) + [f"key 'quantization_config.modules_to_not_convert': {p}"
+          for p in map(pattern_problem, q.modules_to_not_convert or ()) if p]
 
 
 def fp8_block_storage(q: FP8QuantizationConfig | None) -> Storage | None:
