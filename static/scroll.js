@@ -35,5 +35,8 @@
   let pending = 0;
   mark();
   addEventListener('load', mark);
-  addEventListener('resize', () => { cancelAnimationFrame(pending); pending = requestAnimationFrame(mark); });
+  const later = () => { cancelAnimationFrame(pending); pending = requestAnimationFrame(mark); };
+  addEventListener('resize', later);
+  // a box inside a closed <details> (the "All N steps" list) has no width until it opens: mark it then
+  document.addEventListener('toggle', later, true);
 })();

@@ -33,7 +33,11 @@
     }
     return found;
   }
-  function weight(entry, term) { return entry.w[term] || entry.w[stem(term)] || 0; }
+  // Own properties only: a query such as "constructor" must not read Object.prototype's members.
+  var own = function (table, key) { return Object.prototype.hasOwnProperty.call(table, key) ? table[key] : undefined; };
+  function weight(entry, term) { return own(entry.w, term) || own(entry.w, stem(term)) || 0; }
+  var SHOWN = 12;  // results listed at first; a last item lists the rest
+  var all = false;
 
   // A page scores for being the concept asked for: its title or acronym (100); its breadcrumb, key or step
   // program, or a title that ends in the phrase, as "latent attention" ends "Multi-head latent attention" (90);
@@ -44,23 +48,43 @@
     var key = words(ph).join(" ");
     var same = function (n) { return words(n).join(" ") === key; };
     if (entry.n.some(same)) return 100;
-    var where = phraseIn(ph, entry.t);
+    // a parenthetical qualifier is not the title's head: "Sliding-window block (hash routing)" is a block, and
+    // "hash routing" names the Hash router page before it
+    var where = phraseIn(ph, entry.t.replace(/\s*\([^)]*\)/g, ""));
     if (entry.a.some(same) || where === 2) return 90;
-    return where ? 50 : 0;
+    return where || phraseIn(ph, entry.t) ? 50 : 0;
   }
 
-  function score(entry, q) {
+  // The query's readings through the synonyms: the whole query ("kv cache"), or a word of it, replaced by a
+  // concept it names ("hash routing" -> "hash router").
+  function readings(q) {
+    var table = window.EXPLORER_SYNONYMS || {}, out = (own(table, q) || []).slice();
+    var ws = q.split(" ");
+    if (ws.length > 1) {
+      ws.forEach(function (w, i) {
+        (own(table, w) || []).forEach(function (ph) { out.push(ws.slice(0, i).concat([ph], ws.slice(i + 1)).join(" ")); });
+      });
+    }
+    return out;
+  }
+
+  // A concept match (title, heading, key) ranks above any weight of words in the body: the concept level counts
+  // a thousand times a body weight, so body text orders pages only within one level.
+  function score(entry, q, alternatives) {
     var concept = level(entry, q);
-    ((window.EXPLORER_SYNONYMS || {})[q] || []).forEach(function (ph) {
+    alternatives.forEach(function (ph) {
       concept = Math.max(concept, 0.9 * level(entry, ph));
     });
-    if (concept) concept -= 0.01 * words(entry.t).length;  // the shorter title names the thing more exactly
+    var shorter = concept ? 0.01 * words(entry.t).length : 0;  // the shorter title names the thing more exactly
     var exact = weight(entry, q), terms = q.split(/\s+/);
     if (!exact && terms.length > 1 && terms.every(function (w) { return weight(entry, w) || phraseIn(w, entry.t); })) {
       exact = terms.reduce(function (a, w) { return a + weight(entry, w); }, 0) / terms.length;
     }
-    var total = concept + exact;
-    return total && model && entry.u.indexOf("models/" + model + "/") === 0 ? total + 15 : total;
+    // the model being read counts 15 at the level where the page matched: among concept matches it is 15 concept
+    // points (its own latent attention before another model's KV cache figure), among body matches 15 of weight
+    var ours = model && entry.u.indexOf("models/" + model + "/") === 0 ? 15 : 0;
+    if (concept) return 1000 * (concept + ours) + exact - shorter;
+    return exact ? exact + ours : 0;
   }
 
   function render() {
@@ -68,9 +92,11 @@
     list.innerHTML = "";
     if (!q || !window.EXPLORER_SEARCH) return;
     q = q.replace(/\s+/g, " ");
-    var hits = window.EXPLORER_SEARCH.map(function (e, i) { return [score(e, q), i, e]; })
+    var alternatives = readings(q);
+    var found = window.EXPLORER_SEARCH.map(function (e, i) { return [score(e, q, alternatives), i, e]; })
       .filter(function (p) { return p[0] > 0; })
-      .sort(function (a, b) { return b[0] - a[0] || a[1] - b[1]; }).slice(0, 12);
+      .sort(function (a, b) { return b[0] - a[0] || a[1] - b[1]; });
+    var hits = all ? found : found.slice(0, SHOWN);
     if (!hits.length) {
       var none = document.createElement("li");
       none.className = "none";
@@ -88,10 +114,24 @@
       li.appendChild(a);
       list.appendChild(li);
     });
+    if (hits.length < found.length) {
+      var more = document.createElement("li"), button = document.createElement("button");
+      button.type = "button";
+      button.className = "more";
+      button.textContent = "Show all " + found.length + " results";
+      button.addEventListener("click", function () {
+        all = true;
+        render();
+        var next = list.querySelectorAll("a")[SHOWN];
+        if (next) next.focus();
+      });
+      more.appendChild(button);
+      list.appendChild(more);
+    }
   }
 
   input.addEventListener("focus", function () { load(render); });
-  input.addEventListener("input", function () { load(render); });
+  input.addEventListener("input", function () { all = false; load(render); });
   form.addEventListener("submit", function (ev) {
     ev.preventDefault();
     var first = list.querySelector("a");

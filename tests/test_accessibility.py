@@ -22,6 +22,8 @@ PAGES = {  # one of every kind
     "compare": "compare/deepseek-v3-vs-kimi-k2.html",
     "compare picker": "compare/index.html",
     "library part": "parts/attention.attn.html",
+    "library parts index": "parts/index.html",
+    "multimodal model (its flow's merge)": "models/gemma-3-27b/index.html",
     "how to read": "how-to-read.html",
     "glossary": "glossary.html",
 }

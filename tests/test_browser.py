@@ -371,3 +371,153 @@ def test_compare_picker_follows_the_address_and_names_unknown_models(tabs, built
         page.wait_for_function("document.querySelector('#compare-result h2')?.textContent === 'DeepSeek-V3 vs Kimi K2'")
         assert page.locator(".compare-unknown").count() == 0
         assert page.errors == []
+
+
+# ------------------------------------------------------------------------------------------- reading (issue 36)
+
+BOX_SAMPLE = {
+    # one page of every kind, and the pages whose equations, pattern strings or links were the widest
+    "index": "index.html", "parts-index": "parts/index.html", "part": "parts/mla.attn.html",
+    "glossary": "glossary.html", "how-to-read": "how-to-read.html", "compare": "compare/deepseek-v3-vs-kimi-k2.html",
+    "model": "models/nemotron-3-nano-30b-a3b/index.html", "hybrid-model": "models/qwen3.5-27b/index.html",
+    "block": "models/deepseek-v4-flash/blocks.csa.html", "hyper-connection": "models/deepseek-v4-flash/blocks.csa.attn_hc.html",
+    "compressor": "models/deepseek-v4-flash/blocks.csa.attn.compressor.html",
+    "deltanet": "models/qwen3.5-27b/blocks.linear.attn.html", "vision-attention": "models/kimi-k2.5/vision_tower.encoder.attn.html",
+    "leaf": "models/kimi-k2/blocks.dense.mlp.down_proj.html",
+}
+BOXES = """() => {
+  for (const d of document.querySelectorAll('details')) d.open = true;
+  return new Promise(done => requestAnimationFrame(() => requestAnimationFrame(() => done({
+    page: document.documentElement.scrollWidth,
+    eqs: Array.from(document.querySelectorAll('.step .eq')).filter(e => e.scrollWidth > e.clientWidth + 1)
+      .map(e => [e.closest('.step').id, e.scrollWidth, e.clientWidth, e.hasAttribute('data-scrolls')]),
+    cards: Array.from(document.querySelectorAll('.card, .model-card')).filter(c => c.scrollWidth > c.clientWidth + 1)
+      .map(c => c.textContent.trim().slice(0, 30)),
+  }))));
+}"""
+
+
+def _boxes_problems(page, width: int) -> list[str]:
+    """What a reader would trip on: at 1280 px any equation cut by its box; at 390 px one wider than the screen
+    that cannot be scrolled from the keyboard (scroll.js marks each scrolling box); a page wider than the screen;
+    a card whose content runs past its edge."""
+    found = page.evaluate(BOXES)
+    problems = [f"page {found['page']} px wide"] if found["page"] > width + 1 else []
+    problems += [f"equation {i} {sw} > {cw} px" for i, sw, cw, marked in found["eqs"] if width > 600 or not marked]
+    return problems + [f"card overflows: {c}" for c in found["cards"]]
+
+
+def _box_params(sample: dict[str, str], marks=()):
+    return [pytest.param(rel, width, id=f"{name}-{width}", marks=marks) for name, rel in sample.items()
+            for width in WIDTHS.values()]
+
+
+@pytest.mark.parametrize(("rel", "width"), _box_params(BOX_SAMPLE))
+def test_no_equation_card_or_page_is_cut(tabs, built_site, rel, width):
+    with tabs.open(built_site, rel, width) as page:
+        assert _boxes_problems(page, width) == []
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("width", WIDTHS.values())
+def test_no_equation_card_or_page_is_cut_anywhere(tabs, built_site, width):
+    pages = sorted(str(p.relative_to(built_site)) for p in built_site.rglob("*.html"))
+    assert len(pages) > 1000
+    problems = {}
+    for rel in pages:
+        with tabs.open(built_site, rel, width) as page:
+            if found := _boxes_problems(page, width):
+                problems[rel] = found
+    assert problems == {}
+
+
+def test_a_planted_wide_equation_or_pattern_string_is_found(tabs, built_site):
+    """The measure fails where it should: an equation wider than the column at 1280 px, a card holding an
+    unbreakable string and a page pushed wider than a phone are each reported."""
+    with tabs.open(built_site, BOX_SAMPLE["hyper-connection"], 1280) as page:
+        page.evaluate("""() => { const eq = document.querySelector('.headline .step .eq math');
+            eq.appendChild(eq.cloneNode(true)); eq.appendChild(eq.cloneNode(true)); }""")
+        assert any(p.startswith("equation ") for p in _boxes_problems(page, 1280))
+    with tabs.open(built_site, BOX_SAMPLE["model"], 390) as page:
+        page.evaluate("""() => { const d = document.querySelector('.card .card-desc');
+            d.style.overflowWrap = 'normal'; d.style.wordBreak = 'keep-all'; d.textContent = 'M'.repeat(120); }""")
+        assert any(p.startswith("card overflows") for p in _boxes_problems(page, 390))
+    with tabs.open(built_site, BOX_SAMPLE["glossary"], 390) as page:
+        page.evaluate("() => { const p = document.createElement('p'); p.style.whiteSpace = 'nowrap'; "
+                      "p.textContent = 'x'.repeat(300); document.querySelector('main').appendChild(p); }")
+        assert _boxes_problems(page, 390)[0].startswith("page ")
+
+
+def _visible_cards(page) -> list[str]:
+    return page.eval_on_selector_all(".model-card:not([hidden]) h3", "hs => hs.filter(h => h.offsetParent)"
+                                     ".map(h => h.textContent.trim())")
+
+
+def test_index_is_grouped_and_filters_and_sorts(tabs, built_site, builds):
+    """The index: grouped by lab, newest first in each lab; the filters keep exactly the cards whose data match,
+    the sort orders by the number, and without JavaScript the grouped list is all there is."""
+    with tabs.open(built_site, "index.html", 1280) as page:
+        labs = page.eval_on_selector_all("section.lab", "ss => ss.map(s => [s.querySelector('h2').firstChild"
+                                         ".textContent.trim(), Array.from(s.querySelectorAll('.model-card'), "
+                                         "c => c.dataset.released)])")
+        assert sum(len(r) for _, r in labs) == len(builds)
+        assert len({lab for lab, _ in labs}) == len(labs)  # each lab once
+        deepseek = dict(labs)["DeepSeek"]
+        assert deepseek == sorted(deepseek, reverse=True)
+        assert {mb.content.meta.lab for mb in builds.values()} == {lab for lab, _ in labs}
+        page.select_option("select[name=kind]", "hybrid")
+        hybrids = {mb.content.meta.name for mb in builds.values()
+                   if any(k.state for k in mb.figures.serving.kinds)}
+        assert set(_visible_cards(page)) == hybrids and len(hybrids) == 3
+        page.select_option("select[name=kind]", "")
+        page.select_option("select[name=attention]", "latent (MLA)")
+        assert set(_visible_cards(page)) == {"Kimi K2", "Kimi K2.5", "DeepSeek-V3"}
+        page.select_option("select[name=attention]", "")
+        page.select_option("select[name=sort]", "total")
+        shown = _visible_cards(page)
+        totals = [builds_by_name(builds)[n].ledger.total for n in shown]
+        assert len(shown) == len(builds) and totals == sorted(totals, reverse=True)
+        page.select_option("select[name=sort]", "")
+        assert page.locator(".lab .model-card:visible").count() == len(builds)
+        assert page.errors == []
+    with tabs.open(built_site, "index.html", 390, java_script_enabled=False) as page:
+        assert page.locator("form.index-filters").is_hidden()
+        assert page.locator(".lab .model-card:visible").count() == len(builds)
+
+
+def builds_by_name(builds) -> dict:
+    return {mb.content.meta.name: mb for mb in builds.values()}
+
+
+def test_index_cards_show_active_parameters_and_cache(built_site, builds):
+    from explorer.views.basics import fmt
+
+    text = (built_site / "index.html").read_text()
+    kimi = builds["kimi-k2"]
+    assert fmt(kimi.figures.get("active_parameters").value) in text
+    assert "KV cache per token, BF16" in text and "68.6 KiB" in text  # 70,272 bytes: 61 × 576 × 2
+    assert kimi.figures.get("kv_cache_bytes_per_token_bf16").value == 70_272
+
+
+def _results(page, query: str) -> list[str]:
+    page.fill("#search-input", query)
+    return page.locator(".search-results a").evaluate_all("els => els.map(e => e.getAttribute('href'))")
+
+
+def test_search_ranks_concepts_first_reaches_every_result_and_survives_prototype_names(tabs, built_site):
+    with tabs.open(built_site, "index.html", 1280) as page:
+        search_ready(page)
+        assert _results(page, "hash routing")[0].endswith("moe.router.html")  # the Hash router, not a block
+        assert _results(page, "sinkhorn")[0].endswith("attn_hc.html")  # the hyper-connection whose step it is
+        assert "kimi-k2.5" in _results(page, "INT4")[0]
+        for name in ("constructor", "__proto__", "toString", "hasOwnProperty", "valueOf"):
+            _results(page, name)
+        assert page.errors == []
+        hrefs = _results(page, "KV cache")
+        assert len(hrefs) == 12
+        more = page.locator(".search-results button.more")
+        total = int(more.inner_text().split()[2])
+        assert total > 12
+        more.click()
+        assert len(page.locator(".search-results a").evaluate_all("els => els.map(e => e.href)")) == total
+        assert page.evaluate("document.activeElement.getAttribute('href')") is not None  # focus moved to result 13

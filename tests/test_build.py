@@ -31,7 +31,7 @@ def test_moe_block_page_shows_what_the_seed_shows(built_site):
         "moonshotai/Kimi-K2-Instruct @ fd1984e", "parameter count checked against the checkpoint’s tensor headers",
         "How to read", "61 transformer blocks", "MoE transformer block", "Open inside →",
         "DeepseekV3DecoderLayer(config, layer_idx)",
-        "MLA and a mixture of experts, each added to the residual stream; blocks 2–61.",
+        "MLA and a mixture of experts, each added to the residual stream; blocks 1–60.",
         "[B batch, T positions, 7168 d]", "[T positions, 32 pairs]", "[T queries, T keys]",
         "17,059,365,248 · × 60 MoE blocks = 1,023,561,914,880",
         "17,059,365,248 parameters per MoE block, across its learned components",

@@ -201,5 +201,5 @@ def test_real_weights_without_undoing_llama_cpp_row_order_fail(smollm2_real, mon
 
 def test_real_weight_check_is_on_the_block_page(built_site):
     text = (built_site / "models/smollm2-135m/blocks.block.html").read_text(encoding="utf-8")
-    assert "Checked on the checkpoint’s real weights: block 1" in text and "SmolLM2-135M-Instruct.Q4_1.gguf" in text
+    assert "Checked on the checkpoint’s real weights: block 0" in text and "SmolLM2-135M-Instruct.Q4_1.gguf" in text
     assert "No pinned revision:" in text

@@ -29,7 +29,7 @@ def config(slug: str) -> dict:
 
 
 def cells(svg: str) -> dict[int, str]:
-    """Layer number (1-based) -> the attention kind its cell is drawn as."""
+    """Layer number (from 0, as the tensor names) -> the attention kind its cell is drawn as."""
     found = [(int(n), css) for css, n in CELL.findall(svg)]
     assert len(found) == len(dict(found)), "each layer is drawn once"
     return dict(found)
@@ -68,10 +68,10 @@ EXPECTED = {
 
 
 def mismatches(svg: str, expected: list[str]) -> list[int]:
-    """Layers (1-based) whose cell's kind differs from the expected one."""
+    """Layers (counted from 0, as the tensor names) whose cell's kind differs from the expected one."""
     drawn = cells(svg)
-    assert sorted(drawn) == list(range(1, len(expected) + 1)), "every layer number once, none missing"
-    return [n for n, kind in enumerate(expected, 1) if drawn[n] != kind]
+    assert sorted(drawn) == list(range(len(expected))), "every layer number once, none missing"
+    return [n for n, kind in enumerate(expected) if drawn[n] != kind]
 
 
 @pytest.mark.parametrize("slug", EXPECTED)
@@ -80,8 +80,8 @@ def test_every_layer_is_numbered_and_drawn_as_its_config_says(slug):
     expected = EXPECTED[slug]()
     assert mismatches(svg, expected) == []
     covered = [n for a, b in ROW.findall(svg) for n in range(int(a), int(b or a) + 1)]
-    assert covered == list(range(1, len(expected) + 1)), "row labels give every layer number, in order, once"
-    for n in range(1, len(expected) + 1):
+    assert covered == list(range(len(expected))), "row labels give every layer number, in order, once"
+    for n in range(len(expected)):
         assert f'class="num">{n}</text>' in svg
 
 
@@ -95,7 +95,7 @@ def test_a_wrong_layer_pattern_shows_in_the_picture():
     text["layer_types"] = types
     wrong = dataclasses.replace(c, config={**c.config, "text_config": text})
     svg = draw(describe(load_model_spec(wrong), "Qwen3.5-27B"))
-    assert mismatches(svg, EXPECTED["qwen3.5-27b"]()) == [1, 4]
+    assert mismatches(svg, EXPECTED["qwen3.5-27b"]()) == [0, 3]
 
 
 def test_dense_moe_shared_vision_and_mtp_are_shown():
@@ -133,7 +133,7 @@ def test_lit_experts_are_a_real_routing_by_the_models_rule():
     picture = describe(spec, "DeepSeek-V3", routing)
     routed = [c for c in re.findall(r'class="(expert[a-z ]*)"', draw(picture)) if "shared" not in c]
     assert len(routed) == 256 and tuple(i for i, c in enumerate(routed) if "lit" in c) == routing.selected
-    assert "seeded random router weights" in picture.caption and f"layer {routing.layer + 1}" in picture.caption
+    assert "seeded random router weights" in picture.caption and f"in layer {routing.layer} for" in picture.caption
     assert route_example(spec) == routing, "deterministic: the same seed selects the same experts"
 
 
@@ -162,24 +162,25 @@ def test_the_lit_experts_are_those_transformers_router_selects_on_the_same_weigh
     assert route_example(spec).selected == tuple(sorted(int(i) for i in last))
 
 
-def test_layer_lists_are_one_based_and_name_a_regular_spacing():
-    """The caption's layer numbers, written by hand: 0-based layers 5, 11, 17, 23 are the 6th, 12th, 18th, 24th."""
+def test_layer_lists_count_from_zero_as_tensor_names_and_name_a_regular_spacing():
+    """The caption's layer numbers, written by hand: they count as model.layers.N does (layers 5, 11, 17, 23 are
+    the 6th, 12th, 18th and 24th), so a reader finds each listed layer's tensors under the number shown."""
     from explorer.views.model_picture import layer_list
 
-    assert layer_list((5, 11, 17, 23), 24) == "layers 6, 12, …, 24 (every 6th)"
-    assert layer_list(tuple(i for i in range(24) if i % 6 != 5), 24) == "every layer except 6, 12, …, 24 (every 6th)"
-    assert layer_list((1, 3, 5, 7), 8) == "layers 2, 4, …, 8 (every 2nd)"
-    assert layer_list((0, 21, 42, 63), 64) == "layers 1, 22, …, 64 (every 21st)"
-    assert layer_list((0, 11, 22, 33), 34) == "layers 1, 12, …, 34 (every 11th)"
-    assert layer_list((0, 1, 2, 6), 10) == "layers 1–3, 7"  # not evenly spaced: runs
-    assert layer_list((3,), 10) == "layer 4"
+    assert layer_list((5, 11, 17, 23), 24) == "layers 5, 11, …, 23 (every 6th)"
+    assert layer_list(tuple(i for i in range(24) if i % 6 != 5), 24) == "every layer except 5, 11, …, 23 (every 6th)"
+    assert layer_list((1, 3, 5, 7), 8) == "layers 1, 3, …, 7 (every 2nd)"
+    assert layer_list((0, 21, 42, 63), 64) == "layers 0, 21, …, 63 (every 21st)"
+    assert layer_list((0, 11, 22, 33), 34) == "layers 0, 11, …, 33 (every 11th)"
+    assert layer_list((0, 1, 2, 6), 10) == "layers 0–2, 6"  # not evenly spaced: runs
+    assert layer_list((3,), 10) == "layer 3"
 
 
 def test_gemma3_caption_names_its_global_layers():
     """Gemma 3 27B: 62 layers, every 6th global (the reference config's layer_types), the rest sliding."""
     picture = describe(load_model_spec(content("gemma-3-27b")), "Gemma 3 27B")
-    assert "layers 6, 12, …, 60 (every 6th)." in picture.caption
-    assert "every layer except 6, 12, …, 60 (every 6th)." in picture.caption
+    assert "layers 5, 11, …, 59 (every 6th)." in picture.caption
+    assert "every layer except 5, 11, …, 59 (every 6th)." in picture.caption
 
 
 def test_the_routing_is_cached_and_read_back_and_a_damaged_entry_is_rerun(tmp_path, monkeypatch):

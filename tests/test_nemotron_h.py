@@ -76,7 +76,7 @@ def test_pattern_is_read_once_into_layer_kinds():
     assert (pattern.count("mamba"), pattern.count("moe"), pattern.count("attention")) == (23, 23, 6)
     blocks = {b.key: b for b in spec.root.child("blocks").children}
     assert {k: b.repeat for k, b in blocks.items()} == {"mamba": 23, "moe": 23, "attention": 6}
-    assert runs(pattern.indices("attention")) == "6, 13, 20, 27, 34, 43"
+    assert runs(pattern.indices("attention")) == "5, 12, 19, 26, 33, 42"  # counted from 0, as model.layers.N
     assert pattern_problems("MEX*", NEMOTRON_H_LETTERS, "hybrid_override_pattern", 5) == [
         "key 'hybrid_override_pattern': symbol 'X' at layer 2 is not one of 'M', '*', 'E', '-'",
         "key 'hybrid_override_pattern': has 4 layers but num_hidden_layers is 5"]
@@ -293,7 +293,7 @@ def test_whole_model_picture_colours_layers_by_kind():
     picture = describe(spec_of(), "Nemotron 3 Nano")
     kinds = {(k.mixer.css, k.ffn.css): len(k.layers) for k in picture.kinds}
     assert kinds == {("mamba", "none"): 23, ("none", "moe"): 23, ("nope", "none"): 6}
-    assert "Full, no position encoding (NoPE): layers 6, 13, 20, 27, 34, 43." in picture.caption
+    assert "Full, no position encoding (NoPE): layers 5, 12, 19, 26, 33, 42." in picture.caption
     assert draw(picture).count('<g class="layer nope"><title>') == 6
 
 

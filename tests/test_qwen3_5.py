@@ -278,7 +278,7 @@ def test_whole_model_picture_names_each_layer_kind():
     linear, full = picture.kinds
     assert (linear.mixer.css, len(linear.layers), len(full.layers)) == ("linear", 48, 16)
     assert "Gated DeltaNet" in linear.mixer.label and "full attention (gated)" == full.mixer.label
-    assert "Full attention (gated): layers 4, 8, …, 64 (every 4th)." in picture.caption
+    assert "Full attention (gated): layers 3, 7, …, 63 (every 4th)." in picture.caption
 
 
 def test_compare_pages_give_gated_deltanet_its_own_role():

@@ -43,7 +43,10 @@ class ModelMeta:
     family: str
     """Key of the family spec that builds this model's component tree (e.g. "deepseek_v3")."""
     order: int = 0
-    """Position on the index page."""
+    """Position on the index page among models of one release month and lineage."""
+    lineage: str = ""
+    """The series the model belongs to within its lab ("Llama 3.1", "Qwen3.5"), by which the index groups it; where
+    empty, that of the model it follows in the same lab, else its own name."""
     active_claim: str = ""
     """The lab's published active-parameter figure, as written ("32B"); checked against the derived figures."""
     active_claim_source: str = ""

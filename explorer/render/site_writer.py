@@ -17,13 +17,13 @@ from explorer.parallel import run_in_order
 from explorer.render.publish import check_output, publish, stage
 from explorer.views.basics import PageBase
 from explorer.views.compare_pages import CompareIndexPage, ComparePage
-from explorer.views.component_page import ComponentPage, IndexPage, PageGroup, PartPage, ProsePage
+from explorer.views.component_page import ComponentPage, IndexPage, PageGroup, PartPage, PartsIndexPage, ProsePage
 from explorer.views.mathml import take_used
 from explorer.views.notation_page import NotationPage
 
 TEMPLATES = {IndexPage: "index.html", ProsePage: "prose.html", ComponentPage: "component.html",
              ComparePage: "compare.html", CompareIndexPage: "compare_index.html",
-             PartPage: "part.html", NotationPage: "notation.html"}
+             PartPage: "part.html", PartsIndexPage: "parts_index.html", NotationPage: "notation.html"}
 
 
 def environment(template_dir: Path) -> Environment:

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from explorer.content.model_content import render_markdown
 from explorer.figures.calculator import CalculatorView, calculator_view
 from explorer.figures.model_build import ModelBuild
+from explorer.figures.model_figures import VISION_PROGRAMS
 from explorer.model.account import AccountRow, ComponentAccount, TensorAccount
 from explorer.model.components.rope import RopeOptions
 from explorer.model.families import FAMILIES
@@ -20,13 +21,13 @@ from explorer.views.basics import Link, PageBase, crumb_texts, fmt, month, page_
 from explorer.views.diagrams import FlowNode, flow_svg
 from explorer.views.evidence import CitationView, ExcerptView, citation_views, evidence, excerpt_views
 from explorer.views.flows import layout
+from explorer.views.index_page import IndexFilters, LabGroup
 from explorer.views.mathml import STREAMS, numbers_mathml, product_mathml, to_mathml
 from explorer.views.model_page import (
     CheckView,
     DefaultView,
     FiguresView,
     LedgerView,
-    ModelCardView,
     RealCheckView,
     RoutingView,
     UnusedKeyView,
@@ -198,13 +199,24 @@ class ComponentPage(PageBase):
 
 @dataclass(frozen=True, slots=True)
 class IndexPage(PageBase):
-    models: tuple[ModelCardView, ...]
+    groups: tuple[LabGroup, ...]
+    filters: IndexFilters
+    count: str
+    """"26 models from 14 labs"."""
 
 
 @dataclass(frozen=True, slots=True)
 class ProsePage(PageBase):
     heading: str
     body_html: str
+
+
+@dataclass(frozen=True, slots=True)
+class PartsIndexPage(PageBase):
+    """parts/index.html: every library part shared by two or more models, with how many use it."""
+
+    entries: tuple[tuple[Link, str, str], ...]
+    """(the part's page, its program and key, "in 3 models")."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -484,15 +496,20 @@ def flow_diagram(mb: ModelBuild, path: str, comp: Component, traced) -> str:
         c_path = f"{path}.{c.key}" if path else c.key
         row = rows.get(c_path)
         if row is None:
-            return FlowNode(c.title, (f"{c.kind}, no parameters",), page_href(c_path), 0, part_id(c.key))
+            tied = next((t.tied_to for _, d in walk(c) for t in d.tensors if t.tied_to), "")
+            # a tied head owns no parameters of its own: it multiplies by the tensor it is tied to
+            detail = f"tied: reuses {tied}" if tied else f"{c.kind}, no parameters"
+            return FlowNode(c.title, (detail,), page_href(c_path), 0, part_id(c.key))
         if len(row.factors) == 2:
             return FlowNode(c.title, (f"{fmt(row.factors[0])} × {fmt(row.factors[1])}", f"= {fmt(row.value)} params"),
                             page_href(c_path), row.value, part_id(c.key))
         return FlowNode(c.title, (f"{fmt(row.value)} params",), page_href(c_path), row.value, part_id(c.key))
 
     # the boxes name each port by its symbol in the equations, as the terms that light them do
+    images = ("image pixels, into the vision tower",) if not path and any(
+        c.program in VISION_PROGRAMS for c in comp.children) else ()
     inputs = FlowNode("in", tuple(f"{symbol_text(p.latex)} {traced_display(t, p.shape)}"
-                                  for p, t in zip(comp.inputs, traced.inputs)), light=IN)
+                                  for p, t in zip(comp.inputs, traced.inputs)) + images, light=IN)
     outputs = FlowNode("out", tuple(f"{symbol_text(p.latex)} {traced_display(t, p.shape)}"
                                     for p, t in zip(comp.outputs, traced.outputs)), light=OUT)
     return flow_svg(comp.title if path else mb.content.meta.name, inputs, layout(comp, node), outputs)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
+from explorer.figures.model_figures import VISION_PROGRAMS
 from explorer.spec.types import Component
 from explorer.views.diagrams import Box, FlowNode, Item, Op, Residual, Seq, Split
 from explorer.views.symbols import symbol_text
@@ -121,12 +122,22 @@ def mtp_layout(comp: Component, node: NodeOf) -> Item | None:
 
 
 def model_layout(comp: Component, node: NodeOf) -> Item | None:
-    """The model: embedding, blocks, final norm and head; a multi-token prediction module branches off."""
-    main = [Box(node(c)) for c in comp.children if c.program != "mtp"]
+    """The model: embedding, blocks, final norm and head; a multi-token prediction module branches off. Where the
+    model has a vision tower, the image's pixels go through it and its projector beside the token embedding, and
+    the image features take the image tokens' places in the sequence before the first block, as the reference's
+    forward merges them (masked_scatter into the input embeddings)."""
+    vision = [Box(node(c)) for c in comp.children if c.program in VISION_PROGRAMS]
+    main = [Box(node(c)) for c in comp.children if c.program != "mtp" and c.program not in VISION_PROGRAMS]
     side = [Box(node(c)) for c in comp.children if c.program == "mtp"]
+    if not main:
+        return None
+    head: list[Item] = [main[0]]
+    if vision:
+        head = [Split((("text: token ids", main[0]), ("image: pixels", _chain(vision)))),
+                Op("←", "image features take the image tokens' places")]
     if not side or len(main) < 3:
-        return Seq(tuple(main)) if main else None
-    return Seq((*main[:2], Split((("next token", Seq(tuple(main[2:]))), ("token after next", _chain(side))))))
+        return Seq((*head, *main[1:]))
+    return Seq((*head, main[1], Split((("next token", Seq(tuple(main[2:]))), ("token after next", _chain(side))))))
 
 
 def hc_block_layout(comp: Component, node: NodeOf) -> Item | None:

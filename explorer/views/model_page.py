@@ -11,7 +11,7 @@ from explorer.figures.model_build import ModelBuild
 from explorer.model.families import FAMILIES
 from explorer.spec.results import RealWeightCheck
 from explorer.spec.types import path_key, walk
-from explorer.views.basics import Link, fmt, month, page_href
+from explorer.views.basics import Link, fmt, page_href
 from explorer.views.diagrams import budget_svg
 
 
@@ -141,18 +141,6 @@ class FiguresView:
     claim_matched: bool
 
 
-@dataclass(frozen=True, slots=True)
-class ModelCardView:
-    name: str
-    href: str
-    meta: str
-    tagline: str
-    params: str
-    facts: tuple[tuple[str, str], ...]
-    checked: str
-    preview_svg: str = ""
-
-
 ROLE_NAMES = {"parameter": "parameters", "quant_scale": "FP8 block scales", "buffer": "stored buffers"}
 STORED_AS = {("parameter", "U8"): "MXFP4 blocks: packed FP4 values, two per byte",
              ("quant_scale", "U8"): "MXFP4 scales: one E8M0 exponent per 32 values",
@@ -232,14 +220,15 @@ def routing_view(mb: ModelBuild, path: str) -> RoutingView | None:
         return None
     chosen = set(example.selected)
     n = len(example.rows[0][1])
-    experts = tuple(RoutingCellView(f"expert {i + 1}", i in chosen) for i in range(n))
+    experts = tuple(RoutingCellView(f"expert {i}", i in chosen) for i in range(n))
     rows = tuple((label, tuple(RoutingCellView(f"{v:.4f}", i in chosen) for i, v in enumerate(values)))
                  for label, values in example.rows)
-    names = ", ".join(str(i + 1) for i in example.selected)
+    names = ", ".join(str(i) for i in example.selected)  # counted from 0, as the experts' tensor names
     return RoutingView(
         caption=f"Routing of one token ({example.token}) in the executed check, {mb.checks[path].config}.",
         experts=experts, rows=rows,
-        summary=f"Selected: expert{'s' if len(chosen) > 1 else ''} {names} (highlighted); transformers' router "
+        summary=f"Selected: expert{'s' if len(chosen) > 1 else ''} {names} (highlighted; experts counted from 0, as "
+                f"their tensor names); transformers' router "
                 f"selected the same experts with the same gates, within the tolerance {mb.checks[path].tolerance:g}.")
 
 
@@ -339,7 +328,7 @@ def tiny_config(mb: ModelBuild) -> str:
 
 def real_check_view(c: RealWeightCheck) -> RealCheckView:
     return RealCheckView(
-        f"Checked on the checkpoint’s real weights: block {c.layer + 1} run with the weights stored in {c.source} "
+        f"Checked on the checkpoint’s real weights: block {c.layer} run with the weights stored in {c.source} "
         f"and compared with {c.reference}: within the tolerance {c.tolerance:g} (max |Δ| = ",
         measured(c.max_abs_error), f" on the machine that built this page); {c.detail}.")
 
@@ -368,10 +357,3 @@ def budget_preview(mb: ModelBuild) -> str:
         elif acc.total:
             segments.append((ch.title, acc.total))
     return budget_svg(mb.content.meta.name, segments)
-
-
-def model_card(mb: ModelBuild, preview_svg: str = "") -> ModelCardView:
-    facts = mb.spec.facts
-    return ModelCardView(mb.content.meta.name, f"models/{mb.slug}/index.html",
-                         f"{mb.content.meta.lab} · {month(mb.content.meta.released)}", mb.content.meta.tagline,
-                         fmt(mb.ledger.total), facts, mb.check_phrase, preview_svg)

@@ -173,7 +173,8 @@ def ffn_kind(block: Component) -> Kind:
 
 def caption(p: ModelPicture) -> str:
     """The picture in words: every kind with its layer numbers, the vision tower, MTP and the routing shown."""
-    parts = [f"{p.layers} layers, numbered 1–{p.layers} from the embedding up."]
+    parts = [f"{p.layers} layers, numbered 0–{p.layers - 1} from the embedding up, as the tensor names count them "
+             "(model.layers.0 is the first)."]
     for side in ("mixer", "ffn"):
         for kind, layers in _by_label(p, side).items():
             if kind.css != "none" or side == "mixer":
@@ -185,7 +186,7 @@ def caption(p: ModelPicture) -> str:
     if p.routing is not None:
         r = p.routing
         parts.append(f"Lit experts: the {len(r.selected)} of {r.experts} that this model's router program selected "
-                     f"in layer {r.layer + 1} for one example token, run at full size on the CPU with a seeded random "
+                     f"in layer {r.layer} for one example token, run at full size on the CPU with a seeded random "
                      "hidden state and seeded random router weights, as the checkpoint's weights are not loaded: the "
                      "rule and the count are the model's, which experts is an example."
                      + (" The shared expert runs for every token." if p.shared else ""))
@@ -193,8 +194,8 @@ def caption(p: ModelPicture) -> str:
 
 
 def layer_list(layers: tuple[int, ...], total: int) -> str:
-    """1-based layer numbers, compressed where they repeat: "layers 6, 12, …, 60 (every 6th)", "every layer except
-    4, 8, …, 48 (every 4th)", else runs ("layers 1–3, 7")."""
+    """Layer numbers counted from 0 as the tensor names count them, compressed where they repeat: "layers 5, 11, …,
+    59 (every 6th)", "every layer except 3, 7, …, 47 (every 4th)", else runs ("layers 0–2, 6")."""
     every = _progression(layers)
     if every:
         return f"layers {every}"
@@ -210,7 +211,7 @@ def _progression(layers: tuple[int, ...]) -> str:
     if len(layers) < 4 or len({b - a for a, b in zip(layers, layers[1:])}) != 1 or layers[1] - layers[0] < 2:
         return ""
     step = layers[1] - layers[0]
-    return f"{layers[0] + 1}, {layers[1] + 1}, …, {layers[-1] + 1} (every {_ordinal(step)})"
+    return f"{layers[0]}, {layers[1]}, …, {layers[-1]} (every {_ordinal(step)})"
 
 
 def _ordinal(n: int) -> str:
@@ -270,13 +271,13 @@ def _layers(parts: list[str], p: ModelPicture, y: float) -> float:
     order = p.layer_kinds()
     n = per_row(order)
     cell = (WIDTH - LABEL_W - 4) / n
-    parts.append(f'<text x="4" y="{y + 9:.1f}" class="legend">Layers (numbered; colour: attention; bar: '
-                 'feed-forward)</text>')
+    parts.append(f'<text x="4" y="{y + 9:.1f}" class="legend">Layers (numbered from 0 as the tensor names; colour: '
+                 'attention; bar: feed-forward)</text>')
     y += 16
     for row in range(-(-len(order) // n)):
         first, last = row * n, min(len(order), row * n + n) - 1
         parts.append(f'<text x="{LABEL_W - 6}" y="{y + 16:.1f}" class="rowlabel">'
-                     f'{first + 1}{"–" + str(last + 1) if last > first else ""}</text>')
+                     f'{first}{"–" + str(last) if last > first else ""}</text>')
         for i in range(first, last + 1):
             parts.append(_cell(LABEL_W + (i - first) * cell, y, cell - GAP, i, order[i]))
         y += ROW_H + GAP
@@ -286,9 +287,9 @@ def _layers(parts: list[str], p: ModelPicture, y: float) -> float:
 def _cell(x: float, y: float, w: float, i: int, k: BlockKind) -> str:
     bar = (f'<rect x="{x:.1f}" y="{y + ROW_H - 6:.1f}" width="{w:.1f}" height="6" class="ffn {k.ffn.css}"/>'
            if k.ffn.css != "none" else "")
-    return (f'<g class="layer {k.mixer.css}"><title>layer {i + 1}: {escape(k.mixer.label)}; {escape(k.ffn.label)}'
+    return (f'<g class="layer {k.mixer.css}"><title>layer {i}: {escape(k.mixer.label)}; {escape(k.ffn.label)}'
             f'</title><rect x="{x:.1f}" y="{y:.1f}" width="{w:.1f}" height="{ROW_H}" rx="3" class="cell"/>{bar}'
-            f'<text x="{x + w / 2:.1f}" y="{y + 13:.1f}" class="num">{i + 1}</text></g>')
+            f'<text x="{x + w / 2:.1f}" y="{y + 13:.1f}" class="num">{i}</text></g>')
 
 
 def _legend(parts: list[str], p: ModelPicture, y: float) -> float:
@@ -310,7 +311,7 @@ def _experts(parts: list[str], p: ModelPicture, y: float) -> float:
     r = p.routing
     n = r.experts if r is not None else p.experts
     lit = set(r.selected) if r is not None else set()
-    where = f"layer {r.layer + 1}, " if r is not None else ""
+    where = f"layer {r.layer}, " if r is not None else ""
     head = (f"Routed experts ({where}one example token): {len(lit)} of {n} lit" if r is not None else
             f"Routed experts: {p.active} of {n} run per token (none lit: no routing was run)")
     lines = wrap(head, WIDTH - 8, 5.9)

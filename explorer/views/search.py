@@ -35,6 +35,7 @@ SYNONYMS: dict[str, tuple[str, ...]] = {
     "unembedding": ("lm head",), "logits": ("lm head",), "output head": ("lm head",),
     "residual": ("block",), "residual stream": ("block",), "layer": ("block",),
     "multi-token prediction": ("mtp",), "mixture-of-experts": ("mixture of experts",),
+    "sinkhorn": ("hyper-connection",), "sinkhorn-knopp": ("hyper-connection",),
 }
 """Reader vocabulary -> concepts a component page declares, best first (general terms, for every family)."""
 

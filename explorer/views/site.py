@@ -11,8 +11,16 @@ from explorer.figures.model_build import ModelBuild
 from explorer.spec.types import path_key, walk
 from explorer.views.basics import Link, PageBase, page_href
 from explorer.views.compare_pages import compare_index, compare_page, related_links, static_pairs
-from explorer.views.component_page import IndexPage, PageGroup, PartPage, ProsePage, component_page, part_path
-from explorer.views.model_page import budget_preview, model_card
+from explorer.views.component_page import (
+    IndexPage,
+    PageGroup,
+    PartPage,
+    PartsIndexPage,
+    ProsePage,
+    component_page,
+    part_path,
+)
+from explorer.views.index_page import index_filters, index_groups
 from explorer.views.notation_page import notation_page
 
 PartEntries = dict[tuple[str, str], list[tuple[ModelBuild, str, str, str]]]
@@ -23,9 +31,7 @@ def site_page_groups(builds: list[ModelBuild], how_to_read_md: str, glossary_md:
     """Every page of the site, in a fixed order."""
     def front() -> list[PageBase]:
         return [
-            IndexPage("LLM architectures, component by component", "Models explained component by component, with "
-                      "exact parameter accounting and pinned sources.", "", "index.html",
-                      tuple(model_card(mb, budget_preview(mb)) for mb in builds)),
+            index_page(builds),
             ProsePage("How to read a page", "A short primer on reading an explorer page.", "", "how-to-read.html",
                       "How to read a page", render_markdown(how_to_read_md)),
             notation_page([mb.spec for mb in builds], render_markdown(glossary_md)),
@@ -46,10 +52,10 @@ def site_page_groups(builds: list[ModelBuild], how_to_read_md: str, glossary_md:
         return [*(compare_page(a, b) for a, b in pairs), compare_index(builds)]
 
     def part_pages() -> list[PageBase]:
-        return [part_page(key, parts[key]) for key in sorted(shared)]
+        return [*(part_page(key, parts[key]) for key in sorted(shared)), parts_index(parts, shared)]
 
     # three front pages, but the Notation page reads every step of every model: about a page's work per model
-    return [PageGroup(front, 3 + len(builds)), *(model_pages(mb) for mb in builds), PageGroup(part_pages, len(shared)),
+    return [PageGroup(front, 3 + len(builds)), *(model_pages(mb) for mb in builds), PageGroup(part_pages, len(shared) + 1),
             PageGroup(comparisons, len(pairs) + 1)]
 
 
@@ -64,6 +70,20 @@ def library_parts(builds: list[ModelBuild]) -> PartEntries:
     return out
 
 
+def parts_index(parts: PartEntries, shared: frozenset[tuple[str, str]]) -> PartsIndexPage:
+    """Every shared library part, by title, each linked to its page."""
+    rows = []
+    for key in shared:
+        entries = parts[key]
+        models = len({mb.slug for mb, *_ in entries})
+        rows.append((Link(entries[0][2], part_path(*key).removeprefix("parts/")), f"{key[0]} · {key[1]}",
+                     f"in {models} models, {len(entries)} components"))
+    rows.sort(key=lambda r: (r[0].text.lower(), r[1]))
+    return PartsIndexPage("Library parts", f"The {len(rows)} library parts that two or more models are built from, "
+                          "each with every model and component that uses it.", "../", "parts/index.html",
+                          tuple(rows))
+
+
 def part_page(key: tuple[str, str], entries: list[tuple[ModelBuild, str, str, str]]) -> PartPage:
     """One library part across the models built from it, each component linked."""
     program, name = key
@@ -76,3 +96,13 @@ def part_page(key: tuple[str, str], entries: list[tuple[ModelBuild, str, str, st
         tuple((Link(mb.content.meta.name, f"../models/{mb.slug}/index.html"),
                Link(comp_title, f"../models/{mb.slug}/{page_href(path)}"), crumbs)
               for mb, path, comp_title, crumbs in entries))
+
+
+def index_page(builds: list[ModelBuild]) -> IndexPage:
+    """The front page: every model, grouped by lab and lineage (explorer/views/index_page.py)."""
+    groups = index_groups(builds)
+    labs = len(groups)
+    return IndexPage("LLM architectures, component by component", "Models explained component by component, with "
+                     "exact parameter accounting and pinned sources.", "", "index.html", groups,
+                     index_filters(groups),
+                     f"{len(builds)} model{'s' if len(builds) != 1 else ''} from {labs} lab{'s' if labs != 1 else ''}")

@@ -140,13 +140,14 @@ def layers(indices: tuple[int, ...]) -> tuple[IndexRange, ...]:
 
 
 def layer_label(indices: tuple[int, ...]) -> str:
-    """Human 1-based block numbers: "block 1", "blocks 2–61", "10 blocks"."""
+    """Block numbers counted from 0, as the tensor names count them (model.layers.0 is the first): "block 0",
+    "blocks 1–60", "10 blocks"."""
     if not indices:
         return "no blocks"
     if len(indices) == 1:
-        return f"block {indices[0] + 1}"
+        return f"block {indices[0]}"
     contiguous = indices == tuple(range(indices[0], indices[-1] + 1))
-    return f"blocks {indices[0] + 1}–{indices[-1] + 1}" if contiguous else f"{len(indices)} blocks"
+    return f"blocks {indices[0]}–{indices[-1]}" if contiguous else f"{len(indices)} blocks"
 
 
 def plural(n: int, noun: str, nouns: str = "") -> str:

@@ -75,14 +75,14 @@ def pattern_problems(pattern: str | Sequence[str], names: Mapping[str, str], key
 
 
 def runs(indices: tuple[int, ...]) -> str:
-    """1-based layer numbers as runs: (0, 1, 2, 5) -> "1–3, 6"."""
+    """Layer numbers counted from 0 (as the tensor names count them) as runs: (0, 1, 2, 5) -> "0–2, 5"."""
     spans: list[list[int]] = []
     for i in indices:
         if spans and i == spans[-1][1] + 1:
             spans[-1][1] = i
         else:
             spans.append([i, i])
-    return ", ".join(f"{a + 1}" if a == b else f"{a + 1}–{b + 1}" for a, b in spans)
+    return ", ".join(f"{a}" if a == b else f"{a}–{b}" for a, b in spans)
 
 
 def from_layer_types(layer_types: tuple[str, ...] | None, layers: int, interval: int,

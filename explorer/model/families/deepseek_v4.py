@@ -53,6 +53,9 @@ FILE = "models/deepseek_v4/modeling_deepseek_v4.py"
 REFERENCE = Reference(FILE, "DeepseekV4")
 KINDS = {0: "sliding", 4: "csa", 128: "hca"}
 """compress_ratios value -> attention kind, as DeepseekV4Config maps them (any other value is rejected there)."""
+BLOCK_NOUNS = {"sliding": "sliding-window", "csa": "CSA", "hca": "HCA"}
+"""Attention kind -> the words that count its blocks in breadcrumbs and budgets ("20 CSA blocks"), written as the
+pages name the kinds (not the config's lower-case keys)."""
 LAYER_TYPES = KIND_TYPES
 DEFAULT_RATES = {"compressed_sparse_attention": 4, "heavily_compressed_attention": 128}
 LABELS = {**DIM_LABELS, "o_groups": "groups", "o_lora_rank": "d_og", "index_n_heads": "index_heads",
@@ -271,7 +274,8 @@ class DeepseekV4(Family):
         key = attn_kind + ("_hash" if hashed else "")
         routing = "experts looked up by token id" if hashed else "experts chosen by score"
         return hc_block(ctx, key, title, layer_indices=indices, attn_hc=attn_hc, attn_norm=attn_norm, attn=attn,
-                        ffn_hc=ffn_hc, ffn_norm=ffn_norm, ffn=moe, ids=ids, kind=key.replace("_", "-"),
+                        ffn_hc=ffn_hc, ffn_norm=ffn_norm, ffn=moe, ids=ids,
+                        kind=BLOCK_NOUNS[attn_kind] + (" hash-routed" if hashed else ""),
                         citations=(_cite("A layer collapses the streams for attention, spreads its output back and "
                                          "mixes the streams, then does the same around the MoE.", "DecoderLayer"),),
                         description=f"{attn.title} and a mixture of experts ({routing}), each between "
