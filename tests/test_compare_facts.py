@@ -114,7 +114,8 @@ def test_every_static_comparison_names_what_changed_and_its_links_resolve(built_
         summary = re.search(r'<p class="lede what-changed">(.*?)</p>', section, re.S)
         assert summary and summary.group(1).strip(), page.name
         links = re.findall(r'href="([^"]+)"', section)
-        assert links, page.name
+        same = summary.group(1).strip().startswith("No difference in")  # a later checkpoint (DeepSeek-R1 of V3)
+        assert links or same, page.name
         for href in links:
             assert (page.parent / href).resolve().is_file(), (page.name, href)
         # both models' pages, side by side in each row

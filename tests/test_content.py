@@ -40,16 +40,18 @@ def problems_for(root: Path) -> tuple[str, ...]:
 
 
 def test_missing_key_names_file_key_and_expectation(project_copy):
-    path = edit(project_copy, KIMI, r"^hidden_size = 7168\n", "")
+    """A key the family requires and DeepseekV3Config gives no literal default for (it reads rope_parameters);
+    a key the class defaults takes its default instead (tests/test_config_defaults.py)."""
+    path = edit(project_copy, KIMI, r"^rope_theta = .*\n", "")
     (msg,) = problems_for(project_copy)
-    assert msg == f"{path}: table 'config': key 'hidden_size': missing (expected an integer)"
+    assert msg == f"{path}: table 'config': key 'rope_theta': missing (expected a number)"
 
 
 def test_misspelled_key_suggests_the_right_one(project_copy):
-    path = edit(project_copy, KIMI, r"^n_routed_experts = ", "n_routed_expert = ")
+    path = edit(project_copy, KIMI, r"^rope_theta = ", "rope_thetaa = ")
     msgs = problems_for(project_copy)
-    assert f"{path}: table 'config': key 'n_routed_expert': unknown; did you mean 'n_routed_experts'?" in msgs
-    assert f"{path}: table 'config': key 'n_routed_experts': missing (expected an integer)" in msgs
+    assert f"{path}: table 'config': key 'rope_thetaa': unknown; did you mean 'rope_theta'?" in msgs
+    assert f"{path}: table 'config': key 'rope_theta': missing (expected a number)" in msgs
     assert len(msgs) == 2
 
 

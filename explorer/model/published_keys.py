@@ -24,12 +24,25 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from explorer.errors import ContentError, did_you_mean
+from explorer.model.config_defaults import known_spelling
 
 if TYPE_CHECKING:
     from explorer.model.families.base import Family
 
 STORAGE_KEYS = ("quantization_config",)
 """Top-level keys that change how the checkpoint stores its tensors: never recorded as unused."""
+GENERIC_KEYS = ("transformers_version", "_name_or_path", "_commit_hash", "architectures", "output_hidden_states",
+                "output_attentions", "chunk_size_feed_forward", "is_encoder_decoder", "id2label", "label2id",
+                "num_labels", "problem_type", "bos_token_id", "eos_token_id", "pad_token_id", "sep_token_id",
+                "decoder_start_token_id", "use_cache", "dtype", "torch_dtype")
+"""Keys the base config class takes for every model (its own fields and the keys it consumes, the dtype's two
+spellings) and the token ids every model's config class defines, that change no tensor, stored layout or
+computation of a model built for a forward pass: recorded as published where the family's config has no field for
+them, at any depth (each nested config is a config too), though the base class's file names them. The dtype is
+recorded so only where the family reads its storage dtype from another key (a wrapper config's text_config.dtype);
+where the family names one spelling, the other is read as it (explorer/model/config_defaults.py). return_dict is not
+among them: set false, the reference's forward fails (its models read their inner outputs by attribute).
+tests/test_config_defaults.py sets each on tiny models: the parameter tree and the logits stay the same."""
 BASE_FILES = ("configuration_utils.py", "modeling_rope_utils.py", "modeling_utils.py")
 """The transformers files every config class and model reads keys through."""
 
@@ -41,7 +54,7 @@ def unknown_keys(cls: type, config: dict[str, Any], prefix: str = "") -> list[st
     fields = {f.name for f in dataclasses.fields(cls)}
     out = []
     for key, value in config.items():
-        if key not in fields:
+        if key not in fields and not known_spelling(fields, key):
             out.append(prefix + key)
         elif isinstance(value, dict):
             out += _unknown_below(hints[key], value, f"{prefix}{key}.")
@@ -107,6 +120,8 @@ def _why_read(family: Family, key: str) -> str:
         return (f"key '{key}': the {family.name} family predicts no such quantized stored layout, and this key "
                 "changes how weights are stored, so it is not recorded as unused; a model of this family is added "
                 "from its unquantized config")
+    if parts[-1] in GENERIC_KEYS:
+        return ""
     for path in reference_files(family):
         if _names(path, parts[-1]):
             return (f"key '{key}': transformers reads it ({path.parent.name}/{path.name} names it), but the "

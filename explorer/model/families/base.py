@@ -10,8 +10,9 @@ A family (as MkDocs' BasePlugin declares its hooks) is a small subclass of `Fami
   - and says what the index card shows (`facts`).
 
 Content: a config.json key published as null is listed in model.toml's `checkpoint.config_nulls`; a key the
-published config omits takes the family's default, which is the reference config class's default, and the page
-says it is a default. `validate` rejects non-finite numbers and sizes outside LIMITS with the valid range.
+published config omits takes the family's default, which is the reference config class's default (a key the typed
+config requires takes the default the class's source gives, explorer/model/config_defaults.py), and the page says it is a
+default; `dtype` and `torch_dtype` are one key under two names. `validate` rejects non-finite numbers and sizes outside LIMITS with the valid range.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from typing import Any, ClassVar
 from explorer.content.model_content import parse_table
 from explorer.errors import ContentError
 from explorer.model.components.rope import Pairing, RopeOptions
+from explorer.model.config_defaults import aliased_dtype, with_class_defaults
 from explorer.spec.storage import TORCH_DTYPES, BlockFP8, SchemeError, Storage
 from explorer.spec.types import Component, Hyperparameters, ModelSpec
 
@@ -168,7 +170,9 @@ class Family:
         """Parse a config table into the typed config; ContentError lists every problem with the valid range."""
         problems: list[str] = []
         problems += [f"{where}: {p}" for p in value_problems(raw)]
-        config = parse_table(raw, self.config_class, where, problems)
+        table = aliased_dtype(self.config_class, raw, where, problems)  # dtype read as torch_dtype, or back
+        table = with_class_defaults(self.config_class, table, self.default_source)  # omitted: the class's default
+        config = parse_table(table, self.config_class, where, problems)
         if config is not None and not problems:
             problems += [f"{where}: {p}" for p in self.check(config)]
         if problems:

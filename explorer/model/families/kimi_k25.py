@@ -194,6 +194,10 @@ class KimiK25(DeepseekV3):
         heads_ok = v.num_attention_heads >= 1 and v.hidden_size % v.num_attention_heads == 0
         return [p.replace("key '", "key 'text_config.", 1) for p in super().check(replace(t, quantization_config=None))] + compressed_tensors_problems(
             t.quantization_config, "text_config.quantization_config") + rule_problems(twins + [
+                # the reference takes text_config without its null keys (as_published), so a null query latent
+                # would build DeepseekV3Config's default q_a_proj where this family builds q_proj
+                (t.q_lora_rank is not None, "text_config.q_lora_rank",
+                 "must be set: a text config without a query latent (q_lora_rank null) is not in this family yet"),
                 (heads_ok and (v.hidden_size // max(v.num_attention_heads, 1)) % 4 == 0,
                  "vision_config.num_attention_heads",
                  "must divide hidden_size into heads whose width is a multiple of 4 (two axes, rotary pairs)"),

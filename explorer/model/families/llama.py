@@ -78,6 +78,9 @@ class Llama(Family):
     symbols = ("vocab_size", "hidden_size", "intermediate_size", "num_attention_heads", "num_key_value_heads",
                "head_dim")
     qk_norm: ClassVar[bool] = False
+    width_in_heads: ClassVar[bool] = True
+    """LlamaConfig refuses a width that is no multiple of the head count even where head_dim is given (its
+    validate_architecture); Qwen3Config has no such rule."""
 
     def values(self, c: Any) -> dict[str, int | float]:
         return {"vocab_size": c.vocab_size, "hidden_size": c.hidden_size, "intermediate_size": c.intermediate_size,
@@ -91,8 +94,10 @@ class Llama(Family):
         return rule_problems([
             (c.num_attention_heads % kv == 0, "num_key_value_heads",
              f"must divide num_attention_heads ({c.num_attention_heads}), got {kv}"),
-            (c.head_dim is not None or c.hidden_size % c.num_attention_heads == 0, "num_attention_heads",
-             f"must divide hidden_size ({c.hidden_size}) when head_dim is not given"),
+            ((c.head_dim is not None and not self.width_in_heads) or c.hidden_size % c.num_attention_heads == 0,
+             "num_attention_heads", f"must divide hidden_size ({c.hidden_size})"
+             + (f" ({self.reference.config_class} refuses it otherwise)" if self.width_in_heads
+                else " when head_dim is not given")),
             (head_dim % 2 == 0, "head_dim", f"must be even (rotary pairs), got {head_dim}"),
             (c.hidden_act == "silu", "hidden_act", f"must be 'silu' (SwiGLU), got {c.hidden_act!r}"),
             (not getattr(c, "mlp_bias", False), "mlp_bias",

@@ -155,9 +155,19 @@ def pattern_key(c: NemotronHHyperparameters) -> str:
     return "layers_block_type" if c.layers_block_type is not None else "hybrid_override_pattern"
 
 
+LEGACY_TYPES = {"mamba": "linear_attention", "attention": "full_attention"}
+"""Layer kinds older configs (Nemotron 3 Ultra's) spell the old way, as the base config class renames them on
+reading (configuration_utils.remap_legacy_layer_types)."""
+
+
+def block_types(c: NemotronHHyperparameters) -> tuple[str, ...]:
+    """layers_block_type in the names NemotronHConfig keeps after reading it."""
+    return tuple(LEGACY_TYPES.get(t, t) for t in c.layers_block_type or ())
+
+
 def pattern_of(c: NemotronHHyperparameters) -> LayerPattern:
     if c.layers_block_type is not None:
-        return read_pattern(c.layers_block_type, NEMOTRON_H_TYPES)
+        return read_pattern(block_types(c), NEMOTRON_H_TYPES)
     return read_pattern(c.hybrid_override_pattern or "", NEMOTRON_H_LETTERS)
 
 
@@ -191,7 +201,7 @@ class NemotronH(Family):
 
     def check(self, c: NemotronHHyperparameters) -> list[str]:
         if c.layers_block_type is not None:
-            problems = pattern_problems(c.layers_block_type, NEMOTRON_H_TYPES, "layers_block_type",
+            problems = pattern_problems(block_types(c), NEMOTRON_H_TYPES, "layers_block_type",
                                         c.num_hidden_layers)
         elif c.hybrid_override_pattern is not None:
             problems = pattern_problems(c.hybrid_override_pattern, NEMOTRON_H_LETTERS, "hybrid_override_pattern",

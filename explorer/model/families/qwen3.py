@@ -56,6 +56,7 @@ class Qwen3(Llama):
     reference = ReferenceBinding("Qwen3Config", "Qwen3ForCausalLM")
     ref = Reference("models/qwen3/modeling_qwen3.py", "Qwen3")
     qk_norm: ClassVar[bool] = True
+    width_in_heads: ClassVar[bool] = False
 
     def check(self, c: Any) -> list[str]:
         return super().check(c) + rule_problems([
