@@ -83,7 +83,7 @@ CHANGES = {
     "renamed content file": lambda p, pkg, out, tmp: (p.content / "how-to-read.md").rename(p.content / "how.md"),
     "template": lambda p, pkg, out, tmp: _append(p.templates / "component.html"),
     "static file": lambda p, pkg, out, tmp: _append(p.static / "style.css"),
-    "package module": lambda p, pkg, out, tmp: _append(pkg / "views.py"),
+    "package module": lambda p, pkg, out, tmp: _append(pkg / "pipeline.py"),
     "package subpackage": lambda p, pkg, out, tmp: _append(pkg / "spec/types.py"),
     "checkpoint file in the HF cache": lambda p, pkg, out, tmp: _kimi_modeling_file_cached(p, tmp / "hf-cache"),
     "edited page": lambda p, pkg, out, tmp: (out / "models/page.html").write_text("<p>edited</p>"),

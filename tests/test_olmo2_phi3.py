@@ -26,7 +26,7 @@ from explorer.model.components.base import options, relative_module, run_child
 from explorer.model.components.mlp import activation
 from explorer.model.components.norms import NormOptions, apply_norm
 from explorer.model.components.rope import rotary_angles
-from explorer.model.components.step_terms import unshown_terms
+from explorer.model.components.step_term_checks import unshown_terms
 from explorer.model.families import FAMILIES, load_model_spec
 from explorer.model.families.base import as_published
 from explorer.spec.types import ModelSpec, walk

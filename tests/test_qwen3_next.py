@@ -169,7 +169,7 @@ def test_follows_qwen3_5_35b_a3b_for_its_compare_page():
 
 def test_fused_part_is_a_library_part_with_its_program_and_reference_call():
     from explorer.model.components import REFERENCE_CALLS
-    from explorer.model.components.step_terms import unshown_terms
+    from explorer.model.components.step_term_checks import unshown_terms
 
     assert "fused_deltanet_proj" in PROGRAMS and "fused_deltanet_proj" in REFERENCE_CALLS
     part = spec_of().root.child("blocks").child("linear").child("attn").child("in_proj")

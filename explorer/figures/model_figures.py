@@ -405,7 +405,8 @@ def _context_by_kind(costs: list[LayerKind], context: int) -> list[Figure]:
         out.append(Figure(
             f"kv_cache_bytes_bf16_{c.key}",
             f"KV cache at {context:,} tokens, BF16 ({c.title.lower()}, {c.layers} layer{'s' if c.layers != 1 else ''})",
-            c.cache_elements(context) * 2, f"{c.layers} × ({elements}{buffered}) × 2 bytes",
+            c.cache_elements(context) * 2,
+            f"{c.layers} × ({elements}{buffered}) × 2 bytes" if buffered else f"{c.layers} × {elements} × 2 bytes",
             ("Bytes these layers cache for one sequence: each keeps only its last "
              f"{c.window:,} positions, however long the context grows." if c.window else
              f"Bytes these layers cache for one sequence: each keeps at most one {c.chunk:,}-token chunk, however "

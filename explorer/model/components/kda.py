@@ -171,22 +171,32 @@ def forget_gate(ctx: Ctx, o: KDAOptions, *, prefix: str, ranges: tuple[IndexRang
     f_a, f_b = _low_rank(ctx, prefix, ranges, x, key_a="f_a_proj", key_b="f_b_proj", latent=r"c^{\alpha}", out=raw,
                          out_dim=ch, what="forget gate")
     heads = Dim("heads", o.k_heads)
+    log_alpha = Port(r"\log\alpha", ctx.tokens(heads, Dim("d_k", o.d_k)), "log_alpha")
     decay = Step(r"\alpha_t=\exp\!\left(-e^{A_{\log,h}}\operatorname{softplus}(\alpha^{\mathrm{raw}}_t+b_{dt})\right)"
-                 rf"\in(0,1]^{{{o.d_k}}}\ \text{{per head}}", ctx.tokens(heads, Dim("d_k", o.d_k)), "decay")
+                 rf"\in(0,1]^{{{o.d_k}}}\ \text{{per head}}", log_alpha.shape, "decay")
     H = ctx.sym("linear_num_heads")
+    rate = Component(
+        key="rate", title="Decay rates", kind="learned", code="-exp(A_log) * softplus(g + dt_bias)",
+        description=f"Add a learned bias to each of the {o.key_dim:,} decay inputs, pass it through a softplus and "
+                    f"scale it by its head's rate: one factor in (0, 1] per key channel of each of the {o.k_heads} heads.",
+        inputs=(raw,), outputs=(log_alpha,), equations=(decay,), steps=(decay,),
+        tensors=(ctx.tensor(prefix + "dt_bias", ranges, (H * ctx.sym("linear_head_dim"),)),
+                 ctx.tensor(prefix + "A_log", ranges, (1, 1, H, 1))),
+        citations=citations, program="kda_decay_rate", reference="-", options=o,
+        notes=("dt_bias has one entry per key channel of every head; A_log one per head (stored [1, 1, heads, 1]): "
+               "the head's rate scales its channels' softplus inputs. Both are parameters of the forget gate module "
+               "itself.",),
+    )
+    children = (f_a, f_b, rate)
     return Component(
         key="forget_gate", title="Forget gate (per key channel)", crumb="Forget gate", kind="learned",
         code="KimiLinearForgetGate(config)",
         description=f"Turn each token into a decay factor in (0, 1] for every one of the {o.d_k} key channels of each "
                     f"of the {o.k_heads} heads ({o.key_dim:,} factors): the share of each row of the state kept "
                     "before the token writes. Gated DeltaNet has one such factor per head.",
-        inputs=(x,), outputs=(Port(r"\log\alpha", ctx.tokens(heads, Dim("d_k", o.d_k)), "log_alpha"),),
-        equations=(decay,), steps=(*first_steps((f_a, f_b), "f_a_proj", "f_b_proj"), decay), children=(f_a, f_b),
-        tensors=(ctx.tensor(prefix + "dt_bias", ranges, (H * ctx.sym("linear_head_dim"),)),
-                 ctx.tensor(prefix + "A_log", ranges, (1, 1, H, 1))),
+        inputs=(x,), outputs=(log_alpha,), equations=(decay,),
+        steps=first_steps(children, "f_a_proj", "f_b_proj", "rate"), children=children,
         citations=citations, program="kda_forget_gate", options=o,
-        notes=("dt_bias has one entry per key channel of every head; A_log one per head (stored [1, 1, heads, 1]): "
-               "the head's rate scales its channels' softplus inputs.",),
     )
 
 
@@ -353,6 +363,11 @@ def run_kda(comp: Component, run: Run, x: torch.Tensor, *_rest: torch.Tensor) ->
 @program("kda_forget_gate")
 def run_forget_gate(comp: Component, run: Run, x: torch.Tensor) -> list[torch.Tensor]:
     raw = run_child(comp, "f_b_proj", run, run_child(comp, "f_a_proj", run, x))
+    return [run_child(comp, "rate", run, raw)]
+
+
+@program("kda_decay_rate")
+def run_decay_rate(comp: Component, run: Run, raw: torch.Tensor) -> list[torch.Tensor]:
     g = channel_log_decay(raw, run.w("A_log"), run.w("dt_bias"), options(comp, KDAOptions).k_heads)
     run.rec("decay", g.exp())
     return [g]
@@ -396,7 +411,7 @@ def kda_memory(comp: Component, values: Mapping[str, Any]) -> tuple[LayerKind, .
     state = StatePart("recurrent state", o.state_elements, o.state_dtype, o.state_bytes,
                       "linear_num_heads × linear_head_dim × linear_head_dim")
     conv = StatePart("conv state", o.conv_elements, o.conv_dtype, o.conv_bytes,
-                     f"3 × linear_num_heads × linear_head_dim × {o.conv_elements // o.conv_dim} positions")
+                     "3 × linear_num_heads × linear_head_dim × linear_conv_kernel_dim")
     return (LayerKind(0, f"{state.formula} + {conv.formula}", state=(state, conv)),)
 
 

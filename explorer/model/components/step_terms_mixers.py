@@ -332,7 +332,7 @@ def _kda(o: KDAOptions) -> tuple[Term, ...]:
     layer = ("kda",)
     out = [Term(f, "split", split, programs=layer) for f in ("k_heads", "v_heads", "d_k", "d_v")]
     out += [Term("d_k", "l2norm", rf"\sqrt{{{o.d_k}}}\,\lVert", programs=layer),
-            Term("d_k", "decay", rf"(0,1]^{{{o.d_k}}}", programs=(*layer, "kda_forget_gate")),
+            Term("d_k", "decay", rf"(0,1]^{{{o.d_k}}}", programs=(*layer, "kda_forget_gate", "kda_decay_rate")),
             Term("conv_kernel", "conv", rf"\sum_{{j=0}}^{{{o.conv_kernel - 1}}}", programs=layer),
             Term("chunk", "chunked", rf"\text{{the same in chunks of {o.chunk}", programs=layer),
             Term("eps", "gated-norm", fmt_eps(o.eps), programs=(*layer, "sigmoid_gated_rmsnorm"))]
