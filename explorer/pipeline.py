@@ -11,7 +11,7 @@ from typing import Any, TypeVar
 
 from explorer.checkpoint.index import CheckpointIndex
 from explorer.checkpoint.manifest import MANIFEST_FILE, read_manifest
-from explorer.checkpoint.reconcile import expected_groups, predicted_index, reconcile
+from explorer.checkpoint.reconcile import expected_groups, predicted_index, reconcile, reference_count
 from explorer.checkpoint.sources import absent_files, check_recorded_config, resolve_citations
 from explorer.checkpoint.variants import load_variants, stored_as
 from explorer.content.model_content import ModelContent, check_prose_paths, load_all_models, read_content_text
@@ -20,6 +20,7 @@ from explorer.execute import cache
 from explorer.execute.picture_routing import picture_routing
 from explorer.figures.model_build import ModelBuild, PreparedModel, TorchResults
 from explorer.figures.model_figures import derive, match_claim
+from explorer.figures.published_claims import reconcile_claims
 from explorer.model.account import account
 from explorer.model.families import FAMILIES, load_model_spec
 from explorer.parallel import run_in_order, started_in_order
@@ -68,6 +69,10 @@ def prepare_model(content: ModelContent, fetch_sources: bool = False,
     expected = expected_groups(spec)  # once, for the checkpoint's check or the predicted layout's
     ckpt_check = reconcile(spec, index, expected=expected) if index is not None else None
     figures = derive(spec, ledger, ckpt_check)
+    # a claim nothing reproduces is reported with the tensors' differences (check_failures), which come first:
+    # a changed config value breaks both, and the tensors say why
+    claims, claim_problems = reconcile_claims(content.published, spec, ledger, figures,
+                                              str(content.folder / "model.toml"))
     meta = content.meta
     claim = match_claim(figures, meta.active_claim, meta.active_claim_source, meta.active_claim_definition,
                         meta.active_claim_rounding, meta.active_claim_evidence) if meta.active_claim else None
@@ -75,7 +80,8 @@ def prepare_model(content: ModelContent, fetch_sources: bool = False,
     variants = tuple(stored_as(spec, v, FAMILIES[spec.family].variant_module_name)
                      for v in load_variants(content.folder))
     return PreparedModel(content, spec, ledger, citations, ckpt_check, index, figures, claim, predicted,
-                         stated_config_differences(index, content), variants)
+                         stated_config_differences(index, content), variants, claims=claims,
+                         claim_problems=tuple(claim_problems))
 
 
 def torch_stages(spec: ModelSpec, content: ModelContent, cache_dir: Path | None,
@@ -104,7 +110,8 @@ def finish_model(p: PreparedModel, torch: TorchResults) -> ModelBuild:
     return ModelBuild(p.content, p.spec, p.ledger, p.citations, ref_check, torch.reference.label, skips, p.checkpoint,
                       p.index, torch.execution.trace, torch.execution.checks, p.figures, p.claim, p.predicted,
                       real_checks=torch.real_checks, config_differences=p.config_differences, variants=p.variants,
-                      picture_routing=torch.routing)
+                      picture_routing=torch.routing, claims=p.claims, claim_problems=p.claim_problems,
+                      reference_count=reference_count(p.spec, torch.reference.index, torch.reference.buffers))
 
 
 def real_weight_checks(content: ModelContent, spec: ModelSpec, cache_dir: Path | None,
@@ -240,6 +247,8 @@ def check_failures(builds: list[ModelBuild], limit: int | None = 20) -> list[str
         if mb.checkpoint is not None:
             out += [f"{mb.slug} (checkpoint): {d}" for d in mb.checkpoint.differences(limit)]
         out += [f"{mb.slug} (checkpoint metadata): {d}" for d in mb.config_differences]
+    for mb in builds:  # after every model's tensors: a claim fails because a count changed, which they explain
+        out += [f"{mb.slug} (published claims): {d}" for d in mb.claim_problems]
     return out
 
 

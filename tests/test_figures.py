@@ -52,6 +52,8 @@ def test_figures_are_in_the_api(built_site):
     data = json.loads((built_site / "api/kimi-k2.json").read_text())
     figures = {f["key"]: f["value"] for f in data["figures"]}
     assert figures["active_parameters"] == 32_861_500_928
-    # issue 19: the claim is matched by the definition the lab's content records (Moonshot's 32B counts the
-    # embedding, as DeepSeek's 37B does), not by whichever definition happens to round to it
-    assert data["published_active_claim"]["reproduced_by"] == "active_parameters"
+    # issue 35: DeepSeek's weights README counts its 36.6B without the input embedding, and Kimi K2 follows
+    # DeepSeek-V3: the without-embedding figure (31.7B) is the one that rounds to the lab's 32B
+    assert data["published_active_claim"]["reproduced_by"] == "active_parameters_no_embedding"
+    claims = {(c["figure"], c["claim"]): c for c in data["published_claims"]["claims"]}
+    assert claims[("active", "32B")]["reproduced_by"] == ["without the input embedding"]

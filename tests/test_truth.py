@@ -233,31 +233,30 @@ def _claim(slug: str, **changes):
 
 
 @pytest.mark.parametrize("slug, lab_total", [("deepseek-v3", (671e9, 1e9)), ("kimi-k2", (1e12, 1e12))])
-def test_deepseek_and_kimi_claims_are_matched_by_what_the_labs_count(slug, lab_total):
-    from explorer.figures.model_figures import parse_claim
-
+def test_deepseek_and_kimi_claims_are_matched_without_the_embedding(slug, lab_total):
+    """Issue 35: DeepSeek's README_WEIGHTS counts the main model's 36.6B active without the input embedding (the
+    output head included): 36,625,618,432 here; rounded to the billion that is the lab's 37B (Kimi K2: 32B)."""
     match, figures = _claim(slug)
-    assert match.matched is not None and match.matched.key == "active_parameters"
-    assert "embedding and the LM head included" in match.matched.definition
-    assert "Not verified" in match.evidence and match.rounding == "down"
-    # the lab's total, stated the same way, counts the embedding and the LM head too (less the MTP module)
-    value, unit = lab_total  # "671B total parameters", "1 trillion total parameters"
-    counted = figures.get("active_parameters").value  # every active parameter, embedding and head included
-    assert value <= figures.get("total_parameters").value - (13_463_426_304 if slug == "deepseek-v3" else 0) < value + unit
-    assert counted > parse_claim(match.claim)[0]  # "37B", "32B": below the count, written down to the billion
+    assert match.matched is not None and match.matched.key == "active_parameters_no_embedding"
+    assert match.rounding == "nearest"
+    value, unit = lab_total  # "671B total parameters", "1 trillion total parameters": the main model's
+    assert abs(figures.get("total_parameters").value - (13_463_426_304 if slug == "deepseek-v3" else 0) - value) <= unit / 2
+    if slug == "deepseek-v3":
+        assert figures.get("active_parameters_no_embedding").value == 36_625_618_432  # README_WEIGHTS: 36.6B
 
 
-def test_deepseek_v3_claim_rounded_to_nearest_is_not_reproduced_with_the_embedding():
-    match, _ = _claim("deepseek-v3", active_claim_rounding="nearest")
-    assert match.matched is None  # 37,552,297,472 rounds to 38B: the stated rounding is what makes it 37B
+def test_deepseek_v3_claim_with_the_embedding_is_not_reproduced_rounded_to_nearest():
+    match, _ = _claim("deepseek-v3", active_claim_definition="active_parameters",
+                      active_claim_evidence="test")
+    assert match.matched is None  # 37,552,297,472 rounds to 38B: only the count without the embedding states 37B
 
 
 def test_a_stated_definition_without_evidence_is_refused(tmp_path: Path):
     folder = tmp_path / "kimi-k2"
     folder.mkdir()
     text = (ROOT / "content/models/kimi-k2/model.toml").read_text()
-    (folder / "model.toml").write_text("\n".join(line for line in text.splitlines()
-                                                 if not line.startswith("active_claim_evidence")))
+    (folder / "model.toml").write_text(text.replace('active_claim = "32B"\n', 'active_claim = "32B"\n'
+                                                    'active_claim_definition = "active_parameters"\n'))
     with pytest.raises(ContentError) as info:
         load_model_content(folder)
     assert "active_claim_evidence" in str(info.value)

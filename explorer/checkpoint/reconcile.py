@@ -247,6 +247,47 @@ class _Tally:
             owned={k: tuple(sorted(v, key=lambda g: g.box.first_name)) for k, v in sorted(self.owned.items())})
 
 
+@dataclass(frozen=True, slots=True)
+class HeldAsBuffer:
+    """Reference buffers the ledger counts as parameters (a router's e_score_correction_bias, which a listing of
+    the checkpoint's tensors lists beside the weights and transformers registers as a buffer)."""
+
+    name: str
+    """The group's name, a box of checkpoint names ("model.layers.1-60.mlp.gate.e_score_correction_bias")."""
+    tensors: int
+    elements: int
+
+
+@dataclass(frozen=True, slots=True)
+class ReferenceCount:
+    """The reference implementation's own count, as it classifies its tensors: parameters and persistent
+    buffers, and which of its buffers the ledger counts as parameters (the only way the two totals differ
+    for a balanced model)."""
+
+    parameter_tensors: int
+    parameters: int
+    buffer_tensors: int
+    buffers: int
+    held_as_buffers: tuple[HeldAsBuffer, ...]
+
+    @property
+    def ledger_parameters(self) -> int:
+        """The parameters the ledger counts for the same tensors: the reference's, and its buffers counted so."""
+        return self.parameters + sum(h.elements for h in self.held_as_buffers)
+
+
+def reference_count(spec: ModelSpec, index: CheckpointIndex, buffer_groups: frozenset[str]) -> ReferenceCount:
+    """The reference's parameters and buffers as it counts them (tied aliases once; `buffer_groups`: the names of
+    the groups it holds as buffers), beside the ledger's roles for the same tensors."""
+    expected = [e for e in expected_groups(spec, logical=True) if e.role == "parameter"]
+    params = [g for g in index.groups if g.name not in buffer_groups]
+    buffers = [g for g in index.groups if g.name in buffer_groups]
+    held = tuple(HeldAsBuffer(g.name, g.box.size, g.box.size * g.elements) for g in buffers
+                 if any(e.box.skeleton == g.box.skeleton and e.box.meets(g.box) for e in expected))
+    return ReferenceCount(sum(g.box.size for g in params), sum(g.box.size * g.elements for g in params),
+                          sum(g.box.size for g in buffers), sum(g.box.size * g.elements for g in buffers), held)
+
+
 def _show(shape: tuple[int, ...]) -> str:
     return "[" + ", ".join(str(s) for s in shape) + "]"
 

@@ -31,6 +31,8 @@ from explorer.spec.types import Citation, ModelSpec, path_key, walk
 
 TRANSFORMERS_REPO_URL = "https://github.com/huggingface/transformers/blob/v{version}/src/transformers/{path}"
 HUB_FILE_URL = "https://huggingface.co/{repo}/blob/{revision}/{path}"
+UNPINNED_BRANCH = "main"
+"""What a citation of a checkpoint recorded without a Hub revision links to: the repository's current file."""
 
 
 Origin = Literal["package", "cache", "regenerated", "absent"]
@@ -218,7 +220,9 @@ class _Resolver:
                                      f"'{cit.symbol}' in {filename} at {ref.revision[:7]} (found: {actual})")
                 return None
             lines = _lines(text, first, last)
-        url = HUB_FILE_URL.format(repo=ref.repo_id, revision=ref.revision, path=filename) + f"#L{first}-L{last}"
+        # no commit to link for a config recorded without one: the file as the repository holds it now
+        at = ref.revision if ref.pinned else UNPINNED_BRANCH
+        url = HUB_FILE_URL.format(repo=ref.repo_id, revision=at, path=filename) + f"#L{first}-L{last}"
         return ResolvedCitation(cit.claim, ref.repo_id, filename, ref.revision, first, last, lines, url, cit.symbol,
                                 origin if text is not None else "absent", (first, last))
 

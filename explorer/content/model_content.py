@@ -20,6 +20,7 @@ from typing import Any
 import markdown
 import nh3
 
+from explorer.content.published_claims import PublishedClaim, claim_problems
 from explorer.errors import ContentError, did_you_mean
 
 SLUG = re.compile(r"^(?=.{1,64}$)[a-z0-9]+(?:[.-][a-z0-9]+)*$")
@@ -154,6 +155,8 @@ class ModelContent:
     config: dict[str, Any]
     prose: dict[str, str]
     """Component path ("" for the model page) -> Markdown source."""
+    published: tuple[PublishedClaim, ...] = ()
+    """The parameter figures the lab published ([[published]]), each with its source."""
 
 
 def read_content_text(path: Path, root: Path) -> str:
@@ -282,7 +285,7 @@ def _type_name(value: Any) -> str:
 
 
 MODEL_FILE = "model.toml"
-_MODEL_TABLES = {"model", "checkpoint", "config"}
+_MODEL_TABLES = {"model", "checkpoint", "config", "published"}
 
 
 def load_model_content(folder: Path) -> ModelContent:
@@ -315,6 +318,7 @@ def load_model_content(folder: Path) -> ModelContent:
     for key in sorted(set(checkpoint.config_nulls if checkpoint else ()) & set(data.get("config", {}))):
         problems.append(f"{path}: key 'checkpoint.config_nulls': '{key}' is listed as null but has a value in [config]")
     problems += _claim_problems(path, meta)
+    published = _published(data.get("published", []), path, problems)
     if meta is not None and meta.released and not RELEASED.fullmatch(meta.released):
         problems.append(f"{path}: key 'model.released': expected a month as \"YYYY-MM\" (or \"\" if not recorded), "
                         f"got {meta.released!r}")
@@ -323,8 +327,20 @@ def load_model_content(folder: Path) -> ModelContent:
     return ModelContent(
         slug=folder.name, folder=folder, meta=meta, checkpoint=checkpoint,
         config={**data["config"], **{k: None for k in checkpoint.config_nulls}},
-        prose=load_prose(folder / "prose", folder),
+        prose=load_prose(folder / "prose", folder), published=published,
     )
+
+
+def _published(tables: Any, path: Path, problems: list[str]) -> tuple[PublishedClaim, ...]:
+    """The [[published]] tables: each a figure the lab published, checked (explorer/figures/published_claims.py)."""
+    if not isinstance(tables, list):
+        problems.append(f"{path}: table 'published': expected an array of tables ([[published]]), got "
+                        f"{_type_name(tables)}")
+        return ()
+    claims = [parse_table(t, PublishedClaim, f"{path}: table 'published[{i}]'", problems) for i, t in enumerate(tables)]
+    found = [c for c in claims if c is not None]
+    problems += claim_problems(found, str(path))
+    return tuple(found)
 
 
 def _has_key(config: dict[str, Any], dotted: str) -> bool:

@@ -204,7 +204,8 @@ def write_replacing(path: Path, text: str, stale: str, is_stale: Callable[[str],
 def _encode(reference: ReferenceModel, execution: Execution) -> dict[str, Any]:
     return {
         "reference": {"label": reference.label,
-                      "groups": [[g.name, list(g.shape)] for g in reference.index.groups]},
+                      "groups": [[g.name, list(g.shape)] for g in reference.index.groups],
+                      "buffers": sorted(reference.buffers)},
         "trace": {"device": execution.trace.device, "free": execution.trace.free,
                   "components": {p: dataclasses.asdict(c) for p, c in execution.trace.components.items()}},
         "checks": {p: dataclasses.asdict(c) for p, c in execution.checks.items()},
@@ -221,7 +222,10 @@ def _decode(data: dict[str, Any]) -> tuple[ReferenceModel, Execution]:
     groups = tuple(TensorGroup(pattern_box(name, MAX_TENSORS), "F32", shape) for name, shape in entries)
     if shared_name(g.box for g in groups) is not None:
         raise ValueError("cached reference tensors overlap")
-    reference = ReferenceModel(_text(ref["label"]), CheckpointIndex(groups, source=ref["label"]))
+    buffers = frozenset(_text(name) for name in ref["buffers"])
+    if not buffers <= {g.name for g in groups}:
+        raise ValueError("cached reference buffers name no cached group")
+    reference = ReferenceModel(_text(ref["label"]), CheckpointIndex(groups, source=ref["label"]), buffers)
     tr = data["trace"]
     components = {_text(p): ComponentTrace(tuple(map(_shape, c["inputs"])), tuple(map(_shape, c["outputs"])),
                                            {_text(k): _shape(v) for k, v in c["steps"].items()})

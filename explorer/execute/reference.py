@@ -25,6 +25,9 @@ class ReferenceModel:
 
     label: str
     index: CheckpointIndex
+    buffers: frozenset[str] = frozenset()
+    """Names (as index.groups name their boxes) of the groups the reference holds as persistent buffers, not
+    parameters (a router's e_score_correction_bias): its own count (reconcile.reference_count) splits by them."""
 
 
 def transformers_config(spec: ModelSpec) -> dict[str, Any]:
@@ -126,7 +129,9 @@ def reference_index(spec: ModelSpec) -> ReferenceModel:
 
     model = build_reference_model(spec)
     tensors: list[IndexedTensor] = []
-    for name, tensor in reference_state(spec, model, stored_once=True).items():
+    state = reference_state(spec, model, stored_once=True)
+    buffer_names = _buffer_names(spec, model)
+    for name, tensor in state.items():
         shape = tuple(tensor.shape)
         prefix, _, leaf = name.partition(".experts.")
         if leaf and "." in leaf:  # experts.gate_proj.weight [E, ...]: one tensor per expert in the checkpoint
@@ -137,4 +142,14 @@ def reference_index(spec: ModelSpec) -> ReferenceModel:
         else:
             tensors.append((*split_name(name), shape, "F32", ""))
     label = f"transformers {transformers.__version__} {type(model).__name__} on the meta device"
-    return ReferenceModel(label, CheckpointIndex(tuple(group_indexed(tensors)), source=label))
+    groups = tuple(group_indexed(tensors))
+    buffers = frozenset(g.name for g in groups if any(n in buffer_names for n in g.box.names()))
+    return ReferenceModel(label, CheckpointIndex(groups, source=label), buffers)
+
+
+def _buffer_names(spec: ModelSpec, model) -> set[str]:
+    """The checkpoint names of the reference's persistent buffers (those its state dict holds)."""
+    state = model.state_dict()
+    buffers = {n: state[n] for n, _ in model.named_buffers() if n in state}
+    renames = FAMILIES[spec.family].reference.renames
+    return set(renames(buffers) if renames is not None else buffers)

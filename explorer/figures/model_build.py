@@ -7,12 +7,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from explorer.checkpoint.index import CheckpointIndex
-from explorer.checkpoint.reconcile import Reconciliation
+from explorer.checkpoint.reconcile import Reconciliation, ReferenceCount
 from explorer.checkpoint.sources import ResolvedCitation
 from explorer.content.model_content import ModelContent
 from explorer.execute.picture_routing import PictureRouting
 from explorer.execute.reference import ReferenceModel
 from explorer.figures.model_figures import ClaimMatch, DerivedFigures
+from explorer.figures.published_claims import ClaimRow
 from explorer.model.account import Ledger
 from explorer.spec.results import EquationCheck, Execution, RealWeightCheck, ShapeTrace
 from explorer.spec.types import ModelSpec
@@ -35,6 +36,10 @@ class PreparedModel:
     variants: tuple[Any, ...] = ()
     picture_routing: PictureRouting | None = None
     """Published quantized variants' StoredAs (explorer/checkpoint/variants.py)."""
+    claims: tuple[ClaimRow, ...] = ()
+    """Every figure the lab published, reconciled with the site's under each convention."""
+    claim_problems: tuple[str, ...] = ()
+    """Claims no convention reproduces that do not say where the difference lies (the build refuses them)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,6 +87,12 @@ class ModelBuild:
     variants: tuple[Any, ...] = ()
     picture_routing: PictureRouting | None = None
     """Published quantized variants of the model, each predicted and explained (explorer/checkpoint/variants.py)."""
+    claims: tuple[ClaimRow, ...] = ()
+    """Every figure the lab published, reconciled with the site's under each convention."""
+    claim_problems: tuple[str, ...] = ()
+    """Claims no convention reproduces that do not say where the difference lies (the build refuses them)."""
+    reference_count: ReferenceCount | None = None
+    """The reference's own count of its parameters and buffers, beside the ledger's roles for them."""
 
     @property
     def slug(self) -> str:

@@ -155,7 +155,7 @@ def derive(spec: ModelSpec, ledger: Ledger, stored: Reconciliation | None) -> De
         Figure("total_parameters", "Parameters stored (all)", total, "sum of the ledger's rows",
                "Every learned parameter the checkpoint stores, tied tensors once."),
         Figure("stored_buffers", "Persistent buffers stored beside the parameters (elements)",
-               _stored_buffer_elements(ledger), "sum of the ledger's stored buffers", _buffers_definition(spec, ledger)),
+               *_stored_buffers(ledger, stored), _buffers_definition(spec, ledger)),
         Figure("active_parameters", "Active parameters per token", active,
                f"total{mtp_text} − {inactive_text}" if inactive else f"total{mtp_text}",
                "Every parameter a token's forward pass reads: all dense weights, the router, shared experts, and the "
@@ -423,7 +423,7 @@ def _buffers_definition(spec: ModelSpec, ledger: Ledger) -> str:
     """What the buffers row counts, and, where this model counts its routers' correction biases with the parameters
     (as a listing of the checkpoint's tensors counts them), how many elements that convention moves out of this row."""
     text = ("Tensors the checkpoint stores that are not parameters of the reference module (a router's "
-            "e_score_correction_bias, GPT-2's causal masks), not in the parameter total. Where two models count such a "
+            "e_score_correction_bias, GPT-2's causal masks, rotary frequency tables), not in the parameter total. Where two models count such a "
             "tensor differently, this row shows that convention's share of a difference in totals.")
     counted = _correction_biases_counted_as_parameters(spec, ledger)
     if not counted:
@@ -440,6 +440,14 @@ def _correction_biases_counted_as_parameters(spec: ModelSpec, ledger: Ledger) ->
             out += sum(ta.elements or 0 for ta in ledger.accounts[path_key(ancestors, comp)].tensors
                        if ta.spec.is_parameter and ta.spec.template.endswith(o.correction_bias_name))
     return out
+
+
+def _stored_buffers(ledger: Ledger, stored: Reconciliation | None) -> tuple[int, str]:
+    """(elements, formula) of the buffers stored: the checkpoint ledger's where a listing is recorded (Kimi K2's
+    61 rotary tables, which another checkpoint may omit), else those every checkpoint of the spec stores."""
+    if stored is not None:
+        return stored.role_total("buffer")[1], "sum of the checkpoint ledger's stored buffers"
+    return _stored_buffer_elements(ledger), "sum of the ledger's stored buffers (those a checkpoint may omit left out)"
 
 
 def _stored_buffer_elements(ledger: Ledger) -> int:

@@ -9,6 +9,7 @@ from typing import Any
 from explorer.checkpoint.reconcile import Reconciliation
 from explorer.figures import engines
 from explorer.figures.model_build import ModelBuild
+from explorer.figures.published_claims import HEADLINE_CONVENTION, ClaimRow
 from explorer.model.components.serving import LayerKind
 from explorer.spec.types import Component, path_key, walk
 
@@ -41,6 +42,7 @@ def model_api(mb: ModelBuild) -> dict[str, Any]:
         "published_active_claim": {"claim": mb.claim.claim, "source": mb.claim.source,
                                    "reproduced_by": mb.claim.matched.key if mb.claim.matched else None}
         if mb.claim is not None else None,
+        "published_claims": {"headline_convention": HEADLINE_CONVENTION, "claims": [_claim(r) for r in mb.claims]},
         "components": [_component(mb, anc, comp) for anc, comp in walk(mb.spec.root)],
         "ledger": _ledger(mb.checkpoint, f"checkpoint headers of {ref.repo_id}@{ref.revision}, recorded in "
                                          f"content/models/{mb.slug}/checkpoint.toml")
@@ -50,8 +52,27 @@ def model_api(mb: ModelBuild) -> dict[str, Any]:
                                                    "no checkpoint tensor listing is recorded")
         if mb.predicted is not None else None,
         "reference_check": {"reference": mb.reference_label, "skipped": list(mb.reference_skips),
-                            **_ledger(mb.reference, mb.reference_label)},
+                            **_ledger(mb.reference, mb.reference_label), **_reference_count(mb)},
     }
+
+
+def _claim(r: ClaimRow) -> dict[str, Any]:
+    c = r.claim
+    return {"figure": c.figure, "claim": c.claim, "source": c.source, "lab_counts": c.lab_counts or None,
+            "rounding": c.rounding, "conventions": [{"convention": v.label, "value": v.value, "reproduces": v.reproduces}
+                                                    for v in r.conventions],
+            "reproduced_by": list(r.reproduced_by), "headline_difference": r.headline_difference or None,
+            "difference": c.difference or None}
+
+
+def _reference_count(mb: ModelBuild) -> dict[str, Any]:
+    """The reference's own count (by_role_and_dtype above takes the ledger's roles for the same tensors)."""
+    rc = mb.reference_count
+    assert rc is not None
+    return {"reference_parameters": {"tensors": rc.parameter_tensors, "elements": rc.parameters},
+            "reference_buffers": {"tensors": rc.buffer_tensors, "elements": rc.buffers},
+            "ledger_parameters_the_reference_holds_as_buffers": [
+                {"name": h.name, "tensors": h.tensors, "elements": h.elements} for h in rc.held_as_buffers]}
 
 
 def _component(mb: ModelBuild, ancestors: tuple[Component, ...], comp: Component) -> dict[str, Any]:

@@ -113,6 +113,8 @@ class HeaderView:
     """The model's folder name, so search can put this model's pages first."""
     revision_note: str = ""
     """Why no revision is pinned (empty when one is)."""
+    footer: str = ""
+    """The footer's provenance sentence, true of this model: pinned to a commit, or recorded without one."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -260,7 +262,23 @@ def header_view(mb: ModelBuild, root: str) -> HeaderView:
         name=mb.content.meta.name, href=f"{root}models/{mb.slug}/index.html",
         meta=f"{mb.content.meta.lab} · {month(mb.content.meta.released)}", tagline=mb.content.meta.tagline,
         repo_id=ref.repo_id, revision_short=ref.revision_short, repo_url=ref.repo_url, checked=mb.check_phrase,
-        slug=mb.slug, revision_note=ref.revision_note)
+        slug=mb.slug, revision_note=ref.revision_note, footer=footer_sentence(mb))
+
+
+def footer_sentence(mb: ModelBuild) -> str:
+    """Where this model's numbers come from, in the words its revision allows."""
+    ref = mb.content.checkpoint
+    if ref.pinned:
+        return (f"Every number on these pages is derived from {mb.content.meta.name}'s configuration pinned at "
+                f"{ref.at} and checked at build time.")
+    return (f"Every number on these pages is derived from {mb.content.meta.name}'s configuration as recorded without "
+            "a Hub revision (revision not pinned; the note at the top says where it came from) and checked at "
+            "build time.")
+
+
+def configuration_words(mb: ModelBuild) -> str:
+    """"the pinned configuration", or, for a config recorded without a Hub revision, words that do not say pinned."""
+    return "the pinned configuration" if mb.content.checkpoint.pinned else "the recorded configuration (revision not pinned)"
 
 
 # ------------------------------------------------------------------------------------------- parameters
@@ -309,13 +327,13 @@ def _check_sentence(mb: ModelBuild, path: str, owned: list[tuple[str, Component]
                 "tensors its GGUF header lists (quantized types keep their element counts; a tied head is stored "
                 f"once). Checked against {against}.")
     if mb.checkpoint is None:
-        return f"Derived from the pinned configuration; checked tensor by tensor against {against}."
+        return f"Derived from {configuration_words(mb)}; checked tensor by tensor against {against}."
     specs = [t for _, c in owned for t in c.tensors]
     left_out = sorted({SCALE_NAMES[type(t.storage)] for t in specs if type(t.storage) in SCALE_NAMES})
     if any(t.role == "buffer" for t in specs):
         left_out.append("stored rotary buffers" if any("rotary" in t.template for t in specs) else "stored buffers")
     excluded = f" ({' and '.join(left_out)} excluded)" if left_out else ""
-    return ("Derived from the pinned configuration and implementation, and equal to the count of the checkpoint’s "
+    return (f"Derived from {configuration_words(mb)} and implementation, and equal to the count of the checkpoint’s "
             f"tensors read from its safetensors headers{excluded}. Checked against {against}.")
 
 

@@ -9,7 +9,8 @@ from pygments import highlight
 from pygments.formatters import HtmlFormatter
 from pygments.lexers import JsonLexer, PythonLexer
 
-from explorer.checkpoint.sources import ResolvedCitation
+from explorer.checkpoint.sources import UNPINNED_BRANCH, ResolvedCitation
+from explorer.content.model_content import UNPINNED
 from explorer.figures.model_build import ModelBuild
 from explorer.spec.types import Component, path_key
 from explorer.views.basics import Link
@@ -45,6 +46,8 @@ class CitationView:
     lines: str
     excerpt: Link
     """The excerpt on this page that holds the cited lines (its caption and anchor)."""
+    pin: str
+    """What the link is: "Pinned revision", or the current file of a checkpoint recorded without one."""
 
 
 Excerpt = tuple[tuple[str, ...], int, str]
@@ -84,14 +87,27 @@ def _highlight(lines: tuple[str, ...], first: int, file: str) -> str:
 
 
 def _revision_short(cit: ResolvedCitation) -> str:
-    return "v" + cit.revision if cit.source == "transformers" else cit.revision[:12]
+    if cit.source == "transformers":
+        return "v" + cit.revision
+    return cit.revision[:12] if cit.revision != UNPINNED else "revision not pinned"
+
+
+def pin_label(cit: ResolvedCitation) -> str:
+    """What the citation's link is: the installed package's version, a checkpoint's pinned revision, or its
+    repository's current file (no revision recorded)."""
+    if cit.source == "transformers":
+        return "Installed version"
+    return "Pinned revision" if cit.revision != UNPINNED else "No pinned revision; current file"
 
 
 def excerpt_note(cit: ResolvedCitation, config_sha256: str) -> str:
     """Where the excerpt's text comes from, or why it is not shown, for the reader."""
     if cit.origin == "regenerated":
-        return (f"Regenerated from the configuration values recorded for {cit.revision[:7]}, and verified: the "
+        recorded = f"for {cit.revision[:7]}" if cit.revision != UNPINNED else "(revision not pinned)"
+        return (f"Regenerated from the configuration values recorded {recorded}, and verified: the "
                 f"regenerated file's sha256 ({config_sha256[:12]}…) equals the recorded hash of the published file.")
+    if cit.origin == "absent" and cit.revision == UNPINNED:
+        return "The file is not bundled with this site, and no revision of it is pinned; read"
     if cit.origin == "absent":
         return "The pinned file is not bundled with this site; read"
     if cit.origin == "cache":
@@ -112,7 +128,8 @@ def excerpt_views(mb: ModelBuild, cits: list[tuple[ResolvedCitation, str]]) -> t
 def _read_at(cit: ResolvedCitation) -> Link | None:
     if cit.origin != "absent":
         return None
-    return Link(f"lines {cit.first}–{cit.last} at {cit.revision[:7]} on Hugging Face ↗", cit.url)
+    at = f"at {cit.revision[:7]}" if cit.revision != UNPINNED else f"in the current {UNPINNED_BRANCH} branch"
+    return Link(f"lines {cit.first}–{cit.last} {at} on Hugging Face ↗", cit.url)
 
 
 def citation_views(cits: list[tuple[ResolvedCitation, str]], excerpts: tuple[ExcerptView, ...],
@@ -124,7 +141,7 @@ def citation_views(cits: list[tuple[ResolvedCitation, str]], excerpts: tuple[Exc
         lines = f"{c.first}–{c.last}"
         ex = by_range[(c.file, lines)]
         out.append(CitationView(c.claim, scope, c.source, c.file, _revision_short(c), c.url, lines,
-                                Link(f"{c.file} {lines}", f"#{ex.anchor}")))
+                                Link(f"{c.file} {lines}", f"#{ex.anchor}"), pin_label(c)))
     return tuple(out)
 
 

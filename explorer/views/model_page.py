@@ -8,6 +8,7 @@ import json
 from dataclasses import dataclass
 
 from explorer.figures.model_build import ModelBuild
+from explorer.figures.published_claims import HEADLINE_CONVENTION, ClaimRow
 from explorer.model.families import FAMILIES
 from explorer.spec.results import RealWeightCheck
 from explorer.spec.types import path_key, walk
@@ -134,11 +135,28 @@ class FigureRowView:
 
 
 @dataclass(frozen=True, slots=True)
+class ClaimRowView:
+    """One published figure: the lab's, its source, the site's under each convention, and what reproduces it."""
+
+    figure: str
+    claim: str
+    source: str
+    lab_counts: str
+    conventions: tuple[tuple[str, str, bool], ...]
+    """(convention, the site's figure, whether it reproduces the claim), the headline's first."""
+    verdict: str
+    reproduced: bool
+
+
+@dataclass(frozen=True, slots=True)
 class FiguresView:
     rows: tuple[FigureRowView, ...]
     claim: str
     """How the lab's published active-parameter figure is reproduced ("" when none is recorded)."""
     claim_matched: bool
+    claims: tuple[ClaimRowView, ...] = ()
+    convention: str = HEADLINE_CONVENTION
+    """The headline's convention, in the same words on every model."""
 
 
 ROLE_NAMES = {"parameter": "parameters", "quant_scale": "FP8 block scales", "buffer": "stored buffers"}
@@ -160,14 +178,7 @@ def ledger_view(mb: ModelBuild) -> LedgerView:
                 f"{len(rec.shape_mismatch)} shape mismatches, {len(rec.dtype_mismatch)} dtype mismatches")
     if rec is mb.predicted:
         problems = "Predicted, not read: with no listing to compare against, nothing here is reconciled"
-    ref = (f"Against the reference implementation ({mb.reference_label}): "
-           f"{fmt(mb.reference.role_total('parameter')[0])} parameter tensors, "
-           f"{fmt(mb.reference.role_total('parameter')[1])} elements, "
-           + (f"and {fmt(mb.reference.role_total('buffer')[0])} persistent buffers of "
-              f"{fmt(mb.reference.role_total('buffer')[1])} elements beside them, "
-              if mb.reference.role_total('buffer')[0] else "")
-           + f"{'balanced' if mb.reference.balanced else 'NOT balanced'}"
-           + (f"; modules it does not build: {', '.join(mb.reference_skips)}." if mb.reference_skips else "."))
+    ref = reference_sentence(mb)
     if mb.checkpoint_index is not None:
         source = (f"Checkpoint headers of {mb.content.checkpoint.at}, "
                   f"from the recorded manifest ({mb.checkpoint_index.provenance})")
@@ -183,6 +194,24 @@ def ledger_view(mb: ModelBuild) -> LedgerView:
         parameters=fmt(rec.role_total("parameter")[1]), scales=fmt(rec.role_total("quant_scale")[1]),
         buffers=fmt(rec.role_total("buffer")[1]), status=problems, balanced=rec.balanced, reference=ref,
         predicted=rec is mb.predicted)
+
+
+def reference_sentence(mb: ModelBuild) -> str:
+    """The reference's own count (its parameters and persistent buffers, as it classifies them), whether the
+    tensors balance, and where the ledger counts one of its buffers as a parameter, that difference itemised."""
+    rc = mb.reference_count
+    assert rc is not None
+    text = (f"Against the reference implementation ({mb.reference_label}): {fmt(rc.parameter_tensors)} parameter "
+            f"tensors, {fmt(rc.parameters)} elements, "
+            + (f"and {fmt(rc.buffer_tensors)} persistent buffers of {fmt(rc.buffers)} elements beside them, "
+               if rc.buffer_tensors else "")
+            + ("balanced" if mb.reference.balanced else "NOT balanced"))
+    if rc.held_as_buffers:
+        held = "; ".join(f"{h.name} ({fmt(h.tensors)} tensors, {fmt(h.elements)} elements)" for h in rc.held_as_buffers)
+        text += (f". The ledger counts {fmt(rc.ledger_parameters)} parameters for these tensors: it also counts as "
+                 f"parameters what the reference holds as buffers, as a listing of the checkpoint's tensors lists "
+                 f"them beside the weights: {held}")
+    return text + (f"; modules it does not build: {', '.join(mb.reference_skips)}." if mb.reference_skips else ".")
 
 
 def readable(value: int, unit: str) -> str:
@@ -210,7 +239,19 @@ def figures_view(mb: ModelBuild) -> FiguresView:
                  + (f"What the lab counts: {mb.claim.evidence} " if mb.claim.evidence else "")
                  + (f"Reproduced by “{m.label.lower()}” ({m.definition.rstrip('.')}): {fmt(m.value)}, {stated} "
                     f"{mb.claim.claim}." if m else "No definition derived here reproduces it within its rounding."))
-    return FiguresView(rows, claim, matched)
+    return FiguresView(rows, claim, matched, tuple(claim_row_view(r) for r in mb.claims))
+
+
+def claim_row_view(r: ClaimRow) -> ClaimRowView:
+    c = r.claim
+    rounding = "cut down to the lab's last digit" if c.rounding == "down" else "rounded to the lab's last digit"
+    if r.reproduced_by:
+        verdict = f"Reproduced ({rounding}) by: {'; '.join(r.reproduced_by)}. {r.headline_difference}".strip()
+    else:
+        verdict = f"No convention reproduces it ({rounding}). Where the difference lies: {c.difference}"
+    return ClaimRowView(c.figure, c.claim, c.source, c.lab_counts or "the lab does not say what the figure counts",
+                        tuple((v.label, fmt(v.value), v.reproduces) for v in r.conventions), verdict,
+                        bool(r.reproduced_by))
 
 
 def routing_view(mb: ModelBuild, path: str) -> RoutingView | None:

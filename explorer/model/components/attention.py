@@ -249,7 +249,8 @@ def _gqa_steps(ctx: Ctx, children: list[Component], heads: Dim, kv_heads: Dim, d
     Qn, Kn = (q_hat, k_hat) if qk_norm else (q("Q"), k("K"))
     steps += [Step(rf"{q('Q^{R}_t')}=\operatorname{{RoPE}}({Qn}_t,{ctx_colour('R_t')})", ctx.tokens(heads, d_head), "q-rotate"),
               Step(rf"{k('K^{R}_t')}=\operatorname{{RoPE}}({Kn}_t,{ctx_colour('R_t')})", ctx.tokens(kv_heads, d_head), "k-rotate")]
-    steps += list(by_key["scores"].steps[1:]) + list(by_key["o_proj"].steps)
+    # the scores' steps open with τ's value: the softmax step uses τ, so the list gives it (issue 35)
+    steps += list(by_key["scores"].steps) + list(by_key["o_proj"].steps)
     return tuple(steps)
 
 

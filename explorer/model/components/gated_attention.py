@@ -110,7 +110,7 @@ def gated_attention(ctx: Ctx, *, prefix: str, ranges: tuple[IndexRange, ...], x:
              ctx.tokens(heads, d_head), "q-rotate"),
         Step(rf"{k('K^{R}_t')}=[\operatorname{{RoPE}}({kh_}{rot},{ctx_colour('R_t')});\ {kh_}_{{t,\,{ro.dim}:}}]",
              ctx.tokens(kv_heads, d_head), "k-rotate"),
-        *by["scores"].steps[1:],
+        *by["scores"].steps,
         Step(rf"{gated_O}={ctx_colour('O')}\odot\sigma(G)", ctx.tokens(Dim("heads·d_head", n * hd)),
              "gate"),
         by["o_proj"].steps[0],

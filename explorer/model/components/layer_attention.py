@@ -435,9 +435,8 @@ def _steps(ctx: Ctx, o: LayerAttentionOptions, children: list[Component], dims: 
                   l2_qk_norm.unit_rms_step(k(r"\bar K"), Kn, o.eps, kv_shape, "k-l2")]
     if o.temperature is not None:
         steps.append(nope.temperature_step(o.temperature, q_shape, Qn))
-    # attention.py's scores open with their scale, which this layer's steps leave to the scores' own page
-    scores_steps = by_key["scores"].steps[1:] if o.part == "shaped_attention" else by_key["scores"].steps
-    return tuple(steps + list(scores_steps) + list(by_key["o_proj"].steps))
+    # the scores open with τ's value, which the softmax step after it uses: kept in every list (issue 35)
+    return tuple(steps + list(by_key["scores"].steps) + list(by_key["o_proj"].steps))
 
 
 # --------------------------------------------------------------------------------------------- programs

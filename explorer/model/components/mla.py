@@ -93,7 +93,7 @@ def mla(ctx: Ctx, *, prefix: str, ranges: tuple[IndexRange, ...], x: Port, o: ML
                             + (", with the softmax scale enlarged by YaRN's mscale squared." if m != 1.0 else "."),
                 citations=scores_citations)
     children = (*q_children, kv_a, kv_norm, kv_b, rope_c, sc, o_proj)
-    steps = (*_query_steps(ctx, o, q_source, x_name), *_kv_steps(ctx, o, x_name), *sc.steps[1:], *o_proj.steps)
+    steps = (*_query_steps(ctx, o, q_source, x_name), *_kv_steps(ctx, o, x_name), *sc.steps, *o_proj.steps)
     latent = f"a {o.q_lora_rank}-dimensional query latent and " if o.q_lora_rank else "directly projected queries and "
     return Component(
         key="attn", title="Multi-head latent attention", kind="learned",
