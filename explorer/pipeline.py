@@ -19,8 +19,8 @@ from explorer.errors import ContentError, ReconciliationError
 from explorer.execute import cache
 from explorer.execute.picture_routing import picture_routing
 from explorer.figures.model_build import ModelBuild, PreparedModel, TorchResults
-from explorer.figures.model_figures import derive, match_claim
-from explorer.figures.published_claims import reconcile_claims
+from explorer.figures.model_figures import derive
+from explorer.figures.published_claims import match_claim, reconcile_claims
 from explorer.model.account import account
 from explorer.model.families import FAMILIES, load_model_spec
 from explorer.parallel import run_in_order, started_in_order

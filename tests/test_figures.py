@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from explorer.figures.model_figures import match_claim, parse_claim
+from explorer.figures.published_claims import match_claim, parse_claim
 
 
 def test_kimi_k2_active_parameters_and_kv_cache(builds):

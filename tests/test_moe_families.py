@@ -219,7 +219,7 @@ def test_fused_experts_count_k_of_n_as_active(builds):
 
 @pytest.mark.parametrize("slug", SLUGS)
 def test_published_active_claims_are_reproduced(builds, slug):
-    from explorer.figures.model_figures import match_claim, parse_claim
+    from explorer.figures.published_claims import match_claim, parse_claim
 
     mb = builds[slug]
     assert mb.claim is not None

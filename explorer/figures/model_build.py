@@ -12,8 +12,8 @@ from explorer.checkpoint.sources import ResolvedCitation
 from explorer.content.model_content import ModelContent
 from explorer.execute.picture_routing import PictureRouting
 from explorer.execute.reference import ReferenceModel
-from explorer.figures.model_figures import ClaimMatch, DerivedFigures
-from explorer.figures.published_claims import ClaimRow
+from explorer.figures.model_figures import DerivedFigures
+from explorer.figures.published_claims import ClaimMatch, ClaimRow
 from explorer.model.account import Ledger
 from explorer.spec.results import EquationCheck, Execution, RealWeightCheck, ShapeTrace
 from explorer.spec.types import ModelSpec
