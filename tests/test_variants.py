@@ -10,7 +10,8 @@ import shutil
 import pytest
 from conftest import ROOT
 
-from explorer.commands.add_variant import add_variant, load_variants, stored_as, variant_spec
+from explorer.checkpoint.variants import load_variants, stored_as, variant_spec
+from explorer.commands.add_variant import add_variant
 from explorer.content.model_content import load_model_content
 from explorer.errors import ContentError
 from explorer.model.account import account

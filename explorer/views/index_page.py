@@ -16,9 +16,10 @@ from explorer.views.model_picture import describe
 
 MIXER_FILTERS = {"full": "full attention", "global": "full attention", "nope": "full attention",
                  "sliding": "sliding window", "chunked": "chunked", "mla": "latent (MLA)", "dsa": "sparse (DSA)",
-                 "csa": "compressed", "hca": "compressed", "linear": "Gated DeltaNet", "mamba": "Mamba-2"}
+                 "csa": "compressed", "hca": "compressed", "linear": "linear (delta rule)", "mamba": "Mamba-2"}
 """The whole-model picture's mixer classes, as the index's attention filter names them (NoPE layers are full
-attention without a position encoding; DeepSeek-V4's two compressed kinds are one filter)."""
+attention without a position encoding; DeepSeek-V4's two compressed kinds are one filter; Gated DeltaNet and KDA, both
+delta-rule recurrences with a fixed state, are one)."""
 
 SIZES = ((10**10, "under 10B"), (10**11, "10B to 100B"), (5 * 10**11, "100B to 500B"), (None, "500B and more"))
 """Buckets of total parameters for the size filter: (upper bound, exclusive; None: no bound), label."""
