@@ -222,7 +222,7 @@ def test_mla_decode_costs_in_both_forms():
 # ------------------------------------------------------------------------------ published "active" claims
 
 def _claim(slug: str, **changes):
-    from explorer.figures.model_figures import match_claim
+    from explorer.figures.published_claims import match_claim
 
     content = content_of(slug)
     meta = dataclasses.replace(content.meta, **changes)
