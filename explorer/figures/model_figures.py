@@ -121,7 +121,7 @@ def derive(spec: ModelSpec, ledger: Ledger, stored: Reconciliation | None) -> De
     embed = ledger.accounts["embed"].total if "embed" in ledger.accounts else 0
     total = ledger.total
     # an image encoder (Gemma 3's vision tower and projector) runs once per image, not for a text token
-    vision = sum(ledger.accounts[p].total for p, c in _paths(spec) if facts(c.program).vision)  # once per image
+    vision = sum(ledger.accounts[p].total for p, c in _paths(spec) if facts(c.program).vision)
     active = total - mtp - inactive - vision
     kinds = layer_kinds(spec, ledger)
     costs = [c for c in kinds if c.per_token or c.entry]
