@@ -8,7 +8,7 @@ import pytest
 from conftest import ROOT
 
 from explorer.content.model_content import load_model_content
-from explorer.figures.model_figures import VISION_PROGRAMS
+from explorer.model.components.part_facts import facts
 from explorer.model.families import load_model_spec
 from explorer.views.diagrams import Box, FlowNode, Op, Seq, Split
 from explorer.views.flows import drawn_boxes, layout
@@ -33,7 +33,7 @@ def top_order(item) -> list[str]:
 @pytest.mark.parametrize("slug", MULTIMODAL)
 def test_images_enter_before_the_first_block(slug):
     root = spec_of(slug).root
-    vision = [c.key for c in root.children if c.program in VISION_PROGRAMS]
+    vision = [c.key for c in root.children if facts(c.program).vision]
     assert vision, "a multimodal model has its tower and projector at the top level"
     flow = layout(root, node)
     assert isinstance(flow, Seq) and isinstance(flow.items[0], Split) and isinstance(flow.items[1], Op)

@@ -25,6 +25,7 @@ from explorer.model.components import PROGRAMS, Run, fused_qkv_attention, layer_
 from explorer.model.components.base import options, relative_module, run_child
 from explorer.model.components.mlp import activation
 from explorer.model.components.norms import NormOptions, apply_norm
+from explorer.model.components.part_facts import facts
 from explorer.model.components.rope import rotary_angles
 from explorer.model.components.step_term_checks import unshown_terms
 from explorer.model.families import FAMILIES, load_model_spec
@@ -99,7 +100,7 @@ def test_new_parts_name_what_they_apply_and_have_layouts_and_caches(slug):
         assert unshown_terms(c) == [], (c.key, unshown_terms(c))
     programs = {c.program for _, c in walk(spec.root)}
     assert programs & {"post_norm_block", "fused_qkv_attention", "fused_gated_mlp"}
-    assert all(p in LAYOUTS for p in programs & {"post_norm_block", "fused_qkv_attention", "fused_gated_mlp"})
+    assert all(facts(p).layout in LAYOUTS for p in programs & {"post_norm_block", "fused_qkv_attention", "fused_gated_mlp"})
     (kind,) = derive(spec, account(spec), None).attention
     kv = {"olmo-2-7b": 32, "phi-4-mini": 8}[slug]
     assert kind.cache_per_token == 2 * kv * 128

@@ -20,6 +20,7 @@ from explorer.model.components import PROGRAMS, REFERENCE_CALLS, Run
 from explorer.model.components.base import EXAMPLES, capturing_children, tensor_prefix
 from explorer.model.components.blocks import angles_for, causal_mask, rope_of
 from explorer.model.components.moe import RoutingMismatch
+from explorer.model.components.part_facts import facts
 from explorer.model.families import FAMILIES
 from explorer.spec.results import (
     FREE_SIZES,
@@ -35,8 +36,6 @@ from explorer.spec.results import (
 from explorer.spec.types import Component, ModelSpec, Port, path_key, walk
 
 """Sizes that stand in for the free dimensions while tracing (distinct, so a swapped axis is caught)."""
-WHOLE_MODEL_PROGRAMS = {"stack", "model", "mtp", "hc_stack", "hc_model"}
-"""Programs that address weights by full checkpoint name (they span several layers)."""
 
 
 # --------------------------------------------------------------------------------------------- weights
@@ -124,7 +123,7 @@ def port_tensor(port: Port, spec: ModelSpec, comp: Component, device: str,
 def run_component(spec: ModelSpec, ancestors: tuple[Component, ...], comp: Component, weights: dict,
                   inputs: list[torch.Tensor]) -> tuple[Run, list[torch.Tensor]]:
     """Run one component's program; an error names model › component › the step after the last recorded."""
-    module = "" if comp.program in WHOLE_MODEL_PROGRAMS else module_prefix(comp, first_layer(comp))
+    module = "" if facts(comp.program).whole_model else module_prefix(comp, first_layer(comp))
     if "{expert}" in module:  # one routed expert: the first slice of the stacked expert weights
         module = module.replace("{expert}.", "")
         weights = {k: v[0] for k, v in weights.items() if k.startswith(module)}

@@ -15,15 +15,15 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from explorer.figures.model_figures import ROUTED, DerivedFigures
+from explorer.figures.model_figures import DerivedFigures
 from explorer.model.account import Ledger
 from explorer.model.components.base import COMPARISON_ROLES
 from explorer.model.components.hyper_connections import HyperOptions
 from explorer.model.components.layer_attention import LayerAttentionOptions
 from explorer.model.components.mla import MLAOptions
+from explorer.model.components.part_facts import facts
 from explorer.spec.types import Component, ModelSpec, path_key, walk
 
-ATTENTION_ROLES = ("Attention", "Linear attention (Gated DeltaNet)", "Linear attention (KDA)", "State space (Mamba-2)")
 VISION_ROLE = "Vision tower and projector"
 
 
@@ -66,8 +66,8 @@ def architecture_facts(spec: ModelSpec, ledger: Ledger, figures: DerivedFigures)
     """Every fact of one model, always the same keys in the same order (absent parts have value None)."""
     main = _main_block(spec)
     attn = _first(spec.root, lambda c: COMPARISON_ROLES.get(c.program) == "Attention", main) or \
-        _first(spec.root, lambda c: COMPARISON_ROLES.get(c.program) in ATTENTION_ROLES, main)
-    moe = _first(spec.root, lambda c: c.program in ROUTED, main)
+        _first(spec.root, lambda c: facts(c.program).token_mixer, main)
+    moe = _first(spec.root, lambda c: bool(facts(c.program).routed_experts), main)
     return (_layers(spec), _attention_kinds(spec, attn), *_heads(spec, attn), _qk_norm(attn), _norm_placement(main),
             _window(figures), *_experts(spec, moe),
             _streams(spec), _context(figures), _vocabulary(spec), _mtp(spec), _vision(spec), _storage(ledger))
@@ -114,7 +114,7 @@ def _attention_kinds(spec: ModelSpec, attn: tuple[str, Component] | None) -> Arc
     module's (a classified role) nor a vision tower's attention is counted."""
     titles: dict[str, None] = {}
     for anc, c in walk(spec.root):
-        if COMPARISON_ROLES.get(c.program) in ATTENTION_ROLES and not any(COMPARISON_ROLES.get(a.program) for a in anc):
+        if facts(c.program).token_mixer and not any(COMPARISON_ROLES.get(a.program) for a in anc):
             titles[c.title] = None
     return _fact("attention", "Attention kind", ", ".join(titles) or None, attn[0] if attn else "")
 

@@ -21,6 +21,7 @@ from dataclasses import dataclass, replace
 from explorer.checkpoint.reconcile import Reconciliation
 from explorer.model.account import Ledger
 from explorer.model.components.moe import RouterOptions
+from explorer.model.components.part_facts import facts
 from explorer.model.components.serving import LAYER_MEMORY, LayerKind
 from explorer.spec.types import Component, ModelSpec, path_key, walk
 
@@ -29,13 +30,6 @@ CONTEXT = 131_072
 FLOP_CONTEXT = 4_096
 """The context length at which attention FLOPs are stated (or the model's maximum if smaller)."""
 CACHE_DTYPES = (("BF16", 2), ("FP8", 1))
-VISION_PROGRAMS = ("vision_tower", "projector", "gemma4_vision_tower", "gemma4_vision_embedder", "moonvit_tower",
-                   "kimi_projector", "qwen_vision_tower")
-"""Image encoders and their projectors (Gemma 3's SigLIP, Gemma 4's, Kimi K2.5's MoonViT): they run once per
-image, not for a text token."""
-ROUTED = {"moe": "expert", "fused_moe": "experts", "sigmoid_moe": "experts", "moe_beside_mlp": "experts",
-          "shared_and_routed_moe": "experts", "relu2_moe": "expert"}
-"""MoE programs -> the key of their routed experts (one expert repeated, or all experts in one component)."""
 WEIGHT_DTYPES = (("BF16", 2.0), ("FP8", 1.0), ("4-bit", 0.5))
 QUANT_FORMATS = (
     ("MXFP4", "mxfp4", 0.5 + 1 / 32, "4-bit E2M1 values and one 1-byte E8M0 scale per 32"),
@@ -123,11 +117,11 @@ class DerivedFigures:
 def derive(spec: ModelSpec, ledger: Ledger, stored: Reconciliation | None) -> DerivedFigures:
     """The derived figures of one model."""
     inactive, inactive_text = _inactive_experts(spec, ledger)
-    mtp = sum(ledger.accounts[p].total for p, c in _paths(spec) if c.program == "mtp")
+    mtp = sum(ledger.accounts[p].total for p, c in _paths(spec) if facts(c.program).mtp)
     embed = ledger.accounts["embed"].total if "embed" in ledger.accounts else 0
     total = ledger.total
     # an image encoder (Gemma 3's vision tower and projector) runs once per image, not for a text token
-    vision = sum(ledger.accounts[p].total for p, c in _paths(spec) if c.program in VISION_PROGRAMS)
+    vision = sum(ledger.accounts[p].total for p, c in _paths(spec) if facts(c.program).vision)
     active = total - mtp - inactive - vision
     kinds = layer_kinds(spec, ledger)
     costs = [c for c in kinds if c.per_token or c.entry]
@@ -318,11 +312,12 @@ def _inactive_experts(spec: ModelSpec, ledger: Ledger) -> tuple[int, str]:
     """Parameters of the routed experts a token does not run, and the formula, over every MoE module."""
     total, parts = 0, []
     for path, comp in _paths(spec):
-        if comp.program not in ROUTED or path.startswith("mtp"):
+        routed = facts(comp.program).routed_experts  # the key of its routed experts (part_facts.py)
+        if not routed or path.startswith("mtp"):
             continue
         o = next(c for c in comp.children if c.key == "router").options
         assert hasattr(o, "experts") and hasattr(o, "k")  # RouterOptions or a library router's own options
-        if ROUTED[comp.program] == "expert":  # one expert component, repeated
+        if routed == "expert":  # one expert component, repeated
             per_expert = ledger.accounts[f"{path}.expert"].per_instance
         else:  # all experts in one component whose every tensor has a leading experts axis
             per_expert = ledger.accounts[f"{path}.experts"].per_instance // o.experts

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from explorer.errors import ContentError
+from explorer.model.components.part_facts import facts
 from explorer.spec.storage import Dense, Storage
 from explorer.spec.types import Citation, Component, IndexRange, TensorSpec
 
@@ -179,7 +180,7 @@ def quantize_linears(comp: Component, storage: Storage, skip: Callable[[str], bo
     projection per expert on export, as ModelOpt does (export/moe_utils.py `_export_fused_experts`: the per-expert
     `experts.{e}.gate_proj`, `up_proj`, `down_proj`, each quantized like a Linear); None leaves them as they are."""
     tensors = comp.tensors
-    if comp.program == "linear":
+    if facts(comp.program).quantized_linear:
         tensors = tuple(q for t in tensors for q in _quantized(t, storage, skip, module_name))
     if fused_experts is not None:
         tensors = tuple(q for t in tensors for q in _split_fused(t, storage, skip, module_name, fused_experts))

@@ -11,8 +11,8 @@ from dataclasses import dataclass
 from explorer.content.model_content import render_markdown
 from explorer.figures.calculator import CalculatorView, calculator_view
 from explorer.figures.model_build import ModelBuild
-from explorer.figures.model_figures import VISION_PROGRAMS
 from explorer.model.account import AccountRow, ComponentAccount, TensorAccount
+from explorer.model.components.part_facts import facts
 from explorer.model.components.rope import RopeOptions
 from explorer.model.families import FAMILIES
 from explorer.spec.storage import MXFP4, BlockFP8
@@ -525,7 +525,7 @@ def flow_diagram(mb: ModelBuild, path: str, comp: Component, traced) -> str:
 
     # the boxes name each port by its symbol in the equations, as the terms that light them do
     images = ("image pixels, into the vision tower",) if not path and any(
-        c.program in VISION_PROGRAMS for c in comp.children) else ()
+        facts(c.program).vision for c in comp.children) else ()
     inputs = FlowNode("in", tuple(f"{symbol_text(p.latex)} {traced_display(t, p.shape)}"
                                   for p, t in zip(comp.inputs, traced.inputs)) + images, light=IN)
     outputs = FlowNode("out", tuple(f"{symbol_text(p.latex)} {traced_display(t, p.shape)}"

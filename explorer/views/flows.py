@@ -1,17 +1,17 @@
 """Which shape each component's data flow takes: the children in the order data passes through them, streams
 that run side by side, residual additions and the sum over experts.
 
-A layout is chosen by the component's step program (Component.program) and built from its children's keys.
-A layout that does not draw every child exactly once is not used: the component falls back to its children in
-order, so a family whose children differ still gets a complete (if plainer) diagram. A new family adds a
-layout with `LAYOUTS["program"] = function`.
+A layout is the one the component's part declares (`layout`, explorer/model/components/part_facts.py), by name,
+and is built from its children's keys. A layout that does not draw every child exactly once is not used: the
+component falls back to its children in order, so a family whose children differ still gets a complete (if
+plainer) diagram. A new part names an existing layout, or adds one here as `LAYOUTS["name"] = function`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from explorer.figures.model_figures import VISION_PROGRAMS
+from explorer.model.components.part_facts import facts
 from explorer.spec.types import Component
 from explorer.views.diagrams import Box, FlowNode, Item, Op, Residual, Seq, Split
 from explorer.views.symbols import symbol_text
@@ -126,9 +126,9 @@ def model_layout(comp: Component, node: NodeOf) -> Item | None:
     model has a vision tower, the image's pixels go through it and its projector beside the token embedding, and
     the image features take the image tokens' places in the sequence before the first block, as the reference's
     forward merges them (masked_scatter into the input embeddings)."""
-    vision = [Box(node(c)) for c in comp.children if c.program in VISION_PROGRAMS]
-    main = [Box(node(c)) for c in comp.children if c.program != "mtp" and c.program not in VISION_PROGRAMS]
-    side = [Box(node(c)) for c in comp.children if c.program == "mtp"]
+    vision = [Box(node(c)) for c in comp.children if facts(c.program).vision]
+    main = [Box(node(c)) for c in comp.children if not facts(c.program).mtp and not facts(c.program).vision]
+    side = [Box(node(c)) for c in comp.children if facts(c.program).mtp]
     if not main:
         return None
     head: list[Item] = [main[0]]
@@ -173,13 +173,13 @@ def shared_and_routed_moe_layout(comp: Component, node: NodeOf) -> Item | None:
 
 
 LAYOUTS: dict[str, Layout] = {
-    "block": block_layout, "post_norm_block": block_layout, "mla": mla_layout, "attention": attention_layout, "gated_mlp": swiglu_layout,
-    "shaped_attention": attention_layout, "fused_qkv_attention": fused_qkv_layout,
-    "fused_gated_mlp": fused_swiglu_layout,
-    "moe": moe_layout, "mtp": mtp_layout, "model": model_layout,
-    "hc_block": hc_block_layout, "v4_attention": v4_attention_layout,
-    "shared_and_routed_moe": shared_and_routed_moe_layout,
+    "residual-block": block_layout, "latent-attention": mla_layout, "rotary-attention": attention_layout,
+    "swiglu": swiglu_layout, "fused-qkv": fused_qkv_layout, "fused-swiglu": fused_swiglu_layout,
+    "routed-experts": moe_layout, "multi-token-prediction": mtp_layout, "whole-model": model_layout,
+    "hyper-connected-block": hc_block_layout, "compressed-attention": v4_attention_layout,
+    "shared-and-routed-experts": shared_and_routed_moe_layout,
 }
+"""Layout name (a part's declared `layout`) -> the function that draws it."""
 
 
 def drawn_boxes(item: Item) -> list[str]:
@@ -201,7 +201,7 @@ def layout(comp: Component, node: NodeOf) -> Item:
     if not comp.children:
         return Box(node(comp))
     fallback = Seq(tuple(Box(node(c)) for c in comp.children))
-    chosen = LAYOUTS.get(comp.program, lambda c, n: None)(comp, node)
+    chosen = LAYOUTS.get(facts(comp.program).layout, lambda c, n: None)(comp, node)
     if chosen is None or sorted(drawn_boxes(chosen)) != sorted(drawn_boxes(fallback)):
         return fallback
     return chosen

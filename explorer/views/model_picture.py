@@ -20,6 +20,7 @@ from explorer.execute.picture_routing import PictureRouting, is_router
 from explorer.model.components.base import COMPARISON_ROLES
 from explorer.model.components.blocks import block_layers
 from explorer.model.components.layer_pattern import runs
+from explorer.model.components.part_facts import BlockView, facts
 from explorer.spec.types import Component, ModelSpec, walk
 from explorer.views.diagrams import wrap
 
@@ -84,7 +85,7 @@ def describe(spec: ModelSpec, name: str, routing: PictureRouting | None = None) 
     experts, active = (first.experts, first.k) if first is not None else (0, 0)
     shared = any("shared" in c.key for b in blocks for _, c in walk(b))
     vision = tuple(c.title for c in spec.root.children if any(w in c.key or w in c.program for w in VISION_WORDS))
-    mtp = next((c.title for c in spec.root.children if c.program == "mtp"), "")
+    mtp = next((c.title for c in spec.root.children if facts(c.program).mtp), "")
     layers = sum(len(k.layers) for k in kinds)
     picture = ModelPicture(name, layers, kinds, experts, active, shared, vision, mtp, routing, "")
     return replace(picture, caption=caption(picture))  # the caption says in words what the rest of it holds
@@ -112,43 +113,34 @@ def _window(block: Component) -> int | None:
 
 
 def _chunk(block: Component) -> int | None:
-    return _option(block, "chunk") if "layer_attention" in _programs(block) else None
+    return _option(block, "chunk") if _declares(block, "reads_chunk") else None
+
+
+def _declares(block: Component, fact: str) -> bool:
+    """Whether a part inside the block declares the fact (part_facts.PartFacts)."""
+    return any(getattr(facts(program), fact) for program in _programs(block))
 
 
 def mixer_kind(block: Component, local: bool) -> Kind:
     """The layer's token mixer; `local`: whether the model also has windowed or chunked layers (so that its full
     layers are its global ones)."""
     progs = _programs(block)
-    if "gated_deltanet" in progs:
-        return Kind("linear", "Gated DeltaNet (linear attention, fixed-size state)")
-    if "kda" in progs:
-        return Kind("linear", "Kimi Delta Attention (linear attention, fixed-size state, decay per key channel)")
-    if "mamba2" in progs:
-        return Kind("mamba", "Mamba-2 (fixed-size state)")
+    # a part that draws its own cell declares it (`picture`, part_facts.py); the lowest picture_rank wins
+    ranked = sorted((facts(p).picture_rank, p) for p in progs if facts(p).picture is not None)
+    if ranked:
+        drawn = facts(ranked[0][1]).picture_kind(BlockView(frozenset(progs), lambda name: _option(block, name)))
+        return Kind(*drawn)
     # attention programs are those registered in the compare pages' Attention row (any other mixer is a
     # recurrent state: Gated DeltaNet, Mamba-2), so a new attention program needs no second list here
     if not any(COMPARISON_ROLES.get(program) == "Attention" for program in progs):
         return Kind("none", "no attention (feed-forward only)")
     window, chunk = _window(block), _chunk(block)
-    if "v4_attention" in progs:
-        ratio = _option(block, "ratio")
-        if "v4_indexer" in progs:
-            return Kind("csa", f"compressed ÷{ratio} and sparse (indexer), plus a {window:,}-token window")
-        if ratio:
-            return Kind("hca", f"heavily compressed ÷{ratio}, plus a {window:,}-token window")
-        return Kind("sliding", f"sliding window {window:,}")
-    if "dsa" in progs:
-        return Kind("dsa", f"sparse (DSA: an indexer keeps {_option(block, 'topk'):,} tokens), latent KV")
-    if "mla" in progs:
-        return Kind("mla", "full, multi-head latent attention (MLA)")
-    if "mla_nope" in progs:
-        return Kind("mla", "full, multi-head latent attention (MLA), no position encoding")
     if window:
         return Kind("sliding", f"sliding window {window:,}")
     if chunk:
         return Kind("chunked", f"chunked ({chunk:,}-token chunks), RoPE")
-    gated = " (gated)" if "gated_attention" in progs else ""
-    if "rope" not in progs and progs.keys() & {"layer_attention", "nope_attention"}:
+    gated = " (gated)" if _declares(block, "gated_output") else ""
+    if not _declares(block, "rotary") and _declares(block, "positions_from_child"):
         return Kind("nope", f"{'global' if local else 'full'}{gated}, no position encoding (NoPE)")
     return Kind("global", f"global (full){gated}") if local else Kind("full", f"full attention{gated}")
 
@@ -162,11 +154,11 @@ def ffn_kind(block: Component) -> Kind:
     router = _router(block)
     if router is not None:
         o: Any = router.options
-        hashed = " (hash-routed)" if router.program == "hash_router" else ""
+        hashed = " (hash-routed)" if facts(router.program).hashed_router else ""
         shared = " + shared expert" if any("shared" in c.key for _, c in walk(block)) else ""
-        beside = " beside a dense MLP" if "moe_beside_mlp" in _programs(block) else ""
+        beside = " beside a dense MLP" if _declares(block, "beside_dense_mlp") else ""
         return Kind("moe hashed" if hashed else "moe", f"MoE: {o.k} of {o.experts} experts{hashed}{shared}{beside}")
-    if _programs(block).keys() & {"gated_mlp", "fused_gated_mlp", "plain_mlp", "relu2_mlp"}:
+    if _declares(block, "dense_mlp"):
         return Kind("dense", "dense MLP")
     return Kind("none", "no feed-forward")
 

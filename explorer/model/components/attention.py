@@ -254,7 +254,7 @@ def _gqa_steps(ctx: Ctx, children: list[Component], heads: Dim, kv_heads: Dim, d
     return tuple(steps)
 
 
-@program("attention", role="Attention")
+@program("attention", role="Attention", token_mixer=True, layout="rotary-attention")
 def run_attention(comp: Component, run: Run, x: torch.Tensor, angles: torch.Tensor, M: torch.Tensor) -> list[torch.Tensor]:
     o = options(comp, AttentionOptions)
     B_, T_, _ = x.shape

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import sympy
 
+from explorer.model.components.part_facts import declare
 from explorer.spec.storage import Dense, Storage
 from explorer.spec.types import Citation, Component, Dim, IndexRange, Layout, Port, Shape, Step, TensorSpec
 
@@ -215,13 +216,16 @@ COMPARISON_ROLES: dict[str, str] = {}
 running it and of everything inside them; a program without one counts in its nearest such ancestor's row."""
 
 
-def program(name: str, role: str | None = None) -> Callable[[Program], Program]:
+def program(name: str, role: str | None = None, **part_facts: Any) -> Callable[[Program], Program]:
     """Register the torch program that computes components whose `program` is `name`, and the compare row (`role`)
-    of a part that is a whole mechanism (an attention, an MLP, a norm), declared here so no part is left out.
+    of a part that is a whole mechanism (an attention, an MLP, a norm), declared here so no part is left out; any
+    other keyword is a fact the part declares for later stages (explorer/model/components/part_facts.py).
     The function registered (and returned, for programs that call each other by name) keeps each component's
     first run while capturing_children is on."""
     if role is not None:
         COMPARISON_ROLES[name] = role
+    if part_facts:
+        declare(name, **part_facts)
 
     def register(fn: Program) -> Program:
         @functools.wraps(fn)

@@ -24,11 +24,14 @@ from explorer.model.components.base import (
     tensor_prefix,
 )
 from explorer.model.components.norms import NormOptions, apply_norm
+from explorer.model.components.part_facts import facts
 from explorer.model.components.rope import RopeOptions, rotary_angles
 from explorer.spec.types import Citation, Component, Port, Step
 
-FFN_HEADINGS = {"moe": "Mixture of experts:", "fused_moe": "Mixture of experts:", "gated_mlp": "SwiGLU MLP:", "fused_gated_mlp": "SwiGLU MLP:",
-                "plain_mlp": "MLP:"}
+
+def feed_forward_heading(ffn: Component) -> str:
+    """The heading a block's step list gives its feed-forward: the one its part declares, else the part's title."""
+    return facts(ffn.program).ffn_heading or ffn.title + ":"
 
 
 class BlockPorts(NamedTuple):
@@ -72,7 +75,7 @@ def decoder_block(ctx: Ctx, key: str, title: str, *, layer_indices: tuple[int, .
     if post_attn_norm is not None:
         steps.append(post_attn_norm.equations[0])
     steps += [residual_attn, ffn_norm.equations[0],
-              Step(rf"\text{{{ffn_heading or FFN_HEADINGS.get(ffn.program, ffn.title + ':')}}}", heading=True, name="ffn"), *ffn.steps]
+              Step(rf"\text{{{ffn_heading or feed_forward_heading(ffn)}}}", heading=True, name="ffn"), *ffn.steps]
     if post_ffn_norm is not None:
         steps.append(post_ffn_norm.equations[0])
     steps.append(residual_ffn)
@@ -94,7 +97,7 @@ def _norm(comp: Component, key: str, run: Run, name: str, x: torch.Tensor) -> to
     return apply_norm(run, name, x, options(child, NormOptions), relative_module(comp, child))
 
 
-@program("block")
+@program("block", layout="residual-block")
 def run_block(comp: Component, run: Run, x: torch.Tensor, *rest: torch.Tensor) -> list[torch.Tensor]:
     """rest: what the attention takes besides x (rotary angles and mask; only the mask without rotary)."""
     o = options(comp, BlockOptions)
@@ -104,7 +107,7 @@ def run_block(comp: Component, run: Run, x: torch.Tensor, *rest: torch.Tensor) -
         delta_attn = _norm(comp, "post_attn_norm", run, "post_attn_norm", delta_attn)
     x_mid = run.rec("residual-attn", x + delta_attn)
     x_ffn = _norm(comp, "ffn_norm", run, "ffn_norm", x_mid)
-    ffn = next(c for c in comp.children if c.program in FFN_HEADINGS)
+    ffn = next(c for c in comp.children if facts(c.program).ffn_heading)
     delta_ffn = run_child(comp, ffn.key, run, x_ffn)
     if o.post_ffn_norm:
         delta_ffn = _norm(comp, "post_ffn_norm", run, "post_ffn_norm", delta_ffn)
@@ -153,7 +156,7 @@ def angles_for(block: Component, positions: torch.Tensor) -> torch.Tensor:
     return rotary_angles(Run({}), options(rope_c, RopeOptions), positions)
 
 
-@program("stack")
+@program("stack", whole_model=True)
 def run_stack(comp: Component, run: Run, x: torch.Tensor, *rest: torch.Tensor) -> list[torch.Tensor]:
     """rest ends with the mask; each block kind gets its own rotary angles (empty where it has no rotary)."""
     M = rest[-1]
@@ -198,7 +201,7 @@ def _head_matrix(head: Component) -> str:
     return r"E_{\mathrm{tok}}^{\top}" if any(t.tied_to for t in head.tensors) else r"W_{\mathrm{vocab}}"
 
 
-@program("model")
+@program("model", whole_model=True, layout="whole-model")
 def run_model(comp: Component, run: Run, ids: torch.Tensor) -> list[torch.Tensor]:
     x = run.rec("embed", run_child(comp, "embed", run.child(prefix="_"), ids))
     T_ = ids.shape[1]

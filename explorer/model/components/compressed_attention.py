@@ -42,6 +42,7 @@ from explorer.model.components.base import v as v_
 from explorer.model.components.dsa import relu_scores, weigh_heads
 from explorer.model.components.linear import linear
 from explorer.model.components.norms import NormOptions, apply_norm, rmsnorm
+from explorer.model.components.part_facts import BlockView, PictureKind
 from explorer.model.components.rope import RopeOptions, frequency_steps, inverse_frequencies
 from explorer.spec.storage import Dense
 from explorer.spec.types import Citation, Component, Dim, IndexRange, Port, Shape, Step, TensorSpec
@@ -523,7 +524,19 @@ def attend_v4(comp: Component, run: Run, x: torch.Tensor, M: torch.Tensor) -> to
     return run_child(comp, "o_b_proj", run, u.flatten(2))
 
 
-@program("v4_attention", role="Attention")
+def v4_picture(block: BlockView) -> PictureKind:
+    """The whole-model picture's cell: compressed and sparse (with the indexer), heavily compressed (a ratio without
+    it), or the sliding window alone (no compressor)."""
+    window, ratio = block.option("window"), block.option("ratio")
+    if "v4_indexer" in block.programs:
+        return "csa", f"compressed ÷{ratio} and sparse (indexer), plus a {window:,}-token window"
+    if ratio:
+        return "hca", f"heavily compressed ÷{ratio}, plus a {window:,}-token window"
+    return "sliding", f"sliding window {window:,}"
+
+
+@program("v4_attention", role="Attention", token_mixer=True, picture=v4_picture, picture_rank=4,
+         layout="compressed-attention")
 def run_v4_attention(comp: Component, run: Run, x: torch.Tensor, M: torch.Tensor) -> list[torch.Tensor]:
     return [run.rec("v4-attn", attend_v4(comp, run, x, M))]
 

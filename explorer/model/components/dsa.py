@@ -30,6 +30,7 @@ from explorer.model.components.linear import linear
 from explorer.model.components.mla import MLAOptions, decode_costs, decode_form_formulas, mla, run_mla
 from explorer.model.components.moe import RoutingMismatch
 from explorer.model.components.norms import NormOptions, apply_norm, layernorm
+from explorer.model.components.part_facts import BlockView, PictureKind
 from explorer.model.components.rope import RopeOptions, reference_rotary, rotate
 from explorer.model.components.serving import LayerKind, layer_memory
 from explorer.spec.types import Citation, Component, Dim, IndexRange, Port, Shape, Step
@@ -230,7 +231,12 @@ def run_indexer(comp: Component, run: Run, x: torch.Tensor, c_q: torch.Tensor, a
     return [select(run, o, I)]
 
 
-@program("dsa", role="Attention")
+def dsa_picture(block: BlockView) -> PictureKind:
+    """The whole-model picture's cell: sparse attention over the tokens the indexer keeps."""
+    return "dsa", f"sparse (DSA: an indexer keeps {block.option('topk'):,} tokens), latent KV"
+
+
+@program("dsa", role="Attention", token_mixer=True, picture=dsa_picture, picture_rank=5)
 def run_dsa(comp: Component, run: Run, x: torch.Tensor, angles: torch.Tensor, M: torch.Tensor) -> list[torch.Tensor]:
     o = options(comp, MLAOptions)
     hidden = run.child(prefix="_")  # the query latent again, as the indexer reads it (MLA records its own)

@@ -82,7 +82,7 @@ def fused_attention(ctx: Ctx, *, prefix: str, ranges: tuple[IndexRange, ...], x:
     )
 
 
-@program("fused_attention", role="Attention")
+@program("fused_attention", role="Attention", token_mixer=True)
 def run_fused_attention(comp: Component, run: Run, x: torch.Tensor, *rest: torch.Tensor) -> list[torch.Tensor]:
     """rest ends with the mask (a block passes rotary angles first, which this attention does not use)."""
     o = options(comp, FusedAttentionOptions)

@@ -146,7 +146,8 @@ def fused_moe(*, x: Port, y_latex: str, router_c: Component, experts_c: Componen
         program="fused_moe")
 
 
-@program("fused_moe", role="Mixture of experts")
+@program("fused_moe", role="Mixture of experts", routed_experts="experts",
+         ffn_heading="Mixture of experts:")
 def run_fused_moe(comp: Component, run: Run, x: torch.Tensor) -> list[torch.Tensor]:
     router_c = comp.child("router")
     G, _ = moe_lib.route(run.child(relative_module(comp, router_c)), options(router_c, moe_lib.RouterOptions), x)

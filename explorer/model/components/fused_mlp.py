@@ -54,7 +54,8 @@ def fused_gated_mlp(ctx: Ctx, key: str, title: str, crumb: str, *, prefix: str, 
     )
 
 
-@program("fused_gated_mlp", role="Feed-forward (dense)")
+@program("fused_gated_mlp", role="Feed-forward (dense)", dense_mlp=True, layout="fused-swiglu",
+         ffn_heading="SwiGLU MLP:")
 def run_fused_gated_mlp(comp: Component, run: Run, x: torch.Tensor) -> list[torch.Tensor]:
     gate_up_c, down_c = comp.children
     g, u = run_child(comp, gate_up_c.key, run, x).chunk(2, dim=-1)

@@ -73,7 +73,8 @@ def fused_qkv_attention(ctx: Ctx, *, prefix: str, ranges: tuple[IndexRange, ...]
                    steps=steps, children=children, program="fused_qkv_attention")
 
 
-@program("fused_qkv_attention", role="Attention")
+@program("fused_qkv_attention", role="Attention", token_mixer=True,
+         layout="fused-qkv")
 def run_fused_qkv_attention(comp: Component, run: Run, x: torch.Tensor, angles: torch.Tensor,
                             M: torch.Tensor) -> list[torch.Tensor]:
     o = options(comp, LayerAttentionOptions)

@@ -131,7 +131,7 @@ def gated_attention(ctx: Ctx, *, prefix: str, ranges: tuple[IndexRange, ...], x:
     )
 
 
-@program("gated_attention", role="Attention")
+@program("gated_attention", role="Attention", token_mixer=True, gated_output=True)
 def run_gated_attention(comp: Component, run: Run, x: torch.Tensor, angles: torch.Tensor,
                         M: torch.Tensor) -> list[torch.Tensor]:
     o = options(comp, GatedAttentionOptions)

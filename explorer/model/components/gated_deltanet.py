@@ -24,7 +24,7 @@ torch_recurrent_gated_delta_rule) for how the reference computes it.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -436,7 +436,8 @@ def gated_output(comp: Component, run: Run, o: DeltaNetOptions, out: torch.Tenso
     return run_child(comp, "out_proj", run, o_hat.reshape(B_, T_, o.value_dim))
 
 
-@program("gated_deltanet", role="Linear attention (Gated DeltaNet)")
+@program("gated_deltanet", role="Linear attention (Gated DeltaNet)", token_mixer=True,
+         picture=("linear", "Gated DeltaNet (linear attention, fixed-size state)"), picture_rank=1)
 def run_gated_deltanet(comp: Component, run: Run, x: torch.Tensor, *_rest: torch.Tensor) -> list[torch.Tensor]:
     """Both forms: the chunked form's output is the layer's (as the reference computes a sequence); the recurrent
     form's is kept as "_recurrent" for the check. Extra inputs (a block's rotary angles and mask) are not used."""
@@ -487,6 +488,12 @@ def call_gated_rmsnorm(comp: Component, ref, model, inputs, run: Run, ours: torc
 
 PROGRAMS["recurrent_block"] = run_block
 """A decoder block whose token mixer is a Gated DeltaNet runs as any block; only its reference call differs."""
+
+
+def recurrent_block(block: Component) -> Component:
+    """A decoder block whose token mixer is a recurrence (Gated DeltaNet, KDA): run as any block, called as the
+    reference's decoder layer with its cache (call_recurrent_block)."""
+    return replace(block, program="recurrent_block")
 
 
 @reference_call("recurrent_block")

@@ -250,7 +250,7 @@ def pool(z: torch.Tensor, k: int, width: int) -> torch.Tensor:
     return F.avg_pool2d(grid, k, k).flatten(2).transpose(1, 2)
 
 
-@program("gemma4_vision_tower", role="Vision tower and projector")
+@program("gemma4_vision_tower", role="Vision tower and projector", vision=True)
 def run_vision_tower(comp: Component, run: Run, pixels: torch.Tensor) -> list[torch.Tensor]:
     o = options(comp, Gemma4VisionOptions)
     embed = comp.child("patch_embedder")
@@ -267,7 +267,7 @@ def run_vision_tower(comp: Component, run: Run, pixels: torch.Tensor) -> list[to
     return [u.to(z.dtype)]
 
 
-@program("gemma4_vision_embedder", role="Vision tower and projector")
+@program("gemma4_vision_embedder", role="Vision tower and projector", vision=True)
 def run_embedder(comp: Component, run: Run, v: torch.Tensor) -> list[torch.Tensor]:
     o = options(comp, Gemma4VisionOptions)
     v_hat = run.rec("embedding_pre_projection_norm", unit_rms(v, o.eps))

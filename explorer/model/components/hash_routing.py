@@ -83,7 +83,7 @@ def hash_route(run: Run, o: RouterOptions, x: torch.Tensor, ids: torch.Tensor) -
     return run.rec("gates", o.scaling * weighted / (weighted.sum(-1, keepdim=True) + 1e-20)), picked
 
 
-@program("hash_router")
+@program("hash_router", hashed_router=True)
 def run_hash_router(comp: Component, run: Run, x: torch.Tensor, ids: torch.Tensor) -> list[torch.Tensor]:
     return [hash_route(run, options(comp, RouterOptions), x, ids)[0]]
 
@@ -127,7 +127,8 @@ def gates_of(comp: Component, run: Run, x: torch.Tensor, ids: torch.Tensor) -> t
     return (hash_route(sub, o, x, ids) if router_c.program == "hash_router" else moe_lib.route(sub, o, x))[0]
 
 
-@program("shared_and_routed_moe", role="Mixture of experts")
+@program("shared_and_routed_moe", role="Mixture of experts", routed_experts="experts",
+         layout="shared-and-routed-experts")
 def run_shared_and_routed_moe(comp: Component, run: Run, x: torch.Tensor, ids: torch.Tensor) -> list[torch.Tensor]:
     routed = run_child(comp, "experts", run, x, gates_of(comp, run, x, ids))
     return [run.rec("moe-out", routed + run_child(comp, "shared", run, x, prefix="shared-"))]

@@ -78,7 +78,7 @@ def _norm(comp: Component, key: str, run: Run, x: torch.Tensor) -> torch.Tensor:
     return apply_norm(run, key, x, options(child, NormOptions), tensor_prefix(child)[len(tensor_prefix(comp)):])
 
 
-@program("hc_block")
+@program("hc_block", layout="hyper-connected-block")
 def run_hc_block(comp: Component, run: Run, X: torch.Tensor, ids: torch.Tensor, M: torch.Tensor) -> list[torch.Tensor]:
     x, post, comb = _run_hc(comp, "attn_hc", run, X, "attn-")
     delta = run_child(comp, "attn", run, _norm(comp, "attn_norm", run, x), M)
@@ -111,7 +111,7 @@ def hc_stack(blocks: tuple[Component, ...], *, layers: int, description: str,
     )
 
 
-@program("hc_stack")
+@program("hc_stack", whole_model=True)
 def run_hc_stack(comp: Component, run: Run, X: torch.Tensor, ids: torch.Tensor, M: torch.Tensor) -> list[torch.Tensor]:
     order = layer_order(comp)
     if X.is_meta:  # shapes only: trace each block kind once
@@ -140,7 +140,7 @@ def hc_model(ctx: Ctx, children: tuple[Component, ...], *, streams: int, code: s
     )
 
 
-@program("hc_model")
+@program("hc_model", whole_model=True)
 def run_hc_model(comp: Component, run: Run, ids: torch.Tensor) -> list[torch.Tensor]:
     x = run.rec("embed", run_child(comp, "embed", run.child(prefix="_"), ids))
     n = options(comp.child("hc_head"), HyperOptions).streams

@@ -337,7 +337,8 @@ def gated_output(comp: Component, run: Run, o: KDAOptions, out: torch.Tensor, x:
     return run_child(comp, "o_proj", run, o_hat.reshape(B_, T_, o.value_dim))
 
 
-@program("kda", role="Linear attention (KDA)")
+@program("kda", role="Linear attention (KDA)", token_mixer=True, picture=(
+    "linear", "Kimi Delta Attention (linear attention, fixed-size state, decay per key channel)"), picture_rank=2)
 def run_kda(comp: Component, run: Run, x: torch.Tensor, *_rest: torch.Tensor) -> list[torch.Tensor]:
     """Both forms: the chunked form's output is the layer's (as the reference computes a sequence); the recurrent
     form's is kept as "_recurrent" for the check. A block's rotary angles and mask, if given, are not used."""

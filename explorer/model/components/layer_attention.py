@@ -23,7 +23,7 @@ from __future__ import annotations
 import inspect
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Final, Literal
 
 import sympy
 
@@ -65,6 +65,8 @@ from explorer.spec.types import Citation, Component, Dim, IndexRange, Port, Shap
 QUERIES, KEYS = Dim("queries", symbol="T"), Dim("keys", symbol="T")
 QKNorm = Literal["none", "per_head", "across_heads", "l2"]
 Part = Literal["layer_attention", "shaped_attention"]
+SHAPED_ATTENTION: Final[Part] = "shaped_attention"
+"""The part a family asks for when its attention's heads are shaped on their own (`part=SHAPED_ATTENTION`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -471,8 +473,9 @@ def _attend_child(comp: Component, run: Run, Q: torch.Tensor, K: torch.Tensor, V
     return attend(run, options(scores_c, LayerAttentionOptions), Q, K, V, M)
 
 
-@program("layer_attention", role="Attention")
-@program("shaped_attention", role="Attention")
+@program("layer_attention", role="Attention", token_mixer=True, positions_from_child=True,
+         reads_chunk=True)
+@program("shaped_attention", role="Attention", token_mixer=True, layout="rotary-attention")
 def run_layer_attention(comp: Component, run: Run, x: torch.Tensor, angles: torch.Tensor,
                         M: torch.Tensor) -> list[torch.Tensor]:
     o = options(comp, LayerAttentionOptions)

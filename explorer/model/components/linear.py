@@ -72,6 +72,6 @@ def apply_linear(run: Run, x: torch.Tensor, module: str, opts: LinearOptions) ->
     return F.linear(x, w, b)
 
 
-@program("linear")
+@program("linear", quantized_linear=True)
 def run_linear(comp: Component, run: Run, x: torch.Tensor) -> list[torch.Tensor]:
     return [run.rec(comp.steps[0].name, apply_linear(run, x, "", options(comp, LinearOptions)))]

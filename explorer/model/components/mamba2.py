@@ -342,7 +342,8 @@ def run_gated_rmsnorm(comp: Component, run: Run, y: torch.Tensor, z: torch.Tenso
     return [run.rec("gate-norm", gate_and_norm(options(comp, Mamba2Options), y, z, run.w("weight")))]
 
 
-@program("mamba2", role="State space (Mamba-2)")
+@program("mamba2", role="State space (Mamba-2)", token_mixer=True, picture=("mamba", "Mamba-2 (fixed-size state)"),
+         picture_rank=3)
 def run_mamba2(comp: Component, run: Run, x: torch.Tensor) -> list[torch.Tensor]:
     o = options(comp, Mamba2Options)
     zxbcdt = run_child(comp, "in_proj", run, x)

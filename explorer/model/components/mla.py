@@ -190,7 +190,8 @@ def _kv_steps(ctx: Ctx, o: MLAOptions, x_name: str) -> tuple[Step, ...]:
     )
 
 
-@program("mla", role="Attention")
+@program("mla", role="Attention", token_mixer=True, picture=("mla", "full, multi-head latent attention (MLA)"),
+         picture_rank=6, layout="latent-attention")
 def run_mla(comp: Component, run: Run, x: torch.Tensor, angles: torch.Tensor, M: torch.Tensor) -> list[torch.Tensor]:
     ro = options(comp.child("rope"), RopeOptions)
     return mla_forward(comp, run, x, M, rotate_q=lambda t: run.rec("q-rotate", rotate(t, angles, ro)),

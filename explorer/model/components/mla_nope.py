@@ -54,7 +54,8 @@ def _unrotated(step: Step) -> Step:
     return replace(step, latex=step.latex.replace(old, new))
 
 
-@program("mla_nope", role="Attention")
+@program("mla_nope", role="Attention", token_mixer=True,
+         picture=("mla", "full, multi-head latent attention (MLA), no position encoding"), picture_rank=7)
 def run_mla_nope(comp: Component, run: Run, x: torch.Tensor, *rest: torch.Tensor) -> list[torch.Tensor]:
     """MLA's computation with the identity in place of each rotation; rest ends with the mask (inside a stack the
     block also hands on its rotary angles, empty here)."""

@@ -121,7 +121,7 @@ def gated(run: Run, comp: Component, x: torch.Tensor, act: Activation) -> torch.
     return run_child(comp, down_c.key, run, h)
 
 
-@program("gated_mlp", role="Feed-forward (dense)")
+@program("gated_mlp", role="Feed-forward (dense)", dense_mlp=True, layout="swiglu", ffn_heading="SwiGLU MLP:")
 def run_gated_mlp(comp: Component, run: Run, x: torch.Tensor) -> list[torch.Tensor]:
     return [run.rec("swiglu", gated(run, comp, x, options(comp, MLPOptions).act))]
 
@@ -180,7 +180,7 @@ def tower_mlp(ctx: Ctx, *, prefix: str, ranges: tuple[IndexRange, ...], x: Port,
     )
 
 
-@program("plain_mlp", role="Feed-forward (dense)")
+@program("plain_mlp", role="Feed-forward (dense)", dense_mlp=True, ffn_heading="MLP:")
 def run_plain_mlp(comp: Component, run: Run, x: torch.Tensor) -> list[torch.Tensor]:
     fc_c, proj_c = comp.children
     g = run_child(comp, fc_c.key, run, x)

@@ -284,7 +284,8 @@ def moe(ctx: Ctx, *, x: Port, y_latex: str, router_c: Component, expert: Compone
     )
 
 
-@program("moe", role="Mixture of experts")
+@program("moe", role="Mixture of experts", routed_experts="expert", layout="routed-experts",
+         ffn_heading="Mixture of experts:")
 def run_moe(comp: Component, run: Run, x: torch.Tensor) -> list[torch.Tensor]:
     o = options(comp, MoEOptions)
     router_c, expert = comp.child("router"), comp.child("expert")

@@ -337,7 +337,7 @@ def merge_groups(v: torch.Tensor, grid: ImageGrid) -> torch.Tensor:
     return blocks.transpose(1, 2).reshape(grid.tokens, grid.merge_h * grid.merge_w, D)
 
 
-@program("moonvit_tower", role="Vision tower and projector")
+@program("moonvit_tower", role="Vision tower and projector", vision=True)
 def run_tower(comp: Component, run: Run, pixels: torch.Tensor) -> list[torch.Tensor]:
     o = options(comp, MoonViTOptions)
     z = run_child(comp, "patch_embed", run, pixels)
@@ -349,7 +349,7 @@ def run_tower(comp: Component, run: Run, pixels: torch.Tensor) -> list[torch.Ten
     return [run.rec("merge", merge_groups(v, o.grid))]
 
 
-@program("kimi_projector", role="Vision tower and projector")
+@program("kimi_projector", role="Vision tower and projector", vision=True)
 def run_projector(comp: Component, run: Run, u: torch.Tensor) -> list[torch.Tensor]:
     u_hat = run_child(comp, "pre_norm", run, u)
     s = run.rec("concat", u_hat.flatten(1))

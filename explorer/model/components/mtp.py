@@ -72,7 +72,8 @@ def mtp(ctx: Ctx, *, first_layer: int, count: int, block: Component, eps: float,
     )
 
 
-@program("mtp", role="Multi-token prediction")
+@program("mtp", role="Multi-token prediction", mtp=True, whole_model=True,
+         layout="multi-token-prediction")
 def run_mtp(comp: Component, run: Run, h: torch.Tensor, next_ids: torch.Tensor) -> list[torch.Tensor]:
     block = comp.child("block")
     layer = next(r.values[0] for t in block.children[0].tensors for r in t.ranges if r.var == "layer")

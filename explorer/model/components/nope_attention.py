@@ -78,7 +78,7 @@ def nope_attention(ctx: Ctx, *, prefix: str, ranges: tuple[IndexRange, ...], x: 
     )
 
 
-@program("nope_attention", role="Attention")
+@program("nope_attention", role="Attention", token_mixer=True, positions_from_child=True)
 def run_nope_attention(comp: Component, run: Run, x: torch.Tensor, M: torch.Tensor) -> list[torch.Tensor]:
     so = options(comp.child("scores"), ScoresOptions)
     b, T, _ = x.shape

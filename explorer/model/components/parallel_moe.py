@@ -171,7 +171,7 @@ def _norm(comp: Component, key: str, run: Run, x: torch.Tensor) -> torch.Tensor:
     return apply_norm(run, child.steps[0].name, x, options(child, NormOptions), relative_module(comp, child))
 
 
-@program("moe_beside_mlp")
+@program("moe_beside_mlp", beside_dense_mlp=True, routed_experts="experts")
 def run_moe_beside_mlp(comp: Component, run: Run, x_ffn: torch.Tensor, x_mid: torch.Tensor) -> list[torch.Tensor]:
     mlp_c = comp.children[0]
     dense = _norm(comp, comp.children[1].key, run, run_child(comp, mlp_c.key, run, x_ffn))

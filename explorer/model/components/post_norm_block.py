@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 
 from explorer.model.components.attention import call_with_rotary
 from explorer.model.components.base import Ctx, Run, options, program, reference_call, relative_module, run_child
-from explorer.model.components.blocks import FFN_HEADINGS
+from explorer.model.components.blocks import feed_forward_heading
 from explorer.model.components.norms import NormOptions, apply_norm
 from explorer.spec.types import Citation, Component, Port, Step
 
@@ -65,7 +65,7 @@ def post_norm_block(ctx: Ctx, key: str, title: str, *, layer_indices: tuple[int,
     residual_ffn = Step(rf"x_{{n+1}}=x'_n+{d_ffn}", x.shape, "residual-ffn")
     steps = (Step(rf"\text{{{attn_heading or attn.title} (reads }}x_n\text{{, no norm before it):}}", heading=True,
                   name="attention"), *attn.steps, post_attn_norm.equations[0], residual_attn,
-             Step(rf"\text{{{FFN_HEADINGS.get(ffn.program, ffn.title + ':')[:-1]} (reads }}x'_n\text{{):}}",
+             Step(rf"\text{{{feed_forward_heading(ffn)[:-1]} (reads }}x'_n\text{{):}}",
                   heading=True, name="ffn"), *ffn.steps, post_ffn_norm.equations[0], residual_ffn)
     n = len(layer_indices)
     noun = f"{kind} block" + ("s" if n != 1 else "")
@@ -83,7 +83,7 @@ def _norm(comp: Component, key: str, run: Run, x: torch.Tensor) -> torch.Tensor:
     return apply_norm(run, key, x, options(child, NormOptions), relative_module(comp, child))
 
 
-@program("post_norm_block")
+@program("post_norm_block", layout="residual-block")
 def run_post_norm_block(comp: Component, run: Run, x: torch.Tensor, *rest: torch.Tensor) -> list[torch.Tensor]:
     """rest: what the attention takes besides x (rotary angles and the mask)."""
     o = options(comp, PostNormBlockOptions)

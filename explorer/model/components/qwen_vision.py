@@ -299,7 +299,7 @@ def run_merger(comp: Component, run: Run, z: torch.Tensor) -> list[torch.Tensor]
     return [run_child(comp, "linear_fc2", run, run.rec("gelu", F.gelu(g)))]
 
 
-@program("qwen_vision_tower", role="Vision tower and projector")
+@program("qwen_vision_tower", role="Vision tower and projector", vision=True)
 def run_vision_tower(comp: Component, run: Run, pixels: torch.Tensor) -> list[torch.Tensor]:
     z = run_child(comp, "patch_embed", run, pixels)
     z = run_child(comp, "pos_embed", run, z)

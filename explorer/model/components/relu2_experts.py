@@ -61,7 +61,7 @@ def relu2_mlp(ctx: Ctx, key: str, title: str, crumb: str, *, prefix: str, ranges
     )
 
 
-@program("relu2_mlp", role="Feed-forward (dense)")
+@program("relu2_mlp", role="Feed-forward (dense)", dense_mlp=True)
 def run_relu2_mlp(comp: Component, run: Run, x: torch.Tensor) -> list[torch.Tensor]:
     u = run_child(comp, "up_proj", run, x)
     h = run.rec("relu2", relu2(u))
@@ -96,7 +96,7 @@ def relu2_moe(ctx: Ctx, *, x: Port, y: Port, router_c: Component, expert: Compon
     )
 
 
-@program("relu2_moe", role="Mixture of experts")
+@program("relu2_moe", role="Mixture of experts", routed_experts="expert")
 def run_relu2_moe(comp: Component, run: Run, x: torch.Tensor) -> list[torch.Tensor]:
     router_c, expert = comp.child("router"), comp.child("expert")
     G, _ = route(run.child(relative_module(comp, router_c)), options(router_c, RouterOptions), x)

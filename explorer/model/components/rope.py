@@ -306,7 +306,7 @@ def _extras(o: RopeOptions) -> tuple[tuple[str, str], ...]:
 
 # -------------------------------------------------------------------------------------- program, check
 
-@program("rope")
+@program("rope", rotary=True)
 def run_rope(comp: Component, run: Run, positions: torch.Tensor) -> list[torch.Tensor]:
     o = options(comp, RopeOptions)
     angles = rotary_angles(run, o, positions)

@@ -167,7 +167,7 @@ def sigmoid_moe(*, x: Port, y_latex: str, router_c: Component, experts_c: Compon
         children=(router_c, experts_c, shared), citations=citations, program="sigmoid_moe")
 
 
-@program("sigmoid_moe", role="Mixture of experts")
+@program("sigmoid_moe", role="Mixture of experts", routed_experts="experts")
 def run_sigmoid_moe(comp: Component, run: Run, x: torch.Tensor) -> list[torch.Tensor]:
     router_c = comp.child("router")
     G = route(run.child(relative_module(comp, router_c)), options(router_c, SigmoidTopKOptions), x)

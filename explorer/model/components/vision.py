@@ -251,7 +251,7 @@ def run_vision_block(comp: Component, run: Run, x: torch.Tensor) -> list[torch.T
     return [run.rec("residual-ffn", x_mid + run_child(comp, "mlp", run, run_child(comp, "layer_norm2", run, x_mid)))]
 
 
-@program("vision_tower", role="Vision tower and projector")
+@program("vision_tower", role="Vision tower and projector", vision=True)
 def run_vision_tower(comp: Component, run: Run, pixels: torch.Tensor) -> list[torch.Tensor]:
     z = run_child(comp, "embeddings", run, pixels)
     block = comp.child("encoder")
@@ -262,7 +262,7 @@ def run_vision_tower(comp: Component, run: Run, pixels: torch.Tensor) -> list[to
     return [run_child(comp, "post_layernorm", run, z)]
 
 
-@program("projector", role="Vision tower and projector")
+@program("projector", role="Vision tower and projector", vision=True)
 def run_projector(comp: Component, run: Run, v: torch.Tensor) -> list[torch.Tensor]:
     o = options(comp, ProjectorOptions)
     B_, _, D = v.shape

@@ -22,6 +22,7 @@ from typing import Any, ClassVar
 from explorer.model.components import Ctx, Reference
 from explorer.model.components.moonvit import LABELS as VISION_LABELS
 from explorer.model.components.moonvit import ImageGrid, MoonViTOptions, projector, vision_tower
+from explorer.model.components.part_facts import facts
 from explorer.model.families.base import ReferenceBinding, rule_problems, stored_dtype, tower_label
 from explorer.model.families.deepseek_v3 import DIM_LABELS, DeepseekV3, DeepseekV3Hyperparameters
 from explorer.model.families.renames import split_fused_experts
@@ -316,7 +317,7 @@ def _bias_note(t: KimiK25TextHyperparameters) -> str:
 def _rope_reference(comp: Component, module: str) -> Component:
     """The text model's rotary components name the reference's rotary module where it lives in this model (under
     model.language_model), so their checks and the attention's reference call use it."""
-    if comp.program == "rope" and comp.reference in ("", "model.rotary_emb"):
+    if facts(comp.program).rotary and comp.reference in ("", "model.rotary_emb"):
         return replace(comp, reference=module)
     children = tuple(_rope_reference(c, module) for c in comp.children)
     return replace(comp, children=children) if children != comp.children else comp

@@ -23,6 +23,7 @@ from explorer.model.components import Ctx, Reference
 from explorer.model.components.base import Port, layer_label, layers
 from explorer.model.components.blocks import block_ports, decoder_block, model_root, stack
 from explorer.model.components.embedding import embedding, head
+from explorer.model.components.gated_deltanet import recurrent_block
 from explorer.model.components.kda import KDAOptions, kda
 from explorer.model.components.mla import MLAOptions
 from explorer.model.components.mla_nope import mla_nope
@@ -241,7 +242,7 @@ class KimiLinear(Family):
                                      "DecoderLayer"),),
             description=f"{mixer_words[0].upper() + mixer_words[1:]} and {ffn_words}, each added to the residual "
                         f"stream; {layer_label(indices)}.")
-        return replace(block, program="recurrent_block") if linear else block
+        return recurrent_block(block) if linear else block
 
     def kda(self, ctx: Ctx, c: KimiLinearHyperparameters, prefix: str, ranges, x: Port) -> Component:
         dtype = stored(c)

@@ -25,7 +25,12 @@ from explorer.model.components.attention import ScoresOptions
 from explorer.model.components.base import Port, layer_label, layers
 from explorer.model.components.blocks import block_ports, decoder_block, model_root, stack
 from explorer.model.components.embedding import embedding, head
-from explorer.model.components.layer_attention import LayerAttentionOptions, LayerShape, layer_attention
+from explorer.model.components.layer_attention import (
+    SHAPED_ATTENTION,
+    LayerAttentionOptions,
+    LayerShape,
+    layer_attention,
+)
 from explorer.model.components.mlp import gated_mlp
 from explorer.model.components.moe import RouterOptions, moe, routed_experts, router
 from explorer.model.components.norms import rmsnorm
@@ -291,7 +296,7 @@ class MiMoV2Flash(Family):
         scale = c.attention_value_scale if c.attention_value_scale is not None else 1.0
         o = LayerAttentionOptions(LayerShape.of(ctx, H, 2 * Hkv if sliding else Hkv, D, Dv), c.head_dim ** -0.5,
                                   value_scale=scale, window=window(c) if sliding else None,
-                                  sinks="attention_sink_bias" if sliding else "", part="shaped_attention")
+                                  sinks="attention_sink_bias" if sliding else "", part=SHAPED_ATTENTION)
         cites = (REFERENCE.cite("Attention projects queries and keys to head_dim-wide heads and values to v_head_dim-"
                                 "wide heads, scales the values by attention_value_scale, rotates the first rotary "
                                 "features of queries and keys and attends; sliding layers double the key/value "

@@ -21,7 +21,12 @@ from explorer.model.components import Ctx, Reference
 from explorer.model.components.base import Port, layer_label, layers
 from explorer.model.components.blocks import block_ports, decoder_block, model_root, stack
 from explorer.model.components.embedding import embedding, head
-from explorer.model.components.layer_attention import LayerAttentionOptions, LayerShape, layer_attention
+from explorer.model.components.layer_attention import (
+    SHAPED_ATTENTION,
+    LayerAttentionOptions,
+    LayerShape,
+    layer_attention,
+)
 from explorer.model.components.moe import RouterOptions, moe, routed_experts, router
 from explorer.model.components.norms import NormOptions, rmsnorm
 from explorer.model.components.rope import RopeOptions
@@ -173,7 +178,7 @@ class MiniMaxM2(Family):
         eps = c.rms_norm_eps
         H, Hkv, D = (ctx.sym(n) for n in ("num_attention_heads", "num_key_value_heads", "head_dim"))
         o = LayerAttentionOptions(LayerShape.of(ctx, H, Hkv, D), c.head_dim ** -0.5, qk_norm="across_heads",
-                                  norm=NormOptions("rms", eps), part="shaped_attention")
+                                  norm=NormOptions("rms", eps), part=SHAPED_ATTENTION)
         attn = layer_attention(
             ctx, prefix=p + "self_attn.", ranges=ranges, x=x_attn, o=o,
             rope_options=RopeOptions("default", c.rope_theta, rotary_width(c), "half",

@@ -14,7 +14,12 @@ from typing import Any, ClassVar
 
 from explorer.model.components import Ctx, Reference
 from explorer.model.components.base import layer_label, layers
-from explorer.model.components.layer_attention import LayerAttentionOptions, LayerShape, layer_attention
+from explorer.model.components.layer_attention import (
+    SHAPED_ATTENTION,
+    LayerAttentionOptions,
+    LayerShape,
+    layer_attention,
+)
 from explorer.model.components.mlp import gated_mlp
 from explorer.model.components.norms import NormOptions, rmsnorm
 from explorer.model.components.post_norm_block import post_norm_block, post_norm_ports
@@ -74,7 +79,7 @@ class Olmo2(Llama):
         eps, v = c.rms_norm_eps, self.values(c)
         H, Hkv, D = (ctx.sym(n) for n in ("num_attention_heads", "num_key_value_heads", "head_dim"))
         o = LayerAttentionOptions(LayerShape.of(ctx, H, Hkv, D), int(v["head_dim"]) ** -0.5,
-                                  qk_norm="across_heads", norm=NormOptions("rms", eps), part="shaped_attention")
+                                  qk_norm="across_heads", norm=NormOptions("rms", eps), part=SHAPED_ATTENTION)
         attn = layer_attention(
             ctx, prefix=p + "self_attn.", ranges=ranges, x=x, o=o,
             rope_options=rope_options(c.rope_theta, int(v["head_dim"]), c.rope_scaling, "half",

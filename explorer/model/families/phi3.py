@@ -21,7 +21,7 @@ from explorer.model.components.base import layer_label, layers
 from explorer.model.components.blocks import block_ports, decoder_block
 from explorer.model.components.fused_mlp import fused_gated_mlp
 from explorer.model.components.fused_qkv_attention import fused_qkv_attention
-from explorer.model.components.layer_attention import LayerAttentionOptions, LayerShape
+from explorer.model.components.layer_attention import SHAPED_ATTENTION, LayerAttentionOptions, LayerShape
 from explorer.model.components.norms import rmsnorm
 from explorer.model.components.rope import RopeOptions
 from explorer.model.families.base import PublishedMetadata, ReferenceBinding, rule_problems
@@ -92,7 +92,7 @@ class Phi3(Llama):
         eps, v = c.rms_norm_eps, self.values(c)
         D, rot = int(v["head_dim"]), rotary_width(c)
         H, Hkv, Dsym = (ctx.sym(n) for n in ("num_attention_heads", "num_key_value_heads", "head_dim"))
-        o = LayerAttentionOptions(LayerShape.of(ctx, H, Hkv, Dsym), D ** -0.5, part="shaped_attention")
+        o = LayerAttentionOptions(LayerShape.of(ctx, H, Hkv, Dsym), D ** -0.5, part=SHAPED_ATTENTION)
         attn = fused_qkv_attention(
             ctx, prefix=p + "self_attn.", ranges=ranges, x=x_attn, o=o,
             rope_options=RopeOptions("default", c.rope_theta, rot, "half", unrotated_tail=D - rot),

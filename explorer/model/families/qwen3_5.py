@@ -20,7 +20,7 @@ from explorer.model.components.base import Port, layer_label, layers
 from explorer.model.components.blocks import block_ports, decoder_block, model_root, stack
 from explorer.model.components.embedding import embedding, head
 from explorer.model.components.gated_attention import gated_attention
-from explorer.model.components.gated_deltanet import DeltaNetOptions, gated_deltanet
+from explorer.model.components.gated_deltanet import DeltaNetOptions, gated_deltanet, recurrent_block
 from explorer.model.components.gated_shared_expert import gated_shared_expert
 from explorer.model.components.layer_pattern import LayerPattern, from_layer_types
 from explorer.model.components.mlp import gated_mlp
@@ -373,7 +373,7 @@ class Qwen3_5(Family):
                                      "DecoderLayer"),),
             description=f"{'A Gated DeltaNet' if kind == LINEAR else 'Gated full attention'} and "
                         f"{self.ffn_words(t)}, each added to the residual stream; {layer_label(indices)}.")
-        return replace(block, program="recurrent_block") if kind == LINEAR else block
+        return recurrent_block(block) if kind == LINEAR else block
 
     def deltanet(self, ctx: Ctx, prefix: str, ranges: tuple[IndexRange, ...], x: Port,
                  o: DeltaNetOptions) -> Component:
