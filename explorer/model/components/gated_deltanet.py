@@ -50,6 +50,7 @@ from explorer.model.components.base import (
     v,
 )
 from explorer.model.components.blocks import run_block
+from explorer.model.components.decode_check import decode_comparison, decode_detail, reference_decode
 from explorer.model.components.linear import linear
 from explorer.model.components.serving import LayerKind, StatePart, layer_memory
 from explorer.spec.types import Citation, Component, Dim, IndexRange, Port, Shape, Step
@@ -443,8 +444,9 @@ def run_gated_deltanet(comp: Component, run: Run, x: torch.Tensor, *_rest: torch
     o = options(comp, DeltaNetOptions)
     c, z, g, beta = mixer_inputs(comp, run, x)
     out, _ = chunked_form(comp, o, run, c, g, beta)
-    rec_out, S, _ = recurrent_form(o, run, c, g, beta)
+    rec_out, S, conv_state = recurrent_form(o, run, c, g, beta)
     run.rec("state", S)
+    run.rec("_conv_state", conv_state)
     run.rec("readout", rec_out)
     run.rec("_recurrent", gated_output(comp, run.child(prefix="_recurrent-"), o, rec_out, z))
     return [gated_output(comp, run, o, out, z)]
@@ -469,13 +471,23 @@ def run_gated_rmsnorm(comp: Component, run: Run, o_: torch.Tensor, z: torch.Tens
 
 @reference_call("gated_deltanet")
 def call_gated_deltanet(comp: Component, ref, model, inputs, run: Run, ours: torch.Tensor):
-    """The reference layer over the sequence (no cache: its chunked path); our chunked and recurrent forms both
-    compared with it."""
+    """Our chunked and recurrent forms against the reference layer called without a cache (its chunked path), and
+    the recurrent form's outputs and final states against the reference decoding through its own cache."""
     x = inputs[0]
     theirs = ref(hidden_states=x)
+    return recurrent_comparison(ref, model, x, run, ours, theirs)
+
+
+def recurrent_comparison(ref, model, x: torch.Tensor, run: Run, ours: torch.Tensor, theirs: torch.Tensor):
+    """(ours, theirs, detail) of a delta-rule layer: prefill outputs, then the decode path (decode_check.py)."""
     recurrent = run.recorded[run.prefix + "_recurrent"]
-    return (torch.stack([ours, recurrent]), torch.stack([theirs, theirs]),
-            "chunked and recurrent forms, each against the reference layer")
+    decoded = reference_decode(ref, model, x)
+    ours_dec, theirs_dec = decode_comparison(recurrent, run.recorded[run.prefix + "state"],
+                                             run.recorded[run.prefix + "_conv_state"], decoded)
+    return (torch.cat([ours.float().flatten(), recurrent.float().flatten(), ours_dec]),
+            torch.cat([theirs.float().flatten(), theirs.float().flatten(), theirs_dec]),
+            "our chunked and recurrent forms, computed by our program from the layer input, each against the "
+            "reference layer called without a cache; " + decode_detail(decoded, x.shape[1]))
 
 
 @reference_call("gated_rmsnorm")
