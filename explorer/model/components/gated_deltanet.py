@@ -95,6 +95,21 @@ class DeltaNetOptions:
         return self.conv_dim * self.conv_kernel
 
     @property
+    def update_terms(self) -> tuple[tuple[str, int], ...]:
+        """Multiply-adds of the one-token state update (recurrent_step, conv_step), term by term, for one layer and
+        one token: the convolution over its window, then per value head the decay of S, the prediction Sᵀk, the
+        correction β(v − Sᵀk), the rank-1 write k ⊗ correction and the read Sᵀq. KDA's decay is per key channel
+        (a row of S each) and DeltaNet's per head: d_k × d_v multiplies either way."""
+        S = self.state_elements
+        return (("conv window", self.conv_elements), ("decay", S), ("Sᵀk", S),
+                ("correction", self.value_dim), ("rank-1 write", S), ("Sᵀq", S))
+
+    @property
+    def update_flops(self) -> int:
+        """2 FLOPs per multiply-add of `update_terms`, beside the projections (as Mamba-2's update is counted)."""
+        return 2 * sum(n for _, n in self.update_terms)
+
+    @property
     def key_dim(self) -> int:
         return self.k_heads * self.d_k
 
@@ -525,4 +540,7 @@ def deltanet_memory(comp: Component, values: Mapping[str, Any]) -> tuple[LayerKi
     conv = StatePart("conv state", o.conv_elements, o.conv_dtype, o.conv_bytes,
                      "(2 × linear_num_key_heads × linear_key_head_dim + linear_num_value_heads × "
                      "linear_value_head_dim) × linear_conv_kernel_dim")
-    return (LayerKind(0, f"{state.formula} + {conv.formula}", state=(state, conv)),)
+    flops = (f"2 × ({conv.formula} + 4 × {state.formula} + linear_num_value_heads × linear_value_head_dim) "
+             "(conv window, decay, Sᵀk, rank-1 write, Sᵀq, correction)")
+    return (LayerKind(0, f"{state.formula} + {conv.formula}", state=(state, conv), update_flops=o.update_flops,
+                      update_formula=flops),)

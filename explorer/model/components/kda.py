@@ -417,7 +417,10 @@ def kda_memory(comp: Component, values: Mapping[str, Any]) -> tuple[LayerKind, .
                       "linear_num_heads × linear_head_dim × linear_head_dim")
     conv = StatePart("conv state", o.conv_elements, o.conv_dtype, o.conv_bytes,
                      "3 × linear_num_heads × linear_head_dim × linear_conv_kernel_dim")
-    return (LayerKind(0, f"{state.formula} + {conv.formula}", state=(state, conv)),)
+    flops = (f"2 × ({conv.formula} + 4 × {state.formula} + linear_num_heads × linear_head_dim) "
+             "(conv window, decay per key channel, Sᵀk, rank-1 write, Sᵀq, correction)")
+    return (LayerKind(0, f"{state.formula} + {conv.formula}", state=(state, conv), update_flops=o.update_flops,
+                      update_formula=flops),)
 
 
 __all__ = ["KDAOptions", "kda", "chunked_kda", "recurrent_kda", "channel_log_decay"]
