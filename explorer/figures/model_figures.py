@@ -499,6 +499,12 @@ def _deltanet_state_figures(kinds: list[LayerKind], costs: list[LayerKind], maxi
                    f"it and as Mamba-2's conv state is counted; a step reads kernel − 1 of them beside the new input), "
                    f"in {conv.dtype} ({conv.bytes} bytes "
                    f"each): {conv.elements * conv.bytes:,} bytes. It does not grow with the context."),
+            Figure("state_update_flops_per_token", f"{mixer} state-update FLOPs per token ({n} layers)",
+                   n * group[0].update_flops, f"{n} × {group[0].update_formula}",
+                   f"{group[0].update_flops:,} per layer: two FLOPs per multiply-add of the one-token update a decode "
+                   "step runs (the convolution over its window; per head the decay of S, the prediction Sᵀk, the "
+                   "correction β(v − Sᵀk), the rank-1 write and the read Sᵀq); not included in the forward FLOPs, "
+                   "which count projections and attention. The chunked form a prompt runs does more work per token."),
         ]
     mixers = " and ".join(dict.fromkeys(m for m, _ in groups))
     out.append(Figure("recurrent_state_bytes", f"Fixed state of all {mixers} layers (bytes per sequence)", fixed,

@@ -33,6 +33,7 @@ from explorer.model.components.base import (
     run_child,
     v,
 )
+from explorer.model.components.check_words import NO_ROTARY, OWN_ANGLES, covered, given_mask
 from explorer.model.components.linear import linear
 from explorer.model.components.norms import GAIN_SUBSCRIPT, Gain, NormOptions, apply_norm, rmsnorm
 from explorer.model.components.rope import RopeOptions, reference_rotary, rope, rotate
@@ -285,22 +286,37 @@ def reference_mask(comp: Component, M: torch.Tensor) -> torch.Tensor:
     return M
 
 
-def _mask_for(ref, comp: Component, M: torch.Tensor) -> torch.Tensor:
+def _mask_for(ref, comp: Component, M: torch.Tensor) -> tuple[torch.Tensor, str]:
     """Where the reference layer knows its own window (Gemma 3's sliding_window, None on global layers), mask as its
-    model would from its own config, so a window our spec leaves out (or adds) shows; otherwise from our spec."""
+    model would from its own config, so a window our spec leaves out (or adds) shows; otherwise from our spec. Returns
+    the mask and whose window it carries, for the check line."""
     attn = getattr(ref, "self_attn", ref)
     if hasattr(attn, "sliding_window"):
-        return window_mask(M, attn.sliding_window)
-    return reference_mask(comp, M)
+        window = attn.sliding_window
+        return window_mask(M, window), f"windowed by the reference layer's own sliding_window, {window}" if window \
+            else ""
+    masked = reference_mask(comp, M)
+    window = _spec_window(comp)
+    return masked, f"windowed by our spec's window, {window}" if window else ""
+
+
+def _spec_window(comp: Component) -> int | None:
+    for c in _walk(comp):
+        if c.program == "scores":
+            return options(c, ScoresOptions).window
+    return None
 
 
 @reference_call("attention")
 @reference_call("mla")
 @reference_call("block")
 def call_with_rotary(comp: Component, ref, model, inputs, run: Run, ours: torch.Tensor):
-    """Attention and blocks take the rotary cos/sin (where they rotate) and the mask their model would pass."""
+    """Attention and blocks take the rotary cos/sin (where they rotate) and the mask their model would pass: the
+    mask is the one our program built (windowed as the reference layer says where it says), the angles the
+    reference's own rotary module's."""
     x, M = inputs[0], inputs[-1]
-    kwargs = {"attention_mask": _mask_for(ref, comp, M)[None, None]}
+    mask, window = _mask_for(ref, comp, M)
+    kwargs = {"attention_mask": mask[None, None]}
     ropes = [c for c in _walk(comp) if c.program == "rope"]
     if ropes:
         T_ = x.shape[1]
@@ -311,7 +327,8 @@ def call_with_rotary(comp: Component, ref, model, inputs, run: Run, ours: torch.
         kwargs["position_embeddings"] = reference_rotary(rotary, rope_o, x,
                                                          torch.arange(T_)[None].expand(x.shape[0], T_))
     out = ref(hidden_states=x, **kwargs) if comp.program != "block" else ref(x, **kwargs)
-    return ours, out[0] if isinstance(out, tuple) else out, "rotary angles from our program" if ropes else ""
+    return (ours, out[0] if isinstance(out, tuple) else out,
+            covered(given_mask(window), OWN_ANGLES if ropes else NO_ROTARY))
 
 
 def _walk(comp: Component):

@@ -128,7 +128,8 @@ def call_clamped_experts(comp: Component, ref, model, inputs, run: Run, ours: to
     tokens, E = x.shape[0] * x.shape[1], G.shape[-1]
     indices = torch.arange(E).expand(tokens, E)
     theirs = ref(x.reshape(tokens, -1), indices, G.reshape(tokens, E))
-    return ours.reshape(tokens, -1), theirs, f"all {E} experts weighted by the same random gates, {tokens} tokens"
+    return ours.reshape(tokens, -1), theirs, (f"all {E} experts weighted by the same random gates, {tokens} tokens "
+                                              "(routing not used: the gates our program drew, handed to the reference)")
 
 
 # ----------------------------------------------------------------------------------------------- the MoE

@@ -50,6 +50,7 @@ from explorer.model.components.base import (
     v,
 )
 from explorer.model.components.blocks import run_block
+from explorer.model.components.decode_check import decode_comparison, decode_detail, reference_decode
 from explorer.model.components.linear import linear
 from explorer.model.components.serving import LayerKind, StatePart, layer_memory
 from explorer.spec.types import Citation, Component, Dim, IndexRange, Port, Shape, Step
@@ -92,6 +93,21 @@ class DeltaNetOptions:
         them (LinearAttentionLayer keeps conv_kernel_size columns; the next step's convolution reads kernel − 1 of
         them beside the new input). Mamba-2's conv state is counted the same way."""
         return self.conv_dim * self.conv_kernel
+
+    @property
+    def update_terms(self) -> tuple[tuple[str, int], ...]:
+        """Multiply-adds of the one-token state update (recurrent_step, conv_step), term by term, for one layer and
+        one token: the convolution over its window, then per value head the decay of S, the prediction Sᵀk, the
+        correction β(v − Sᵀk), the rank-1 write k ⊗ correction and the read Sᵀq. KDA's decay is per key channel
+        (a row of S each) and DeltaNet's per head: d_k × d_v multiplies either way."""
+        S = self.state_elements
+        return (("conv window", self.conv_elements), ("decay", S), ("Sᵀk", S),
+                ("correction", self.value_dim), ("rank-1 write", S), ("Sᵀq", S))
+
+    @property
+    def update_flops(self) -> int:
+        """2 FLOPs per multiply-add of `update_terms`, beside the projections (as Mamba-2's update is counted)."""
+        return 2 * sum(n for _, n in self.update_terms)
 
     @property
     def key_dim(self) -> int:
@@ -444,8 +460,9 @@ def run_gated_deltanet(comp: Component, run: Run, x: torch.Tensor, *_rest: torch
     o = options(comp, DeltaNetOptions)
     c, z, g, beta = mixer_inputs(comp, run, x)
     out, _ = chunked_form(comp, o, run, c, g, beta)
-    rec_out, S, _ = recurrent_form(o, run, c, g, beta)
+    rec_out, S, conv_state = recurrent_form(o, run, c, g, beta)
     run.rec("state", S)
+    run.rec("_conv_state", conv_state)
     run.rec("readout", rec_out)
     run.rec("_recurrent", gated_output(comp, run.child(prefix="_recurrent-"), o, rec_out, z))
     return [gated_output(comp, run, o, out, z)]
@@ -470,13 +487,23 @@ def run_gated_rmsnorm(comp: Component, run: Run, o_: torch.Tensor, z: torch.Tens
 
 @reference_call("gated_deltanet")
 def call_gated_deltanet(comp: Component, ref, model, inputs, run: Run, ours: torch.Tensor):
-    """The reference layer over the sequence (no cache: its chunked path); our chunked and recurrent forms both
-    compared with it."""
+    """Our chunked and recurrent forms against the reference layer called without a cache (its chunked path), and
+    the recurrent form's outputs and final states against the reference decoding through its own cache."""
     x = inputs[0]
     theirs = ref(hidden_states=x)
+    return recurrent_comparison(ref, model, x, run, ours, theirs)
+
+
+def recurrent_comparison(ref, model, x: torch.Tensor, run: Run, ours: torch.Tensor, theirs: torch.Tensor):
+    """(ours, theirs, detail) of a delta-rule layer: prefill outputs, then the decode path (decode_check.py)."""
     recurrent = run.recorded[run.prefix + "_recurrent"]
-    return (torch.stack([ours, recurrent]), torch.stack([theirs, theirs]),
-            "chunked and recurrent forms, each against the reference layer")
+    decoded = reference_decode(ref, model, x)
+    ours_dec, theirs_dec = decode_comparison(recurrent, run.recorded[run.prefix + "state"],
+                                             run.recorded[run.prefix + "_conv_state"], decoded)
+    return (torch.cat([ours.float().flatten(), recurrent.float().flatten(), ours_dec]),
+            torch.cat([theirs.float().flatten(), theirs.float().flatten(), theirs_dec]),
+            "our chunked and recurrent forms, computed by our program from the layer input, each against the "
+            "reference layer called without a cache; " + decode_detail(decoded, x.shape[1]))
 
 
 @reference_call("gated_rmsnorm")
@@ -520,4 +547,7 @@ def deltanet_memory(comp: Component, values: Mapping[str, Any]) -> tuple[LayerKi
     conv = StatePart("conv state", o.conv_elements, o.conv_dtype, o.conv_bytes,
                      "(2 × linear_num_key_heads × linear_key_head_dim + linear_num_value_heads × "
                      "linear_value_head_dim) × linear_conv_kernel_dim")
-    return (LayerKind(0, f"{state.formula} + {conv.formula}", state=(state, conv)),)
+    flops = (f"2 × ({conv.formula} + 4 × {state.formula} + linear_num_value_heads × linear_value_head_dim) "
+             "(conv window, decay, Sᵀk, rank-1 write, Sᵀq, correction)")
+    return (LayerKind(0, f"{state.formula} + {conv.formula}", state=(state, conv), update_flops=o.update_flops,
+                      update_formula=flops),)

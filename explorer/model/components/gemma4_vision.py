@@ -25,6 +25,7 @@ else:  # imported on first use: a build whose torch stages are cached never need
     from explorer.torch_on_first_use import F, torch
 
 from explorer.model.components.base import B, Ctx, Run, fmt_eps, options, program, reference_call, relative_module
+from explorer.model.components.check_words import NO_MASK, OWN_ANGLES, covered
 from explorer.model.components.l2_qk_norm import unit_rms
 from explorer.model.components.mlp import activation
 from explorer.spec.storage import Dense
@@ -288,7 +289,7 @@ def call_vision_block(comp: Component, ref, model, inputs, run: Run, ours: torch
     pos = grid_positions(z.shape[1], options(comp, Gemma4VisionOptions).grid_width)[None].expand(z.shape[0], -1, -1)
     rotary = model.model.vision_tower.encoder.rotary_emb
     return ours, ref(z, position_embeddings=rotary(z, pos), attention_mask=None, position_ids=pos), \
-        "a patch grid, no mask: bidirectional"
+        covered("a patch grid, its positions from our program", NO_MASK, OWN_ANGLES)
 
 
 @reference_call("gemma4_vision_tower")

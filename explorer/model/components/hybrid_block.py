@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     import torch
 
 from explorer.model.components.base import Ctx, Run, program, reference_call, run_child
+from explorer.model.components.check_words import given_mask
 from explorer.spec.types import Citation, Component, Port, Step
 
 TAKES_MASK = ("nope_attention",)
@@ -58,5 +59,5 @@ def run_mixer_block(comp: Component, run: Run, x: torch.Tensor, *rest: torch.Ten
 def call_mixer_block(comp: Component, ref, model, inputs, run: Run, ours: torch.Tensor):
     x = inputs[0]
     if comp.children[1].program in TAKES_MASK:
-        return ours, ref(x, attention_mask=inputs[-1][None, None]), "causal mask passed"
+        return ours, ref(x, attention_mask=inputs[-1][None, None]), given_mask()
     return ours, ref(x), ""

@@ -53,7 +53,13 @@ from explorer.model.components.base import (
     run_child,
     v,
 )
-from explorer.model.components.gated_deltanet import DeltaNetOptions, conv_component, conv_step, l2_normalise
+from explorer.model.components.gated_deltanet import (
+    DeltaNetOptions,
+    conv_component,
+    conv_step,
+    l2_normalise,
+    recurrent_comparison,
+)
 from explorer.model.components.linear import linear
 from explorer.model.components.serving import LayerKind, StatePart, layer_memory
 from explorer.spec.types import Citation, Component, Dim, IndexRange, Port, Shape, Step
@@ -316,7 +322,8 @@ def prepare_qk(o: KDAOptions, q_: torch.Tensor, k_: torch.Tensor) -> tuple[torch
 
 
 def recurrent_form(o: KDAOptions, run: Run, c: torch.Tensor, g: torch.Tensor, beta: torch.Tensor):
-    """Decoding, one token at a time from zero conv and recurrent states: o [B, T, H, d_v] and the final state."""
+    """Decoding, one token at a time from zero conv and recurrent states: o [B, T, H, d_v], the final recurrent
+    state and the final conv state (the last K − 1 inputs)."""
     w = run.w("conv1d.weight")[:, 0]                                                    # [C, K]
     conv_state = torch.zeros(c.shape[0], c.shape[2], o.conv_kernel - 1, device=c.device, dtype=c.dtype)
     S = torch.zeros(c.shape[0], o.v_heads, o.d_k, o.d_v, device=c.device)
@@ -327,7 +334,7 @@ def recurrent_form(o: KDAOptions, run: Run, c: torch.Tensor, g: torch.Tensor, be
         qn, kn = prepare_qk(o, q_, k_)
         S, o_t = recurrent_step(S, qn[:, 0], kn[:, 0], v_[:, 0].float(), g[:, t], beta[:, t].float())
         outs.append(o_t)
-    return torch.stack(outs, dim=1).to(c.dtype), S
+    return torch.stack(outs, dim=1).to(c.dtype), S, conv_state
 
 
 def gated_output(comp: Component, run: Run, o: KDAOptions, out: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
@@ -354,8 +361,9 @@ def run_kda(comp: Component, run: Run, x: torch.Tensor, *_rest: torch.Tensor) ->
     S0 = torch.zeros(x.shape[0], o.v_heads, o.d_k, o.d_v, device=x.device)
     out, _ = chunked_kda(qn, kn, v_.float(), g, beta.float(), S0, o.chunk)
     run.rec("chunk-out", run.rec("chunked", out.to(x.dtype)))
-    rec_out, S = recurrent_form(o, run, c, g, beta)
+    rec_out, S, conv_state = recurrent_form(o, run, c, g, beta)
     run.rec("state", S)
+    run.rec("_conv_state", conv_state)
     run.rec("readout", rec_out)
     run.rec("_recurrent", gated_output(comp, run.child(prefix="_recurrent-"), o, rec_out, x))
     return [gated_output(comp, run, o, out.to(x.dtype), x)]
@@ -381,12 +389,9 @@ def run_sigmoid_gated_rmsnorm(comp: Component, run: Run, o_: torch.Tensor, gate:
 
 @reference_call("kda")
 def call_kda(comp: Component, ref, model, inputs, run: Run, ours: torch.Tensor):
-    """The reference layer over the sequence without a cache (its chunked path); our chunked and recurrent forms
-    both compared with it."""
-    theirs = ref(hidden_states=inputs[0])
-    recurrent = run.recorded[run.prefix + "_recurrent"]
-    return (torch.stack([ours, recurrent]), torch.stack([theirs, theirs]),
-            "chunked and recurrent forms, each against the reference layer")
+    """As Gated DeltaNet's: both forms against the reference without a cache, then the decode path against the
+    reference's own cache (outputs and final states)."""
+    return recurrent_comparison(ref, model, inputs[0], run, ours, ref(hidden_states=inputs[0]))
 
 
 @reference_call("kda_forget_gate")
@@ -413,7 +418,10 @@ def kda_memory(comp: Component, values: Mapping[str, Any]) -> tuple[LayerKind, .
                       "linear_num_heads × linear_head_dim × linear_head_dim")
     conv = StatePart("conv state", o.conv_elements, o.conv_dtype, o.conv_bytes,
                      "3 × linear_num_heads × linear_head_dim × linear_conv_kernel_dim")
-    return (LayerKind(0, f"{state.formula} + {conv.formula}", state=(state, conv)),)
+    flops = (f"2 × ({conv.formula} + 4 × {state.formula} + linear_num_heads × linear_head_dim) "
+             "(conv window, decay per key channel, Sᵀk, rank-1 write, Sᵀq, correction)")
+    return (LayerKind(0, f"{state.formula} + {conv.formula}", state=(state, conv), update_flops=o.update_flops,
+                      update_formula=flops),)
 
 
 __all__ = ["KDAOptions", "kda", "chunked_kda", "recurrent_kda", "channel_log_decay"]

@@ -56,6 +56,7 @@ from explorer.model.components.base import (
     run_child,
     v,
 )
+from explorer.model.components.check_words import OWN_ANGLES, covered, given_mask
 from explorer.model.components.linear import linear
 from explorer.model.components.norms import GAIN_SUBSCRIPT, NormOptions, apply_norm, rmsnorm
 from explorer.model.components.rope import RopeOptions, reference_rotary, rope, rotate
@@ -519,12 +520,29 @@ def reference_mask(attn, M: torch.Tensor) -> torch.Tensor:
     """The mask the reference model hands this layer, from the reference's own config: a sliding window where the
     layer has one, a chunk where its config names the layer chunked_attention, else causal. So a window or chunk our
     spec leaves out (or adds) shows in the check."""
+    return mask(M, _reference_mask_options(attn))
+
+
+def _reference_mask_options(attn) -> MaskOptions:
     config, layer = getattr(attn, "config", None), getattr(attn, "layer_idx", None)
     window = getattr(attn, "sliding_window", None)
     types = getattr(config, "layer_types", None)
     chunk = (getattr(config, "attention_chunk_size", None)
              if types is not None and layer is not None and types[layer] == "chunked_attention" else None)
-    return mask(M, MaskOptions(window, chunk))
+    return MaskOptions(window, chunk)
+
+
+def layer_words(comp: Component, attn) -> str:
+    """The check line's words: our mask as the reference's config windows or chunks it, each side's own angles
+    where the layer rotates (a NoPE layer is handed the angles and does not use them)."""
+    m = _reference_mask_options(attn)
+    how = (f"windowed by the reference layer's own sliding_window, {m.window}" if m.window else
+           f"chunked by the reference config's attention_chunk_size, {m.chunk}" if m.chunk else "")
+    return covered(given_mask(how), OWN_ANGLES if _rotates(comp) else "no rotation: the layer uses no rotary angles")
+
+
+def _rotates(comp: Component) -> bool:
+    return comp.program == "rope" or any(_rotates(c) for c in comp.children)
 
 
 def reference_angles(model, attn, x: torch.Tensor):
@@ -550,14 +568,14 @@ def _call(ref, attn, model, x: torch.Tensor, M: torch.Tensor):
 def call_layer_attention(comp: Component, ref, model, inputs, run: Run, ours: torch.Tensor):
     """The reference attention with the rotary output and the mask its model would pass it."""
     x, _, M = inputs
-    return ours, _call(ref, ref, model, x, M), "rotary angles and mask from the reference model"
+    return ours, _call(ref, ref, model, x, M), layer_words(comp, ref)
 
 
 @reference_call("layer_block")
 def call_layer_block(comp: Component, ref, model, inputs, run: Run, ours: torch.Tensor):
     """The reference decoder layer with the rotary output and the mask its model would pass it."""
     x, _, M = inputs
-    return ours, _call(ref, ref.self_attn, model, x, M), "rotary angles and mask from the reference model"
+    return ours, _call(ref, ref.self_attn, model, x, M), layer_words(comp, ref.self_attn)
 
 
 reference_call("shaped_attention")(call_with_rotary)  # MiniMax-M2 and MiMo-V2-Flash take cos/sin and their model's mask

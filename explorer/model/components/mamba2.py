@@ -31,6 +31,7 @@ else:  # imported on first use: a build whose torch stages are cached never need
     from explorer.torch_on_first_use import F, torch
 
 from explorer.model.components.base import B, Ctx, Run, fmt_eps, fmt_num, options, program, reference_call, run_child
+from explorer.model.components.decode_check import decode_comparison, decode_detail, reference_decode
 from explorer.model.components.linear import linear
 from explorer.model.components.serving import LayerKind, StatePart, layer_memory
 from explorer.spec.types import Citation, Component, Dim, IndexRange, Port, Shape, Step, TensorSpec
@@ -377,6 +378,22 @@ def mamba2_recurrent(o: Mamba2Options, weights: dict[str, torch.Tensor], x: torc
         y_hat = gate_and_norm(o, y, z, weights["norm.weight"])
         outs.append(F.linear(y_hat, weights["out_proj.weight"], weights.get("out_proj.bias")))
     return torch.stack(outs, dim=1), conv_state, S
+
+
+@reference_call("mamba2")
+def call_mamba2(comp: Component, ref, model, inputs, run: Run, ours: torch.Tensor):
+    """Our chunked program against the reference mixer called without a cache; then our whole mixer one token at a
+    time (mamba2_recurrent, its conv window and SSM state carried from zero) against the reference decoding through
+    its own cache: per-position outputs and the final SSM and conv states."""
+    (x,) = inputs
+    theirs = ref(x)
+    weights = {name.removeprefix(run.module): w for name, w in run.weights.items() if name.startswith(run.module)}
+    recurrent, conv_state, S = mamba2_recurrent(options(comp, Mamba2Options), weights, x)
+    decoded = reference_decode(ref, model, x)
+    ours_dec, theirs_dec = decode_comparison(recurrent, S, conv_state, decoded)
+    return (torch.cat([ours.float().flatten(), ours_dec]), torch.cat([theirs.float().flatten(), theirs_dec]),
+            "our chunked program, computed from the mixer input, against the reference mixer called without a cache; "
+            + decode_detail(decoded, x.shape[1]))
 
 
 @reference_call("mamba_causal_conv")

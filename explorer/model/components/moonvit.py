@@ -39,6 +39,7 @@ from explorer.model.components.base import (
     relative_module,
     run_child,
 )
+from explorer.model.components.check_words import OWN_ANGLES, covered
 from explorer.model.components.linear import linear
 from explorer.model.components.mlp import tower_mlp
 from explorer.model.components.norms import layernorm
@@ -387,7 +388,7 @@ def call_attention(comp: Component, ref, model, inputs, run: Run, ours: torch.Te
     (x,) = inputs
     g = options(comp, MoonViTOptions).grid
     return ours, ref(x, cu_seqlens=_cu_seqlens(g), position_embeddings=_reference_rotary(model, g, x)), \
-        "one image: attention over all its patches"
+        covered("one image: attention over all its patches", OWN_ANGLES)
 
 
 reference_call("moonvit_block")(call_attention)

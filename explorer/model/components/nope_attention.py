@@ -27,6 +27,7 @@ from explorer.model.components.base import (
     run_child,
     v,
 )
+from explorer.model.components.check_words import NO_ROTARY, covered, given_mask
 from explorer.model.components.linear import linear
 from explorer.model.components.serving import layer_memory
 from explorer.spec.types import Citation, Component, Dim, IndexRange, Port, Step
@@ -94,7 +95,7 @@ def run_nope_attention(comp: Component, run: Run, x: torch.Tensor, M: torch.Tens
 def call_nope_attention(comp: Component, ref, model, inputs, run: Run, ours: torch.Tensor):
     x, M = inputs
     out = ref(hidden_states=x, attention_mask=M[None, None])
-    return ours, out[0], "causal mask only; no rotary embedding passed"
+    return ours, out[0], covered(given_mask(), NO_ROTARY)
 
 
 layer_memory("nope_attention")(plain_memory)  # K and V of each key/value head, as plain attention caches them

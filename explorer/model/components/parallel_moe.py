@@ -141,7 +141,8 @@ def call_halves_experts(comp: Component, ref, model, inputs, run: Run, ours: tor
     x, G = inputs
     tokens, E = x.shape[0] * x.shape[1], G.shape[-1]
     theirs = ref(x.reshape(tokens, -1), torch.arange(E).expand(tokens, E), G.reshape(tokens, E))
-    return ours.reshape(tokens, -1), theirs, f"all {E} experts weighted by the same random gates, {tokens} tokens"
+    return ours.reshape(tokens, -1), theirs, (f"all {E} experts weighted by the same random gates, {tokens} tokens "
+                                              "(routing not used: the gates our program drew, handed to the reference)")
 
 
 # -------------------------------------------------------------------------------------- the two branches

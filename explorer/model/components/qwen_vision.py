@@ -33,6 +33,7 @@ from explorer.model.components.base import (
     relative_module,
     run_child,
 )
+from explorer.model.components.check_words import GIVEN_ANGLES, covered
 from explorer.model.components.linear import linear
 from explorer.model.components.mlp import tower_mlp
 from explorer.model.components.norms import layernorm
@@ -326,7 +327,8 @@ def call_vision_layer(comp: Component, ref, model, inputs, run: Run, ours: torch
     (x,) = inputs
     o = options(comp, VisionOptions)
     cu = torch.tensor([0, x.shape[0]], dtype=torch.int32)
-    return ours, ref(x, cu_seqlens=cu, position_embeddings=_reference_rotary(o, x)), "rotary angles from our program"
+    return ours, ref(x, cu_seqlens=cu, position_embeddings=_reference_rotary(o, x)), covered(
+        "one image, its patch bounds (cu_seqlens) from our grid", GIVEN_ANGLES)
 
 
 @reference_call("qwen_vision_tower")

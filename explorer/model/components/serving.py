@@ -62,6 +62,8 @@ class LayerKind:
     """The fixed state of a recurrent layer."""
     update_flops: int = 0
     """2 × multiply-adds per token of a recurrent layer's one-token state update, beside its projections."""
+    update_formula: str = ""
+    """`update_flops` in config keys, with the terms it counts (empty where the figure states its own)."""
     note: str = ""
     """What the cache is made of, where it has parts."""
     by_kind: bool = False

@@ -148,7 +148,8 @@ def call_input_gated_experts(comp: Component, ref, model, inputs, run: Run, ours
     tokens = x.reshape(-1, d)
     routed_in = (G.reshape(-1, E).transpose(0, 1)[..., None] * tokens[None]).reshape(-1, d)  # [E·tokens, d]
     theirs = ref(routed_in).view(E, -1, d).sum(dim=0)
-    return ours.reshape(-1, d), theirs, f"all {E} experts on inputs scaled by the same random gates"
+    return ours.reshape(-1, d), theirs, (f"all {E} experts on inputs scaled by the same random gates (routing not used: the "
+                                         "gates our program drew, handed to the reference)")
 
 
 # ----------------------------------------------------------------------------------------------- the MoE
