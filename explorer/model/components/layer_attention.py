@@ -38,6 +38,7 @@ from explorer.model.components.attention import (
     ScoresOptions,
     attention_title,
     call_with_rotary,
+    headline_steps,
     per_head_qk_norms,
     repeat_kv_heads,
     window_mask,
@@ -181,12 +182,12 @@ def layer_attention(ctx: Ctx, *, prefix: str, ranges: tuple[IndexRange, ...], x:
     angles = rope_c.outputs[0] if rope_c is not None else Port(ctx_colour("R"), Shape((Dim("positions", symbol="T"),
                                                                                       Dim("pairs", 0))), "R")
     scores_c = next(c for c in children if c.key == "scores")
+    steps = _steps(ctx, o, children, dims)
     return Component(
         key="attn", title=title or _title(o), kind="learned", code=code or f"{ctx.reference.prefix}Attention(config, "
         "layer_idx)", description=_describe_shaped(o, rope_options) if shaped else _describe(o),
         inputs=(x, angles, scores_c.inputs[3]), outputs=(Port(r"\Delta_{\mathrm{attn}}", x.shape, "delta_attn"),),
-        equations=(Step(r"\Delta_{\mathrm{attn}}=\operatorname{Attention}(x_{\mathrm{attn}})", x.shape, "attention"),),
-        steps=_steps(ctx, o, children, dims), children=tuple(children),
+        equations=headline_steps(steps), steps=steps, children=tuple(children),
         citations=citations + ((keys_as_values.CITATION,) if o.keys_as_values else ())
         + ((chunked.MASK_CITATION,) if o.chunk else ()),
         program=o.part, options=o, extras=_extras(o),
