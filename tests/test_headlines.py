@@ -74,3 +74,38 @@ def test_the_headline_shows_what_sets_the_attention_apart(specs, slug, path, nam
     assert names <= {s.name for s in comp.equations}
     if "window" in names:  # MiMo's sliding layers: the softmax shown is the one with the sink logits κ_h
         assert r"\kappa_h" in next(s.latex for s in comp.equations if s.name == "softmax")
+
+
+def unbalanced_steps(spec: ModelSpec) -> list[str]:
+    """Each step whose LaTeX opens and closes a different number of groups (a stray "}" shows on the page)."""
+    out = []
+    for ancestors, comp in walk(spec.root):
+        for s in comp.steps + comp.equations:
+            bare = s.latex.replace(r"\{", "").replace(r"\}", "")
+            depth, low = 0, 0
+            for ch in bare:
+                depth += {"{": 1, "}": -1}.get(ch, 0)
+                low = min(low, depth)
+            if depth or low:
+                out.append(f"{spec.slug} › {path_key(ancestors, comp)} › {s.name}")
+    return out
+
+
+def test_every_step_balances_its_braces(specs):
+    """Issue 36: the hash router's selection step ended "(6 experts per token id}})" on 8 pages."""
+    assert [p for spec in specs.values() for p in unbalanced_steps(spec)] == []
+
+
+def test_a_stray_brace_is_named(specs):
+    spec = specs["deepseek-v4-flash"]
+    router = next(c for _, c in walk(spec.root) if c.program == "hash_router")
+    bad = tuple(dataclasses.replace(s, latex=s.latex + "}") if s.name == "select" else s for s in router.steps)
+    planted = dataclasses.replace(spec, root=dataclasses.replace(router, steps=bad, children=()))
+    assert unbalanced_steps(planted) == ["deepseek-v4-flash › model › select"] or \
+        any(p.endswith("› select") for p in unbalanced_steps(planted))
+
+
+def test_partial_rotary_says_how_many_features_turn(specs):
+    comp = dict(attentions(specs["minimax-m2.5"]))["blocks.moe.attn"]
+    rotate = next(s for s in comp.steps if s.name == "q-rotate")
+    assert r"\text{(64 of 128 features rotate)}" in rotate.latex and rotate in comp.equations
