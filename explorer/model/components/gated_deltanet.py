@@ -335,11 +335,11 @@ def gated_deltanet(ctx: Ctx, *, prefix: str, ranges: tuple[IndexRange, ...], x: 
     if o.groups > 1:
         steps.append(Step(repeat, ctx.tokens(vh, dk), "repeat"))
     steps += [
-        Step(r"\text{Recurrent form (one token at a time, as decoding runs it):}", heading=True, name="recurrent-form"),
+        Step(r"\text{Recurrent form (decoding):}", heading=True, name="recurrent-form"),
         Step(rf"{S}_t=\alpha_t\left(\mathbf{{I}}-\beta_t {kn}_t {kn}_t^{{\top}}\right){S}_{{t-1}}+\beta_t {kn}_t {v('v')}_t^{{\top}},"
              rf"\quad {S}_t\in\mathbb{{R}}^{{{o.d_k}\times{o.d_v}}}\ \text{{per value head}}", state, "state"),
         Step(rf"{ctx_colour('o')}_t={S}_t^{{\top}}{qn}_t", ctx.tokens(vh, dv), "readout"),
-        Step(r"\text{Chunked form (a whole sequence; the same outputs):}", heading=True, name="chunked-form"),
+        Step(r"\text{Chunked form (prefill), same outputs:}", heading=True, name="chunked-form"),
         # a chunk is entered with the state S_0 the previous chunk left (zero before the first); its writes U are
         # what each position adds once the chunk's earlier positions and S_0 are subtracted
         Step(rf"\text{{in each chunk of }}{o.chunk}\text{{, entered with }}{S}_0:\ \Gamma_{{ij}}=\textstyle\prod_{{j<s\le i}}"

@@ -165,11 +165,11 @@ def ssd(ctx: Ctx, *, prefix: str, ranges: tuple[IndexRange, ...], xi: Port, delt
         Step(rf"\nu_t=\max\!\big(\operatorname{{softplus}}(\delta_t+b_{{\nu}}),\ {fmt_num(o.dt_min)}\big)\ \ "
              r"\text{(a sequence; the reference's one-token path: no clamp)}", ctx.tokens(heads), "dt"),
         Step(r"\bar a_t=\exp\!\big(-\nu_t\,e^{A_{\log}}\big)", ctx.tokens(heads), "decay"),
-        Step(r"\text{Recurrent form (one token at a time, as decoding runs it):}", heading=True, name="recurrent-form"),
+        Step(r"\text{Recurrent form (decoding):}", heading=True, name="recurrent-form"),
         Step(r"S_t=\bar a_t\,S_{t-1}+\nu_t\,x_t B_t^{\top},\quad S_0=0", Shape((B, heads, head_dim, state)),
              "state"),
         Step(r"y_t=S_t C_t", hp, "read"),
-        Step(r"\text{Chunked form (a whole sequence; the same outputs):}", heading=True, name="chunked-form"),
+        Step(r"\text{Chunked form (prefill), same outputs:}", heading=True, name="chunked-form"),
         # chunk c (positions 1..Q of it) is entered with the state S_{c-1} the previous chunk left (S_0 = 0)
         Step(rf"\text{{in chunks of {o.chunk_size}}}:\ y_{{c}}=\big(C_cB_c^{{\top}}\odot L_c\big)(\nu_c\odot x_c)"
              r"+\big(C_c\odot e^{-e^{A_{\log}}\mathrm{cumsum}(\nu_c)}\big)S_{c-1},\ \ "
