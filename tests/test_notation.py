@@ -174,7 +174,7 @@ def test_an_unregistered_symbol_fails():
     mlp = next(c for _, c in walk(spec_of("kimi-k2").root) if c.program == "gated_mlp")
     product = next(s for s in mlp.steps if s.name == "product")
     assert unregistered(mlp) == []
-    assert unregistered(_with_step(mlp, "product", product.latex.replace("m=", r"\nu="))) == [r"\nu"]
+    assert unregistered(_with_step(mlp, "product", product.latex.replace("m=", r"\upsilon="))) == [r"\upsilon"]
 
 
 def test_an_index_letter_used_as_a_tensor_fails():

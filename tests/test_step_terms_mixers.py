@@ -275,7 +275,7 @@ def test_deltanet_without_its_query_scale_chunk_split_or_eps_fails():
     attn = comp_of("qwen3.5-27b", "blocks.linear.attn")
     assert unshown_terms(attn) == []
     assert reported(with_step(attn, "l2norm", r"\sqrt{128}\,", ""), "d_k")
-    assert reported(with_step(attn, "chunked", "chunk of }64", "chunk of }32"), "chunk")
+    assert reported(with_step(attn, "chunk-writes", "chunk of }64", "chunk of }32"), "chunk")
     assert reported(with_step(attn, "split", "2048+2048+6144", "2048+2048+4096"), "v_heads")
     assert reported(with_step(attn, "repeat", r"\lceil h/3\rceil", r"\lceil h/2\rceil"), "v_heads")
     norm = comp_of("qwen3.5-27b", "blocks.linear.attn.norm")

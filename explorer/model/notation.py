@@ -245,7 +245,7 @@ SYMBOLS: tuple[Symbol, ...] = (
     _s(r"c^{\alpha}", "computed", "KDA: the forget gate's low-rank latent (d_k wide)", _REC),
     _s(r"c^{g}", "computed", "KDA: the output gate's low-rank latent (d_k wide)", _REC),
     _s(r"\delta", "computed", "Mamba-2: the raw step size", _REC),
-    _s(r"\Delta", "computed", "Mamba-2: the step size Δ_t, softplus of δ_t plus a bias", _REC),
+    _s(r"\nu", "computed", "Mamba-2: the step size ν_t (the papers' Δ), softplus of δ_t plus a bias", _REC),
     _s(r"B", "computed", "Mamba-2: the write vector B_t", _REC),
     _s(r"\bar a", "computed", "Mamba-2: the per-step decay", _REC),
     _s(r"y", "computed", "Mamba-2: the read-out y_t", _REC),

@@ -225,10 +225,33 @@ def attention(ctx: Ctx, *, prefix: str, ranges: tuple[IndexRange, ...], x: Port,
                     f"{' with a sliding window of ' + format(so.window, ',') + ' positions' if so.window else ''}.",
         inputs=(x, Port(ctx_colour("R"), children[-3].outputs[0].shape, "R"), children[-2].inputs[3]),
         outputs=(Port(r"\Delta_{\mathrm{attn}}", x.shape, "delta_attn"),),
-        equations=(Step(r"\Delta_{\mathrm{attn}}=\operatorname{Attention}(x_{\mathrm{attn}})", x.shape, "attention"),),
-        steps=steps, children=tuple(children), citations=citations, program="attention",
+        equations=headline_steps(steps), steps=steps, children=tuple(children), citations=citations,
+        program="attention",
         options=AttentionOptions(n, kvh, hd, norm_opts),
     )
+
+
+# The steps that set an attention apart from the plain one (a mask other than causal, norms on q, k or v, values
+# made from the keys, a scaled value, a position temperature); a page's headline shows these and the softmax.
+DISTINCTIVE_STEPS = ("values", "v-scale", "q_norm", "k_norm", "v_norm", "temperature", "q-l2", "k-l2", "chunk",
+                     "window")
+# A plain attention has none of those: its headline is the head sharing, the softmax and the output projection
+# that assembles the heads' outputs O_h.
+PLAIN_HEADLINE = ("repeat", "softmax", "context", "o_proj", "c_proj")
+
+
+def headline_steps(steps: tuple[Step, ...], distinctive: tuple[str, ...] = DISTINCTIVE_STEPS) -> tuple[Step, ...]:
+    """The equations a page shows before "All N steps": the component's distinctive steps and its softmax, or the
+    plain attention's head sharing, softmax, context and output projection where nothing else sets it apart."""
+    named = [s for s in steps if not s.heading and s.name]
+    if any(s.name in distinctive for s in named):
+        return _first_of_each([s for s in named if s.name in distinctive or s.name == "softmax"])
+    return _first_of_each([s for s in named if s.name in PLAIN_HEADLINE])
+
+
+def _first_of_each(steps: list[Step]) -> tuple[Step, ...]:
+    seen: set[str | None] = set()
+    return tuple(s for s in steps if not (s.name in seen or seen.add(s.name)))
 
 
 def attention_title(heads: int, kv_heads: int) -> str:

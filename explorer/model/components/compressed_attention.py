@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 else:  # imported on first use: a build whose torch stages are cached never needs it
     from explorer.torch_on_first_use import F, torch
 
-from explorer.model.components.attention import window_mask
+from explorer.model.components.attention import headline_steps, window_mask
 from explorer.model.components.base import (
     B,
     Ctx,
@@ -437,9 +437,7 @@ def v4_attention(ctx: Ctx, *, prefix: str, ranges: tuple[IndexRange, ...], x: Po
                     f"{o.window} positions{extra}; a learned sink per head; the output goes through {o.o_groups} "
                     f"grouped low-rank projections.",
         inputs=(x, Port("M", Shape((T, T)), "mask")), outputs=(Port(r"\Delta_{\mathrm{attn}}", x.shape, "delta_attn"),),
-        equations=(Step(
-            rf"\Delta_{{\mathrm{{attn}}}}=\operatorname{{{'SWA' if o.kind == 'sliding' else o.kind.upper()}}}"
-            r"(x_{\mathrm{attn}})", x.shape, "v4-attn"),),
+        equations=headline_steps(tuple(steps), ("keys", "c-entries", "iselect", "mask", "o-a")),
         steps=tuple(steps), children=children, citations=citations, program="v4_attention", options=o,
         extras=(("rotary base", f"{o.rope.theta:g}" + (" (YaRN)" if o.rope.kind == "yarn" else "")),
                 ("window", f"{o.window} positions")),

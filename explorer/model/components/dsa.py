@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 else:  # imported on first use: a build whose torch stages are cached never needs it
     from explorer.torch_on_first_use import F, torch
 
-from explorer.model.components.attention import KEYS, QUERIES, call_with_rotary
+from explorer.model.components.attention import KEYS, QUERIES, call_with_rotary, headline_steps
 from explorer.model.components.base import B, Ctx, Run, ctx_colour, k, options, program, q, reference_call, run_child
 from explorer.model.components.linear import linear
 from explorer.model.components.mla import MLAOptions, decode_costs, decode_form_formulas, mla, run_mla
@@ -164,8 +164,7 @@ def dsa(ctx: Ctx, *, prefix: str, ranges: tuple[IndexRange, ...], x: Port, o: ML
     n = indexer_options.topk
     return replace(
         base, title="DeepSeek Sparse Attention", children=(*children[:at], idx, *children[at:]), steps=steps,
-        equations=(Step(r"\Delta_{\mathrm{attn}}=\operatorname{MLA}(x_{\mathrm{attn}};\,M+M^{\mathrm{sel}})",
-                        x.shape, "dsa"),),
+        equations=headline_steps(steps, ("idx-scores", "idx-select", "dsa-mask")),
         program="dsa", code=f"{ctx.reference.prefix}Attention(config, layer_idx)",
         description=base.description.rstrip(".") + f"; each query attends only to the {n:,} earlier tokens the "
                     "lightning indexer ranks highest (all of them while fewer have been seen).",

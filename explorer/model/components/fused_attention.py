@@ -22,6 +22,7 @@ from explorer.model.components.attention import (
     ScoresOptions,
     attend,
     call_with_rotary,
+    headline_steps,
     plain_memory,
     scores,
 )
@@ -76,7 +77,7 @@ def fused_attention(ctx: Ctx, *, prefix: str, ranges: tuple[IndexRange, ...], x:
                     "before the heads.",
         inputs=(x, Port("M", Shape((QUERIES, KEYS)), "mask")),
         outputs=(Port(r"\Delta_{\mathrm{attn}}", x.shape, "delta_attn"),),
-        equations=(Step(r"\Delta_{\mathrm{attn}}=\operatorname{Attention}(x_{\mathrm{attn}})", x.shape, "attention"),),
+        equations=headline_steps(steps),
         steps=steps, children=(qkv, sc, out), citations=citations, notes=notes, program="fused_attention",
         options=FusedAttentionOptions(n, hd),
     )

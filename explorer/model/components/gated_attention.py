@@ -25,6 +25,7 @@ from explorer.model.components.attention import (
     ScoresOptions,
     attend,
     call_with_rotary,
+    headline_steps,
     per_head_qk_norms,
     plain_memory,
     scores,
@@ -111,8 +112,9 @@ def gated_attention(ctx: Ctx, *, prefix: str, ranges: tuple[IndexRange, ...], x:
         Step(rf"{k('K^{R}_t')}=[\operatorname{{RoPE}}({kh_}{rot},{ctx_colour('R_t')});\ {kh_}_{{t,\,{ro.dim}:}}]",
              ctx.tokens(kv_heads, d_head), "k-rotate"),
         *by["scores"].steps,
-        Step(rf"{gated_O}={ctx_colour('O')}\odot\sigma(G)", ctx.tokens(Dim("heads·d_head", n * hd)),
-             "gate"),
+        # the heads' outputs O_h are laid side by side as the gates G_h are, then gated feature by feature
+        Step(rf"{gated_O}=[{ctx_colour('O_1')};\dots;{ctx_colour(f'O_{{{n}}}')}]\odot\sigma([G_1;\dots;G_{{{n}}}])",
+             ctx.tokens(Dim("heads·d_head", n * hd)), "gate"),
         by["o_proj"].steps[0],
     )
     return Component(
@@ -123,7 +125,7 @@ def gated_attention(ctx: Ctx, *, prefix: str, ranges: tuple[IndexRange, ...], x:
                     "is multiplied by a sigmoid gate computed from the token.",
         inputs=(x, Port(ctx_colour("R"), by["rope"].outputs[0].shape, "R"), by["scores"].inputs[3]),
         outputs=(Port(r"\Delta_{\mathrm{attn}}", x.shape, "delta_attn"),),
-        equations=(steps[-2], steps[-1]), steps=steps, children=tuple(children), citations=citations,
+        equations=headline_steps(steps, ("q-rotate", "gate", "o_proj")), steps=steps, children=tuple(children), citations=citations,
         program="gated_attention", options=GatedAttentionOptions(n, kvh, hd, options(by["q_norm"], NormOptions)),
         extras=(("rotary features per head", f"{ro.dim} of {hd}"),),
         notes=("The query projection's output is laid out per head: the head's query features, then its gates.",

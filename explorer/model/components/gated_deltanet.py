@@ -351,14 +351,21 @@ def gated_deltanet(ctx: Ctx, *, prefix: str, ranges: tuple[IndexRange, ...], x: 
     if o.groups > 1:
         steps.append(Step(repeat, ctx.tokens(vh, dk), "repeat"))
     steps += [
+        Step(r"\text{Recurrent form (decoding):}", heading=True, name="recurrent-form"),
         Step(rf"{S}_t=\alpha_t\left(\mathbf{{I}}-\beta_t {kn}_t {kn}_t^{{\top}}\right){S}_{{t-1}}+\beta_t {kn}_t {v('v')}_t^{{\top}},"
              rf"\quad {S}_t\in\mathbb{{R}}^{{{o.d_k}\times{o.d_v}}}\ \text{{per value head}}", state, "state"),
         Step(rf"{ctx_colour('o')}_t={S}_t^{{\top}}{qn}_t", ctx.tokens(vh, dv), "readout"),
-        Step(rf"\Gamma_{{ij}}=\textstyle\prod_{{j<s\le i}}\alpha_s,\ \bar\alpha_i=\Gamma_{{i0}}\ \text{{in each chunk of }}"
-             rf"{o.chunk}:\quad U=(\mathbf{{I}}+\operatorname{{tril}}(\operatorname{{diag}}(\beta)(\Gamma\odot "
-             rf"{kn}{kn}^{{\top}}),-1))^{{-1}}\operatorname{{diag}}(\beta)({v('v')}-\operatorname{{diag}}(\bar\alpha){kn}{S}_0),"
-             rf"\ {ctx_colour('O')}=\operatorname{{diag}}(\bar\alpha){qn}{S}_0+\operatorname{{tril}}(\Gamma\odot{qn}{kn}"
-             rf"^{{\top}})U", ctx.tokens(vh, dv), "chunked"),
+        Step(r"\text{Chunked form (prefill), same outputs:}", heading=True, name="chunked-form"),
+        # a chunk is entered with the state S_0 the previous chunk left (zero before the first); its writes U are
+        # what each position adds once the chunk's earlier positions and S_0 are subtracted
+        Step(rf"\text{{in each chunk of }}{o.chunk}\text{{, entered with }}{S}_0:\ \Gamma_{{ij}}=\textstyle\prod_{{j<s\le i}}"
+             rf"\alpha_s,\ \bar\alpha_i=\Gamma_{{i0}},\ "
+             rf"U=(\mathbf{{I}}+\operatorname{{tril}}(\operatorname{{diag}}(\beta)(\Gamma\odot "
+             rf"{kn}{kn}^{{\top}}),-1))^{{-1}}\operatorname{{diag}}(\beta)({v('v')}-\operatorname{{diag}}(\bar\alpha){kn}{S}_0)",
+             None, "chunk-writes"),
+        Step(rf"{ctx_colour('o')}=\operatorname{{diag}}(\bar\alpha){qn}{S}_0+\operatorname{{tril}}(\Gamma\odot{qn}{kn}"
+             rf"^{{\top}})U,\quad {S}_0\leftarrow\bar\alpha_{{{o.chunk}}}{S}_0+(\operatorname{{diag}}(\bar\alpha_{{{o.chunk}}}"
+             rf"/\bar\alpha){kn})^{{\top}}U\ \text{{(the next chunk's state)}}", ctx.tokens(vh, dv), "chunked"),
         mixing[2].steps[0], mixing[3].steps[0],
     ]
     return Component(
@@ -375,7 +382,8 @@ def gated_deltanet(ctx: Ctx, *, prefix: str, ranges: tuple[IndexRange, ...], x: 
                                           "reference's cache holds it)"),
                 ("chunk (prefill)", f"{o.chunk} positions")),
         notes=("The recurrent form (one token, from the conv and recurrent states) and the chunked form (a sequence, "
-               f"{o.chunk} positions at a time) compute the same outputs; the executed check runs both.",),
+               f"{o.chunk} positions at a time, each chunk entered with the state the previous one left) are one "
+               "computation: they give the same outputs and the same final state, and the executed check runs both.",),
     )
 
 

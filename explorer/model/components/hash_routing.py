@@ -54,7 +54,7 @@ def hash_router(ctx: Ctx, *, prefix: str, ranges: tuple[IndexRange, ...], x: Por
         Step(rf"z={x.latex}W_{{r}}", ctx.tokens(experts), "logits"),
         Step(SCORE_LATEX[o.scoring], ctx.tokens(experts), "scores"),
         Step(rf"E^{{\mathrm{{sel}}}}_i=\big[\,i\in\mathrm{{tid2eid}}[{ids.latex}]\,\big]\ \ ({kk}\text{{ experts per "
-             r"token id}})", ctx.tokens(experts), "select"),
+             r"token id})", ctx.tokens(experts), "select"),
         Step(rf"G_{{i}}={scale}\frac{{{sym}_i\,E^{{\mathrm{{sel}}}}_i}}{{\sum_{{j}}{sym}_j\,E^{{\mathrm{{sel}}}}_j}}",
              ctx.tokens(experts), "gates"),
     )

@@ -38,6 +38,7 @@ from explorer.model.components.attention import (
     ScoresOptions,
     attention_title,
     call_with_rotary,
+    headline_steps,
     per_head_qk_norms,
     repeat_kv_heads,
     window_mask,
@@ -184,12 +185,13 @@ def layer_attention(ctx: Ctx, *, prefix: str, ranges: tuple[IndexRange, ...], x:
     angles = rope_c.outputs[0] if rope_c is not None else Port(ctx_colour("R"), Shape((Dim("positions", symbol="T"),
                                                                                       Dim("pairs", 0))), "R")
     scores_c = next(c for c in children if c.key == "scores")
+    steps = _steps(ctx, o, children, dims)
     return Component(
         key="attn", title=title or _title(o), kind="learned", code=code or f"{ctx.reference.prefix}Attention(config, "
         "layer_idx)", description=_describe_shaped(o, rope_options) if shaped else _describe(o),
         inputs=(x, angles, scores_c.inputs[3]), outputs=(Port(r"\Delta_{\mathrm{attn}}", x.shape, "delta_attn"),),
-        equations=(Step(r"\Delta_{\mathrm{attn}}=\operatorname{Attention}(x_{\mathrm{attn}})", x.shape, "attention"),),
-        steps=_steps(ctx, o, children, dims), children=tuple(children),
+        equations=headline_steps(steps, attention.DISTINCTIVE_STEPS + _partial_rotation(steps)), steps=steps,
+        children=tuple(children),
         citations=citations + ((keys_as_values.CITATION,) if o.keys_as_values else ())
         + ((chunked.MASK_CITATION,) if o.chunk else ()),
         program=o.part, options=o, extras=_extras(o),
@@ -400,6 +402,20 @@ def _scores(ctx: Ctx, o: LayerAttentionOptions, dims: _Dims, citations: tuple[Ci
     )
 
 
+def _partial_rotation(steps: tuple[Step, ...]) -> tuple[str, ...]:
+    """The query rotation's name where it turns only part of each head (a headline step then)."""
+    return tuple(s.name for s in steps if s.name == "q-rotate" and "features rotate" in s.latex)
+
+
+def _rotate_step(out: str, src: str, rotated: int, width: int | None, shape: Shape, name: str) -> Step:
+    """RoPE of each head's features; where only the first `rotated` of `width` turn (MiniMax: 64 of 128), the
+    step says so, the rest passing through."""
+    if width is None or rotated >= width:
+        return Step(rf"{out}=\operatorname{{RoPE}}({src}_t,{ctx_colour('R_t')})", shape, name)
+    return Step(rf"{out}=[\operatorname{{RoPE}}({src}_{{t,\,:{rotated}}},{ctx_colour('R_t')});\ {src}_{{t,\,{rotated}:}}]"
+                rf"\ \ \text{{({rotated} of {width} features rotate)}}", shape, name)
+
+
 def _steps(ctx: Ctx, o: LayerAttentionOptions, children: list[Component], dims: _Dims) -> tuple[Step, ...]:
     by_key = {c.key: c for c in children}
     q_shape, kv_shape = ctx.tokens(dims.heads, dims.d_qk), ctx.tokens(dims.kv_heads, dims.d_qk)
@@ -430,8 +446,9 @@ def _steps(ctx: Ctx, o: LayerAttentionOptions, children: list[Component], dims: 
         steps.append(Step(rf"{v('V')}\leftarrow {fmt_num(o.value_scale)}\,{v('V')}",
                           ctx.tokens(dims.kv_heads, dims.d_v), "v-scale"))
     if o.rope and "rope" in by_key:
-        steps += [Step(rf"{q('Q^{R}_t')}=\operatorname{{RoPE}}({Qn}_t,{ctx_colour('R_t')})", q_shape, "q-rotate"),
-                  Step(rf"{k('K^{R}_t')}=\operatorname{{RoPE}}({Kn}_t,{ctx_colour('R_t')})", kv_shape, "k-rotate")]
+        rotated = options(by_key["rope"], RopeOptions).dim
+        steps += [_rotate_step(q('Q^{R}_t'), Qn, rotated, dims.d_qk.size, q_shape, "q-rotate"),
+                  _rotate_step(k('K^{R}_t'), Kn, rotated, dims.d_qk.size, kv_shape, "k-rotate")]
         Qn, Kn = q("Q^{R}"), k("K^{R}")
     if o.qk_norm == "l2":
         steps += [l2_qk_norm.unit_rms_step(q(r"\bar Q"), Qn, o.eps, q_shape, "q-l2"),

@@ -53,7 +53,7 @@ class Mamba2Options:
     """Q: positions per chunk of the chunked scan (chunk_size)."""
     eps: float
     dt_min: float
-    """Lower clamp of Δ in the chunked scan (the reference's time_step_limit = (time_step_min, ∞))."""
+    """Lower clamp of ν (the papers' Δ) over a sequence (the reference's time_step_limit = (time_step_min, ∞))."""
     conv_bias: bool = True
     proj_bias: bool = False
     state_dtype: str = "float32"
@@ -120,7 +120,7 @@ def mamba2(ctx: Ctx, *, prefix: str, ranges: tuple[IndexRange, ...], x: Port, y:
         description=f"A selective state-space layer: {o.heads} heads of {o.head_dim} channels, each carrying a "
                     f"{o.head_dim} × {o.state_size} state from token to token instead of a cache of keys and values.",
         inputs=(x,), outputs=(y,),
-        equations=(Step(r"S_t=\bar a_t\,S_{t-1}+\Delta_t\,x_t B_t^{\top},\quad y_t=S_t C_t+D\odot x_t",
+        equations=(Step(r"S_t=\bar a_t\,S_{t-1}+\nu_t\,x_t B_t^{\top},\quad y_t=S_t C_t+D\odot x_t",
                         Shape((B, heads, head_dim, state)), "state"),
                    Step(rf"{y.latex}=\big(\operatorname{{RMSNorm}}_{{G}}(y\odot\operatorname{{SiLU}}(g))\big)"
                         rf"W_{{\mathrm{{out}}}}", y.shape, "out_proj")),
@@ -162,15 +162,22 @@ def ssd(ctx: Ctx, *, prefix: str, ranges: tuple[IndexRange, ...], xi: Port, delt
     steps = (
         Step(rf"x_t,\ B_t,\ C_t=\operatorname{{split}}(\tilde\xi_t;\ {o.inner},{o.groups * o.state_size},"
              rf"{o.groups * o.state_size}),\ \ B_{{h,t}}=B_{{\lfloor h/{per_group}\rfloor,t}}", hp, "heads"),
-        Step(rf"\Delta_t=\max\!\big(\operatorname{{softplus}}(\delta_t+b_{{\Delta}}),\ {fmt_num(o.dt_min)}\big)",
-             ctx.tokens(heads), "dt"),
-        Step(r"\bar a_t=\exp\!\big(-\Delta_t\,e^{A_{\log}}\big)", ctx.tokens(heads), "decay"),
-        Step(r"S_t=\bar a_t\,S_{t-1}+\Delta_t\,x_t B_t^{\top},\quad S_0=0", Shape((B, heads, head_dim, state)),
+        # ν is the papers' Δ, renamed: Δ is what a mixer adds to the residual stream (Δ_mix) on the same page
+        Step(rf"\nu_t=\max\!\big(\operatorname{{softplus}}(\delta_t+b_{{\nu}}),\ {fmt_num(o.dt_min)}\big)\ \ "
+             r"\text{(a sequence; the reference's one-token path: no clamp)}", ctx.tokens(heads), "dt"),
+        Step(r"\bar a_t=\exp\!\big(-\nu_t\,e^{A_{\log}}\big)", ctx.tokens(heads), "decay"),
+        Step(r"\text{Recurrent form (decoding):}", heading=True, name="recurrent-form"),
+        Step(r"S_t=\bar a_t\,S_{t-1}+\nu_t\,x_t B_t^{\top},\quad S_0=0", Shape((B, heads, head_dim, state)),
              "state"),
         Step(r"y_t=S_t C_t", hp, "read"),
-        Step(rf"\text{{in chunks of {o.chunk_size}}}:\ y_{{c}}=\big(C_cB_c^{{\top}}\odot L_c\big)(\Delta_c\odot x_c)"
-             rf"+\big(C_c\odot e^{{-e^{{A_{{\log}}}}\mathrm{{cumsum}}(\Delta)}}\big)S_{{c-1}},\ \ "
-             rf"L_{{c,ts}}=e^{{-e^{{A_{{\log}}}}\sum_{{s<j\le t}}\Delta_j}}\,[s\le t]", None, "chunks"),
+        Step(r"\text{Chunked form (prefill), same outputs:}", heading=True, name="chunked-form"),
+        # chunk c (positions 1..Q of it) is entered with the state S_{c-1} the previous chunk left (S_0 = 0)
+        Step(rf"\text{{in chunks of {o.chunk_size}}}:\ y_{{c}}=\big(C_cB_c^{{\top}}\odot L_c\big)(\nu_c\odot x_c)"
+             r"+\big(C_c\odot e^{-e^{A_{\log}}\mathrm{cumsum}(\nu_c)}\big)S_{c-1},\ \ "
+             r"L_{c,ts}=e^{-e^{A_{\log}}\sum_{s<j\le t}\nu_j}\,[s\le t]", None, "chunks"),
+        Step(rf"S_{{c}}=e^{{-e^{{A_{{\log}}}}\sum_{{j\le {o.chunk_size}}}\nu_{{c,j}}}}S_{{c-1}}+\textstyle\sum_{{s}}"
+             rf"e^{{-e^{{A_{{\log}}}}\sum_{{s<j\le {o.chunk_size}}}\nu_{{c,j}}}}\,\nu_{{c,s}}\,x_{{c,s}}B_{{c,s}}^{{\top}}"
+             r"\ \ \text{(the next chunk's state)}", None, "chunk-carry"),
         Step(r"y_t\leftarrow y_t+D\odot x_t", hp, "skip"),
     )
     H = heads_sym
@@ -179,14 +186,16 @@ def ssd(ctx: Ctx, *, prefix: str, ranges: tuple[IndexRange, ...], xi: Port, delt
     return Component(
         key="ssm", title="Selective state-space scan", kind="learned",
         code="mamba2_chunk_scan(...) (one token: mamba2_selective_state_update)",
-        description=f"Per head, decay the {o.head_dim} × {o.state_size} state by exp(−Δ·exp(A_log)), add the token's x "
+        description=f"Per head, decay the {o.head_dim} × {o.state_size} state by exp(−ν·exp(A_log)), add the token's x "
                     f"outer B, and read it with C; over a sequence, computed in chunks of {o.chunk_size}.",
         inputs=(xi, delta), outputs=(y,),
         equations=(steps[3], steps[4]), steps=steps, tensors=tensors, citations=citations,
         notes=(f"B and C are shared by the {per_group} heads of a group ({o.groups} groups).",
-               "The reference's one-token path (mamba2_selective_state_update) does not clamp Δ below; the "
-               "chunked path clamps it at time_step_min. Both are otherwise the same recurrence.",
-               "A_log, D and b_Δ are per-head vectors; the decay rate −exp(A_log) < 0 keeps every decay in (0, 1)."),
+               "ν is the step size the Mamba papers write Δ (renamed here: Δ_mix is the mixer's output). Over a "
+               "sequence the reference clamps it below at time_step_min, as the step shows; its one-token path "
+               "(mamba2_selective_state_update) leaves it unclamped, which differs only where softplus(δ + b_ν) "
+               "falls below that floor. The recurrent and chunked forms are otherwise one computation.",
+               "A_log, D and b_ν are per-head vectors; the decay rate −exp(A_log) < 0 keeps every decay in (0, 1)."),
         program="ssd", options=o, reference="-",
     )
 

@@ -17,7 +17,7 @@ if TYPE_CHECKING:
 else:  # imported on first use: a build whose torch stages are cached never needs it
     from explorer.torch_on_first_use import torch
 
-from explorer.model.components.attention import ScoresOptions, attend, scores
+from explorer.model.components.attention import ScoresOptions, attend, headline_steps, scores
 from explorer.model.components.base import Ctx, Run, ctx_colour, k, options, program, q, run_child, v
 from explorer.model.components.linear import linear
 from explorer.model.components.norms import NormOptions, apply_norm, rmsnorm
@@ -41,6 +41,11 @@ def softmax_scale(nope: int, rope_dim: int, o: RopeOptions) -> tuple[float, floa
     """(mscale, τ): YaRN multiplies 1/√(d_nope + d_rope) by mscale² when mscale_all_dim is set."""
     m = yarn_mscale(o.factor, o.mscale_all_dim) if o.kind == "yarn" and o.mscale_all_dim else 1.0
     return m, (nope + rope_dim) ** -0.5 * m * m
+
+
+# What sets latent attention apart: the key-value latent every head's keys and values come from, and the rotary key
+# part one head carries for all.
+MLA_HEADLINE = ("kv-down", "k-concat")
 
 
 def mla(ctx: Ctx, *, prefix: str, ranges: tuple[IndexRange, ...], x: Port, o: MLAOptions, rope_options: RopeOptions,
@@ -102,7 +107,7 @@ def mla(ctx: Ctx, *, prefix: str, ranges: tuple[IndexRange, ...], x: Port, o: ML
                     f"{o.rope}-dimensional rotary key shared by all heads.",
         inputs=(x, Port(ctx_colour("R"), rope_c.outputs[0].shape, "R"), sc.inputs[3]),
         outputs=(Port(r"\Delta_{\mathrm{attn}}", x.shape, "delta_attn"),),
-        equations=(Step(r"\Delta_{\mathrm{attn}}=\operatorname{MLA}(x_{\mathrm{attn}})", x.shape, "mla"),),
+        equations=headline_steps(steps, MLA_HEADLINE),
         steps=steps, children=children, citations=citations, program="mla", options=o, notes=decode_notes(o),
     )
 

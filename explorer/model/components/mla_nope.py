@@ -18,9 +18,9 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     import torch
 
-from explorer.model.components.attention import call_with_rotary
+from explorer.model.components.attention import call_with_rotary, headline_steps
 from explorer.model.components.base import Ctx, Run, program, reference_call
-from explorer.model.components.mla import MLAOptions, mla, mla_forward, mla_memory
+from explorer.model.components.mla import MLA_HEADLINE, MLAOptions, mla, mla_forward, mla_memory
 from explorer.model.components.rope import RopeOptions
 from explorer.model.components.serving import LayerKind, layer_memory
 from explorer.spec.types import Citation, Component, IndexRange, Port, Step
@@ -44,7 +44,7 @@ def mla_nope(ctx: Ctx, *, prefix: str, ranges: tuple[IndexRange, ...], x: Port, 
         description=f"{o.heads} heads attend through a {o.kv_lora_rank}-dimensional key-value latent and a "
                     f"{o.rope}-dimensional key part shared by all heads, with no positional encoding: nothing is "
                     "rotated.",
-        equations=(Step(r"\Delta_{\mathrm{attn}}=\operatorname{MLA}_{\mathrm{NoPE}}(x_{\mathrm{attn}})", x.shape, "mla"),))
+        equations=headline_steps(steps, MLA_HEADLINE))
 
 
 def _unrotated(step: Step) -> Step:

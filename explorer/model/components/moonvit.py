@@ -129,17 +129,20 @@ def attention(ctx: Ctx, *, prefix: str, ranges: tuple[IndexRange, ...], x: Port,
     """Bidirectional attention with biased q, k, v, out projections and a two-axis rotary embedding."""
     D, dim, d = ctx.sym("vision_hidden_size"), ctx.dim("vision_hidden_size"), ctx.size("vision_hidden_size")
 
-    def proj(key: str, title: str, latex: str, module: str = "", xp: Port = x, y: Port | None = None) -> Component:
+    def proj(key: str, title: str, latex: str, module: str = "", xp: Port = x, y: Port | None = None,
+             source: str = "") -> Component:
+        """source: how the equation writes its input where it is assembled from parts (the heads' O_h)."""
         module = module or key
         y = y or Port(latex, x.shape, latex)
         return linear(ctx, key, title, weight=prefix + module + ".weight", ranges=ranges, d_in=D, d_out=D,
-                      out_dim=dim, x=xp, y=y, equation=rf"{y.latex}={xp.latex}W_{{{latex}}}+b_{{{latex}}}",
+                      out_dim=dim, x=xp, y=y, equation=rf"{y.latex}={source or xp.latex}W_{{{latex}}}+b_{{{latex}}}",
                       description=f"Project {d:,} features to {d:,}.", code=f"self.{module}(hidden_states)", bias=True)
 
     out = Port(r"\Delta_{\mathrm{attn}}", x.shape, "delta_attn")
     children = (proj("q_proj", "Query projection", "q"), proj("k_proj", "Key projection", "k"),
                 proj("v_proj", "Value projection", "v"),
-                proj("proj", "Output projection", "O", xp=Port("O", x.shape, "O"), y=out))
+                proj("proj", "Output projection", "O", xp=Port("O", x.shape, "O"), y=out,
+                     source=rf"[O_1;\dots;O_{{{o.heads}}}]"))
     hd, quarter = o.head_dim, o.head_dim // 4
     col, row = r"\operatorname{col}(i)", r"\operatorname{row}(i)"
     rotate = Step(rf"\tilde q_{{i}}=\operatorname{{R}}({col},{row})\,q_i,\ \tilde k_{{i}}=\operatorname{{R}}({col},{row})\,k_i,"

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     import torch
 
-from explorer.model.components.attention import ScoresOptions, attend, plain_memory, scores
+from explorer.model.components.attention import ScoresOptions, attend, headline_steps, plain_memory, scores
 from explorer.model.components.base import (
     Ctx,
     Run,
@@ -72,7 +72,7 @@ def nope_attention(ctx: Ctx, *, prefix: str, ranges: tuple[IndexRange, ...], x: 
         description=f"{n} query heads of {hd} features attend causally over {kvh} key/value heads; queries and keys "
                     "carry no positional rotation.",
         inputs=(x, sc.inputs[3]), outputs=(y,),
-        equations=(Step(rf"{y.latex}=\operatorname{{Attention}}({x.latex})", y.shape, "attention"),),
+        equations=headline_steps(steps),
         steps=steps, children=children, citations=citations, program="nope_attention",
         notes=("No rotary or absolute position enters this layer: order reaches it through the causal mask and "
                "the Mamba-2 layers before it.", f"Each key/value head serves {so.groups} query heads."),

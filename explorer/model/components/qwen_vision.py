@@ -106,7 +106,7 @@ def vision_attention(ctx: Ctx, o: VisionOptions, *, prefix: str, ranges: tuple[I
     out = Port(r"\Delta_{\mathrm{attn}}", x.shape, "delta_attn")
     proj = linear(ctx, "proj", "Output projection", weight=prefix + "proj.weight", ranges=ranges, d_in=D, d_out=D,
                   out_dim=ctx.dim("vit_hidden_size"), x=Port("O", x.shape, "O"), y=out, bias=True,
-                  equation=r"\Delta_{\mathrm{attn}}=OW_O+b_O", code="self.proj(attn_output)",
+                  equation=rf"\Delta_{{\mathrm{{attn}}}}=[O_1;\dots;O_{{{o.heads}}}]W_O+b_O", code="self.proj(attn_output)",
                   description=f"Mix the {o.heads} heads' outputs back to {d:,} features.")
     heads = Shape((Dim("patches", o.patches), Dim("heads", o.heads), Dim("d_head", o.head_dim)))
     steps = (qkv.steps[0],

@@ -315,7 +315,7 @@ def _deltanet(o: DeltaNetOptions) -> tuple[Term, ...]:
     out = [Term(f, "split", split, programs=layer) for f in ("k_heads", "v_heads", "d_k", "d_v")]
     out += [Term("d_k", "l2norm", rf"\sqrt{{{o.d_k}}}\,\lVert", programs=layer),
             Term("conv_kernel", "conv", rf"\sum_{{j=0}}^{{{o.conv_kernel - 1}}}", programs=layer),
-            Term("chunk", "chunked", rf"\text{{in each chunk of }}{o.chunk}", programs=layer),
+            Term("chunk", "chunk-writes", rf"\text{{in each chunk of }}{o.chunk}", programs=layer),
             Term("eps", "gated-norm", fmt_eps(o.eps), programs=(*layer, "gated_rmsnorm"))]
     if o.groups > 1:
         out.append(Term("v_heads", "repeat", rf"\lceil h/{o.groups}\rceil", programs=layer))

@@ -107,7 +107,8 @@ def vision_attention(ctx: Ctx, *, prefix: str, ranges: tuple[IndexRange, ...], x
                 proj("v_proj", "Value projection", "v"),
                 linear(ctx, "out_proj", "Output projection", weight=prefix + "out_proj.weight", ranges=ranges,
                        d_in=D, d_out=D, out_dim=dim, x=Port("O", x.shape, "O"), y=out,
-                       equation=r"\Delta_{\mathrm{attn}}=OW_O+b_O", description=f"Mix the {heads} heads' outputs.",
+                       equation=rf"\Delta_{{\mathrm{{attn}}}}=[O_1;\dots;O_{{{heads}}}]W_O+b_O",
+                       description=f"Mix the {heads} heads' outputs.",
                        code="self.out_proj(attn_output)", bias=True))
     hd = d // heads
     attend = Step(rf"O_h=\operatorname{{softmax}}\!\left(q_hk_h^{{\top}}/\sqrt{{{hd}}}\right)v_h,\quad h=1,\dots,"
