@@ -124,3 +124,13 @@ def test_a_script_that_reads_the_weights_per_sequence_is_caught(tabs, tmp_path):
     case, preset = FIT_CASES["llama-3.1-8b"]
     shown, expected, _ = _shown_and_wanted(tabs, site, "llama-3.1-8b", case, preset)
     assert shown != expected
+
+
+def test_gpt2_reads_one_row_of_each_embedding_table_and_its_tied_head_whole():
+    """GPT-2 stores F32 and ties its head to the token table: a token reads every matrix of its 12 blocks, the
+    final norm, the 50,257 × 768 table once (as the head) and one 768-wide row of each table; no causal mask."""
+    norms = 2 * 2 * 768  # ln_1 and ln_2, weight and bias
+    block = norms + (768 * 2_304 + 2_304) + (768 * 768 + 768) + (768 * 3_072 + 3_072) + (3_072 * 768 + 768)
+    params = 12 * block + 2 * 768 + 50_257 * 768 + 768 + 768  # ln_f, the head (wte), a row of wte and of wpe
+    assert params == 123_654_912
+    assert dict(prepared("gpt2").figures.serving.read)["as stored"] == 4 * params
