@@ -107,7 +107,7 @@ def evaluate(s: Serving, context: int, batch: int = 1, kv_dtype: str = "BF16", w
                                        f"n_ubatch {fmt(n_ubatch)})",
                           engines.total_bytes(s.kinds, context, batch, n_ubatch, swa_full) or 0, " + ".join(parts)))
     preset = fits_mod.gpu(gpu)
-    if gpu_gb is None and preset is not None:
+    if (gpu_gb is None or gpu_gb < 1) and preset is not None:  # as the page reads an empty or zero field
         gpu_gb = preset.memory // GB
     if gpu_gb is not None:
         lines += fit_lines(s, context, half, weights, gpu_gb, n_ubatch, swa_full)
