@@ -126,7 +126,71 @@
                   " × " + fmt(c) + " tokens, swa_full " + (swaFull ? "on" : "off") + ", n_ubatch " + fmt(ubatch) + ")",
                   ll, llParts.join(" + ")]);
     }
-    return { lines: lines, half: half, w: w };
+    return { lines: lines, half: half, w: w, c: c, batch: batch, kv: kv, wname: wname, ubatch: ubatch, swaFull: swaFull };
+  }
+
+  // As explorer/figures/fits.py and calculator.py's fit_lines, cache_read and bound_lines.
+  function largest(ok, top) {
+    var lo = 0n, hi = top;
+    if (ok(hi)) return hi;
+    while (lo < hi - 1n) { var mid = (lo + hi) / 2n; if (ok(mid)) lo = mid; else hi = mid; }
+    return lo;
+  }
+  function theoryCache(half) {
+    return function (c, n) { var t = 0n; d.kinds.forEach(function (k) { t += kindBytes(k, c, n, half, 1n); }); return t; };
+  }
+  function llamaCache(ubatch, swaFull) {
+    return function (c, n) {
+      var t = 0n;
+      d.kinds.forEach(function (k) { t += B(k.n) * B(k.p) * cells(k, c, n, ubatch, swaFull) * B(d.ll.bytes); });
+      return t;
+    };
+  }
+  function fitLines(r, gb) {
+    var memory = gb * B(d.gb), w = r.w, budget = fmt(gb) + " GB", c = r.c;
+    var th = theoryCache(r.half), out = [];
+    var mc = function (f) { return largest(function (x) { return w + f(x, 1n) <= memory; }, MAX); };
+    var ms = function (f) { return largest(function (n) { return w + f(c, n) <= memory; }, memory > 1n ? memory : 1n); };
+    out.push(["fits-context", "Longest context of one sequence in " + budget + ", theory (weights + cache only)", mc(th),
+              "largest C ≤ " + fmt(MAX) + " with " + fmt(w) + " + cache(C, 1) ≤ " + fmt(memory)]);
+    out.push(["fits-sequences", "Most sequences of " + fmt(c) + " tokens in " + budget + ", theory", ms(th),
+              "largest B with " + fmt(w) + " + cache(" + fmt(c) + ", B) ≤ " + fmt(memory)]);
+    if (!d.ll.why) {
+      var ll = llamaCache(r.ubatch, r.swaFull);
+      out.push(["fits-llama-context", "Longest context of one sequence in " + budget + ", llama.cpp's allocation", mc(ll),
+                "largest C ≤ " + fmt(MAX) + " with " + fmt(w) + " + llama.cpp's K and V(C, 1) ≤ " + fmt(memory)]);
+      out.push(["fits-llama-sequences", "Most sequences of " + fmt(c) + " tokens in " + budget + ", llama.cpp's allocation",
+                ms(ll), "largest n_seq with " + fmt(w) + " + llama.cpp's K and V(" + fmt(c) + ", n_seq) ≤ " + fmt(memory)]);
+    }
+    return out;
+  }
+  function cacheRead(c, half) {
+    var t = 0n;
+    d.kinds.forEach(function (k) {
+      t += cached(k) ? bytes(B(k.n) * B(k.e) * keysRead(k, c), half) : B(k.n) * B(k.s);
+    });
+    return t;
+  }
+  function peakOf(g, dtype) {
+    while (!(dtype in g[3])) { if (!(dtype in d.wd)) return null; dtype = d.wd[dtype]; }
+    return [dtype, B(g[3][dtype])];
+  }
+  function boundLines(r, g, prefill) {
+    var read = 0n, bw = B(g[2]), c = r.c, batch = r.batch;
+    d.rd.forEach(function (x) { if (x[0] === r.wname) read = B(x[1]); });
+    var cache = cacheRead(c, r.half), bws = fmt(bw) + " bytes/s", out = [];
+    out.push(["bound-decode", "Bound: decode tokens/s of one sequence at " + fmt(c) + " context on " + g[0] + " (at most)",
+              bw / (read + cache), bws + " ÷ (" + fmt(read) + " weights read + " + fmt(cache) + " cache read) bytes"]);
+    out.push(["bound-aggregate", "Bound: decode tokens/s of " + fmt(batch) + " sequences together on " + g[0] + " (at most)",
+              bw * batch / (read + batch * cache),
+              fmt(batch) + " × " + bws + " ÷ (" + fmt(read) + " + " + fmt(batch) + " × " + fmt(cache) + ") bytes"]);
+    var dtype = r.wname === "as stored" ? d.sc : (d.cd[r.wname] || "FP4"), pk = peakOf(g, dtype);
+    if (pk) {
+      out.push(["bound-prefill", "Bound: prefill of " + fmt(c) + " tokens on " + g[0] + ", microseconds (at least, " +
+                pk[0] + " dense peak)", ceilDiv(prefill * 1000000n, pk[1]),
+                fmt(prefill) + " FLOPs × 10⁶ ÷ " + fmt(pk[1]) + " FLOP/s"]);
+    }
+    return out;
   }
 
   function fits(batch, half, w, memory) {
@@ -154,7 +218,8 @@
   function clamp(v, top) { return v < 1n ? 1n : top && v > top ? top : v; }
 
   function row(line) {
-    var tr = document.createElement("tr"), flops = line[0].indexOf("decode") === 0 || line[0] === "prefill";
+    var tr = document.createElement("tr"), flops = line[0].indexOf("decode") === 0 || line[0] === "prefill" ||
+      line[0].indexOf("fits") === 0 || line[0].indexOf("bound") === 0;
     tr.setAttribute("data-key", line[0]);
     var cells = [["th", line[1]], ["td", fmt(line[2])], ["td", flops ? "" : size(line[2])], ["td", line[3]]];
     cells.forEach(function (c, i) {
@@ -178,10 +243,18 @@
     var ub = whole(form.elements.ubatch);
     var r = evaluate(c, batch, form.elements.kv.value, form.elements.weights.value, ub === null ? B(d.ll.ubatch) : ub < 1n ? 1n : ub,
                      form.elements.swafull.checked);
+    var g = whole(form.elements.gpu), preset = null;
+    d.gpus.forEach(function (x) { if (x[0] === form.elements.preset.value) preset = x; });
+    if ((g === null || g < 1n) && preset) g = B(preset[1]) / B(d.gb);
+    if (g !== null && g >= 1n) r.lines = r.lines.concat(fitLines(r, g));
+    if (preset) {
+      var pre = 0n;
+      r.lines.forEach(function (l) { if (l[0] === "prefill") pre = l[2]; });
+      r.lines = r.lines.concat(boundLines(r, preset, pre));
+    }
     var body = out.tBodies[0];
     while (body.firstChild) body.removeChild(body.firstChild);
     r.lines.forEach(function (line) { body.appendChild(row(line)); });
-    var g = whole(form.elements.gpu);
     if (g === null || g < 1n) { fitsOut.textContent = "Give a GPU memory size to see how many tokens fit."; return; }
     var f = fits(batch, r.half, r.w, g * B(d.gb));
     fitsOut.textContent = f === 0n

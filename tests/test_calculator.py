@@ -170,8 +170,8 @@ def calculator_pages(tmp_path_factory) -> Path:
                          BROWSER_CASES)
 
 
-def _shown_and_wanted(tabs, site: Path, slug: str, case) -> tuple[list, list, object]:  # noqa: F811 (the fixture)
-    """What the page shows after a reader enters `case`, and what evaluate() says for it."""
+def _shown_and_wanted(tabs, site: Path, slug: str, case, preset: str = "") -> tuple[list, list, object]:  # noqa: F811
+    """What the page shows after a reader enters `case` (and picks the GPU `preset`), and what evaluate() says."""
     c, batch, kv, weights, gpu, *engine = case
     ubatch, swa_full = engine or ("512", True)
     with tabs.open(site, f"models/{slug}.html", 1280) as page:
@@ -182,6 +182,7 @@ def _shown_and_wanted(tabs, site: Path, slug: str, case) -> tuple[list, list, ob
         page.fill("form.calc input[name=gpu]", str(gpu) if gpu else "")
         page.fill("form.calc input[name=ubatch]", ubatch)
         page.set_checked("form.calc input[name=swafull]", swa_full)
+        page.select_option("form.calc select[name=preset]", preset)
         shown = page.evaluate("""() => Array.from(document.querySelectorAll('table.calc-out tbody tr'))
             .map(r => [r.dataset.key, ...Array.from(r.children).map(td => td.textContent)])""")
         fits = page.text_content("#calc-fits")
@@ -190,9 +191,10 @@ def _shown_and_wanted(tabs, site: Path, slug: str, case) -> tuple[list, list, ob
         assert page.locator("table.calc-static tbody tr").count() >= 1  # the table without JavaScript
         note = page.text_content("#calc-note") if page.is_visible("#calc-note") else ""
     want = evaluate(prepared(slug).figures.serving, TYPED.get(c, c), TYPED.get(batch, batch), kv, weights, gpu or None,
-                    swa_full, int(ubatch))
+                    swa_full, int(ubatch), preset)
     expected = [[line.key, line.label, f"{line.value:,}",
-                 "" if line.key in ("decode", "decode-absorbed", "prefill") else size(line.value), line.equation]
+                 "" if line.key in ("decode", "decode-absorbed", "prefill") or line.key.startswith(("fits", "bound"))
+                 else size(line.value), line.equation]
                 for line in want.lines]
     return shown + [fits, note], expected + [want.fits_text, want.note], want
 

@@ -14,6 +14,7 @@ import json
 from dataclasses import dataclass
 
 from explorer.figures import engines
+from explorer.figures import fits as fits_mod
 from explorer.figures.model_figures import Serving, kind_flops_decode, kind_flops_prefill, mla_absorbed
 from explorer.model.components.serving import LayerKind
 
@@ -56,8 +57,8 @@ class Evaluation:
 
 
 def evaluate(s: Serving, context: int, batch: int = 1, kv_dtype: str = "BF16", weights: str = "as stored",
-             gpu_gb: int | None = None, swa_full: bool = engines.SWA_FULL, n_ubatch: int = engines.N_UBATCH
-             ) -> Evaluation:
+             gpu_gb: int | None = None, swa_full: bool = engines.SWA_FULL, n_ubatch: int = engines.N_UBATCH,
+             gpu: str = "") -> Evaluation:
     """The calculator's figures at `context` tokens for `batch` sequences; the context is capped at the maximum
     and both are at least 1, each clamp said in the note."""
     note = clamp_note(s, context, batch)
@@ -105,8 +106,85 @@ def evaluate(s: Serving, context: int, batch: int = 1, kv_dtype: str = "BF16", w
                                        f"({batch} × {fmt(context)} tokens, swa_full {'on' if swa_full else 'off'}, "
                                        f"n_ubatch {fmt(n_ubatch)})",
                           engines.total_bytes(s.kinds, context, batch, n_ubatch, swa_full) or 0, " + ".join(parts)))
+    preset = fits_mod.gpu(gpu)
+    if (gpu_gb is None or gpu_gb < 1) and preset is not None:  # as the page reads an empty or zero field
+        gpu_gb = preset.memory // GB
+    if gpu_gb is not None:
+        lines += fit_lines(s, context, half, weights, gpu_gb, n_ubatch, swa_full)
+    if preset is not None:
+        lines += bound_lines(s, preset, context, batch, half, weights,
+                             next(line.value for line in lines if line.key == "prefill"))
     fits = None if gpu_gb is None else tokens_that_fit(s, batch, half, weight_bytes, gpu_gb * GB)
     return Evaluation(tuple(lines), fits, _fits_text(s, fits, gpu_gb, batch), note)
+
+
+def fit_lines(s: Serving, context: int, half: int, weights: str, gpu_gb: int, n_ubatch: int, swa_full: bool
+              ) -> list[Line]:
+    """What fits in `gpu_gb` GB: the longest context of one sequence and the most sequences at `context`, in theory
+    and, where its rules are modelled, as llama.cpp allocates."""
+    memory, w = gpu_gb * GB, dict(s.weights)[weights]
+    def theory(c: int, n: int) -> int:
+        return sum(_kind_bytes(k, c, n, half) for k in s.kinds)
+    def llama(c: int, n: int) -> int:
+        return engines.total_bytes(s.kinds, c, n, n_ubatch, swa_full) or 0
+    budget = f"{fmt(gpu_gb)} GB"
+    out = [Line("fits-context", f"Longest context of one sequence in {budget}, theory (weights + cache only)",
+                fits_mod.max_context(theory, w, memory, s.max_context),
+                f"largest C ≤ {fmt(s.max_context)} with {fmt(w)} + cache(C, 1) ≤ {fmt(memory)}"),
+           Line("fits-sequences", f"Most sequences of {fmt(context)} tokens in {budget}, theory",
+                fits_mod.max_sequences(theory, w, memory, context),
+                f"largest B with {fmt(w)} + cache({fmt(context)}, B) ≤ {fmt(memory)}")]
+    if not engines.unsupported(s.kinds):
+        out += [Line("fits-llama-context", f"Longest context of one sequence in {budget}, llama.cpp's allocation",
+                     fits_mod.max_context(llama, w, memory, s.max_context),
+                     f"largest C ≤ {fmt(s.max_context)} with {fmt(w)} + llama.cpp's K and V(C, 1) ≤ {fmt(memory)}"),
+                Line("fits-llama-sequences", f"Most sequences of {fmt(context)} tokens in {budget}, llama.cpp's "
+                     "allocation", fits_mod.max_sequences(llama, w, memory, context),
+                     f"largest n_seq with {fmt(w)} + llama.cpp's K and V({fmt(context)}, n_seq) ≤ {fmt(memory)}")]
+    return out
+
+
+def cache_read(s: Serving, context: int, half: int) -> int:
+    """Bytes one decoded token reads of its sequence's cache: the entries its attention reads (a window, a chunk's
+    part, a sparse top-k) at the cache dtype, and every fixed state whole (an indexer's keys left out: fewer bytes
+    keep the bound a bound)."""
+    return sum(k.layers * k.state_bytes if k.state else _bytes(k.layers * k.entry_elements * k.keys_read(context), half)
+               for k in s.kinds)
+
+
+def bound_lines(s: Serving, g: fits_mod.Gpu, context: int, batch: int, half: int, weights: str, prefill: int
+                ) -> list[Line]:
+    """Speed bounds on `g` from its datasheet figures: decode per sequence and for the batch, prefill time."""
+    read, cache = dict(s.read)[weights], cache_read(s, context, half)
+    bw = f"{fmt(g.bandwidth)} bytes/s"
+    out = [Line("bound-decode", f"Bound: decode tokens/s of one sequence at {fmt(context)} context on {g.name} "
+                "(at most)", fits_mod.decode_bound(g.bandwidth, read, cache, 1),
+                f"{bw} ÷ ({fmt(read)} weights read + {fmt(cache)} cache read) bytes"),
+           Line("bound-aggregate", f"Bound: decode tokens/s of {fmt(batch)} sequences together on {g.name} (at most)",
+                fits_mod.decode_bound(g.bandwidth, read, cache, batch),
+                f"{fmt(batch)} × {bw} ÷ ({fmt(read)} + {fmt(batch)} × {fmt(cache)}) bytes")]
+    stored = fits_mod.stored_compute(dict(s.read)["as stored"], dict(s.read)["BF16"] // 2)
+    pk = fits_mod.peak(g, fits_mod.compute_dtype(weights, stored))
+    if pk is not None:
+        out.append(Line("bound-prefill", f"Bound: prefill of {fmt(context)} tokens on {g.name}, microseconds (at "
+                         f"least, {pk[0]} dense peak)", fits_mod.prefill_bound_us(prefill, pk[1]),
+                        f"{fmt(prefill)} FLOPs × 10⁶ ÷ {fmt(pk[1])} FLOP/s"))
+    return out
+
+
+def plan(s: Serving) -> list[dict]:
+    """What fits and the speed bounds on every GPU preset, for site/api/SLUG.json: one sequence of
+    min(4,096, maximum) tokens, the weights as stored, a BF16 cache, llama.cpp's defaults; each figure with its
+    equation."""
+    context = min(TABLE_CONTEXTS[0], s.max_context)
+    out = []
+    for g in fits_mod.GPUS:
+        e = evaluate(s, context, gpu=g.name)
+        out.append({"gpu": g.name, "source": g.source, "memory_bytes": g.memory, "bandwidth_bytes_per_s": g.bandwidth,
+                    "peak_flops_dense": dict(g.peak), "context": context, "weights": "as stored", "kv_dtype": "BF16",
+                    "figures": [{"key": line.key, "label": line.label, "value": line.value, "equation": line.equation}
+                                for line in e.lines if line.key.startswith(("fits", "bound"))]})
+    return out
 
 
 def clamp_note(s: Serving, context: int, batch: int) -> str:
@@ -154,6 +232,9 @@ def page_data(s: Serving) -> str:
         "mla": [MLA_UNABSORBED, MLA_ABSORBED],
         "ll": {"pad": engines.PAD, "bytes": engines.F16, "why": engines.unsupported(s.kinds),
                "ubatch": engines.N_UBATCH},
+        "rd": [list(r) for r in s.read], "gpus": [[g.name, g.memory, g.bandwidth, dict(g.peak)] for g in fits_mod.GPUS],
+        "cd": dict(fits_mod.COMPUTE), "wd": dict(fits_mod.WIDER),
+        "sc": fits_mod.stored_compute(dict(s.read)["as stored"], dict(s.read)["BF16"] // 2),
     }
     return json.dumps(data, ensure_ascii=True, separators=(",", ":")).replace("<", "\\u003c")
 
@@ -260,6 +341,8 @@ class CalculatorView:
     """n_ubatch and swa_full as llama_context_default_params sets them."""
     engine_note: str = ""
     """Why llama.cpp's allocation is not modelled for this model ("" where it is)."""
+    gpus: tuple[tuple[str, str], ...] = tuple((g.name, g.source) for g in fits_mod.GPUS)
+    """(preset, its datasheet figures and where they are stated)."""
 
 
 def calculator_view(s: Serving, max_key: str) -> CalculatorView:

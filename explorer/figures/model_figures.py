@@ -19,6 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from explorer.checkpoint.reconcile import Reconciliation
+from explorer.figures import weights_read
 from explorer.model.account import Ledger
 from explorer.model.components.moe import RouterOptions
 from explorer.model.components.part_facts import facts
@@ -96,6 +97,8 @@ class Serving:
     """Elements of the LM head's matrix where it is the embedding's (0 when untied)."""
     weights: tuple[tuple[str, int], ...]
     """(format, bytes): as stored, BF16, FP8, 4-bit."""
+    read: tuple[tuple[str, int], ...] = ()
+    """(format, bytes one decoded token reads of the weights), the same formats (explorer/figures/weights_read.py)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -218,7 +221,11 @@ def derive(spec: ModelSpec, ledger: Ledger, stored: Reconciliation | None) -> De
           for name, key, size, what in QUANT_FORMATS),
     ]
     figures += _deltanet_state_figures(kinds, costs, maximum)
-    return DerivedFigures(tuple(figures), Serving(tuple(kinds), maximum, matmul, tied, weights))
+    params_read = weights_read.read_params(matmul, embed, spec)
+    read = (("as stored", weights_read.read_as_stored(spec, ledger, ROUTED, ("mtp", *VISION_PROGRAMS), bool(tied))),
+            *((name, int(params_read * size)) for name, size in WEIGHT_DTYPES),
+            *((name, int(params_read * size)) for name, _, size, _ in QUANT_FORMATS))
+    return DerivedFigures(tuple(figures), Serving(tuple(kinds), maximum, matmul, tied, weights, read))
 
 
 # ------------------------------------------------------------------------------------------- layer kinds

@@ -7,7 +7,7 @@ import json
 from typing import Any
 
 from explorer.checkpoint.reconcile import Reconciliation
-from explorer.figures import engines
+from explorer.figures import calculator, engines
 from explorer.figures.model_build import ModelBuild
 from explorer.figures.published_claims import HEADLINE_CONVENTION, ClaimRow
 from explorer.model.components.serving import LayerKind
@@ -39,6 +39,7 @@ def model_api(mb: ModelBuild) -> dict[str, Any]:
         "max_context": mb.figures.serving.max_context,
         "layer_kinds": [_layer_kind(k, mb.figures.serving.max_context) for k in mb.figures.serving.kinds],
         "engines": {"llama.cpp": _llama_cpp(mb.figures.serving.kinds, mb.figures.serving.max_context)},
+        "what_fits_and_speed_bounds": calculator.plan(mb.figures.serving),
         "published_active_claim": {"claim": mb.claim.claim, "source": mb.claim.source,
                                    "reproduced_by": mb.claim.matched.key if mb.claim.matched else None}
         if mb.claim is not None else None,
