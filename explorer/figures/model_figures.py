@@ -22,7 +22,7 @@ from explorer.checkpoint.reconcile import Reconciliation
 from explorer.figures import weights_read
 from explorer.model.account import Ledger
 from explorer.model.components.moe import RouterOptions
-from explorer.model.components.part_facts import facts
+from explorer.model.components.part_facts import facts, programs_where
 from explorer.model.components.serving import LAYER_MEMORY, LayerKind
 from explorer.spec.types import Component, ModelSpec, path_key, walk
 
@@ -222,7 +222,7 @@ def derive(spec: ModelSpec, ledger: Ledger, stored: Reconciliation | None) -> De
     ]
     figures += _deltanet_state_figures(kinds, costs, maximum)
     params_read = weights_read.read_params(matmul, embed, spec)
-    read = (("as stored", weights_read.read_as_stored(spec, ledger, ROUTED, ("mtp", *VISION_PROGRAMS), bool(tied))),
+    read = (("as stored", weights_read.read_as_stored(spec, ledger, _routed_children(), _not_run_for_text(), bool(tied))),
             *((name, int(params_read * size)) for name, size in WEIGHT_DTYPES),
             *((name, int(params_read * size)) for name, _, size, _ in QUANT_FORMATS))
     return DerivedFigures(tuple(figures), Serving(tuple(kinds), maximum, matmul, tied, weights, read))
@@ -571,3 +571,13 @@ def _mamba_state_figures(kinds: list[LayerKind], costs: list[LayerKind], maximum
                        + (" The model's maximum context (max_position_embeddings)." if n == maximum else ""))
                 for n in contexts]
     return figures
+
+
+def _routed_children() -> dict[str, str]:
+    """MoE program -> the key of its routed experts' child, as each part declares it (part_facts.py)."""
+    return {p: facts(p).routed_experts for p in sorted(programs_where("routed_experts"))}
+
+
+def _not_run_for_text() -> tuple[str, ...]:
+    """Programs a text token does not run: MTP modules and vision towers, as their parts declare."""
+    return tuple(sorted(programs_where("mtp") | programs_where("vision")))

@@ -24,6 +24,7 @@ from explorer.model.components import (  # noqa: F401  (registration)
     hyper_connections,
     kda,
     layer_attention,
+    layer_attention_reference,
     layer_blocks,
     linear,
     mamba2,

@@ -20,7 +20,6 @@ modules chunked.py, nope.py, l2_qk_norm.py and keys_as_values.py.
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Final, Literal
@@ -37,7 +36,6 @@ from explorer.model.components import attention, chunked, keys_as_values, l2_qk_
 from explorer.model.components.attention import (
     ScoresOptions,
     attention_title,
-    call_with_rotary,
     headline_steps,
     per_head_qk_norms,
     repeat_kv_heads,
@@ -53,14 +51,12 @@ from explorer.model.components.base import (
     options,
     program,
     q,
-    reference_call,
     run_child,
     v,
 )
-from explorer.model.components.check_words import OWN_ANGLES, covered, given_mask
 from explorer.model.components.linear import linear
 from explorer.model.components.norms import GAIN_SUBSCRIPT, NormOptions, apply_norm, rmsnorm
-from explorer.model.components.rope import RopeOptions, reference_rotary, rope, rotate
+from explorer.model.components.rope import RopeOptions, rope, rotate
 from explorer.model.components.serving import LayerKind, layer_memory
 from explorer.spec.types import Citation, Component, Dim, IndexRange, Port, Shape, Step
 
@@ -529,73 +525,6 @@ def run_layer_attention(comp: Component, run: Run, x: torch.Tensor, angles: torc
         Q = run.rec("temperature", (Q * factors[None, :, None, None]).to(Q.dtype))
     O = _attend_child(comp, run, Q, K, V, M)                                               # [B, T, H, d_v]
     return [run.rec("attention", run_child(comp, "o_proj", run, O.reshape(B_, T_, s.heads * s.v_head_dim)))]
-
-
-# ------------------------------------------------------------------------------------ reference calls
-
-def reference_mask(attn, M: torch.Tensor) -> torch.Tensor:
-    """The mask the reference model hands this layer, from the reference's own config: a sliding window where the
-    layer has one, a chunk where its config names the layer chunked_attention, else causal. So a window or chunk our
-    spec leaves out (or adds) shows in the check."""
-    return mask(M, _reference_mask_options(attn))
-
-
-def _reference_mask_options(attn) -> MaskOptions:
-    config, layer = getattr(attn, "config", None), getattr(attn, "layer_idx", None)
-    window = getattr(attn, "sliding_window", None)
-    types = getattr(config, "layer_types", None)
-    chunk = (getattr(config, "attention_chunk_size", None)
-             if types is not None and layer is not None and types[layer] == "chunked_attention" else None)
-    return MaskOptions(window, chunk)
-
-
-def layer_words(comp: Component, attn) -> str:
-    """The check line's words: our mask as the reference's config windows or chunks it, each side's own angles
-    where the layer rotates (a NoPE layer is handed the angles and does not use them)."""
-    m = _reference_mask_options(attn)
-    how = (f"windowed by the reference layer's own sliding_window, {m.window}" if m.window else
-           f"chunked by the reference config's attention_chunk_size, {m.chunk}" if m.chunk else "")
-    return covered(given_mask(how), OWN_ANGLES if _rotates(comp) else "no rotation: the layer uses no rotary angles")
-
-
-def _rotates(comp: Component) -> bool:
-    return comp.program == "rope" or any(_rotates(c) for c in comp.children)
-
-
-def reference_angles(model, attn, x: torch.Tensor):
-    """The reference's rotary output for this layer (its layer type where the rotary module serves several)."""
-    inner = model.model
-    rotary = getattr(inner, "rotary_emb", None) or inner.language_model.rotary_emb
-    positions = torch.arange(x.shape[1])[None].expand(x.shape[0], x.shape[1])
-    layer_type = getattr(attn, "layer_type", None)
-    o = RopeOptions("default", 1.0, 2, layer_type=layer_type or "")
-    return reference_rotary(rotary, o, x, positions)
-
-
-def _call(ref, attn, model, x: torch.Tensor, M: torch.Tensor):
-    kwargs = {"attention_mask": reference_mask(attn, M)[None, None],
-              "position_embeddings": reference_angles(model, attn, x)}
-    if "shared_kv_states" in inspect.signature(ref.forward).parameters:
-        kwargs["shared_kv_states"] = {}
-    out = ref(hidden_states=x, **kwargs)
-    return out[0] if isinstance(out, tuple) else out
-
-
-@reference_call("layer_attention")
-def call_layer_attention(comp: Component, ref, model, inputs, run: Run, ours: torch.Tensor):
-    """The reference attention with the rotary output and the mask its model would pass it."""
-    x, _, M = inputs
-    return ours, _call(ref, ref, model, x, M), layer_words(comp, ref)
-
-
-@reference_call("layer_block")
-def call_layer_block(comp: Component, ref, model, inputs, run: Run, ours: torch.Tensor):
-    """The reference decoder layer with the rotary output and the mask its model would pass it."""
-    x, _, M = inputs
-    return ours, _call(ref, ref.self_attn, model, x, M), layer_words(comp, ref.self_attn)
-
-
-reference_call("shaped_attention")(call_with_rotary)  # MiniMax-M2 and MiMo-V2-Flash take cos/sin and their model's mask
 
 
 # ---------------------------------------------------------------------------------------------- serving memory
