@@ -11,7 +11,7 @@ from test_calculator import ROOT, _render_pages, _shown_and_wanted, prepared
 
 from explorer.figures import fits, weights_read
 from explorer.figures.calculator import evaluate
-from explorer.figures.model_figures import ROUTED, VISION_PROGRAMS
+from explorer.figures.model_figures import not_run_for_text, routed_children
 
 H100, RTX4090 = "NVIDIA H100 SXM 80GB", "NVIDIA GeForce RTX 4090 24GB"
 
@@ -69,9 +69,9 @@ def test_moe_reads_k_of_n_experts():
 def test_counting_every_expert_fails_the_hand_value():
     """Mutation: a token that read all 128 experts (no routed program named) reads 120 more per layer."""
     p = prepared("qwen3-30b-a3b")
-    every = weights_read.read_as_stored(p.spec, p.ledger, {}, ("mtp", *VISION_PROGRAMS), False)
+    every = weights_read.read_as_stored(p.spec, p.ledger, {}, not_run_for_text(), False)
     assert every == 2 * (QWEN_READ + 48 * 120 * QWEN_EXPERT) != 2 * QWEN_READ
-    right = weights_read.read_as_stored(p.spec, p.ledger, ROUTED, ("mtp", *VISION_PROGRAMS), False)
+    right = weights_read.read_as_stored(p.spec, p.ledger, routed_children(), not_run_for_text(), False)
     assert right == 2 * QWEN_READ
 
 

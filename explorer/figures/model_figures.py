@@ -222,7 +222,7 @@ def derive(spec: ModelSpec, ledger: Ledger, stored: Reconciliation | None) -> De
     ]
     figures += _deltanet_state_figures(kinds, costs, maximum)
     params_read = weights_read.read_params(matmul, embed, spec)
-    read = (("as stored", weights_read.read_as_stored(spec, ledger, _routed_children(), _not_run_for_text(), bool(tied))),
+    read = (("as stored", weights_read.read_as_stored(spec, ledger, routed_children(), not_run_for_text(), bool(tied))),
             *((name, int(params_read * size)) for name, size in WEIGHT_DTYPES),
             *((name, int(params_read * size)) for name, _, size, _ in QUANT_FORMATS))
     return DerivedFigures(tuple(figures), Serving(tuple(kinds), maximum, matmul, tied, weights, read))
@@ -573,11 +573,11 @@ def _mamba_state_figures(kinds: list[LayerKind], costs: list[LayerKind], maximum
     return figures
 
 
-def _routed_children() -> dict[str, str]:
+def routed_children() -> dict[str, str]:
     """MoE program -> the key of its routed experts' child, as each part declares it (part_facts.py)."""
     return {p: facts(p).routed_experts for p in sorted(programs_where("routed_experts"))}
 
 
-def _not_run_for_text() -> tuple[str, ...]:
+def not_run_for_text() -> tuple[str, ...]:
     """Programs a text token does not run: MTP modules and vision towers, as their parts declare."""
     return tuple(sorted(programs_where("mtp") | programs_where("vision")))
