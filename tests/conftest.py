@@ -99,6 +99,21 @@ def seal_config_values(folder: Path) -> None:
     toml.write_text(text)
 
 
+def read_cache_entry(path: Path):
+    """The data of a sealed torch-stage cache entry (explorer/execute/cache_seal.py)."""
+    return json.loads(path.read_text(encoding="utf-8").partition("\n")[2])
+
+
+def write_cache_entry(path: Path, data) -> None:
+    """Write `data` as a cache entry sealed under its folder's key, as only a forger holding the key could: for
+    tests of the checks made behind the seal (an edit without the key is refused by the seal alone)."""
+    from explorer.execute.cache_seal import sealed
+
+    text = sealed(path.parent, path.name, json.dumps(data))
+    assert text is not None
+    path.write_text(text, encoding="utf-8")
+
+
 def hub_env(tmp_path: Path, endpoint: str) -> dict[str, str]:
     """Environment for a build subprocess that talks to `endpoint` as its Hub: an empty HF home of its own,
     short deadlines and no retries, so a test meets a refused connection in seconds."""

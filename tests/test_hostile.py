@@ -14,6 +14,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
+from conftest import read_cache_entry, write_cache_entry
 
 from explorer.errors import (
     CheckpointError,
@@ -680,12 +681,11 @@ def _first_step(data) -> tuple[str, str]:
 def test_a_cache_entry_that_disagrees_with_the_model_is_recomputed(tmp_path, kimi_entry, edit):
     """Issue 18: cache entries were not checked against the model: edited trace shapes were published, and a
     missing component crashed the page build instead of being recomputed."""
-    import json
 
     from explorer.execute import cache
 
     spec, path = kimi_entry
-    data = json.loads(path.read_text())
+    data = read_cache_entry(path)
     components = data["trace"]["components"]
     if edit == "step shape":
         where, name = _first_step(data)
@@ -698,7 +698,7 @@ def test_a_cache_entry_that_disagrees_with_the_model_is_recomputed(tmp_path, kim
         data["checks"]["blocks.nowhere"] = data["checks"][""]
     else:
         data["trace"]["free"]["T"] = 6
-    path.write_text(json.dumps(data))
+    write_cache_entry(path, data)
     assert cache.load(tmp_path, spec) is None
 
 
@@ -792,12 +792,11 @@ def test_a_non_utf8_config_in_the_hub_cache_fails_check_with_default_jobs(tmp_pa
 @pytest.mark.parametrize("edit", ["checked without a reference", "checked by another library", "part of nothing"])
 def test_a_check_that_never_ran_is_not_shown_as_executed(tmp_path, kimi_entry, edit):
     """Issue 18: an edited cache entry could show a check that never ran as executed."""
-    import json
 
     from explorer.execute import cache
 
     spec, path = kimi_entry
-    data = json.loads(path.read_text())
+    data = read_cache_entry(path)
     checked = data["checks"][""]
     if edit == "checked without a reference":  # a component that names no reference module, shown as checked
         from explorer.spec.types import path_key, walk
@@ -809,7 +808,7 @@ def test_a_check_that_never_ran_is_not_shown_as_executed(tmp_path, kimi_entry, e
     else:
         some = next(p for p in data["checks"] if p)
         data["checks"][some] = {**data["checks"][some], "status": "part", "part_of": "blocks.elsewhere"}
-    path.write_text(json.dumps(data))
+    write_cache_entry(path, data)
     assert cache.load(tmp_path, spec) is None
 
 

@@ -5,6 +5,7 @@ Everything runs on a scratch copy of one or two models; the cache test runs the 
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 from pathlib import Path
@@ -76,3 +77,42 @@ def test_a_gguf_model_may_leave_the_hash_empty_only_while_its_checkpoint_states_
     manifest.write_text(text[:text.index("\n[config]\n")] + text[text.index("\n[[tensor]]\n"):])
     with pytest.raises(ContentError, match=r"model\.toml: key 'checkpoint\.config_sha256': empty, "):
         prepare_model(load_model_content(folder), progress=lambda _: None)
+
+
+# -------------------------------------------------------------- a cache entry edited on disk is recomputed
+
+def test_a_cache_entry_edited_on_disk_is_recomputed_not_published(tmp_path):
+    """The torch stages' cache published whatever an entry said that its checks on reading accepted: an equation
+    check's max |Δ| edited to 0, a router's worked example with other scores, another set of lit experts in the
+    picture. Each entry is now sealed as written, so the edited ones are recomputed and the build publishes the
+    computed values."""
+    from explorer.pipeline import build_model
+
+    slug = "qwen3-30b-a3b"
+    content = load_model_content(ROOT / "content/models" / slug)
+    cache_dir = tmp_path / "cache"
+    messages: list[str] = []
+    computed = build_model(content, cache_dir=cache_dir, progress=messages.append)
+    (entry,) = (p for p in cache_dir.glob(f"{slug}-*.json") if "-picture-" not in p.name)
+    (picture,) = cache_dir.glob(f"{slug}-picture-*.json")
+    errors = [c.max_abs_error for c in computed.checks.values() if c.status == "checked"]
+    examples = [c.example for c in computed.checks.values() if c.example is not None]
+    assert errors and max(errors) > 0 and examples and computed.picture_routing is not None
+    text = entry.read_text()
+    edited = re.sub(r'"max_abs_error": [-+0-9.e]+', '"max_abs_error": 0.0', text)
+    label, values = examples[0].rows[0]
+    edited = edited.replace(json.dumps([label, list(values)]), json.dumps([label, [0.5] * len(values)]), 1)
+    assert edited.count('"max_abs_error": 0.0') >= len(errors) and "0.5, 0.5" in edited
+    entry.write_text(edited)
+    selected = computed.picture_routing.selected
+    other = [i + 1 for i in selected] if selected[-1] + 1 < computed.picture_routing.experts else [0, *selected[1:]]
+    picture.write_text(picture.read_text().replace(json.dumps(list(selected)), json.dumps(other)))
+    assert json.dumps(other) in picture.read_text()
+    messages.clear()
+    rebuilt = build_model(content, cache_dir=cache_dir, progress=messages.append)
+    assert f"{slug}: building the reference on meta, tracing at full size, checking equations" in messages
+    assert rebuilt.checks == computed.checks and rebuilt.trace == computed.trace
+    assert rebuilt.picture_routing == computed.picture_routing
+    messages.clear()
+    assert build_model(content, cache_dir=cache_dir, progress=messages.append).checks == computed.checks
+    assert f"{slug}: reference tensors, shape trace and equation checks from cache" in messages  # rewritten
