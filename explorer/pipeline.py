@@ -54,15 +54,17 @@ def prepare_model(content: ModelContent, fetch_sources: bool = False,
                   progress: Progress = stderr_progress) -> PreparedModel:
     """The model's stages that need no torch: spec, ledger, citations, the checkpoint's checks and the figures."""
     spec = load_model_spec(content)
-    check_recorded_config(content)  # after the family's checks, whose messages say more about a bad key
+    manifest = content.folder / MANIFEST_FILE
+    index = read_manifest(manifest) if manifest.exists() else None
+    # after the family's checks, whose messages say more about a bad key; values a GGUF header states are
+    # compared with [config] below (stated_config_differences)
+    check_recorded_config(content, stated_by_checkpoint=index is not None and bool(index.config))
     check_prose_paths(content, (path_key(a, c) for a, c in walk(spec.root)))
     ledger = account(spec)
     citations = resolve_citations(spec, content, fetch=fetch_sources)
     for missing in absent_files(citations):
         progress(f"{spec.slug}: {missing} is not in the local Hugging Face cache, so its pages give line ranges "
                  "and links without excerpts; build with --fetch-sources where the Hub is reachable to quote it")
-    manifest = content.folder / MANIFEST_FILE
-    index = read_manifest(manifest) if manifest.exists() else None
     if index is not None and (index.repo_id, index.revision) != (content.checkpoint.repo_id, content.checkpoint.revision):
         raise ContentError([f"{manifest}: key 'manifest.revision': {index.repo_id}@{index.revision} does not match "
                             f"model.toml's {content.checkpoint.repo_id}@{content.checkpoint.revision}"])

@@ -81,6 +81,39 @@ def build_main(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.CompletedProcess(list(args), rc, out.getvalue(), err.getvalue())
 
 
+def seal_config_values(folder: Path) -> None:
+    """Record the digest of folder/model.toml's [config] as checkpoint.config_values_sha256, as if its values were
+    published so: for a test that writes or edits a config on purpose (a tensor mismatch, a cache miss), so that
+    the edit reaches the check the test is about. An empty config_sha256 is no longer a way round the
+    edited-config check (issue 37), so a test must state the values it builds."""
+    import re
+
+    from explorer.checkpoint.sources import config_values_digest
+    from explorer.content.model_content import load_model_content
+
+    toml = folder / "model.toml"
+    digest = config_values_digest(load_model_content(folder).config)
+    text = re.sub(r"^config_values_sha256 = .*\n", "", toml.read_text(), flags=re.M)
+    text, n = re.subn(r"^(config_sha256 = .*)$", rf'\1\nconfig_values_sha256 = "{digest}"', text, count=1, flags=re.M)
+    assert n == 1, f"{toml}: no config_sha256 line"
+    toml.write_text(text)
+
+
+def read_cache_entry(path: Path):
+    """The data of a sealed torch-stage cache entry (explorer/execute/cache_seal.py)."""
+    return json.loads(path.read_text(encoding="utf-8").partition("\n")[2])
+
+
+def write_cache_entry(path: Path, data) -> None:
+    """Write `data` as a cache entry sealed under its folder's key, as only a forger holding the key could: for
+    tests of the checks made behind the seal (an edit without the key is refused by the seal alone)."""
+    from explorer.execute.cache_seal import sealed
+
+    text = sealed(path.parent, path.name, json.dumps(data))
+    assert text is not None
+    path.write_text(text, encoding="utf-8")
+
+
 def hub_env(tmp_path: Path, endpoint: str) -> dict[str, str]:
     """Environment for a build subprocess that talks to `endpoint` as its Hub: an empty HF home of its own,
     short deadlines and no retries, so a test meets a refused connection in seconds."""

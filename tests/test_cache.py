@@ -12,6 +12,7 @@ from conftest import ROOT
 from explorer.checkpoint.index import CheckpointIndex, TensorInfo
 from explorer.content.model_content import load_model_content
 from explorer.execute import cache
+from explorer.execute.cache_seal import SEAL_KEY, sealed
 from explorer.execute.reference import ReferenceModel
 from explorer.model.families import load_model_spec
 from explorer.spec.results import TOLERANCE, ComponentTrace, EquationCheck, Execution, ShapeTrace, within_tolerance
@@ -63,10 +64,14 @@ def consistent_execution(spec) -> Execution:
     return Execution(ShapeTrace("meta", dict(FREE_SIZES), components), checks)
 
 
-def tamper(path, change) -> None:
-    data = json.loads(path.read_text())
+def tamper(path, change, reseal: bool = True) -> None:
+    """Edit an entry's data; resealed (as only a forger holding the cache's key could), so that the checks made on
+    reading, behind the seal, are what is tested."""
+    head, _, text = path.read_text().partition("\n")
+    data = json.loads(text)
     change(data)
-    path.write_text(json.dumps(data))
+    text = json.dumps(data)
+    path.write_text(sealed(path.parent, path.name, text) if reseal else f"{head}\n{text}")
 
 
 def test_valid_entry_is_read_back(tmp_path, spec, entry):
@@ -95,8 +100,49 @@ def test_tampered_or_misshapen_entry_is_recomputed(tmp_path, spec, entry, change
 
 
 def test_deeply_nested_entry_is_recomputed(tmp_path, spec, entry):
-    entry.write_text("[" * 100_000 + "]" * 100_000)
+    entry.write_text(sealed(tmp_path, entry.name, "[" * 100_000 + "]" * 100_000))
     assert cache.load(tmp_path, spec) is None
+
+
+@pytest.mark.parametrize("change", [
+    lambda d: d["checks"][""].update(max_abs_error=0.0),             # still passes every check made on reading
+    lambda d: d["checks"][""].update(detail="edited"),
+    lambda d: d["trace"].update(device="cpu"),
+])
+def test_an_entry_edited_without_its_seal_is_recomputed(tmp_path, spec, entry, change):
+    """Issue 37: an edit that every check on reading accepts (a smaller error, another detail) was published as
+    computed; the seal over the entry's text refuses it."""
+    tamper(entry, lambda d: None, reseal=False)  # rewritten as it was: the seal still holds
+    assert cache.load(tmp_path, spec) is not None
+    tamper(entry, change, reseal=False)
+    assert cache.load(tmp_path, spec) is None
+
+
+def test_a_seal_holds_only_for_its_own_name_and_its_folders_key(tmp_path, spec, entry):
+    """An entry sealed for one name does not open under another (another model's or config's entry copied over);
+    a missing, damaged or linked key opens nothing, and the next write makes a new key."""
+    text = entry.read_text()
+    other = tmp_path / "elsewhere"
+    other.mkdir()
+    (other / entry.name).write_text(text)
+    assert cache.load(other, spec) is None  # no key there
+    key = (tmp_path / SEAL_KEY).read_text()
+    assert len(key.strip()) == 64 and (tmp_path / SEAL_KEY).stat().st_mode & 0o077 == 0
+    (other / SEAL_KEY).write_text(key)
+    assert cache.load(other, spec) is not None  # the same key and name: as written
+    renamed = tmp_path / entry.name.replace(spec.slug, "qwen3-8b", 1)
+    renamed.write_text(text)
+    from explorer.execute.cache_seal import unsealed
+    assert unsealed(renamed, 2**20) is None and unsealed(entry, 2**20) is not None
+    (tmp_path / SEAL_KEY).write_text("0" * 63)
+    assert cache.load(tmp_path, spec) is None
+    (tmp_path / SEAL_KEY).unlink()
+    (tmp_path / SEAL_KEY).symlink_to(other / SEAL_KEY)
+    assert cache.load(tmp_path, spec) is None  # a key is never read through a link
+    ref, execution = cache.load(other, spec)
+    cache.save(tmp_path, spec, ref, execution)  # replaces the link with a key of its own
+    assert not (tmp_path / SEAL_KEY).is_symlink() and (other / SEAL_KEY).read_text() == key
+    assert cache.load(tmp_path, spec) is not None
 
 
 def test_the_build_knows_from_content_alone_whether_an_entry_is_current(tmp_path, spec, entry):
@@ -181,5 +227,5 @@ def test_concurrent_writers_never_expose_a_missing_torn_or_temporary_entry(tmp_p
     finally:
         for w in writers:
             w.kill()
-    assert sorted(p.name for p in folder.iterdir()) == sorted(cache._entry(folder, s.slug, cache.execution_key(s)).name
-                                                              for s in specs)
+    assert sorted(p.name for p in folder.iterdir()) == sorted([SEAL_KEY] + [
+        cache._entry(folder, s.slug, cache.execution_key(s)).name for s in specs])

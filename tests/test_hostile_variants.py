@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, build_main
+from conftest import ROOT, build_main, read_cache_entry, write_cache_entry
 from test_hostile import deadline
 
 from explorer.checkpoint.variants import load_variants
@@ -469,8 +469,8 @@ def test_an_edited_picture_routing_entry_is_recomputed(tmp_path, monkeypatch, ed
     spec = load_model_spec(load_model_content(ROOT / "content/models/deepseek-v3"))
     routing = pr.picture_routing(spec, tmp_path)
     (entry,) = tmp_path.glob("deepseek-v3-picture-*.json")
-    data = json.loads(entry.read_text())
-    entry.write_text(json.dumps(None if edit is None else {**data, **edit}))
+    data = read_cache_entry(entry)
+    write_cache_entry(entry, None if edit is None else {**data, **edit})  # resealed: the checks behind the seal
     runs = []
     real = pr.route_example
     monkeypatch.setattr(pr, "route_example", lambda s: runs.append(1) or real(s))

@@ -9,7 +9,7 @@ import re
 import tomllib
 
 import pytest
-from conftest import ROOT
+from conftest import ROOT, write_cache_entry
 
 from explorer.content.model_content import load_model_content
 from explorer.execute.picture_routing import route_example, seeded_router
@@ -198,7 +198,7 @@ def test_the_routing_is_cached_and_read_back_and_a_damaged_entry_is_rerun(tmp_pa
     with monkeypatch.context() as m:
         m.setattr(pr, "route_example", must_not_run)
         assert pr.picture_routing(spec, tmp_path) == routing
-    entry.write_text('{"layer": 3}')  # damaged: no experts, no selection
+    write_cache_entry(entry, {"layer": 3})  # damaged (though sealed): no experts, no selection
     assert pr.picture_routing(spec, tmp_path) == routing
     dense = load_model_spec(content("llama-3.1-8b"))
     assert pr.picture_routing(dense, tmp_path) is None

@@ -9,7 +9,7 @@ import re
 import shutil
 
 import pytest
-from conftest import ROOT, hub_env, run_build, write_safetensors
+from conftest import ROOT, hub_env, run_build, seal_config_values, write_safetensors
 from hub_server import FakeHub
 
 from explorer.checkpoint.index import CheckpointIndex, TensorInfo
@@ -76,12 +76,13 @@ def test_check_passes_offline(small_project_copy):
 
 def test_check_fails_when_a_config_value_changes(small_project_copy):
     """Issue 3's mutation test: moe_intermediate_size 2048 -> 1024 breaks every expert tensor's shape. The
-    recorded sha256 is blanked, as for a config with no published file: with it, the edit fails earlier, as
-    values that no longer hash to it (issue 18, tests/test_hostile.py)."""
+    edited values are sealed with their own digest (config_values_sha256), as if published so: unsealed, the edit
+    fails earlier, as values that no longer hash to the recorded config (issue 18, tests/test_hostile.py)."""
     project_copy = small_project_copy("kimi-k2", "deepseek-v3")  # the model and the one it follows
     toml = project_copy / "content/models/kimi-k2/model.toml"
-    text = re.sub(r"^config_sha256 = .*$", 'config_sha256 = ""', toml.read_text(), flags=re.M)
-    toml.write_text(re.sub(r"^moe_intermediate_size = 2048", "moe_intermediate_size = 1024", text, flags=re.M))
+    toml.write_text(re.sub(r"^moe_intermediate_size = 2048", "moe_intermediate_size = 1024", toml.read_text(),
+                           flags=re.M))
+    seal_config_values(toml.parent)
     result = run_build("--check", "--content", str(project_copy))
     assert result.returncode == 1
     out = result.stdout
@@ -106,7 +107,7 @@ family = "deepseek_v3"
 repo_id = "org/tiny-model"
 revision = "0123456789abcdef0123456789abcdef01234567"
 config_sha256 = ""
-config_provenance = "written by a test, from no published file (so no sha256 to check the values against)"
+config_provenance = "written by a test, from no published file (its values sealed by config_values_sha256)"
 
 [checkpoint.config_lines]
 quantization_config = [1, 2]
@@ -129,6 +130,7 @@ def tiny_project(project_copy):
     tables = "".join(f"\n[config.{k}]\n" + "\n".join(f"{kk} = {json.dumps(vv)}" for kk, vv in v.items()) + "\n"
                      for k, v in config.items() if isinstance(v, dict))
     (folder / "model.toml").write_text(TINY_TOML + "[config]\n" + body + "\n" + tables)
+    seal_config_values(folder)
     spec = load_model_spec(load_model_content(folder))
     return folder, {name: (e.dtype or "BF16", list(e.shape or (3,))) for e in expected_groups(spec)
                     for name in e.box.names()}

@@ -290,16 +290,32 @@ def config_values_digest(config: dict[str, Any]) -> str:
     return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
 
 
-def check_recorded_config(content: ModelContent) -> None:
+def check_recorded_config(content: ModelContent, stated_by_checkpoint: bool = False) -> None:
     """Raise ContentError unless the [config] values are the published ones: they serialise back to the config.json
     whose sha256 is recorded, or their digest is the recorded config_values_sha256. A value edited in model.toml
-    after recording would otherwise be built and published (issue 18)."""
+    after recording would otherwise be built and published (issue 18). An empty config_sha256 with no
+    config_values_sha256 is refused too (issue 37: it used to turn the check off), except where the checkpoint's
+    own files state the values (`stated_by_checkpoint`: a GGUF header's, recorded in checkpoint.toml and compared
+    with [config] by every build)."""
     ref = content.checkpoint
     if ref.config_values_sha256 and config_values_digest(content.config) == ref.config_values_sha256:
         return
-    if not ref.config_sha256 or regenerate_config(content) is not None:
+    if ref.config_sha256 and regenerate_config(content) is not None:
         return
-    where = f"{content.folder / 'model.toml'}: key 'config"
+    model_file = content.folder / "model.toml"
+    if not ref.config_sha256.strip() and not ref.config_values_sha256:
+        if stated_by_checkpoint:
+            return
+        raise ContentError([f"{model_file}: key 'checkpoint.config_sha256': empty, so nothing shows that [config] "
+                            "holds the published values; record the config with build.py --add-model (which hashes "
+                            "its bytes) or give checkpoint.config_values_sha256 (an empty hash is allowed only where "
+                            "the model's checkpoint.toml states the config values, as a GGUF header's)"])
+    if not ref.config_sha256.strip():
+        raise ContentError([f"{model_file}: key 'config': the recorded values no longer hash to "
+                            f"checkpoint.config_values_sha256 ({ref.config_values_sha256[:12]}…), so a value was "
+                            "changed after it was recorded (or a key added or removed); restore the published "
+                            "value, or record the config again with build.py --add-model"])
+    where = f"{model_file}: key 'config"
     published = verified_text(hub_text(ref.repo_id, ref.revision, "config.json", fetch=False) if ref.pinned else None,
                               ref.config_sha256, f"{ref.repo_id}@{ref.revision[:7]}/config.json",
                               "checkpoint.config_sha256")

@@ -1,7 +1,8 @@
 """Cache of the torch stages (reference tensors, shape trace, equation checks), keyed by a hash of every
 input: the model's config, every module of the package (so no list of "the files that matter" can go
 stale), and the library versions. A rebuild with nothing changed does not run torch; a changed config
-reruns only that model."""
+reruns only that model. Every entry is sealed (explorer/execute/cache_seal.py): one edited on disk is recomputed,
+never published."""
 
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ from explorer.checkpoint.tensor_names import pattern_box, pattern_size, shared_n
 from explorer.content.model_content import ModelContent
 from explorer.digest import package_digest
 from explorer.errors import ContentError
+from explorer.execute.cache_seal import sealed, unsealed
 from explorer.execute.reference import ReferenceModel
 from explorer.model.families import FAMILIES, family_config
 from explorer.spec.results import (
@@ -89,11 +91,11 @@ def has_entry(cache_dir: Path | None, content: ModelContent) -> bool:
 def load(cache_dir: Path | None, spec: ModelSpec) -> tuple[ReferenceModel, Execution] | None:
     if cache_dir is None:
         return None
-    path = _entry(cache_dir, spec.slug, execution_key(spec))
-    if not path.exists():
-        return None
+    text = unsealed(_entry(cache_dir, spec.slug, execution_key(spec)), ENTRY_LIMIT)
+    if text is None:
+        return None  # absent, or not as the build wrote it: recomputed
     try:
-        reference, execution = _decode(json.loads(path.read_text(encoding="utf-8")))
+        reference, execution = _decode(json.loads(text))
         _check_against(spec, execution)
     except (ValueError, KeyError, TypeError, AttributeError, RecursionError, OSError):
         return None  # a damaged, tampered or stale entry is recomputed, never published
@@ -138,11 +140,13 @@ def save(cache_dir: Path | None, spec: ModelSpec, reference: ReferenceModel, exe
     if cache_dir is None:
         return
     # not another model whose slug extends this one
-    write_replacing(_entry(cache_dir, spec.slug, execution_key(spec)),
-                    json.dumps(_encode(reference, execution), sort_keys=True),
-                    f"{spec.slug}-*.json", lambda name: _KEY.fullmatch(name[len(spec.slug):]) is not None)
+    write_sealed(_entry(cache_dir, spec.slug, execution_key(spec)),
+                 json.dumps(_encode(reference, execution), sort_keys=True),
+                 f"{spec.slug}-*.json", lambda name: _KEY.fullmatch(name[len(spec.slug):]) is not None)
 
 
+ENTRY_LIMIT = 64 * 2**20
+"""Bytes past which a torch-stage entry is not read: Kimi K2's, the largest, is well under a megabyte."""
 STRINGS_LIMIT = 64 * 2**20
 """Bytes past which a string cache file is not read: the build writes a few megabytes at most (the MathML of 50
 models: 0.7 MB), so a larger one was not written by it, and reading it whole could exhaust memory."""
@@ -175,6 +179,17 @@ def read_strings(path: Path) -> dict[str, str]:
     if not isinstance(data, dict):
         return {}
     return {k: v for k, v in data.items() if isinstance(k, str) and isinstance(v, str)}
+
+
+def write_sealed(path: Path, text: str, stale: str, is_stale: Callable[[str], bool]) -> None:
+    """write_replacing with the entry sealed (cache_seal.sealed), for what only torch recomputes; read back with
+    cache_seal.unsealed. Where no seal key can be made nothing is written: the next build recomputes."""
+    text_sealed = sealed(path.parent, path.name, text)
+    if text_sealed is None:
+        print(f"  warning: {path.parent}: cannot write the cache's seal key; the next build recomputes",
+              file=sys.stderr)
+        return
+    write_replacing(path, text_sealed, stale, is_stale)
 
 
 def write_replacing(path: Path, text: str, stale: str, is_stale: Callable[[str], bool]) -> None:
@@ -299,12 +314,12 @@ def _file_sha256(path: Path) -> str:
 def load_real(cache_dir: Path | None, spec: ModelSpec, weights: Path) -> tuple[RealWeightCheck, ...] | None:
     if cache_dir is None:
         return None
-    path = _real_path(cache_dir, spec, weights)
-    if not path.exists():
+    text = unsealed(_real_path(cache_dir, spec, weights), ENTRY_LIMIT)
+    if text is None:
         return None
     try:
-        return tuple(_real_check(c) for c in json.loads(path.read_text(encoding="utf-8")))
-    except (ValueError, TypeError, KeyError):
+        return tuple(_real_check(c) for c in json.loads(text))
+    except (ValueError, TypeError, KeyError, RecursionError):
         return None  # a damaged or failing entry is recomputed
 
 
@@ -325,6 +340,6 @@ def _real_check(fields: dict[str, Any]) -> RealWeightCheck:
 def save_real(cache_dir: Path | None, spec: ModelSpec, weights: Path, checks: tuple[RealWeightCheck, ...]) -> None:
     if cache_dir is None:
         return
-    write_replacing(_real_path(cache_dir, spec, weights),
-                    json.dumps([dataclasses.asdict(c) for c in checks], sort_keys=True),
-                    f"{spec.slug}-real-*.json", lambda name: _REAL_KEY.fullmatch(name[len(spec.slug):]) is not None)
+    write_sealed(_real_path(cache_dir, spec, weights),
+                 json.dumps([dataclasses.asdict(c) for c in checks], sort_keys=True),
+                 f"{spec.slug}-real-*.json", lambda name: _REAL_KEY.fullmatch(name[len(spec.slug):]) is not None)

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from explorer.execute import cache
+from explorer.execute.cache_seal import unsealed
 from explorer.spec.types import Component, ModelSpec, path_key, walk
 
 SEED = 0
@@ -37,20 +38,21 @@ class PictureRouting:
 def picture_routing(spec: ModelSpec, cache_dir: Path | None) -> PictureRouting | None:
     """The routing the picture lights, from the cache where current, else run (imports torch)."""
     path = cache_dir / f"{spec.slug}-picture-{cache.execution_key(spec)}.json" if cache_dir is not None else None
-    if path is not None and path.exists():
+    text = unsealed(path, cache.ENTRY_LIMIT) if path is not None else None
+    if text is not None:  # else absent, or not as the build wrote it (an edited selection): recomputed
         try:
-            data = json.loads(path.read_text(encoding="utf-8"))
+            data = json.loads(text)
             cached = None if data is None else PictureRouting(int(data["layer"]), str(data["path"]),
                                                               int(data["experts"]),
                                                               tuple(int(i) for i in data["selected"]))
             if cached == _expected_shape(spec, cached):
                 return cached
-        except (ValueError, KeyError, TypeError, AttributeError):
+        except (ValueError, KeyError, TypeError, AttributeError, RecursionError):
             pass  # a damaged or edited entry is recomputed
     routing = route_example(spec)
     if path is not None:
-        cache.write_replacing(path, json.dumps(asdict(routing) if routing else None, sort_keys=True),
-                              f"{spec.slug}-picture-*.json", lambda name: name != path.name)
+        cache.write_sealed(path, json.dumps(asdict(routing) if routing else None, sort_keys=True),
+                           f"{spec.slug}-picture-*.json", lambda name: name != path.name)
     return routing
 
 

@@ -28,7 +28,7 @@ from explorer.errors import ContentError
 from explorer.model.components.rope import Pairing, RopeOptions
 from explorer.model.config_defaults import aliased_dtype, with_class_defaults
 from explorer.spec.storage import TORCH_DTYPES, BlockFP8, SchemeError, Storage
-from explorer.spec.types import Component, Hyperparameters, ModelSpec
+from explorer.spec.types import Component, Hyperparameters, ModelSpec, walk
 
 DIM_LABELS = {
     "hidden_size": "d", "intermediate_size": "d_ff", "moe_intermediate_size": "d_expert", "vocab_size": "vocab",
@@ -48,10 +48,37 @@ LIMITS = {
     "num_nextn_predict_layers": 16, "n_group": 4_096, "topk_group": 4_096, "sliding_window": 100_000_000,
     "hc_mult": 64, "hc_sinkhorn_iters": 1_000, "o_groups": 10_000, "o_lora_rank": 1_000_000, "index_n_heads": 10_000,
     "index_head_dim": 100_000, "index_topk": 100_000_000, "num_hash_layers": 1_000,
+    # the newer families' sizes (issue 37: a zero gave a traceback, a huge one a build past the machine's memory)
+    "linear_num_heads": 10_000, "linear_head_dim": 100_000, "linear_num_key_heads": 10_000,
+    "linear_num_value_heads": 10_000, "linear_key_head_dim": 100_000, "linear_value_head_dim": 100_000,
+    "linear_conv_kernel_dim": 1_024, "num_experts": 4_096, "experts_per_token": 4_096, "top_k_experts": 4_096,
+    "shared_expert_intermediate_size": 10_000_000, "moe_shared_expert_intermediate_size": 10_000_000,
+    "shared_intermediate_size": 10_000_000, "intermediate_size_mlp": 10_000_000, "global_head_dim": 100_000,
+    "num_global_key_value_heads": 10_000, "swa_head_dim": 100_000, "swa_v_head_dim": 100_000,
+    "swa_num_attention_heads": 10_000, "swa_num_key_value_heads": 10_000, "mamba_num_heads": 10_000,
+    "mamba_head_dim": 100_000, "ssm_state_size": 100_000, "n_groups": 10_000, "conv_kernel": 1_024,
+    "moe_latent_size": 1_000_000, "rotary_dim": 100_000, "qk_head_dim": 100_000, "first_k_dense_replace": 1_000,
+    "decoder_sparse_step": 1_000, "full_attention_interval": 1_000, "mtp_num_hidden_layers": 16,
+    "num_mtp_modules": 16, "mtp_transformer_layers": 16,
+    # vision towers (depth and widths: a tower of 10^6 blocks was accepted and its build ran out of memory)
+    "depth": 1_000, "num_heads": 10_000, "out_hidden_size": 1_000_000, "num_position_embeddings": 10_000_000,
+    "patch_size": 10_000, "spatial_merge_size": 64, "temporal_patch_size": 64, "in_channels": 64,
+    "num_channels": 64, "image_size": 100_000, "mm_tokens_per_image": 10_000_000, "vt_hidden_size": 1_000_000,
+    "vt_intermediate_size": 10_000_000, "vt_num_attention_heads": 10_000, "vt_num_hidden_layers": 1_000,
+    "mm_hidden_size": 1_000_000, "text_hidden_size": 1_000_000,
+    # GPT-2's names
+    "n_embd": 1_000_000, "n_head": 10_000, "n_layer": 1_000, "n_inner": 10_000_000, "n_positions": 100_000_000,
+    "n_ctx": 100_000_000,
 }
 """Largest accepted value of each size key: checked before anything is built, so a hostile config cannot
 allocate without bound."""
-MAY_BE_ZERO = ("num_nextn_predict_layers", "n_shared_experts", "sliding_window", "num_hash_layers")
+MAX_MODEL_TENSORS = 400_000
+"""Most weight tensors a model's spec may describe (Qwen3.5-397B-A17B, the largest here, has 93,411; Kimi K2 70,036):
+the reference is built module by module on the meta device, and each sizes within LIMITS can still multiply past
+the machine's memory (1,000 layers of 4,096 experts: 12 million modules)."""
+MAY_BE_ZERO = ("num_nextn_predict_layers", "n_shared_experts", "sliding_window", "num_hash_layers",
+               "first_k_dense_replace", "mtp_num_hidden_layers", "num_mtp_modules", "mtp_transformer_layers",
+               "shared_expert_intermediate_size", "moe_shared_expert_intermediate_size", "shared_intermediate_size")
 """Size keys for which 0 means "none"."""
 
 POSITIVE_FLOATS = ("rms_norm_eps", "layer_norm_epsilon", "rope_theta", "routed_scaling_factor", "factor")
@@ -189,8 +216,26 @@ class Family:
             root = self.build(config, values)
         except SchemeError as e:
             raise ContentError([f"{where}: {p}" for p in e.problems]) from None
+        if (tensors := tensor_count(root)) > MAX_MODEL_TENSORS:  # before any torch work builds them
+            raise ContentError([f"{where}: {_scale_keys(config)}: the config describes {tensors:,} tensors, "
+                                f"over the {MAX_MODEL_TENSORS:,} a build can hold in memory (the largest model "
+                                "here has under 100,000)"])
         return ModelSpec(slug=slug, family=self.name, root=root, values=values, config=config,
                          facts=self.facts(config), defaulted=defaulted)
+
+
+def tensor_count(root: Component) -> int:
+    """The weight tensors a spec describes, each template counted over its index ranges (none is listed)."""
+    return sum(math.prod(len(r.values) for r in t.ranges) for _, comp in walk(root) for t in comp.tensors)
+
+
+def _scale_keys(config: Any) -> str:
+    """The keys that multiply a model's tensors, as a message names them: its depth and, where it has experts,
+    their count ("keys 'num_hidden_layers' and 'n_routed_experts'")."""
+    names = [f.name for f in dataclasses.fields(config)]
+    keys = ["num_hidden_layers" if "num_hidden_layers" in names else "n_layer"]
+    keys += [n for n in ("n_routed_experts", "num_local_experts", "num_experts") if n in names][:1]
+    return " and ".join(f"'{k}'" for k in keys).join(("keys " if len(keys) > 1 else "key ", ""))
 
 
 def value_problems(raw: dict[str, Any], path: str = "") -> list[str]:
