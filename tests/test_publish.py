@@ -242,3 +242,18 @@ def test_the_site_folder_is_readable_by_others(tmp_path):
     finally:
         os.umask(old)
     assert staged.stat().st_mode & 0o777 == 0o755
+
+
+def test_an_old_site_that_cannot_be_removed_is_named_not_left_silently(tmp_path, monkeypatch, capsys):
+    """Issue 37 (low): a previous site the build cannot delete (read-only media, another owner's files) stays beside
+    the new one; the build says where, in one line, and the new site is in place."""
+    out = tmp_path / "site"
+    publish_once(out, "first")
+    from explorer.render import publish as publish_module
+
+    monkeypatch.setattr(publish_module.shutil, "rmtree", lambda *a, **k: None)  # nothing can be deleted
+    monkeypatch.setattr(publish_module, "_exchange", lambda staged, out: False)  # the two-rename path
+    publish_once(out, "second")
+    assert (out / "index.html").read_text() == "second"
+    warning = capsys.readouterr().err.strip().splitlines()
+    assert len(warning) == 1 and "could not be removed" in warning[0] and ".site.old" in warning[0]

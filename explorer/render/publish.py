@@ -200,6 +200,9 @@ def _remove_previous(folder: Path) -> None:
             with contextlib.suppress(OSError):
                 entry.unlink()
     shutil.rmtree(folder, ignore_errors=True)
+    if folder.exists():  # issue 37: say what is left and where, instead of leaving it silently
+        print(f"warning: the previous site could not be removed completely: {folder} is left beside the new one "
+              "(the next build retries; remove it by hand if it stays)", file=sys.stderr)
 
 
 def _rename_new(staged: Path, out: Path) -> bool:
