@@ -40,6 +40,8 @@ DIM_LABELS = {
 """Short names of config sizes in shapes ("7168 d")."""
 
 LIMITS = {
+    "vision_soft_tokens_per_image": 1_000_000, "interleave_moe_layer_step": 1_000,
+    "original_max_position_embeddings": 100_000_000,
     "vocab_size": 10_000_000, "hidden_size": 1_000_000, "intermediate_size": 10_000_000,
     "moe_intermediate_size": 10_000_000, "num_hidden_layers": 1_000, "num_attention_heads": 10_000,
     "num_key_value_heads": 10_000, "head_dim": 100_000, "n_routed_experts": 4_096, "num_local_experts": 4_096,
@@ -81,7 +83,9 @@ MAY_BE_ZERO = ("num_nextn_predict_layers", "n_shared_experts", "sliding_window",
                "shared_expert_intermediate_size", "moe_shared_expert_intermediate_size", "shared_intermediate_size")
 """Size keys for which 0 means "none"."""
 
-POSITIVE_FLOATS = ("rms_norm_eps", "layer_norm_epsilon", "rope_theta", "routed_scaling_factor", "factor")
+POSITIVE_FLOATS = ("rms_norm_eps", "layer_norm_epsilon", "rope_theta", "routed_scaling_factor", "factor",
+                   "beta_fast", "beta_slow", "compress_rope_theta", "hc_eps", "query_pre_attn_scalar", "norm_eps",
+                   "layer_norm_eps")
 """Keys (at any depth) that must be finite and > 0."""
 
 

@@ -402,7 +402,7 @@ class Qwen3_5(Family):
     def ffn(self, ctx: Ctx, t: Qwen3_5TextHyperparameters, p: str, ranges, x: Port, y: Port) -> Component:
         return gated_mlp(ctx, "mlp", "SwiGLU MLP", "SwiGLU", prefix=p + "mlp.", ranges=ranges,
                          d_ff=ctx.sym("intermediate_size"), ff_dim=ctx.dim("intermediate_size"), x=x, y=y,
-                         description=f"A SwiGLU feed-forward network of width {t.intermediate_size:,}.",
+                         description=f"A SwiGLU feed-forward network of width {t.intermediate_size or DENSE_WIDTH:,}.",
                          code=f"{self.ref.prefix}MLP(config, intermediate_size)",
                          citations=(self.ref.cite("The MLP is down(silu(gate x) ⊙ up x).", "MLP"),))
 
