@@ -129,7 +129,8 @@ def mixer_kind(block: Component, local: bool) -> Kind:
     ranked = sorted((facts(p).picture_rank, p) for p in progs if facts(p).picture is not None)
     if ranked:
         drawn = facts(ranked[0][1]).picture_kind(BlockView(frozenset(progs), lambda name: _option(block, name)))
-        return Kind(*drawn)
+        if drawn is not None:
+            return Kind(*drawn)
     # attention programs are those registered in the compare pages' Attention row (any other mixer is a
     # recurrent state: Gated DeltaNet, Mamba-2), so a new attention program needs no second list here
     if not any(COMPARISON_ROLES.get(program) == "Attention" for program in progs):

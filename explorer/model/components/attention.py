@@ -250,8 +250,8 @@ def headline_steps(steps: tuple[Step, ...], distinctive: tuple[str, ...] = DISTI
 
 
 def _first_of_each(steps: list[Step]) -> tuple[Step, ...]:
-    seen: set[str | None] = set()
-    return tuple(s for s in steps if not (s.name in seen or seen.add(s.name)))
+    """Each step name once, in order: the first step of that name."""
+    return tuple({s.name: s for s in reversed(steps)}[name] for name in dict.fromkeys(s.name for s in steps))
 
 
 def attention_title(heads: int, kv_heads: int) -> str:

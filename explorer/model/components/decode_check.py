@@ -48,8 +48,9 @@ def reference_decode(ref, model, x: torch.Tensor) -> Decoded:
     outs = [ref(x[:, :P], cache_params=cache)] if P else []
     outs += [ref(x[:, t:t + 1], cache_params=cache) for t in range(P, x.shape[1])]
     layer = ref.layer_idx
-    return Decoded(torch.cat(outs, dim=1), cache.get_recurrent_state(layer, state_idx=0),
-                   cache.get_conv_state(layer, state_idx=0), P)
+    state, conv = cache.get_recurrent_state(layer, state_idx=0), cache.get_conv_state(layer, state_idx=0)
+    assert state is not None and conv is not None, "the cache holds no state after the tokens it was given"
+    return Decoded(torch.cat(outs, dim=1), state, conv, P)
 
 
 def decode_comparison(ours_outputs: torch.Tensor, ours_state: torch.Tensor, ours_conv: torch.Tensor,
