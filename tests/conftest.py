@@ -197,3 +197,22 @@ def builds(built_site: Path):
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--update-golden", action="store_true",
                      help="rewrite tests/golden/ from the current build (read the diff against the seeds before committing)")
+
+
+def recurrent_layer_run(tiny, model, weights, block: str, T: int = 150, seed: int = 3):
+    """A recurrent mixer (Gated DeltaNet, KDA) of block kind `block` and its reference module on one random sequence
+    of T positions (150: more than two 64-position chunks): our chunked output, our recurrent (one token at a time)
+    output, and the reference's."""
+    import torch
+
+    from explorer.execute.executor import first_layer, module_prefix
+    from explorer.model.components import PROGRAMS, Run
+
+    comp = tiny.root.child("blocks").child(block).child("attn")
+    prefix = module_prefix(comp, first_layer(comp))
+    x = torch.randn(2, T, tiny.values["hidden_size"], generator=torch.Generator().manual_seed(seed))
+    run = Run(weights, module=prefix)
+    with torch.no_grad():
+        (ours,) = PROGRAMS[comp.program](comp, run, x)
+        theirs = model.get_submodule(prefix.rstrip("."))(hidden_states=x)
+    return ours, run.recorded["_recurrent"], theirs

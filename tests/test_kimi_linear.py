@@ -9,16 +9,16 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import ROOT
+from conftest import ROOT, recurrent_layer_run
 
 from explorer.checkpoint.reconcile import reconcile
 from explorer.content.model_content import load_model_content
 from explorer.errors import ExecutionError
-from explorer.execute.executor import _check_one, check_equations, first_layer, module_prefix, tiny_spec
+from explorer.execute.executor import _check_one, check_equations, tiny_spec
 from explorer.execute.reference import build_reference_model, reference_index, reference_state, tiny_reference_model
 from explorer.model.account import account
-from explorer.model.components import PROGRAMS, Run, kda
 from explorer.model.components import gated_deltanet as gdn
+from explorer.model.components import kda
 from explorer.model.components import mla_nope as mla_nope_module
 from explorer.model.components.blocks import block_layers
 from explorer.model.families import load_model_spec
@@ -59,15 +59,7 @@ def test_pattern_is_the_reference_default(spec):
 
 def kda_run(tiny, T: int = 150):
     """Our KDA program and the reference layer on one random sequence of T positions (T > 2 chunks)."""
-    t, model, weights = tiny
-    comp = t.root.child("blocks").child("kda_moe").child("attn")
-    prefix = module_prefix(comp, first_layer(comp))
-    x = torch.randn(2, T, t.values["hidden_size"], generator=torch.Generator().manual_seed(5))
-    run = Run(weights, module=prefix)
-    with torch.no_grad():
-        (ours,) = PROGRAMS[comp.program](comp, run, x)
-        theirs = model.get_submodule(prefix.rstrip("."))(hidden_states=x)
-    return ours, run.recorded["_recurrent"], theirs
+    return recurrent_layer_run(*tiny, "kda_moe", T, seed=5)
 
 
 def error(a, b) -> float:

@@ -10,17 +10,16 @@ from dataclasses import replace
 
 import pytest
 import torch
-from conftest import ROOT
+from conftest import ROOT, recurrent_layer_run
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from explorer.checkpoint.reconcile import reconcile
 from explorer.content.model_content import load_model_content
 from explorer.errors import ExecutionError
-from explorer.execute.executor import _check_one, check_equations, first_layer, module_prefix, tiny_spec
+from explorer.execute.executor import _check_one, check_equations, tiny_spec
 from explorer.execute.reference import build_reference_model, reference_index, reference_state, tiny_reference_model
 from explorer.model.account import account
-from explorer.model.components import PROGRAMS, Run
 from explorer.model.components import gated_attention as gated_attention_module
 from explorer.model.components import gated_deltanet as gdn
 from explorer.model.components import gated_shared_expert as gse
@@ -80,14 +79,7 @@ def test_layer_types_absent_take_the_interval():
 
 def deltanet_run(tiny, model, weights, T: int = 150):
     """Our DeltaNet program and the reference module on one random sequence of T positions (T > 2 chunks)."""
-    comp = tiny.root.child("blocks").child("linear").child("attn")
-    prefix = module_prefix(comp, first_layer(comp))
-    x = torch.randn(2, T, tiny.values["hidden_size"], generator=torch.Generator().manual_seed(3))
-    run = Run(weights, module=prefix)
-    with torch.no_grad():
-        (ours,) = PROGRAMS[comp.program](comp, run, x)
-        theirs = model.get_submodule(prefix.rstrip("."))(hidden_states=x)
-    return ours, run.recorded["_recurrent"], theirs
+    return recurrent_layer_run(tiny, model, weights, "linear", T, seed=3)
 
 
 def error(a, b) -> float:

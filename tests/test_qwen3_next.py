@@ -8,15 +8,15 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import ROOT
+from conftest import ROOT, recurrent_layer_run
 
 from explorer.checkpoint.reconcile import reconcile
 from explorer.content.model_content import load_model_content
 from explorer.errors import ContentError, ExecutionError
-from explorer.execute.executor import _check_one, check_equations, first_layer, module_prefix, tiny_spec
+from explorer.execute.executor import _check_one, check_equations, tiny_spec
 from explorer.execute.reference import build_reference_model, reference_index, reference_state, tiny_reference_model
 from explorer.model.account import account
-from explorer.model.components import PROGRAMS, Run
+from explorer.model.components import PROGRAMS
 from explorer.model.components import fused_deltanet_proj as fused
 from explorer.model.components import gated_deltanet as gdn
 from explorer.model.families import FAMILIES, load_model_spec
@@ -103,15 +103,7 @@ def fused_error(tiny) -> float:
 
 def deltanet_run(tiny, T: int = 150):
     """Our whole DeltaNet layer and the reference module on one sequence of T positions (T > 2 chunks of 64)."""
-    t, model, weights = tiny
-    _, comp = component(t, "blocks.linear.attn")
-    prefix = module_prefix(comp, first_layer(comp))
-    x = torch.randn(2, T, t.values["hidden_size"], generator=torch.Generator().manual_seed(3))
-    run = Run(weights, module=prefix)
-    with torch.no_grad():
-        (ours,) = PROGRAMS[comp.program](comp, run, x)
-        theirs = model.get_submodule(prefix.rstrip("."))(hidden_states=x)
-    return ours, run.recorded["_recurrent"], theirs
+    return recurrent_layer_run(*tiny, "linear", T, seed=3)
 
 
 def error(a, b) -> float:
