@@ -54,7 +54,8 @@ def test_pattern_is_the_reference_default(spec):
     assert blocks == {"kda_dense": (0,), "kda_moe": tuple(i for i in range(1, 27) if i % 4),
                       "mla_moe": (4, 8, 12, 16, 20, 24)}
     assert "rope" not in {c.program for c in spec.root.child("blocks").child("mla_moe").child("attn").children}
-    assert spec.defaulted and "layer_types" in spec.defaulted  # a page built from defaults lists them
+    recorded = load_model_content(ROOT / "content/models" / SLUG).checkpoint.config_defaulted
+    assert "layer_types" in recorded and "num_hidden_layers" in recorded  # a page built from defaults lists them
 
 
 def kda_run(tiny, T: int = 150):

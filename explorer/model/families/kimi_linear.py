@@ -15,7 +15,6 @@ configuration_kimi_linear.py (the reference binding and its defaults).
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass, replace
 from typing import Any, ClassVar
 
@@ -56,8 +55,6 @@ SYMBOLS = ("vocab_size", "hidden_size", "intermediate_size", "moe_intermediate_s
            "num_attention_heads", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim", "num_local_experts",
            "n_shared_experts", "num_experts_per_tok", "linear_num_heads", "linear_head_dim", "linear_conv_kernel_dim")
 DTYPE_SIZES = {"float32": 4, "bfloat16": 2, "float16": 2}
-INFORMATIONAL = {"bos_token_id", "eos_token_id", "pretraining_tp", "output_router_logits", "dtype", "torch_dtype"}
-"""Keys recorded as published that change neither the parameter tree nor the computation."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -170,14 +167,6 @@ class KimiLinear(Family):
 
     def default_source(self, key: str) -> str:
         return self.reference.config_class
-
-    def build_spec(self, slug: str, raw: dict[str, Any], where: str) -> ModelSpec:
-        """Every architecture key the published file omits is listed as defaulted, not only the sizes in formulas:
-        a model built from the reference defaults says so key by key."""
-        spec = super().build_spec(slug, raw, where)
-        informational = {f.name for f in dataclasses.fields(PublishedMetadata)} | INFORMATIONAL
-        return replace(spec, defaulted=tuple(f.name for f in dataclasses.fields(self.config_class)
-                                             if f.name not in raw and f.name not in informational))
 
     # ------------------------------------------------------------------------------------------------ build
 
