@@ -12,7 +12,7 @@ from explorer.model.components.part_facts import facts
 from explorer.model.families import load_model_spec
 from explorer.views.diagrams import Box, FlowNode, Op, Seq, Split
 from explorer.views.flows import drawn_boxes, layout
-from explorer.views.index_page import byte_text, size_bucket
+from explorer.views.index_page import size_bucket
 
 MULTIMODAL = ("gemma-3-27b", "gemma-4-26b-a4b", "kimi-k2.5", "qwen3.5-27b", "qwen3.5-35b-a3b")
 
@@ -58,12 +58,12 @@ def test_tied_head_is_labelled_tied(built_site):
     assert "tied: reuses" not in untied
 
 
-def test_bytes_take_the_largest_unit_that_keeps_a_whole_number():
-    assert byte_text(1023) == "1,023 bytes"
-    assert byte_text(1024) == "1.0 KiB"
-    assert byte_text(70_272) == "68.6 KiB"  # Kimi K2: 61 layers × 576 elements × 2 bytes
-    assert byte_text(3 * 1024**2) == "3.0 MiB"
-    assert byte_text(5 * 1024**4) == "5,120.0 GiB"
+def test_index_cards_read_bytes_in_the_calculators_decimal_units(built_site):
+    """The index quotes a cache's growth per token in the unit family every other page uses (kB, MB, GB), never
+    KiB: Kimi K2 holds 61 layers x 576 elements x 2 bytes = 70,272 bytes per token, 70.27 kB."""
+    index = (built_site / "index.html").read_text()
+    assert "KiB" not in index and "MiB" not in index and "GiB" not in index
+    assert "70.27 kB" in index
 
 
 def test_size_buckets_are_bounded_below_exclusive_above():

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from explorer.figures.calculator import size
 from explorer.figures.model_build import ModelBuild
 from explorer.views.basics import fmt, month
 from explorer.views.model_page import budget_preview
@@ -27,9 +28,6 @@ SIZES = ((10**10, "under 10B"), (10**11, "10B to 100B"), (5 * 10**11, "100B to 5
 KINDS = ("dense", "MoE", "hybrid")
 """The architecture filter: dense or mixture-of-experts feed-forward, and hybrid (recurrent layers beside
 attention); a hybrid MoE model is both."""
-
-BYTE_UNITS = ("bytes", "KiB", "MiB", "GiB")
-
 
 @dataclass(frozen=True, slots=True)
 class IndexCard:
@@ -82,16 +80,6 @@ class IndexFilters:
     sizes: tuple[str, ...]
 
 
-def byte_text(n: int) -> str:
-    """Bytes in the largest binary unit that keeps the number at least 1: 1,152 -> "1.1 KiB"."""
-    value, unit = float(n), BYTE_UNITS[0]
-    for unit in BYTE_UNITS:
-        if value < 1024 or unit == BYTE_UNITS[-1]:
-            break
-        value /= 1024
-    return f"{n:,} bytes" if unit == "bytes" else f"{value:,.1f} {unit}"
-
-
 def size_bucket(total: int) -> str:
     return next(label for bound, label in SIZES if bound is None or total < bound)
 
@@ -124,7 +112,7 @@ def index_card(mb: ModelBuild) -> IndexCard:
     recurrent = any(k.state for k in figures.serving.kinds)
     meta = mb.content.meta
     return IndexCard(meta.name, f"models/{mb.slug}/index.html", f"{meta.lab} · {month(meta.released)}", meta.tagline,
-                     fmt(total), fmt(active), byte_text(cache),
+                     fmt(total), fmt(active), size(cache),
                      "attention layers only; the recurrent layers keep a fixed-size state" if recurrent else "",
                      mb.spec.facts, kinds, attention, size_bucket(total), mb.check_phrase, budget_preview(mb),
                      meta.released, total, active, cache)
