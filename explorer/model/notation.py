@@ -374,6 +374,16 @@ def undefined_reads(comp: Component) -> list[str]:
     return out
 
 
+def unread_inputs(comp: Component) -> list[str]:
+    """Each input port whose symbol no step of comp reads (a page would list an input nothing uses), as
+    "input R (R) is read by no step"; a component without steps is a group and reads through its children."""
+    if not any(not s.heading for s in comp.steps):
+        return []
+    reads = frozenset().union(*(parse_step(s.latex).reads for s in comp.steps if not s.heading))
+    return [f"input {p.name} ({symbol}) is read by no step" for p in comp.inputs for symbol in symbols_of(p.latex)
+            if symbol not in reads]
+
+
 def _weighted_by_its_form(raw: str, form: str, reads: frozenset[str], made_from: dict[str, frozenset[str]]) -> bool:
     """Whether a step that reads raw after form superseded it also reads weights computed from that form.
 

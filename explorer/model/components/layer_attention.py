@@ -178,14 +178,14 @@ def layer_attention(ctx: Ctx, *, prefix: str, ranges: tuple[IndexRange, ...], x:
                     _scores(ctx, o, dims, citations[:1], _final_names(o, rope_options is not None)))
     children.append(_output(ctx, o, prefix, ranges, x))
     rope_c = next((c for c in children if c.program == "rope"), None)
-    angles = rope_c.outputs[0] if rope_c is not None else Port(ctx_colour("R"), Shape((Dim("positions", symbol="T"),
-                                                                                      Dim("pairs", 0))), "R")
     scores_c = next(c for c in children if c.key == "scores")
+    # A layer that rotates nothing (Llama 4's NoPE layers) takes no angles: its page lists only what its steps read.
+    inputs = (x, scores_c.inputs[3]) if rope_c is None else (x, rope_c.outputs[0], scores_c.inputs[3])
     steps = _steps(ctx, o, children, dims)
     return Component(
         key="attn", title=title or _title(o), kind="learned", code=code or f"{ctx.reference.prefix}Attention(config, "
         "layer_idx)", description=_describe_shaped(o, rope_options) if shaped else _describe(o),
-        inputs=(x, angles, scores_c.inputs[3]), outputs=(Port(r"\Delta_{\mathrm{attn}}", x.shape, "delta_attn"),),
+        inputs=inputs, outputs=(Port(r"\Delta_{\mathrm{attn}}", x.shape, "delta_attn"),),
         equations=headline_steps(steps, attention.DISTINCTIVE_STEPS + _partial_rotation(steps)), steps=steps,
         children=tuple(children),
         citations=citations + ((keys_as_values.CITATION,) if o.keys_as_values else ())
@@ -490,8 +490,10 @@ def _attend_child(comp: Component, run: Run, Q: torch.Tensor, K: torch.Tensor, V
 @program("layer_attention", role="Attention", token_mixer=True, positions_from_child=True,
          reads_chunk=True)
 @program("shaped_attention", role="Attention", token_mixer=True, layout="rotary-attention")
-def run_layer_attention(comp: Component, run: Run, x: torch.Tensor, angles: torch.Tensor,
-                        M: torch.Tensor) -> list[torch.Tensor]:
+def run_layer_attention(comp: Component, run: Run, x: torch.Tensor, *rest: torch.Tensor) -> list[torch.Tensor]:
+    """rest: the rotary angles and the mask, or the mask alone (a layer that rotates nothing declares no angles; its
+    block may still pass them)."""
+    angles, M = (rest[0], rest[-1]) if len(rest) == 2 else (None, rest[-1])
     o = options(comp, LayerAttentionOptions)
     s = o.shape
     B_, T_, _ = x.shape
@@ -513,7 +515,7 @@ def run_layer_attention(comp: Component, run: Run, x: torch.Tensor, angles: torc
         V = run.rec("v_norm", l2_qk_norm.unit_rms(V, o.eps))
     if o.value_scale != 1.0:
         V = run.rec("v-scale", V * o.value_scale)
-    if o.rope and angles.shape[-1]:
+    if o.rope and angles is not None and angles.shape[-1]:
         ro = options(comp.child("rope"), RopeOptions)
         Q = run.rec("q-rotate", rotate(Q, angles, ro))
         K = run.rec("k-rotate", rotate(K, angles, ro))

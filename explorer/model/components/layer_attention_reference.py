@@ -84,14 +84,14 @@ def _call(ref, attn, model, x: torch.Tensor, M: torch.Tensor):
 @reference_call("layer_attention")
 def call_layer_attention(comp: Component, ref, model, inputs, run: Run, ours: torch.Tensor):
     """The reference attention with the rotary output and the mask its model would pass it."""
-    x, _, M = inputs
+    x, M = inputs[0], inputs[-1]
     return ours, _call(ref, ref, model, x, M), layer_words(comp, ref)
 
 
 @reference_call("layer_block")
 def call_layer_block(comp: Component, ref, model, inputs, run: Run, ours: torch.Tensor):
     """The reference decoder layer with the rotary output and the mask its model would pass it."""
-    x, _, M = inputs
+    x, M = inputs[0], inputs[-1]
     return ours, _call(ref, ref.self_attn, model, x, M), layer_words(comp, ref.self_attn)
 
 

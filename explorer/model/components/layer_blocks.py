@@ -55,10 +55,10 @@ def _norm(comp: Component, key: str, run: Run, x: torch.Tensor) -> torch.Tensor:
 
 
 @program("layer_block")
-def run_layer_block(comp: Component, run: Run, x: torch.Tensor, angles: torch.Tensor,
-                    M: torch.Tensor) -> list[torch.Tensor]:
+def run_layer_block(comp: Component, run: Run, x: torch.Tensor, *rest: torch.Tensor) -> list[torch.Tensor]:
+    """rest: what the attention takes besides x (the rotary angles and the mask; the mask alone in a NoPE layer)."""
     o = options(comp, LayerBlockOptions)
-    delta_attn = run_child(comp, "attn", run, _norm(comp, "attn_norm", run, x), angles, M)
+    delta_attn = run_child(comp, "attn", run, _norm(comp, "attn_norm", run, x), *rest)
     if o.post_attn_norm:
         delta_attn = _norm(comp, "post_attn_norm", run, delta_attn)
     x_mid = run.rec("residual-attn", x + delta_attn)
