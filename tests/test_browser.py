@@ -496,7 +496,7 @@ def test_index_cards_show_active_parameters_and_cache(built_site, builds):
     text = (built_site / "index.html").read_text()
     kimi = builds["kimi-k2"]
     assert fmt(kimi.figures.get("active_parameters").value) in text
-    assert "KV cache per token, BF16" in text and "68.6 KiB" in text  # 70,272 bytes: 61 × 576 × 2
+    assert "KV cache per token, BF16" in text and "70.27 kB" in text  # 70,272 bytes: 61 × 576 × 2
     assert kimi.figures.get("kv_cache_bytes_per_token_bf16").value == 70_272
 
 
