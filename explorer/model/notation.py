@@ -375,13 +375,18 @@ def undefined_reads(comp: Component) -> list[str]:
 
 
 def unread_inputs(comp: Component) -> list[str]:
-    """Each input port whose symbol no step of comp reads (a page would list an input nothing uses), as
-    "input R (R) is read by no step"; a component without steps is a group and reads through its children."""
+    """Each input port whose symbol no step of comp mentions (a page would list an input nothing uses), as
+    "input R (R) is read by no step"; a component without steps is a group and reads through its children.
+
+    Mentioned: read, read as an index, or defined. A step that reads an input may also define it, and the parser
+    then counts it as defined only: the convolution's boundary clause (xi_{<1} = the conv state) beside its read of
+    xi_{t-3+j}, the positions' range t = 0..T-1, the patch positions psi^+ = psi_0 + ... ."""
     if not any(not s.heading for s in comp.steps):
         return []
-    reads = frozenset().union(*(parse_step(s.latex).reads for s in comp.steps if not s.heading))
+    parsed = [parse_step(s.latex) for s in comp.steps if not s.heading]
+    mentioned = frozenset().union(*(p.reads | p.indices | p.defines for p in parsed))
     return [f"input {p.name} ({symbol}) is read by no step" for p in comp.inputs for symbol in symbols_of(p.latex)
-            if symbol not in reads]
+            if symbol not in mentioned]
 
 
 def _weighted_by_its_form(raw: str, form: str, reads: frozenset[str], made_from: dict[str, frozenset[str]]) -> bool:

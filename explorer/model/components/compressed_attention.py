@@ -282,15 +282,17 @@ def compressor(ctx: Ctx, *, prefix: str, ranges: tuple[IndexRange, ...], x: Port
         key="compressor", title=f"KV compressor (ratio {o.ratio})", kind="learned",
         code=("DeepseekV4CSACompressor(config)" if index is not None else "DeepseekV4HCACompressor(config)"),
         description=f"A softmax-gated pooling with a learned bias per position in the window {what}.",
-        inputs=(x, cq), outputs=children[0].outputs,
+        # Only the indexer reads the query latent: a compressor without one (HCA) takes x alone.
+        inputs=(x, cq) if index is not None else (x,), outputs=children[0].outputs,
         equations=(steps[1], steps[-1]), steps=steps, children=children, citations=citations,
         program="v4_compressor", options=o,
     )
 
 
-def compressed_entries(comp: Component, run: Run, x: torch.Tensor, c_q: torch.Tensor
+def compressed_entries(comp: Component, run: Run, x: torch.Tensor, c_q: torch.Tensor | None
                        ) -> tuple[torch.Tensor, torch.Tensor]:
-    """(entries [B, n, head_dim], visibility [B, T, n] booleans) of a compressor component."""
+    """(entries [B, n, head_dim], visibility [B, T, n] booleans) of a compressor component; c_q: the query latent,
+    which only a compressor with an indexer reads."""
     o = options(comp, CompressorOptions)
     entries = run_child(comp, "pool", run, x)
     ok = visible(o.ratio, x.shape[1], entries.shape[1], x.device).expand(x.shape[0], -1, -1)
@@ -300,14 +302,15 @@ def compressed_entries(comp: Component, run: Run, x: torch.Tensor, c_q: torch.Te
 
 
 @program("v4_compressor")
-def run_compressor(comp: Component, run: Run, x: torch.Tensor, c_q: torch.Tensor) -> list[torch.Tensor]:
-    return [compressed_entries(comp, run, x, c_q)[0]]
+def run_compressor(comp: Component, run: Run, x: torch.Tensor, *c_q: torch.Tensor) -> list[torch.Tensor]:
+    """c_q: the query latent, which the attention passes every compressor and only one with an indexer reads."""
+    return [compressed_entries(comp, run, x, c_q[0] if c_q else None)[0]]
 
 
 @reference_call("v4_compressor")
 def call_compressor(comp: Component, ref, model, inputs, run: Run, ours: torch.Tensor):
     """The reference returns the entries [B, 1, n, d] and an additive bias over them: entries and visibility."""
-    x, c_q = inputs
+    x, c_q = inputs[0], (inputs[1] if len(inputs) > 1 else None)  # the HCA compressor takes q_residual unread
     positions = torch.arange(x.shape[1])[None].expand(x.shape[0], -1)
     entries, bias = ref(x, c_q, positions, None, 0)
     mine = torch.cat([ours.flatten(), run.recorded["c-visible"].float().flatten()])

@@ -115,12 +115,14 @@ def shared_and_routed_moe(*, x: Port, ids: Port, y_latex: str, router_c: Compone
     return Component(
         key="moe", title="Mixture of experts", crumb="Mixture of experts", kind="learned", code=code,
         description=f"Route each token to {kk} of {E} experts ({how}) and add one shared expert.",
-        inputs=(x, ids), outputs=(Port(y_latex, x.shape, "delta_ffn"),), equations=(experts_c.steps[-1], out),
+        # Only a table router reads the token ids: a score-routed MoE takes x alone.
+        inputs=(x, ids) if router_c.program == "hash_router" else (x,),
+        outputs=(Port(y_latex, x.shape, "delta_ffn"),), equations=(experts_c.steps[-1], out),
         steps=(*router_c.steps, *experts_c.steps, *prefixed(shared.steps, "shared-"), out),
         children=(router_c, experts_c, shared), citations=citations, program="shared_and_routed_moe")
 
 
-def gates_of(comp: Component, run: Run, x: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
+def gates_of(comp: Component, run: Run, x: torch.Tensor, ids: torch.Tensor | None) -> torch.Tensor:
     router_c = comp.child("router")
     sub = run.child(relative_module(comp, router_c))
     o = options(router_c, RouterOptions)
@@ -129,12 +131,13 @@ def gates_of(comp: Component, run: Run, x: torch.Tensor, ids: torch.Tensor) -> t
 
 @program("shared_and_routed_moe", role="Mixture of experts", routed_experts="experts",
          layout="shared-and-routed-experts")
-def run_shared_and_routed_moe(comp: Component, run: Run, x: torch.Tensor, ids: torch.Tensor) -> list[torch.Tensor]:
-    routed = run_child(comp, "experts", run, x, gates_of(comp, run, x, ids))
+def run_shared_and_routed_moe(comp: Component, run: Run, x: torch.Tensor, *ids: torch.Tensor) -> list[torch.Tensor]:
+    """ids: the token ids, which a block passes every MoE and only a table router reads."""
+    routed = run_child(comp, "experts", run, x, gates_of(comp, run, x, ids[0] if ids else None))
     return [run.rec("moe-out", routed + run_child(comp, "shared", run, x, prefix="shared-"))]
 
 
 @reference_call("shared_and_routed_moe")
 def call_shared_and_routed_moe(comp: Component, ref, model, inputs, run: Run, ours: torch.Tensor):
-    x, ids = inputs
+    x, ids = inputs[0], (inputs[1] if len(inputs) > 1 else None)  # a score-routed block ignores input_ids
     return ours, ref(x, input_ids=ids), "routed experts plus the shared expert"

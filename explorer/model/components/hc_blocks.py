@@ -1,7 +1,7 @@
 """Decoder blocks, stack and model over hyper-connected residual streams (DeepSeek-V4): each branch reads the streams
 collapsed by its hyper-connection, and its output is spread back over the streams beside the mixed old streams;
 the model widens the token embedding to hc_mult identical streams and collapses them with the hyper-connection
-head before the final norm. The blocks take the token ids too, for the hash-routed MoE layers.
+head before the final norm. The hash-routed blocks take the token ids too, for their table-routed MoE.
 
 References: DeepSeek-V4 technical report, section 2.2; transformers' models/deepseek_v4/modeling_deepseek_v4.py
 (DeepseekV4DecoderLayer, DeepseekV4Model).
@@ -46,7 +46,7 @@ def _run_hc(comp: Component, key: str, run: Run, X: torch.Tensor, prefix: str):
 
 def hc_block(ctx: Ctx, key: str, title: str, *, layer_indices: tuple[int, ...], attn_hc: Component,
              attn_norm: Component, attn: Component, ffn_hc: Component, ffn_norm: Component, ffn: Component,
-             ids: Port, kind: str, description: str, citations: tuple[Citation, ...]) -> Component:
+             kind: str, description: str, citations: tuple[Citation, ...]) -> Component:
     """Streams X_n -> X'_n = post·Attn(Norm(pre·X_n)) + Pᵀ X_n -> X_{n+1} likewise with the FFN."""
     X = attn_hc.inputs[0]
     mid, nxt = Port("X'_n", X.shape, "streams_mid"), Port("X_{n+1}", X.shape, "streams_next")
@@ -65,7 +65,9 @@ def hc_block(ctx: Ctx, key: str, title: str, *, layer_indices: tuple[int, ...], 
     return Component(
         key=key, title=title, kind="learned", code="DeepseekV4DecoderLayer(config, layer_idx)",
         description=description, repeat=n, repeat_label=noun, crumb=f"{n} {noun}",
-        inputs=(X, ids, Port("M", Shape((T, T)), "mask")), outputs=(nxt,), equations=(expand_attn, expand_ffn),
+        # The token ids only where the MoE routes by them (a hash layer); the stack passes them to every block.
+        inputs=(X, *ffn.inputs[1:], Port("M", Shape((T, T)), "mask")), outputs=(nxt,),
+        equations=(expand_attn, expand_ffn),
         steps=steps, children=(attn_hc, attn_norm, attn, ffn_hc, ffn_norm, ffn), citations=citations,
         program="hc_block", options=options(attn_hc, HyperOptions),
         notes=(f"The residual stream is {mid.shape.dims[2].size} streams wide; each branch sees one collapsed "
@@ -79,18 +81,20 @@ def _norm(comp: Component, key: str, run: Run, x: torch.Tensor) -> torch.Tensor:
 
 
 @program("hc_block", layout="hyper-connected-block")
-def run_hc_block(comp: Component, run: Run, X: torch.Tensor, ids: torch.Tensor, M: torch.Tensor) -> list[torch.Tensor]:
+def run_hc_block(comp: Component, run: Run, X: torch.Tensor, *rest: torch.Tensor) -> list[torch.Tensor]:
+    """rest: the token ids and the mask, or the mask alone (a block whose MoE routes by score declares no ids)."""
+    ids, M = (rest[0], rest[-1]) if len(rest) == 2 else (None, rest[-1])
     x, post, comb = _run_hc(comp, "attn_hc", run, X, "attn-")
     delta = run_child(comp, "attn", run, _norm(comp, "attn_norm", run, x), M)
     X = run.rec("hc-expand-attn", expand(post, comb, delta, X))
     x, post, comb = _run_hc(comp, "ffn_hc", run, X, "ffn-")
-    delta = run_child(comp, "moe", run, _norm(comp, "ffn_norm", run, x), ids)
+    delta = run_child(comp, "moe", run, _norm(comp, "ffn_norm", run, x), *(() if ids is None else (ids,)))
     return [run.rec("hc-expand-ffn", expand(post, comb, delta, X))]
 
 
 @reference_call("hc_block")
 def call_hc_block(comp: Component, ref, model, inputs, run: Run, ours: torch.Tensor):
-    X, ids, _ = inputs
+    X, ids = inputs[0], (inputs[1] if len(inputs) == 3 else None)  # the reference's MoE reads ids on hash layers
     window = options(comp.child("attn"), V4AttentionOptions).window
     pe, positions, mask = reference_inputs(model, X[:, :, 0], window)
     theirs = ref(X, input_ids=ids, position_embeddings=pe, position_ids=positions, attention_mask=mask)
@@ -104,7 +108,7 @@ def hc_stack(blocks: tuple[Component, ...], *, layers: int, description: str,
     return Component(
         key="blocks", title="Transformer blocks", crumb=f"{layers} transformer blocks", kind="group",
         code="nn.ModuleList(DeepseekV4DecoderLayer(config, i) for i in range(num_hidden_layers))",
-        description=description, inputs=blocks[0].inputs, outputs=blocks[0].outputs,
+        description=description, inputs=max((b.inputs for b in blocks), key=len), outputs=blocks[0].outputs,
         equations=(Step(r"X_{n+1}=\operatorname{Block}_n(X_n),\quad n=1,\dots," + str(layers),
                         blocks[0].inputs[0].shape, "stack"),),
         children=blocks, citations=citations, program="hc_stack", reference="-",

@@ -274,7 +274,7 @@ class DeepseekV4(Family):
         key = attn_kind + ("_hash" if hashed else "")
         routing = "experts looked up by token id" if hashed else "experts chosen by score"
         return hc_block(ctx, key, title, layer_indices=indices, attn_hc=attn_hc, attn_norm=attn_norm, attn=attn,
-                        ffn_hc=ffn_hc, ffn_norm=ffn_norm, ffn=moe, ids=ids,
+                        ffn_hc=ffn_hc, ffn_norm=ffn_norm, ffn=moe,
                         kind=BLOCK_NOUNS[attn_kind] + (" hash-routed" if hashed else ""),
                         citations=(_cite("A layer collapses the streams for attention, spreads its output back and "
                                          "mixes the streams, then does the same around the MoE.", "DecoderLayer"),),
