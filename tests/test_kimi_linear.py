@@ -56,6 +56,7 @@ def test_pattern_is_the_reference_default(spec):
     assert "rope" not in {c.program for c in spec.root.child("blocks").child("mla_moe").child("attn").children}
     recorded = load_model_content(ROOT / "content/models" / SLUG).checkpoint.config_defaulted
     assert "layer_types" in recorded and "num_hidden_layers" in recorded  # a page built from defaults lists them
+    assert "dtype" in recorded and "torch_dtype" not in recorded  # one setting under two names, listed once
 
 
 def kda_run(tiny, T: int = 150):

@@ -184,11 +184,13 @@ class Family:
     def defaulted_keys(self, raw: dict[str, Any]) -> tuple[str, ...]:
         """Every key of the family's config that the published config `raw` omits (published null is not omitted),
         so that it takes the reference config class's default: what --add-model records as
-        checkpoint.config_defaulted. dtype and torch_dtype name one setting: neither is listed when one is given."""
+        checkpoint.config_defaulted. dtype and torch_dtype name one setting: neither is listed when one is given, and
+        only dtype (the name transformers 5 writes) when neither is."""
         aliases = {"dtype": "torch_dtype", "torch_dtype": "dtype"}
-        return tuple(sorted(f.name for f in dataclasses.fields(self.config_class)
-                            if f.name not in raw and f.name not in self.defaulted_exempt
-                            and aliases.get(f.name) not in raw))
+        names = {f.name for f in dataclasses.fields(self.config_class)}
+        return tuple(sorted(n for n in names
+                            if n not in raw and n not in self.defaulted_exempt and aliases.get(n) not in raw
+                            and not (n == "torch_dtype" and "dtype" in names)))
 
     def defaulted_value(self, config: Any, key: str) -> Any:
         """The value a defaulted key took, as the model page shows it: the config's own, unless the reference

@@ -165,9 +165,6 @@ class KimiLinear(Family):
             (not c.attention_bias, "attention_bias", "must be false"),
         ]) + fp8_problems(c.quantization_config)
 
-    def default_source(self, key: str) -> str:
-        return self.reference.config_class
-
     # ------------------------------------------------------------------------------------------------ build
 
     def build(self, c: KimiLinearHyperparameters, values: dict[str, int | float]) -> Component:
