@@ -126,7 +126,11 @@ def gates_of(comp: Component, run: Run, x: torch.Tensor, ids: torch.Tensor | Non
     router_c = comp.child("router")
     sub = run.child(relative_module(comp, router_c))
     o = options(router_c, RouterOptions)
-    return (hash_route(sub, o, x, ids) if router_c.program == "hash_router" else moe_lib.route(sub, o, x))[0]
+    if router_c.program != "hash_router":
+        return moe_lib.route(sub, o, x)[0]
+    if ids is None:  # the port is declared wherever the router is a table: only a caller that skipped it gets here
+        raise ValueError(f"{comp.key}: a hash-routed MoE needs the token ids")
+    return hash_route(sub, o, x, ids)[0]
 
 
 @program("shared_and_routed_moe", role="Mixture of experts", routed_experts="experts",
