@@ -63,13 +63,13 @@
   var SIZE = { 4: "2 bytes", 2: "1 byte", 1: "0.5 byte" };
 
   // As explorer/calculator.py's evaluate: the same lines, labels and equations.
-  // As explorer/engines.py: llama.cpp's cells per layer, the context padded, a sliding or chunked layer admitting
-  // its window per sequence plus one micro-batch unless swa_full.
+  // As explorer/figures/engines.py: llama.cpp's cells per layer, one padded stream per sequence, a sliding or chunked
+  // layer admitting its window plus one micro-batch in each stream unless swa_full.
   function pad(n) { return ceilDiv(n, B(d.ll.pad)) * B(d.ll.pad); }
   function cells(k, c, seqs, ubatch, swaFull) {
-    var nctx = pad(c * seqs), cap = k.w || k.c;
-    if (!cap || swaFull) return nctx;
-    return pad(min(nctx, B(cap) * seqs + ubatch));
+    var perSeq = pad(pad(c * seqs) / seqs), cap = k.w || k.c;
+    if (cap && !swaFull) perSeq = pad(min(perSeq, B(cap) + ubatch));
+    return perSeq * seqs;
   }
 
   function evaluate(c, batch, kv, wname, ubatch, swaFull) {

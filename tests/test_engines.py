@@ -51,3 +51,19 @@ def test_kinds_llama_cpp_allocates_otherwise_get_no_figure():
         assert "llama-cpp" not in [line.key for line in evaluate(s, 4_096).lines]
     kimi = prepared("kimi-k2").figures.serving.kinds  # MLA: K alone, the 576-element latent and rotary key
     assert engines.total_bytes(kimi, 4_096, 1) == 61 * 576 * 4_096 * 2
+
+
+def test_each_sequence_gets_its_own_padded_stream():
+    """llama.cpp's default (kv_unified off) splits the padded context into one stream per sequence and pads each
+    again (src/llama-context.cpp): three sequences of 100 tokens take 3 × 256 = 768 cells, where padding their 300
+    tokens once (the rule this replaced) gives 512. A sliding layer with swa_full off admits its window plus one
+    micro-batch in each stream (src/llama-kv-cache-iswa.cpp), not the windows of all sequences in one."""
+    smol = next(iter(prepared("smollm2-135m").figures.serving.kinds))
+    assert engines.cells(smol, 100, 3) == 768
+    assert engines.cells(smol, 100, 3) != engines.pad(100 * 3)
+    assert engines.cells(smol, 4_096, 4) == 16_384
+    assert engines.cells(smol, 1_000, 3) == 3 * 1_024  # pad(3,000) = 3,072; / 3 = 1,024, already padded
+    sliding = next(k for k in prepared("gemma-3-270m").figures.serving.kinds if k.window)
+    assert engines.cells(sliding, 32_768, 4, swa_full=False) == 4 * 1_024  # pad(512 + 512) per stream
+    assert engines.cells(sliding, 200, 4, swa_full=False) == 4 * 256  # the stream is shorter than the window
+    assert engines.cells(sliding, 32_768, 4, swa_full=True) == 4 * 32_768

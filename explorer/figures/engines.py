@@ -36,13 +36,14 @@ class Rule:
 
 
 LLAMA_CPP_RULES = (
-    Rule(f"The context is padded to a multiple of {PAD} cells; all sequences share one cache of that many cells "
-         "(split into one stream per sequence unless kv_unified).", "src/llama-context.cpp, llama_context"),
+    Rule(f"The context of n_seq sequences is padded to a multiple of {PAD} cells, then split into one stream per "
+         f"sequence (kv_unified off, the default), each stream padded again: n_ctx_seq = pad{PAD}(pad{PAD}(n_ctx) "
+         "/ n_seq) cells per sequence, n_ctx_seq × n_seq in all.", "src/llama-context.cpp, llama_context"),
     Rule("Each layer with a KV cache allocates K and V, n_embd_k_gqa(il) and n_embd_v_gqa(il) elements per cell "
          "(per-layer head counts and widths honoured); MLA allocates K alone, the latent and the rotary key.",
          "src/llama-kv-cache.cpp, llama_kv_cache::llama_kv_cache; src/llama-hparams.cpp"),
-    Rule(f"A sliding (or chunked) layer gets pad{PAD}(min(n_ctx, n_swa × n_seq + n_ubatch)) cells, or the whole "
-         "context with swa_full, which the library's default context parameters set.",
+    Rule(f"A sliding (or chunked) layer gets pad{PAD}(min(n_ctx_seq, n_swa + n_ubatch)) cells in each sequence's "
+         "stream, or the whole stream with swa_full, which the library's default context parameters set.",
          "src/llama-kv-cache-iswa.cpp, llama_kv_cache_iswa::llama_kv_cache_iswa"),
     Rule("K and V are F16 by default (type_k, type_v), 2 bytes per element.", "include/llama.h, "
          "llama_context_default_params"),
@@ -66,12 +67,14 @@ def pad(n: int) -> int:
 
 
 def cells(k: LayerKind, context: int, sequences: int, n_ubatch: int = N_UBATCH, swa_full: bool = SWA_FULL) -> int:
-    """Cells llama.cpp allocates for one layer of kind `k` for `sequences` sequences of `context` tokens each."""
-    n_ctx = pad(context * sequences)
+    """Cells llama.cpp allocates for one layer of kind `k` for `sequences` sequences of `context` tokens each: one
+    stream per sequence (kv_unified off), each padded, so three sequences of 100 tokens take 3 × 256 cells, not the
+    512 that padding their 300 tokens once would give."""
+    per_sequence = pad(pad(context * sequences) // sequences)
     cap = k.window or k.chunk
-    if cap is None or swa_full:
-        return n_ctx
-    return pad(min(n_ctx, cap * sequences + n_ubatch))
+    if cap is not None and not swa_full:
+        per_sequence = pad(min(per_sequence, cap + n_ubatch))
+    return per_sequence * sequences
 
 
 def kind_bytes(k: LayerKind, context: int, sequences: int, n_ubatch: int = N_UBATCH, swa_full: bool = SWA_FULL) -> int:
