@@ -26,7 +26,10 @@ def main(argv: list[str] | None = None) -> int:
                              "or --from-listing")
     parser.add_argument("--from-folder", type=Path, help="local checkpoint folder (headers only)")
     parser.add_argument("--from-gguf", type=Path, help="local GGUF file, or its first split part (header only)")
-    parser.add_argument("--from-hub", action="store_true", help="the Hub at the model's pinned revision (headers only)")
+    parser.add_argument("--from-hub", nargs="?", const=True, default=None, metavar="OWNER/NAME",
+                        help="with --record-checkpoint (no value): the Hub at the model's pinned revision (headers "
+                             "only); with --add-model OWNER/NAME and --revision SHA: the repository's config.json "
+                             "and safetensors headers at that commit")
     parser.add_argument("--from-listing", type=Path, help="a grouped JSON listing of the checkpoint's tensors")
     parser.add_argument("--add-model", metavar="SLUG",
                         help="write content/models/SLUG/ from --config PATH (a config.json), --repo and --revision")
@@ -182,6 +185,8 @@ def verify_hub(project) -> int:
 def add(project, args) -> int:
     from explorer.commands.add_model import add_model
 
+    if args.from_hub is not None:
+        return add_hub(project, args)
     missing = [flag for flag, value in (("--config", args.config), ("--repo", args.repo), ("--revision", args.revision))
                if not value]
     if missing:
@@ -189,6 +194,27 @@ def add(project, args) -> int:
         return 1
     path = add_model(project.content, args.add_model, args.config, args.repo, args.revision, args.released)
     print(f"wrote {path}")
+    return report_unused(path)
+
+
+def add_hub(project, args) -> int:
+    from explorer.commands.add_from_hub import add_from_hub
+
+    problems = [f"--add-model --from-hub: {why}" for why, bad in (
+        ("needs the repository, --from-hub OWNER/NAME", args.from_hub is True),
+        ("needs --revision SHA, the commit to read", not args.revision),
+        ("takes no --config (the config.json is the repository's)", args.config is not None),
+        ("takes no --repo (the repository is --from-hub's)", args.repo is not None)) if bad]
+    if problems:
+        print("\n".join(f"error: {p}" for p in problems), file=sys.stderr)
+        return 1
+    model, manifest, tensors = add_from_hub(project.content, args.add_model, args.from_hub, args.revision,
+                                            args.released)
+    print(f"wrote {model}\nwrote {manifest}: {tensors:,} tensors, reconciled against the config's layout")
+    return report_unused(model)
+
+
+def report_unused(path: Path) -> int:
     from explorer.content.model_content import load_model_content
     from explorer.model.families import FAMILIES
     from explorer.model.published_keys import unused_report
@@ -218,7 +244,11 @@ def record(project, args) -> int:
         config, config_provenance = gguf_config(args.from_gguf)
         index = replace(read_gguf_checkpoint(args.from_gguf), config=config, config_provenance=config_provenance)
         provenance = f"GGUF header of {args.from_gguf.name}, llama.cpp names mapped to the reference's"
-    elif args.from_hub:
+    elif args.from_hub is not None:
+        if args.from_hub is not True:
+            print(f"error: --record-checkpoint --from-hub takes no repository ({args.from_hub!r}): it reads the "
+                  "model's own repository at its pinned revision", file=sys.stderr)
+            return 1
         index, provenance = read_hub_checkpoint(ref.repo_id, ref.revision), "headers read from the Hub with range requests"
     elif args.from_listing:
         index = read_listing(args.from_listing)

@@ -72,12 +72,18 @@ def _toml_string(text: str) -> str:
 def write_manifest(index: CheckpointIndex, path: Path, replace: bool = True) -> None:
     """Record an index as content/models/<slug>/checkpoint.toml, atomically and only once the text written
     reads back as exactly this index; an existing manifest is replaced only with `replace` (--replace)."""
+    _write_guarded(path, checked_manifest_text(index, path).encode("utf-8"), replace)
+
+
+def checked_manifest_text(index: CheckpointIndex, path: Path) -> str:
+    """The manifest text of an index, once it is known to read back as exactly this index (path names it in
+    errors)."""
     check_index(index, str(path))
     text = manifest_text(index)
     back = manifest_index(tomllib.loads(text), str(path))
     if not _reads_back_as(back, index):
         raise CheckpointError(str(path), "the manifest would not read back as the index recorded; nothing written")
-    _write_guarded(path, text.encode("utf-8"), replace)
+    return text
 
 
 def _write_guarded(path: Path, data: bytes, replace: bool) -> None:

@@ -14,6 +14,7 @@ import hashlib
 import json
 import re
 from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -56,8 +57,23 @@ def read_config_text(path: Path, cap: int = MAX_HUB_FILE_BYTES,
     return config, hashlib.sha256(data).hexdigest(), data.decode("utf-8")
 
 
+@dataclass(frozen=True, slots=True)
+class ModelRecord:
+    """What --add-model will write, every check passed: the model.toml text and the spec it builds."""
+
+    folder: Path
+    text: str
+    spec: ModelSpec
+
+
 def add_model(content_dir: Path, slug: str, config_path: Path, repo: str, revision: str, released: str = "") -> Path:
     """Validate everything, then write content/models/SLUG/model.toml; ContentError lists every problem."""
+    record = prepare_model(content_dir, slug, config_path, repo, revision, released)
+    return write_model(content_dir, record, {})
+
+
+def argument_problems(content_dir: Path, slug: str, repo: str, revision: str, released: str) -> list[str]:
+    """One line per bad argument of --add-model, naming the flag."""
     problems = []
     if not SLUG.fullmatch(slug):
         problems.append(f"--add-model: slug {slug!r}: use lowercase letters, digits, '.' and '-' (a name, not a path)")
@@ -71,6 +87,14 @@ def add_model(content_dir: Path, slug: str, config_path: Path, repo: str, revisi
     folder = content_dir / "models" / slug
     if SLUG.fullmatch(slug) and folder.exists():
         problems.append(f"{folder}: already exists (choose another slug or remove it)")
+    return problems
+
+
+def prepare_model(content_dir: Path, slug: str, config_path: Path, repo: str, revision: str, released: str = "",
+                  provenance: str = "") -> ModelRecord:
+    """Every check of --add-model, nothing written: the arguments, the config read with a size bound, the family's
+    validation and build of its spec. `provenance` replaces the default config_provenance sentence."""
+    problems = argument_problems(content_dir, slug, repo, revision, released)
     if problems:
         raise ContentError(problems)
     config, sha256, source = read_config_text(config_path)
@@ -82,21 +106,34 @@ def add_model(content_dir: Path, slug: str, config_path: Path, repo: str, revisi
     text = model_toml(slug, family.name, published, nulls, sha256, repo, revision, released, config_path.name,
                       order=list(config), values_sha256=config_values_digest(config), unused=unused,
                       config_lines=cited_config_lines(spec, source, str(config_path)),
-                      defaulted=family.defaulted_keys(config))
-    data = text.encode("utf-8")  # before the folder exists: a failure here must leave nothing behind
-    try:  # the one guarded writer: no link followed, the folder and file new, the file whole or not at all
+                      defaulted=family.defaulted_keys(config), provenance=provenance)
+    return ModelRecord(content_dir / "models" / slug, text, spec)
+
+
+def write_model(content_dir: Path, record: ModelRecord, more: dict[str, bytes]) -> Path:
+    """Write model.toml, then each of `more` (file name → bytes) beside it, through the one guarded writer (no link
+    followed, the folder and files new, each file whole or not at all). A failure leaves nothing behind: the files
+    written before it and the new folder are removed."""
+    files = {MODEL_FILE: record.text.encode("utf-8"), **more}  # encoded before the folder exists
+    written: list[Path] = []
+    try:
         if not content_dir.exists():  # a new project (build.py itself refuses a missing content folder)
             try:
                 content_dir.mkdir(parents=True)
             except OSError as e:
                 raise ContentError([f"{content_dir}: cannot create ({e.strerror or e})"]) from None
-        write_content_file(content_dir, ("models", slug, MODEL_FILE), data, create_folders=2)
-    except ContentError:  # a full disk: no empty folder left to block the next try (rmdir removes only that)
+        for name, data in files.items():
+            written.append(write_content_file(content_dir, ("models", record.folder.name, name), data,
+                                              create_folders=2 if not written else 0))
+    except ContentError:  # a full disk: no half-recorded model, nor an empty folder to block the next try
         if not (content_dir / "models").is_symlink():
+            for path in written:
+                with contextlib.suppress(OSError):
+                    path.unlink()
             with contextlib.suppress(OSError):
-                folder.rmdir()
+                record.folder.rmdir()
         raise
-    return folder / MODEL_FILE
+    return record.folder / MODEL_FILE
 
 
 def cited_config_lines(spec: ModelSpec, text: str, where: str) -> dict[str, tuple[int, int]]:
@@ -114,7 +151,8 @@ def cited_config_lines(spec: ModelSpec, text: str, where: str) -> dict[str, tupl
 def model_toml(slug: str, family: str, config: dict[str, Any], nulls: list[str], sha256: str, repo: str,
                revision: str, released: str, source: str, order: list[str] | None = None,
                values_sha256: str = "", unused: tuple[str, ...] = (),
-               config_lines: dict[str, tuple[int, int]] | None = None, defaulted: tuple[str, ...] = ()) -> str:
+               config_lines: dict[str, tuple[int, int]] | None = None, defaulted: tuple[str, ...] = (),
+               provenance: str = "") -> str:
     """The model.toml text. Nested tables keep the published key order, and the top-level order is recorded
     where it is not sorted, so that the values serialise back to the published bytes (the build checks them
     against config_sha256). Keys nothing reads are recorded with the rest and listed in config_unused; keys the
@@ -132,7 +170,7 @@ def model_toml(slug: str, family: str, config: dict[str, Any], nulls: list[str],
     lines += [
              f"config_sha256 = {toml_value(sha256)}",
              f"config_values_sha256 = {toml_value(values_sha256)}",
-             f"config_provenance = {toml_value(f'{source} as given to --add-model; sha256 of its bytes recorded')}",
+             f"config_provenance = {toml_value(provenance or f'{source} as given to --add-model; sha256 of its bytes recorded')}",
              f"config_nulls = {toml_value(nulls)}"]
     if unused:  # each is in [config] below, as published; the family and the reference config class read none
         lines += ["# Published keys no config class reads (explorer/model/published_keys.py): kept in [config] as published.",
