@@ -10,6 +10,7 @@ from explorer.model.components import (  # noqa: F401  (registration)
     blocks,
     compressed_attention,
     compressed_attention_memory,
+    compressor_decode,
     dsa,
     embedding,
     fused_attention,

@@ -307,17 +307,6 @@ def run_compressor(comp: Component, run: Run, x: torch.Tensor, *c_q: torch.Tenso
     return [compressed_entries(comp, run, x, c_q[0] if c_q else None)[0]]
 
 
-@reference_call("v4_compressor")
-def call_compressor(comp: Component, ref, model, inputs, run: Run, ours: torch.Tensor):
-    """The reference returns the entries [B, 1, n, d] and an additive bias over them: entries and visibility."""
-    x, c_q = inputs[0], (inputs[1] if len(inputs) > 1 else None)  # the HCA compressor takes q_residual unread
-    positions = torch.arange(x.shape[1])[None].expand(x.shape[0], -1)
-    entries, bias = ref(x, c_q, positions, None, 0)
-    mine = torch.cat([ours.flatten(), run.recorded["c-visible"].float().flatten()])
-    return mine, torch.cat([entries.flatten(), (bias[:, 0] == 0).float().flatten()]), \
-        f"{ours.shape[1]} entries per sequence and which queries see them"
-
-
 # -------------------------------------------------------------------------------------------- attention
 
 @dataclass(frozen=True, slots=True)
