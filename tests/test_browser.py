@@ -190,7 +190,13 @@ def test_print_hides_navigation(tabs, built_site):
 
 
 def test_keyboard_reaches_open_inside_cards(tabs, built_site):
+    """Enter on a card opens it in the panel (static/inside.js); without JavaScript it is a link followed."""
     with tabs.open(built_site, PAGES["moe-block"], 1280) as page:
+        page.focus(".card")
+        page.keyboard.press("Enter")
+        page.wait_for_selector("dialog.inside-panel[open]")
+        assert page.locator("dialog.inside-panel iframe").get_attribute("src") == "blocks.moe.attn_norm.html"
+    with tabs.open(built_site, PAGES["moe-block"], 1280, java_script_enabled=False) as page:
         page.focus(".card")
         with page.expect_navigation():
             page.keyboard.press("Enter")
