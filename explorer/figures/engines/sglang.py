@@ -46,6 +46,11 @@ class Settings:
 DEFAULTS = Settings()
 
 
+def clamped(s: Settings) -> Settings:
+    """The settings as evaluated: a sliding ratio in (0, 1], as SGLang requires, and a positive state ratio."""
+    return Settings(min(1000, max(1, s.swa_ratio)), max(1, s.mamba_ratio))
+
+
 @dataclass(frozen=True, slots=True)
 class Cells:
     """Bytes per cell of each pool, all layers of that pool together."""

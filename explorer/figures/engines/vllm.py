@@ -50,6 +50,11 @@ class Settings:
 DEFAULTS = Settings()
 
 
+def clamped(s: Settings) -> Settings:
+    """The settings as evaluated: at least one token per block and per step, a utilization in (0, 1]."""
+    return Settings(max(1, s.block_size), max(1, s.max_num_batched_tokens), min(1000, max(1, s.utilization)))
+
+
 @dataclass(frozen=True, slots=True)
 class Spec:
     """One KV cache spec of the model, after hybrid alignment and page unification, and how many layers hold it."""
