@@ -78,13 +78,13 @@ def test_the_window_alone_or_no_block_rounding_misses(monkeypatch):
     assert vllm.total_bytes(kinds("gpt-oss-20b"), 131_072 - 5, 1) != 3_426_091_008
 
 
-def test_deepseek_v3_2_indexer_keys_are_132_bytes_beside_the_latent():
+def test_deepseek_v3_2_indexer_keys_are_132_bytes_beside_the_latent(monkeypatch):
     """DeepSeek-V3.2: 61 layers, each caching the MLA latent and rotary key, 512 + 64 = 576 elements (BF16: 1,152
     bytes a token), and the indexer's key, 128 FP8 bytes + a 4-byte scale = 132. Both are full attention: one group,
     each layer its own page size. At 4,096 tokens: 61 × 256 pages × 16 × (1,152 + 132) = 320,815,104 bytes."""
     assert vllm.total_bytes(kinds("deepseek-v3.2"), 4_096, 1) == 320_815_104
-    bf16_indexer = 61 * 256 * 16 * (1_152 + 256)  # mutation: the indexer keys at BF16 like the latent
-    assert bf16_indexer != 320_815_104
+    monkeypatch.setattr(vllm, "indexer_bytes", lambda k: 2 * k.indexer)  # mutation: the indexer keys at BF16
+    assert vllm.total_bytes(kinds("deepseek-v3.2"), 4_096, 1) == 61 * 256 * 16 * (1_152 + 256) != 320_815_104
 
 
 def test_vllm_is_not_modelled_for_compressed_caches_or_fp4():
@@ -94,7 +94,7 @@ def test_vllm_is_not_modelled_for_compressed_caches_or_fp4():
     assert "vllm" not in evaluate(prepared("llama-3.1-8b").figures.serving, 4_096, kv_dtype="FP4").keys()
 
 
-def test_vllm_fits_use_the_utilization_share():
+def test_vllm_fits_use_the_utilization_share(monkeypatch):
     """Llama 3.1 8B on 24 GB: vLLM may take 0.9 × 24 × 10⁹ = 21.6 × 10⁹ bytes; one token is 32 layers × 2 × 8 × 128
     × 2 = 131,072 bytes, a block of 16 is 2,097,152, so after the weights W the longest context is
     ⌊(21.6 × 10⁹ − W) / 2,097,152⌋ × 16 tokens (a context takes whole blocks)."""
@@ -103,6 +103,8 @@ def test_vllm_fits_use_the_utilization_share():
     e = evaluate(s, 8_192, gpu_gb=24)
     assert e.get("fits-vllm-context").value == (21_600_000_000 - weights) // 2_097_152 * 16
     assert e.get("fits-vllm-sequences").value == (21_600_000_000 - weights) // (512 * 2_097_152)
+    monkeypatch.setattr(vllm, "budget", lambda memory, s=vllm.DEFAULTS: memory)  # mutation: the whole GPU
+    assert evaluate(s, 8_192, gpu_gb=24).get("fits-vllm-context").value != e.get("fits-vllm-context").value
 
 
 # ---------------------------------------------------------------------------------------------------- SGLang
@@ -130,7 +132,7 @@ def test_one_pool_for_all_layers_misses_the_split(monkeypatch):
     assert sglang.max_context(kinds("gpt-oss-20b"), GB, 131_072) == 20_345 != 22_605
 
 
-def test_sglang_gives_states_0_9_of_1_9():
+def test_sglang_gives_states_0_9_of_1_9(monkeypatch):
     """Qwen3.5-27B in 10¹⁰ bytes: one request's state is 48 layers × 3,207,168 = 153,944,064 bytes. The state pool
     gets ⌊10¹⁰ × 0.9 / 1.9⌋ = 4,736,842,105 bytes: ⌊4,736,842,105 / 153,944,064⌋ − 1 = 30 − 1 = 29 slots (a padding
     slot), 30 × 153,944,064 = 4,618,321,920 bytes; the rest, 5,381,678,080, holds ⌊5,381,678,080 / 65,536⌋ = 82,117
@@ -140,6 +142,8 @@ def test_sglang_gives_states_0_9_of_1_9():
     p = sglang.pools(c, 10 * GB)
     assert (p.state_slots, p.full_tokens, p.max_requests) == (29, 82_117, 9)
     assert sglang.max_sequences(kinds("qwen3.5-27b"), 10 * GB, 4_096) == 9  # 9 × 4,096 cells fit; the slots cap
+    # mutation: half the budget to the states (ratio 1): ⌊5 × 10⁹ / 153,944,064⌋ − 1 = 31 slots, not 29
+    assert sglang.pools(c, 10 * GB, sglang.Settings(mamba_ratio=1000)).state_slots == 31 != 29
 
 
 @pytest.mark.parametrize("slug,context,sequences", [("gpt-oss-20b", 8_192, 2), ("qwen3.5-27b", 4_096, 3),

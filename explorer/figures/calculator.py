@@ -5,7 +5,8 @@ batch and dtypes, evaluated from the layer kinds the figures stage derived (expl
 layer kinds as data (`page_data`) and static/calc.js evaluates them with the same integer arithmetic, so a reader
 who changes an input sees what `evaluate` would say; tests/test_calculator.py drives the page in a browser and
 compares every displayed number with `evaluate`'s, exactly. Without JavaScript the page shows `evaluate` at the
-contexts of `TABLE_CONTEXTS` (never beyond the model's maximum).
+contexts of `TABLE_CONTEXTS` (never beyond the model's maximum). Beside the theory: what llama.cpp, vLLM and SGLang
+allocate, by their rules as data in explorer/figures/engines/, at settings the reader can change.
 """
 
 from __future__ import annotations

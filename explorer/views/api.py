@@ -137,7 +137,7 @@ def _variant(s) -> dict[str, Any]:
 
 def _llama_cpp(kinds: tuple[LayerKind, ...], maximum: int) -> dict[str, Any]:
     """llama.cpp's allocation rules with their sources, its defaults, and the KV bytes at the calculator's table
-    contexts for one sequence (explorer/figures/engines.py); where a kind is not modelled, why."""
+    contexts for one sequence (explorer/figures/engines/llama_cpp.py); where a kind is not modelled, why."""
     contexts = _table_contexts(maximum)
     why = engines.unsupported(kinds)
     return {"version": engines.LLAMA_CPP_VERSION,

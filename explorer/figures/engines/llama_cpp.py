@@ -1,8 +1,8 @@
 """What an engine allocates, as data: llama.cpp's rules for its KV cache, each with the engine version and the source
 file and function it was read from, evaluated on the layer kinds the figures stage derived
-(explorer/model/components/serving.py); vllm.py and sglang.py beside it hold
-the other two engines. The calculator shows the result beside the theoretical cache, with the reason
-for each difference (padding, a sliding layer's admission of a whole micro-batch, K and V at F16).
+(explorer/model/components/serving.py); vllm.py and sglang.py beside it hold the other two engines. The calculator
+shows the result beside the theoretical cache, with the reason for each difference (padding, a sliding layer's
+admission of a whole micro-batch, K and V at F16).
 
 Only what is stated here is modelled: layers that cache K and V (or MLA's K alone) per position, full or capped by a
 window or chunk. A model with a kind llama.cpp allocates by another rule (a recurrent state per sequence, DeepSeek
