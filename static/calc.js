@@ -175,7 +175,9 @@
   // As explorer/figures/engines/vllm.py: pages per layer kind, the hybrid block, unified pages and layer groups.
   var FULL = "full attention", SLIDING = "sliding window", CHUNKED = "chunked local attention", STATE = "recurrent state";
   function isState(k) { return B(k.sv) > 0n; }
-  function tokBytes(k, half) { return (B(k.p) - B(k.ix)) * half / 2n; }
+  // Sparse attention's MLA at FP8 takes the fp8_ds_mla layout (explorer/figures/engines/rule.py's sparse_mla_fp8).
+  function dsFp8(k, half) { return k.ix > 0 && half === 2n && k.p - k.ix === d.vl.dsw; }
+  function tokBytes(k, half) { return dsFp8(k, half) ? B(d.vl.ds) : (B(k.p) - B(k.ix)) * half / 2n; }
   function ixBytes(k, q) { return B(k.ix) + B(k.ix) / B(q) * 4n; }
   function vlAttention(half) { var a = []; d.kinds.forEach(function (k) { if (!isState(k)) a.push(tokBytes(k, half)); }); return a; }
   function vlBlock(half, vs) {
@@ -247,7 +249,7 @@
     var c = { full: 0n, swa: 0n, window: 0n, state: 0n };
     d.kinds.forEach(function (k) {
       var n = B(k.n);
-      if (!isState(k) && !k.w) c.full += n * ((B(k.p) - B(k.ix)) * half / 2n + ixBytes(k, d.sg.iq));
+      if (!isState(k) && !k.w) c.full += n * (tokBytes(k, half) + ixBytes(k, d.sg.iq));
       if (k.w) { c.swa += n * B(k.p) * half / 2n; if (B(k.w) > c.window) c.window = B(k.w); }
       c.state += n * B(k.sv);
     });

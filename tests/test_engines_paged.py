@@ -87,6 +87,20 @@ def test_deepseek_v3_2_indexer_keys_are_132_bytes_beside_the_latent(monkeypatch)
     assert vllm.total_bytes(kinds("deepseek-v3.2"), 4_096, 1) == 61 * 256 * 16 * (1_152 + 256) != 320_815_104
 
 
+def test_an_fp8_sparse_mla_cache_takes_656_bytes_a_token(monkeypatch):
+    """DeepSeek-V3.2 at an FP8 cache: both engines store the 512-element latent in FP8, a 4-byte scale per 128 of it
+    (16 bytes) and the 64-element rotary key in BF16 (128): 656 bytes, and the indexer's 132 beside it. vLLM at 4,096
+    tokens: 61 × 256 pages × 16 × (656 + 132) = 61 × 4,096 × 788 = 196,886,528 bytes; an SGLang cell 61 × 788 =
+    48,068 bytes. Mutation: the latent as plain FP8 (576 bytes) misses both."""
+    k = kinds("deepseek-v3.2")
+    assert vllm.total_bytes(k, 4_096, 1, half=2) == 196_886_528
+    assert sglang.cells(k, 2).full == 48_068
+    monkeypatch.setattr(vllm, "FP8_DS_MLA", 576)
+    monkeypatch.setattr(sglang, "FP8_DS_MLA", 576)
+    assert vllm.total_bytes(k, 4_096, 1, half=2) == 61 * 4_096 * (576 + 132) != 196_886_528
+    assert sglang.cells(k, 2).full == 61 * (576 + 132) != 48_068
+
+
 def test_vllm_is_not_modelled_for_compressed_caches_or_fp4():
     assert "compressed caches" in vllm.unsupported(kinds("deepseek-v4-flash"))
     assert "FP4" in vllm.unsupported(kinds("llama-3.1-8b"), half=1)

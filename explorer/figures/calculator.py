@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from explorer.figures import engines
 from explorer.figures import fits as fits_mod
 from explorer.figures.engines import sglang, vllm
-from explorer.figures.engines.rule import ratio_text
+from explorer.figures.engines.rule import FP8_DS_MLA, FP8_DS_MLA_LATENT, ratio_text
 from explorer.figures.model_figures import Serving, kind_flops_decode, kind_flops_prefill, mla_absorbed
 from explorer.model.components.serving import LayerKind
 
@@ -318,7 +318,7 @@ def page_data(s: Serving) -> str:
         "ll": {"pad": engines.PAD, "bytes": engines.F16, "why": engines.unsupported(s.kinds),
                "ubatch": engines.N_UBATCH},
         "vl": {"bs": vllm.BLOCK_SIZE, "mnbt": vllm.MAX_NUM_BATCHED_TOKENS, "ut": vllm.DEFAULTS.utilization,
-               "al": vllm.KERNEL_ALIGNMENT, "iq": vllm.INDEXER_QUANT_BLOCK,
+               "al": vllm.KERNEL_ALIGNMENT, "iq": vllm.INDEXER_QUANT_BLOCK, "ds": FP8_DS_MLA, "dsw": FP8_DS_MLA_LATENT,
                "why": {name: vllm.unsupported(s.kinds, half) for name, half in KV_DTYPES}},
         "sg": {"sr": sglang.DEFAULTS.swa_ratio, "mr": sglang.DEFAULTS.mamba_ratio, "pg": sglang.PAGE_SIZE,
                "spr": sglang.STATE_SLOTS_PER_REQUEST, "iq": sglang.INDEXER_QUANT_BLOCK,

@@ -36,3 +36,15 @@ def conv_kept(elements: int, columns: int) -> int:
 def ratio_text(thousandths: int) -> str:
     """A ratio in thousandths as a reader types it: 800 -> "0.8", 1000 -> "1", 850 -> "0.85" (calc.js the same)."""
     return f"{thousandths // 1000}.{thousandths % 1000:03d}".rstrip("0").rstrip(".")
+
+
+FP8_DS_MLA = 656
+"""Bytes a token of DeepSeek Sparse Attention's MLA cache takes at FP8 in vLLM and SGLang: the 512-element latent in
+FP8, a float32 scale per 128 of it (16 bytes) and the 64-element rotary key kept in BF16 (128 bytes)."""
+FP8_DS_MLA_LATENT = 576
+"""The latent and rotary key that layout is for (kv_lora_rank 512 + qk_rope_head_dim 64)."""
+
+
+def sparse_mla_fp8(per_token: int, indexer: int, half: int) -> bool:
+    """Whether a kind's cache takes the fp8_ds_mla layout: sparse attention's MLA (an indexer beside it) at FP8."""
+    return bool(indexer) and half == 2 and per_token - indexer == FP8_DS_MLA_LATENT

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from explorer.figures.engines.rule import Rule, conv_kept, milli
+from explorer.figures.engines.rule import FP8_DS_MLA, Rule, conv_kept, milli, sparse_mla_fp8
 from explorer.figures.fits import largest
 from explorer.model.components.serving import LayerKind
 
@@ -82,6 +82,9 @@ SGLANG_RULES = (
          "indexer's 132 bytes (128 FP8 + a 4-byte scale) per layer; max_total_num_tokens = budget // cell.",
          "sglang/srt/model_executor/pool_configurator.py, DefaultPoolConfigurator._compute_cell_size and "
          "_compute_dsa_indexer_cell_size"),
+    Rule(f"An FP8 cache of a sparse-attention model stores the latent in FP8 with a 4-byte scale per 128 and the "
+         f"rotary key in BF16: {FP8_DS_MLA} bytes a token for 512 + 64.",
+         "sglang/srt/mem_cache/kv_cache_configurator.py, calculate_mla_kv_cache_dim"),
     Rule("A sliding-window model keeps a second pool for its sliding layers at swa_full_tokens_ratio (default 0.8) of "
          "the full pool's tokens: full tokens = budget // (full cell + 0.8 × sliding cell), sliding tokens = 0.8 × "
          "that; a request takes min(its tokens, the window) + page_size sliding cells.",
@@ -106,17 +109,23 @@ def unsupported(kinds: tuple[LayerKind, ...], half: int = 4) -> str:
             return f"{k.title}: DeepSeek-V4's compressed pools (DSV4PoolConfigurator) are not modelled here"
         if k.chunk:
             return f"{k.title}: SGLang's pool for chunked local attention is not modelled here"
+    if any(k.indexer and half == 2 and not sparse_mla_fp8(k.per_token, k.indexer, half) for k in kinds):
+        return "the scaled FP8 layout of a latent other than 576 elements is not modelled here"
     if len({k.window for k in kinds if k.window}) > 1:
         return "sliding layers of different windows: SGLang's pool sizing for them is not modelled here"
     return ""
 
 
 def cells(kinds: tuple[LayerKind, ...], half: int) -> Cells:
-    full = sum(k.layers * ((k.per_token - k.indexer) * half // 2 + indexer_bytes(k))
-               for k in kinds if not k.state and not k.window)
+    full = sum(k.layers * (_latent_bytes(k, half) + indexer_bytes(k)) for k in kinds if not k.state and not k.window)
     swa = sum(k.layers * k.per_token * half // 2 for k in kinds if k.window)
     state = sum(k.layers * sum(conv_kept(p.elements, p.columns) * p.bytes for p in k.state) for k in kinds)
     return Cells(full, swa, max((k.window or 0 for k in kinds), default=0), state)
+
+
+def _latent_bytes(k: LayerKind, half: int) -> int:
+    """One full layer's bytes a token beside the indexer: sparse attention's MLA at FP8 in the scaled layout."""
+    return FP8_DS_MLA if sparse_mla_fp8(k.per_token, k.indexer, half) else (k.per_token - k.indexer) * half // 2
 
 
 def indexer_bytes(k: LayerKind) -> int:

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from explorer.figures.engines.rule import Rule, cdiv, conv_kept, milli
+from explorer.figures.engines.rule import FP8_DS_MLA, Rule, cdiv, conv_kept, milli, sparse_mla_fp8
 from explorer.model.components.serving import LayerKind
 
 VLLM_VERSION = "vLLM v1 engine (vllm-project/vllm at commit 001cabc)"
@@ -102,8 +102,12 @@ VLLM_RULES = (
          "each spec's last group padded; one block = one page in each of group_size layers.",
          "vllm/v1/core/kv_cache_utils.py, unify_kv_cache_spec_page_size, _get_kv_cache_groups_uniform_page_size"),
     Rule("DeepSeek Sparse Attention's indexer keys are a separate one-head cache of 132 bytes per token (128 FP8 + a "
-         "4-byte scale) in each layer, beside the MLA latent.",
-         "vllm/model_executor/models/deepseek_v2.py, DeepseekV32IndexerCache.get_kv_cache_spec"),
+         "4-byte scale) in each layer, beside the MLA latent; both are full attention, so one group with a page "
+         "size per layer.", "vllm/model_executor/models/deepseek_v2.py, DeepseekV32IndexerCache.get_kv_cache_spec"),
+    Rule(f"An FP8 cache of a sparse-attention model becomes fp8_ds_mla: {FP8_DS_MLA} bytes a token (the 512-element "
+         "latent in FP8, its scales, the rotary key in BF16).",
+         "vllm/model_executor/models/config.py, DeepseekV32ForCausalLM.verify_and_update_config; "
+         "vllm/v1/kv_cache_interface.py, MLAAttentionSpec.real_page_size_bytes"),
     Rule("The pool is gpu_memory_utilization × the GPU's memory less the weights, the activation peak of a profiling "
          "run of max_num_batched_tokens and non-torch memory (here the weights only: the figures are upper bounds).",
          "vllm/v1/worker/gpu_worker.py, Worker.determine_available_memory"),
@@ -117,6 +121,8 @@ def unsupported(kinds: tuple[LayerKind, ...], half: int = 4) -> str:
     for k in kinds:
         if k.ratio > 1:
             return f"{k.title}: DeepSeek-V4's compressed caches are not modelled here"
+        if k.indexer and half == 2 and not sparse_mla_fp8(k.per_token, k.indexer, half):
+            return f"{k.title}: the fp8_ds_mla layout of a latent other than 576 elements is not modelled here"
     try:
         layout(kinds, half, DEFAULTS)
     except ValueError as e:
@@ -125,7 +131,10 @@ def unsupported(kinds: tuple[LayerKind, ...], half: int = 4) -> str:
 
 
 def token_bytes(k: LayerKind, half: int) -> int:
-    """Bytes one layer of an attention kind caches per token at the cache dtype (the indexer's keys apart)."""
+    """Bytes one layer of an attention kind caches per token at the cache dtype (the indexer's keys apart; sparse
+    attention's MLA at FP8 in the fp8_ds_mla layout)."""
+    if sparse_mla_fp8(k.per_token, k.indexer, half):
+        return FP8_DS_MLA
     return (k.per_token - k.indexer) * half // 2
 
 
