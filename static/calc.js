@@ -238,7 +238,7 @@
       ? "max(" + vs.bs + ", " + al + " × cdiv(" + fmt(states.reduce(function (x, y) { return x > y ? x : y; })) + ", " + al +
         " × " + fmt(att[0]) + "))"
       : "block_size " + vs.bs;
-    return [["count-vllm-block", "vLLM's attention block, tokens (grown to hold a recurrent state page)", lay.block, eq],
+    return [["count-vllm-block", "vLLM's attention block, tokens (block_size, grown where a recurrent state page shares the pool)", lay.block, eq],
             ["vllm", "vLLM allocates: pages per layer (" + r.batch + " × " + fmt(r.c) + " tokens, block_size " + vs.bs +
              ", max_num_batched_tokens " + fmt(vs.mnbt) + ")", vlBytes(lay, r.c, r.batch, vs),
              parts.join(" + ") + " (layers × pages × page bytes × requests)"]];

@@ -166,7 +166,7 @@ def vllm_lines(s: Serving, context: int, batch: int, half: int, vs: vllm.Setting
     align = max(vllm.KERNEL_ALIGNMENT, vs.block_size)
     block = f"max({vs.block_size}, {align} × cdiv({fmt(max(states))}, {align} × {fmt(attention[0])}))" \
         if states and attention else f"block_size {vs.block_size}"
-    return [Line("count-vllm-block", "vLLM's attention block, tokens (grown to hold a recurrent state page)",
+    return [Line("count-vllm-block", "vLLM's attention block, tokens (block_size, grown where a recurrent state page shares the pool)",
                  lay.block, block),
             Line("vllm", f"vLLM allocates: pages per layer ({batch} × {fmt(context)} tokens, block_size "
                          f"{vs.block_size}, max_num_batched_tokens {fmt(vs.max_num_batched_tokens)})",
