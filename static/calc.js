@@ -72,7 +72,7 @@
     return perSeq * seqs;
   }
 
-  function evaluate(c, batch, kv, wname, ubatch, swaFull) {
+  function evaluate(c, batch, kv, wname, ubatch, swaFull, vs, gs) {
     var half = 0n, w = 0n, i;
     d.kv.forEach(function (x) { if (x[0] === kv) half = B(x[1]); });
     d.weights.forEach(function (x) { if (x[0] === wname) w = B(x[1]); });
@@ -126,7 +126,10 @@
                   " × " + fmt(c) + " tokens, swa_full " + (swaFull ? "on" : "off") + ", n_ubatch " + fmt(ubatch) + ")",
                   ll, llParts.join(" + ")]);
     }
-    return { lines: lines, half: half, w: w, c: c, batch: batch, kv: kv, wname: wname, ubatch: ubatch, swaFull: swaFull };
+    var r = { lines: lines, half: half, w: w, c: c, batch: batch, kv: kv, wname: wname, ubatch: ubatch, swaFull: swaFull,
+              vs: vs, gs: gs };
+    r.lines = r.lines.concat(vllmLines(r), sglangLines(r));
+    return r;
   }
 
   // As explorer/figures/fits.py and calculator.py's fit_lines, cache_read and bound_lines.
@@ -164,6 +167,162 @@
     }
     return out;
   }
+  // As explorer/figures/engines/rule.py's ratio_text: 800 -> "0.8".
+  function ratioText(m) {
+    var t = (m / 1000n).toString() + "." + (m % 1000n).toString().padStart(3, "0");
+    return t.replace(/0+$/, "").replace(/\.$/, "");
+  }
+  // As explorer/figures/engines/vllm.py: pages per layer kind, the hybrid block, unified pages and layer groups.
+  var FULL = "full attention", SLIDING = "sliding window", CHUNKED = "chunked local attention", STATE = "recurrent state";
+  function isState(k) { return B(k.sv) > 0n; }
+  // Sparse attention's MLA at FP8 takes the fp8_ds_mla layout (explorer/figures/engines/rule.py's sparse_mla_fp8).
+  function dsFp8(k, half) { return k.ix > 0 && half === 2n && k.p - k.ix === d.vl.dsw; }
+  function tokBytes(k, half) { return dsFp8(k, half) ? B(d.vl.ds) : (B(k.p) - B(k.ix)) * half / 2n; }
+  function ixBytes(k, q) { return B(k.ix) + B(k.ix) / B(q) * 4n; }
+  function vlAttention(half) { var a = []; d.kinds.forEach(function (k) { if (!isState(k)) a.push(tokBytes(k, half)); }); return a; }
+  function vlBlock(half, vs) {
+    var states = [], att = vlAttention(half);
+    d.kinds.forEach(function (k) { if (isState(k)) states.push(B(k.sv)); });
+    if (!states.length || !att.length) return vs.bs;
+    var al = vs.bs > B(d.vl.al) ? vs.bs : B(d.vl.al), top = states.reduce(function (x, y) { return x > y ? x : y; });
+    var grown = al * ceilDiv(top, al * att[0]);
+    return grown > vs.bs ? grown : vs.bs;
+  }
+  function vlLayout(half, vs) {
+    var block = vlBlock(half, vs), att = vlAttention(half), specs = [];
+    var padded = att.length ? block * att[0] : 0n;
+    function add(cls, n, page, b, span) {
+      var hit = null;
+      specs.forEach(function (x) { if (x.cls === cls && x.page === page && x.block === b && x.span === span) hit = x; });
+      if (hit) hit.layers += n; else specs.push({ cls: cls, layers: n, page: page, block: b, span: span });
+    }
+    d.kinds.forEach(function (k) {
+      var n = B(k.n);
+      if (isState(k)) { add(STATE, n, padded > B(k.sv) ? padded : B(k.sv), 1n, 0n); return; }
+      add(k.w ? SLIDING : k.c ? CHUNKED : FULL, n, block * tokBytes(k, half), block, B(k.w || k.c));
+      if (k.ix) add(FULL, n, block * ixBytes(k, d.vl.iq), block, 0n);
+    });
+    var kinds = {};
+    specs.forEach(function (x) { kinds[x.cls + "|" + x.span] = 1; });
+    if (Object.keys(kinds).length === 1) return { specs: specs, gs: 0n, block: block };
+    var largest = 0n, fewest = null, most = 0n;
+    specs.forEach(function (x) { if (x.page > largest) largest = x.page; });
+    specs = specs.map(function (x) {
+      return { cls: x.cls, layers: x.layers, page: largest, block: x.cls === STATE ? x.block : x.block * (largest / x.page),
+               span: x.span };
+    });
+    specs.forEach(function (x) { if (fewest === null || x.layers < fewest) fewest = x.layers; if (x.layers > most) most = x.layers; });
+    return { specs: specs, gs: 2n * most < 3n * fewest ? most : fewest, block: block };
+  }
+  function vlPages(x, c, vs) {
+    if (x.cls === STATE) return 1n;
+    if (x.cls === SLIDING) return ceilDiv(min(x.span - 1n + vs.mnbt, c), x.block) + 1n;
+    if (x.cls === CHUNKED) return ceilDiv(min(x.span + vs.mnbt, c), x.block);
+    return ceilDiv(c, x.block);
+  }
+  function vlSlots(lay, x) { return lay.gs === 0n ? x.layers : ceilDiv(x.layers, lay.gs) * lay.gs; }
+  function vlBytes(lay, c, n, vs) {
+    var t = 0n;
+    lay.specs.forEach(function (x) { t += n * vlSlots(lay, x) * vlPages(x, c, vs) * x.page; });
+    return t;
+  }
+  function vllmLines(r) {
+    if (d.vl.why[r.kv]) return [];
+    var vs = r.vs, lay = vlLayout(r.half, vs), parts = [], states = [], att = vlAttention(r.half);
+    lay.specs.forEach(function (x) {
+      parts.push(fmt(vlSlots(lay, x)) + " × " + fmt(vlPages(x, r.c, vs)) + " × " + fmt(x.page) + " × " + r.batch);
+    });
+    d.kinds.forEach(function (k) { if (isState(k)) states.push(B(k.sv)); });
+    var al = vs.bs > B(d.vl.al) ? vs.bs : B(d.vl.al);
+    var eq = states.length && att.length
+      ? "max(" + vs.bs + ", " + al + " × cdiv(" + fmt(states.reduce(function (x, y) { return x > y ? x : y; })) + ", " + al +
+        " × " + fmt(att[0]) + "))"
+      : "block_size " + vs.bs;
+    return [["count-vllm-block", "vLLM's attention block, tokens (block_size, grown where a recurrent state page shares the pool)", lay.block, eq],
+            ["vllm", "vLLM allocates: pages per layer (" + r.batch + " × " + fmt(r.c) + " tokens, block_size " + vs.bs +
+             ", max_num_batched_tokens " + fmt(vs.mnbt) + ")", vlBytes(lay, r.c, r.batch, vs),
+             parts.join(" + ") + " (layers × pages × page bytes × requests)"]];
+  }
+
+  // As explorer/figures/engines/sglang.py: cells per pool, the pools a budget gives, what they admit.
+  function sgCells(half) {
+    var c = { full: 0n, swa: 0n, window: 0n, state: 0n };
+    d.kinds.forEach(function (k) {
+      var n = B(k.n);
+      if (!isState(k) && !k.w) c.full += n * (tokBytes(k, half) + ixBytes(k, d.sg.iq));
+      if (k.w) { c.swa += n * B(k.p) * half / 2n; if (B(k.w) > c.window) c.window = B(k.w); }
+      c.state += n * B(k.sv);
+    });
+    return c;
+  }
+  function sgPools(c, budget, gs) {
+    var slots = 0n, requests = null, rest = budget;
+    if (c.state) {
+      var sb = budget * gs.mr / (1000n + gs.mr);
+      slots = sb / c.state - 1n; if (slots < 0n) slots = 0n;
+      rest = budget - (slots + 1n) * c.state;
+      requests = slots / B(d.sg.spr);
+    }
+    if (rest < 0n) rest = 0n;
+    if (!c.swa) return { full: c.full ? rest / c.full : 0n, swa: 0n, slots: slots, requests: requests };
+    var full = c.full ? rest * 1000n / (1000n * c.full + gs.sr * c.swa) : rest / c.swa;
+    return { full: c.full ? full : 0n, swa: c.full ? full * gs.sr / 1000n : full, slots: slots, requests: requests };
+  }
+  function sgAdmits(c, p, ctx, n) {
+    if (c.full && p.full < ctx * n) return false;
+    if (c.swa && p.swa < n * (min(ctx, c.window) + B(d.sg.pg))) return false;
+    return p.requests === null || p.requests >= n;
+  }
+  function sgNeed(c, ctx, n, gs) {
+    var hi = 1n;
+    while (!sgAdmits(c, sgPools(c, hi, gs), ctx, n)) hi *= 2n;
+    var lo = hi / 2n;
+    while (lo < hi - 1n) { var mid = (lo + hi) / 2n; if (sgAdmits(c, sgPools(c, mid, gs), ctx, n)) hi = mid; else lo = mid; }
+    return hi;
+  }
+  function sgEquation(c, p, budget) {
+    var parts = [];
+    if (c.full) parts.push(fmt(p.full) + " full cells × " + fmt(c.full));
+    if (c.swa) parts.push(fmt(p.swa) + " sliding cells × " + fmt(c.swa));
+    if (c.state) parts.push(fmt(p.slots + 1n) + " state slots × " + fmt(c.state));
+    return parts.join(" + ") + " ≤ " + fmt(budget);
+  }
+  function sglangLines(r) {
+    if (d.sg.why[r.kv]) return [];
+    var c = sgCells(r.half), need = sgNeed(c, r.c, r.batch, r.gs);
+    return [["sglang", "SGLang: the smallest KV budget whose pools admit " + r.batch + " × " + fmt(r.c) +
+             " tokens (swa_full_tokens_ratio " + ratioText(r.gs.sr) + ", mamba_full_memory_ratio " + ratioText(r.gs.mr) +
+             ")", need, sgEquation(c, sgPools(c, need, r.gs), need)]];
+  }
+  function engineFitLines(r, gb) {
+    var memory = gb * B(d.gb), w = r.w, budget = fmt(gb) + " GB", c = r.c, out = [];
+    if (!d.vl.why[r.kv]) {
+      var vs = r.vs, usable = memory * vs.ut / 1000n, lay = vlLayout(r.half, vs);
+      var cap = function (a) { return fmt(w) + " + vLLM's pages(" + a + ") ≤ " + fmt(memory) + " × " + vs.ut + " / 1000 = " + fmt(usable); };
+      out.push(["fits-vllm-context", "Longest context of one sequence in " + budget + ", vLLM's pages",
+                largest(function (x) { return w + vlBytes(lay, x, 1n, vs) <= usable; }, MAX),
+                "largest C ≤ " + fmt(MAX) + " with " + cap("C, 1")]);
+      out.push(["fits-vllm-sequences", "Most sequences of " + fmt(c) + " tokens in " + budget + ", vLLM's pages",
+                largest(function (n) { return w + vlBytes(lay, c, n, vs) <= usable; }, memory > 1n ? memory : 1n),
+                "largest B with " + cap(fmt(c) + ", B")]);
+    }
+    if (!d.sg.why[r.kv]) {
+      var cs = sgCells(r.half), rest = memory > w ? memory - w : 0n, p = sgPools(cs, rest, r.gs);
+      var split = "pools of " + fmt(memory) + " − " + fmt(w) + ": " + sgEquation(cs, p, rest);
+      out.push(["count-sglang-full", "SGLang's full-pool tokens in " + budget + " less the weights", p.full, split]);
+      if (cs.swa) out.push(["count-sglang-swa", "SGLang's sliding-pool tokens in " + budget + " less the weights (" +
+                            ratioText(r.gs.sr) + " of the full pool's)", p.swa, "⌊" + fmt(p.full) + " × " + r.gs.sr + " / 1000⌋"]);
+      if (cs.state) out.push(["count-sglang-requests", "SGLang's requests the state slots allow in " + budget + " (slots ÷ " +
+                              d.sg.spr + ")", p.requests || 0n, "⌊" + fmt(p.slots) + " / " + d.sg.spr + "⌋"]);
+      var top = p.full + p.swa > 1n ? p.full + p.swa : 1n;
+      out.push(["fits-sglang-context", "Longest context of one sequence in " + budget + ", SGLang's pools",
+                largest(function (x) { return sgAdmits(cs, p, x, 1n); }, MAX), "largest C ≤ " + fmt(MAX) + " the pools admit"]);
+      out.push(["fits-sglang-sequences", "Most sequences of " + fmt(c) + " tokens in " + budget + ", SGLang's pools",
+                largest(function (n) { return sgAdmits(cs, p, c, n); }, top), "largest B the pools admit at " + fmt(c) + " tokens"]);
+    }
+    return out;
+  }
+
   function cacheRead(c, half) {
     var t = 0n;
     d.kinds.forEach(function (k) {
@@ -216,10 +375,18 @@
     return notes.join(" ");
   }
   function clamp(v, top) { return v < 1n ? 1n : top && v > top ? top : v; }
+  // An engine setting as evaluated (as the engines' `clamped`): a whole number of at least one, its default when
+  // empty; a ratio typed as a decimal ("0.9"), read in thousandths as explorer/figures/engines/rule.py's milli.
+  function atLeastOne(v, dflt) { return v === null ? B(dflt) : v < 1n ? 1n : v; }
+  function milliOf(input, dflt) {
+    var v = Number(String(input.value).replace(/[,_\s]/g, ""));
+    return input.value !== "" && Number.isFinite(v) && Math.abs(v) <= 1e12 ? B(Math.floor(v * 1000 + 0.5)) : B(dflt);
+  }
+  function within(v, top) { return v < 1n ? 1n : top && v > top ? top : v; }
 
   function row(line) {
     var tr = document.createElement("tr"), flops = line[0].indexOf("decode") === 0 || line[0] === "prefill" ||
-      line[0].indexOf("fits") === 0 || line[0].indexOf("bound") === 0;
+      line[0].indexOf("fits") === 0 || line[0].indexOf("bound") === 0 || line[0].indexOf("count") === 0;
     tr.setAttribute("data-key", line[0]);
     var cells = [["th", line[1]], ["td", fmt(line[2])], ["td", flops ? "" : size(line[2])], ["td", line[3]]];
     cells.forEach(function (c, i) {
@@ -241,12 +408,15 @@
     noteOut.hidden = !noteOut.textContent;
     var c = clamp(rawC, MAX), batch = clamp(rawB, 0n);
     var ub = whole(form.elements.ubatch);
+    var vs = { bs: atLeastOne(whole(form.elements.vblock), d.vl.bs), mnbt: atLeastOne(whole(form.elements.vmnbt), d.vl.mnbt),
+               ut: within(milliOf(form.elements.vutil, d.vl.ut), 1000n) };
+    var gs = { sr: within(milliOf(form.elements.sswa, d.sg.sr), 1000n), mr: within(milliOf(form.elements.smamba, d.sg.mr), 0n) };
     var r = evaluate(c, batch, form.elements.kv.value, form.elements.weights.value, ub === null ? B(d.ll.ubatch) : ub < 1n ? 1n : ub,
-                     form.elements.swafull.checked);
+                     form.elements.swafull.checked, vs, gs);
     var g = whole(form.elements.gpu), preset = null;
     d.gpus.forEach(function (x) { if (x[0] === form.elements.preset.value) preset = x; });
     if ((g === null || g < 1n) && preset) g = B(preset[1]) / B(d.gb);
-    if (g !== null && g >= 1n) r.lines = r.lines.concat(fitLines(r, g));
+    if (g !== null && g >= 1n) r.lines = r.lines.concat(fitLines(r, g), engineFitLines(r, g));
     if (preset) {
       var pre = 0n;
       r.lines.forEach(function (l) { if (l[0] === "prefill") pre = l[2]; });
@@ -255,12 +425,47 @@
     var body = out.tBodies[0];
     while (body.firstChild) body.removeChild(body.firstChild);
     r.lines.forEach(function (line) { body.appendChild(row(line)); });
-    if (g === null || g < 1n) { fitsOut.textContent = "Give a GPU memory size to see how many tokens fit."; return; }
-    var f = fits(batch, r.half, r.w, g * B(d.gb));
-    fitsOut.textContent = f === 0n
-      ? "Nothing fits in " + fmt(g) + " GB: the weights and fixed state alone exceed it."
-      : fmt(f) + " tokens per sequence" + (f === MAX ? " (the maximum context)" : "") + " fit in " + fmt(g) +
-        " GB for " + fmt(batch) + " sequence(s).";
+    if (g === null || g < 1n) fitsOut.textContent = "Give a GPU memory size to see how many tokens fit.";
+    else {
+      var f = fits(batch, r.half, r.w, g * B(d.gb));
+      fitsOut.textContent = f === 0n
+        ? "Nothing fits in " + fmt(g) + " GB: the weights and fixed state alone exceed it."
+        : fmt(f) + " tokens per sequence" + (f === MAX ? " (the maximum context)" : "") + " fit in " + fmt(g) +
+          " GB for " + fmt(batch) + " sequence(s).";
+    }
+    shown = { r: r, gb: g !== null && g >= 1n ? g : null, preset: preset ? preset[0] : "" };
+  }
+
+  // "Save plan": the inputs as evaluated and every figure shown, as a JSON file the browser downloads (exact integers
+  // as strings: JavaScript's numbers are not exact past 2^53).
+  var shown = null;
+  function plan() {
+    var r = shown.r;
+    return {
+      page: document.title,
+      inputs: { context: r.c.toString(), batch: r.batch.toString(), kv_cache_dtype: r.kv, weights: r.wname,
+                gpu: shown.preset, gpu_memory_gb: shown.gb === null ? null : shown.gb.toString(),
+                llama_cpp: { n_ubatch: r.ubatch.toString(), swa_full: r.swaFull },
+                vllm: { block_size: r.vs.bs.toString(), max_num_batched_tokens: r.vs.mnbt.toString(),
+                        gpu_memory_utilization: ratioText(r.vs.ut) },
+                sglang: { swa_full_tokens_ratio: ratioText(r.gs.sr), mamba_full_memory_ratio: ratioText(r.gs.mr) } },
+      figures: r.lines.map(function (l) { return { key: l[0], label: l[1], value: l[2].toString(), equation: l[3] }; }),
+      fits: fitsOut.textContent, note: noteOut.textContent
+    };
+  }
+  var save = document.getElementById("calc-save");
+  if (save) {
+    save.hidden = false;
+    save.addEventListener("click", function () {
+      var blob = new Blob([JSON.stringify(plan(), null, 1)], { type: "application/json" });
+      var a = document.createElement("a");
+      a.href = URL.createObjectURL(blob);
+      a.download = "memory-plan.json";
+      document.body.appendChild(a);
+      a.click();
+      document.body.removeChild(a);
+      setTimeout(function () { URL.revokeObjectURL(a.href); }, 0);
+    });
   }
 
   form.hidden = false;

@@ -17,6 +17,8 @@ from test_browser import browser, tabs  # noqa: F401  (the same Chromium fixture
 
 from explorer.content.model_content import load_model_content
 from explorer.figures.calculator import calculator_view, evaluate, page_data, size
+from explorer.figures.engines import sglang, vllm
+from explorer.figures.engines.rule import milli
 from explorer.model.components import serving
 from explorer.pipeline import prepare_model
 from explorer.render.site_writer import environment
@@ -34,6 +36,9 @@ BROWSER_CASES = {  # one model per layer kind, each with inputs that are not mul
     "gpt2": [(999_999, 1, "BF16", "as stored", 1)],  # clamped to its 1,024
     "qwen3-8b": [("1e5", "2", "BF16", "as stored", 80), ("100,000", "0", "FP8", "as stored", 0)],  # as typed
     "gemma-3-270m": [(20_001, 3, "BF16", "as stored", 8, "300", False)],  # llama.cpp's settings: n_ubatch, swa_full
+    # the engines' settings: vLLM's block_size, max_num_batched_tokens, gpu_memory_utilization, SGLang's two ratios
+    "gpt-oss-120b": [(50_001, 5, "FP8", "as stored", 141, "512", True, "32", "2048", "0.85", "0.5", "0.9")],
+    "qwen3-next-80b-a3b": [(30_000, 3, "BF16", "as stored", 200, "512", True, "64", "4096", "0.95", "0.8", "1.5")],
 }
 TYPED = {"1e5": 100_000, "100,000": 100_000, "2": 2, "0": 0}
 """What a reader types, and the number the page must read it as (the script once read "1e5" as 1)."""
@@ -173,7 +178,8 @@ def calculator_pages(tmp_path_factory) -> Path:
 def _shown_and_wanted(tabs, site: Path, slug: str, case, preset: str = "") -> tuple[list, list, object]:  # noqa: F811
     """What the page shows after a reader enters `case` (and picks the GPU `preset`), and what evaluate() says."""
     c, batch, kv, weights, gpu, *engine = case
-    ubatch, swa_full = engine or ("512", True)
+    ubatch, swa_full, *paged = engine or ("512", True)
+    vblock, vmnbt, vutil, sswa, smamba = paged or ("16", "8192", "0.9", "0.8", "0.9")
     with tabs.open(site, f"models/{slug}.html", 1280) as page:
         page.fill("form.calc input[name=context]", str(c))
         page.fill("form.calc input[name=batch]", str(batch))
@@ -182,6 +188,9 @@ def _shown_and_wanted(tabs, site: Path, slug: str, case, preset: str = "") -> tu
         page.fill("form.calc input[name=gpu]", str(gpu) if gpu else "")
         page.fill("form.calc input[name=ubatch]", ubatch)
         page.set_checked("form.calc input[name=swafull]", swa_full)
+        for name, value in (("vblock", vblock), ("vmnbt", vmnbt), ("vutil", vutil), ("sswa", sswa),
+                            ("smamba", smamba)):
+            page.fill(f"form.calc input[name={name}]", value)
         page.select_option("form.calc select[name=preset]", preset)
         shown = page.evaluate("""() => Array.from(document.querySelectorAll('table.calc-out tbody tr'))
             .map(r => [r.dataset.key, ...Array.from(r.children).map(td => td.textContent)])""")
@@ -191,10 +200,12 @@ def _shown_and_wanted(tabs, site: Path, slug: str, case, preset: str = "") -> tu
         assert page.locator("table.calc-static tbody tr").count() >= 1  # the table without JavaScript
         note = page.text_content("#calc-note") if page.is_visible("#calc-note") else ""
     want = evaluate(prepared(slug).figures.serving, TYPED.get(c, c), TYPED.get(batch, batch), kv, weights, gpu or None,
-                    swa_full, int(ubatch), preset)
+                    swa_full, int(ubatch), preset,
+                    vllm.Settings(int(vblock), int(vmnbt), milli(float(vutil))),
+                    sglang.Settings(milli(float(sswa)), milli(float(smamba))))
     expected = [[line.key, line.label, f"{line.value:,}",
-                 "" if line.key in ("decode", "decode-absorbed", "prefill") or line.key.startswith(("fits", "bound"))
-                 else size(line.value), line.equation]
+                 "" if line.key in ("decode", "decode-absorbed", "prefill") or
+                 line.key.startswith(("fits", "bound", "count")) else size(line.value), line.equation]
                 for line in want.lines]
     return shown + [fits, note], expected + [want.fits_text, want.note], want
 
@@ -220,6 +231,43 @@ def test_a_wrong_script_formula_is_caught(tabs, tmp_path):  # noqa: F811 (the fi
     site = _render_pages(tmp_path / "ll", no_ubatch, ["gemma-3-270m"])
     shown, expected, _ = _shown_and_wanted(tabs, site, "gemma-3-270m", BROWSER_CASES["gemma-3-270m"][0])
     assert shown != expected
+    window_alone = script.replace("ceilDiv(min(x.span - 1n + vs.mnbt, c), x.block) + 1n", "ceilDiv(min(x.span, c), x.block)")
+    no_split = script.replace("full * gs.sr / 1000n", "full")  # SGLang's sliding pool as large as the full one
+    for n, wrong in enumerate((window_alone, no_split)):
+        assert wrong != script
+        site = _render_pages(tmp_path / f"paged{n}", wrong, ["gpt-oss-120b"])
+        shown, expected, _ = _shown_and_wanted(tabs, site, "gpt-oss-120b", BROWSER_CASES["gpt-oss-120b"][0])
+        assert shown != expected
+
+
+def test_save_plan_downloads_the_inputs_and_every_figure(tabs, calculator_pages):  # noqa: F811 (the fixture)
+    """The "Save plan" button downloads JSON of the inputs as evaluated and every figure shown, each equal to
+    evaluate()'s (values as exact integers in strings), with no request beyond the page's own files."""
+    import json
+
+    slug, case = "qwen3-next-80b-a3b", BROWSER_CASES["qwen3-next-80b-a3b"][0]
+    _, _, want = _shown_and_wanted(tabs, calculator_pages, slug, case)
+    c, batch, kv, weights, gpu, ubatch, swa_full, vblock, vmnbt, vutil, sswa, smamba = case
+    with tabs.open(calculator_pages, f"models/{slug}.html", 1280) as page:
+        for name, value in (("context", str(c)), ("batch", str(batch)), ("gpu", str(gpu)), ("ubatch", ubatch),
+                            ("vblock", vblock), ("vmnbt", vmnbt), ("vutil", vutil), ("sswa", sswa),
+                            ("smamba", smamba)):
+            page.fill(f"form.calc input[name={name}]", value)
+        page.select_option("form.calc select[name=kv]", kv)
+        page.select_option("form.calc select[name=weights]", weights)
+        with page.expect_download() as download:
+            page.click("#calc-save")
+        plan = json.loads(Path(download.value.path()).read_text("utf-8"))
+        assert download.value.suggested_filename == "memory-plan.json"
+        assert page.errors == []
+        assert [u for u in page.requests if not u.startswith((calculator_pages.as_uri(), "blob:"))] == []
+    assert [(f["key"], f["label"], int(f["value"]), f["equation"]) for f in plan["figures"]] == [
+        (line.key, line.label, line.value, line.equation) for line in want.lines]
+    assert plan["inputs"]["context"] == str(c) and plan["inputs"]["gpu_memory_gb"] == str(gpu)
+    assert plan["inputs"]["vllm"] == {"block_size": vblock, "max_num_batched_tokens": vmnbt,
+                                      "gpu_memory_utilization": vutil}
+    assert plan["inputs"]["sglang"] == {"swa_full_tokens_ratio": sswa, "mamba_full_memory_ratio": smamba}
+    assert plan["fits"] == want.fits_text
 
 
 @pytest.mark.parametrize("ratio,cap", [(1, None), (4, None), (4, 512), (128, 3), (7, 1)])

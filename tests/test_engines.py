@@ -1,4 +1,4 @@
-"""llama.cpp's allocation (explorer/figures/engines.py) against what llama.cpp 0c1e570 itself logged when it loaded two real
+"""llama.cpp's allocation (explorer/figures/engines/llama_cpp.py) against what llama.cpp 0c1e570 itself logged when it loaded two real
 GGUF files (llama-cpp-python 0.3.36, recorded by hand from its verbose log; the engine is not built here):
 - SmolLM2-135M-Instruct at n_ctx = 4096: `llama_kv_cache: size = 90.00 MiB (4096 cells, 30 layers, 1/1 seqs),
   K (f16): 45.00 MiB, V (f16): 45.00 MiB`;

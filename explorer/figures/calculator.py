@@ -5,7 +5,8 @@ batch and dtypes, evaluated from the layer kinds the figures stage derived (expl
 layer kinds as data (`page_data`) and static/calc.js evaluates them with the same integer arithmetic, so a reader
 who changes an input sees what `evaluate` would say; tests/test_calculator.py drives the page in a browser and
 compares every displayed number with `evaluate`'s, exactly. Without JavaScript the page shows `evaluate` at the
-contexts of `TABLE_CONTEXTS` (never beyond the model's maximum).
+contexts of `TABLE_CONTEXTS` (never beyond the model's maximum). Beside the theory: what llama.cpp, vLLM and SGLang
+allocate, by their rules as data in explorer/figures/engines/, at settings the reader can change.
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ from dataclasses import dataclass
 
 from explorer.figures import engines
 from explorer.figures import fits as fits_mod
+from explorer.figures.engines import sglang, vllm
+from explorer.figures.engines.rule import FP8_DS_MLA, FP8_DS_MLA_LATENT, ratio_text
 from explorer.figures.model_figures import Serving, kind_flops_decode, kind_flops_prefill, mla_absorbed
 from explorer.model.components.serving import LayerKind
 
@@ -55,16 +58,21 @@ class Evaluation:
     def get(self, key: str) -> Line:
         return next(line for line in self.lines if line.key == key)
 
+    def keys(self) -> tuple[str, ...]:
+        return tuple(line.key for line in self.lines)
+
 
 def evaluate(s: Serving, context: int, batch: int = 1, kv_dtype: str = "BF16", weights: str = "as stored",
              gpu_gb: int | None = None, swa_full: bool = engines.SWA_FULL, n_ubatch: int = engines.N_UBATCH,
-             gpu: str = "") -> Evaluation:
+             gpu: str = "", vllm_settings: vllm.Settings = vllm.DEFAULTS,
+             sglang_settings: sglang.Settings = sglang.DEFAULTS) -> Evaluation:
     """The calculator's figures at `context` tokens for `batch` sequences; the context is capped at the maximum
-    and both are at least 1, each clamp said in the note."""
+    and both are at least 1, each clamp said in the note. Each engine's settings default to the engine's own."""
     note = clamp_note(s, context, batch)
     context, batch = max(1, min(context, s.max_context)), max(1, batch)
     half = dict(KV_DTYPES)[kv_dtype]
     weight_bytes = dict(s.weights)[weights]
+    vllm_settings, sglang_settings = vllm.clamped(vllm_settings), sglang.clamped(sglang_settings)
     lines = [Line("weights", f"Weights ({weights})", weight_bytes, f"{fmt(weight_bytes)} bytes")]
     lines += [_kind_line(i, k, context, batch, half) for i, k in enumerate(s.kinds)]
     cache = sum(line.value for line in lines[1:])
@@ -106,11 +114,13 @@ def evaluate(s: Serving, context: int, batch: int = 1, kv_dtype: str = "BF16", w
                                        f"({batch} × {fmt(context)} tokens, swa_full {'on' if swa_full else 'off'}, "
                                        f"n_ubatch {fmt(n_ubatch)})",
                           engines.total_bytes(s.kinds, context, batch, n_ubatch, swa_full) or 0, " + ".join(parts)))
+    lines += vllm_lines(s, context, batch, half, vllm_settings) + sglang_lines(s, context, batch, half, sglang_settings)
     preset = fits_mod.gpu(gpu)
     if (gpu_gb is None or gpu_gb < 1) and preset is not None:  # as the page reads an empty or zero field
         gpu_gb = preset.memory // GB
     if gpu_gb is not None:
         lines += fit_lines(s, context, half, weights, gpu_gb, n_ubatch, swa_full)
+        lines += engine_fit_lines(s, context, half, weights, gpu_gb, vllm_settings, sglang_settings)
     if preset is not None:
         lines += bound_lines(s, preset, context, batch, half, weights,
                              next(line.value for line in lines if line.key == "prefill"))
@@ -144,6 +154,81 @@ def fit_lines(s: Serving, context: int, half: int, weights: str, gpu_gb: int, n_
     return out
 
 
+def vllm_lines(s: Serving, context: int, batch: int, half: int, vs: vllm.Settings) -> list[Line]:
+    """vLLM's pages for `batch` requests of `context` tokens (max_model_len = context), and its attention block."""
+    if vllm.unsupported(s.kinds, half):
+        return []
+    lay = vllm.layout(s.kinds, half, vs)
+    parts = [f"{vllm.slots(lay, sp)} × {fmt(vllm.pages(sp, context, vs))} × {fmt(sp.page)} × {batch}"
+             for sp in lay.specs]
+    states = [vllm.state_bytes(k) for k in s.kinds if k.state]
+    attention = [vllm.token_bytes(k, half) for k in s.kinds if not k.state]
+    align = max(vllm.KERNEL_ALIGNMENT, vs.block_size)
+    block = f"max({vs.block_size}, {align} × cdiv({fmt(max(states))}, {align} × {fmt(attention[0])}))" \
+        if states and attention else f"block_size {vs.block_size}"
+    return [Line("count-vllm-block", "vLLM's attention block, tokens (block_size, grown where a recurrent state page shares the pool)",
+                 lay.block, block),
+            Line("vllm", f"vLLM allocates: pages per layer ({batch} × {fmt(context)} tokens, block_size "
+                         f"{vs.block_size}, max_num_batched_tokens {fmt(vs.max_num_batched_tokens)})",
+                 vllm.total_bytes(s.kinds, context, batch, half, vs) or 0,
+                 " + ".join(parts) + " (layers × pages × page bytes × requests)")]
+
+
+def sglang_lines(s: Serving, context: int, batch: int, half: int, gs: sglang.Settings) -> list[Line]:
+    """The smallest budget whose SGLang pools admit `batch` requests of `context` tokens, and those pools."""
+    if sglang.unsupported(s.kinds, half):
+        return []
+    c = sglang.cells(s.kinds, half)
+    need = sglang.total_bytes(s.kinds, context, batch, half, gs) or 0
+    return [Line("sglang", f"SGLang: the smallest KV budget whose pools admit {batch} × {fmt(context)} tokens "
+                           f"(swa_full_tokens_ratio {ratio_text(gs.swa_ratio)}, mamba_full_memory_ratio "
+                           f"{ratio_text(gs.mamba_ratio)})", need, _pools_equation(c, sglang.pools(c, need, gs), need))]
+
+
+def _pools_equation(c: sglang.Cells, p: sglang.Pools, budget: int) -> str:
+    """How a budget splits into SGLang's pools, in bytes per cell and cells."""
+    parts = [f"{fmt(p.full_tokens)} full cells × {fmt(c.full)}"] if c.full else []
+    parts += [f"{fmt(p.swa_tokens)} sliding cells × {fmt(c.swa)}"] if c.swa else []
+    parts += [f"{fmt(p.state_slots + 1)} state slots × {fmt(c.state)}"] if c.state else []
+    return " + ".join(parts) + f" ≤ {fmt(budget)}"
+
+
+def engine_fit_lines(s: Serving, context: int, half: int, weights: str, gpu_gb: int, vs: vllm.Settings,
+                     gs: sglang.Settings) -> list[Line]:
+    """What fits in `gpu_gb` GB as vLLM and SGLang allocate, where their rules are modelled for these kinds."""
+    memory, w = gpu_gb * GB, dict(s.weights)[weights]
+    budget, out = f"{fmt(gpu_gb)} GB", []
+    if not vllm.unsupported(s.kinds, half):
+        usable = vllm.budget(memory, vs)
+        def paged(c: int, n: int) -> int:
+            return vllm.total_bytes(s.kinds, c, n, half, vs) or 0
+        cap = f"{fmt(w)} + vLLM's pages(%s) ≤ {fmt(memory)} × {vs.utilization} / 1000 = {fmt(usable)}"
+        out += [Line("fits-vllm-context", f"Longest context of one sequence in {budget}, vLLM's pages",
+                     fits_mod.max_context(paged, w, usable, s.max_context), f"largest C ≤ {fmt(s.max_context)} with "
+                     + cap % "C, 1"),
+                Line("fits-vllm-sequences", f"Most sequences of {fmt(context)} tokens in {budget}, vLLM's pages",
+                     fits_mod.max_sequences(paged, w, usable, context), "largest B with " + cap % f"{fmt(context)}, B")]
+    if not sglang.unsupported(s.kinds, half):
+        c, rest = sglang.cells(s.kinds, half), max(memory - w, 0)
+        p = sglang.pools(c, rest, gs)
+        split = f"pools of {fmt(memory)} − {fmt(w)}: " + _pools_equation(c, p, rest)
+        out += [Line("count-sglang-full", f"SGLang's full-pool tokens in {budget} less the weights", p.full_tokens,
+                     split),
+                *([Line("count-sglang-swa", f"SGLang's sliding-pool tokens in {budget} less the weights "
+                        f"({ratio_text(gs.swa_ratio)} of the full pool's)", p.swa_tokens,
+                        f"⌊{fmt(p.full_tokens)} × {gs.swa_ratio} / 1000⌋")] if c.swa else []),
+                *([Line("count-sglang-requests", f"SGLang's requests the state slots allow in {budget} (slots ÷ "
+                        f"{sglang.STATE_SLOTS_PER_REQUEST})", p.max_requests or 0,
+                        f"⌊{fmt(p.state_slots)} / {sglang.STATE_SLOTS_PER_REQUEST}⌋")] if c.state else []),
+                Line("fits-sglang-context", f"Longest context of one sequence in {budget}, SGLang's pools",
+                     sglang.max_context(s.kinds, rest, s.max_context, half, gs),
+                     f"largest C ≤ {fmt(s.max_context)} the pools admit"),
+                Line("fits-sglang-sequences", f"Most sequences of {fmt(context)} tokens in {budget}, SGLang's pools",
+                     sglang.max_sequences(s.kinds, rest, context, half, gs),
+                     f"largest B the pools admit at {fmt(context)} tokens")]
+    return out
+
+
 def cache_read(s: Serving, context: int, half: int) -> int:
     """Bytes one decoded token reads of its sequence's cache: the entries its attention reads (a window, a chunk's
     part, a sparse top-k) at the cache dtype, and every fixed state whole (an indexer's keys left out: fewer bytes
@@ -174,8 +259,8 @@ def bound_lines(s: Serving, g: fits_mod.Gpu, context: int, batch: int, half: int
 
 def plan(s: Serving) -> list[dict]:
     """What fits and the speed bounds on every GPU preset, for site/api/SLUG.json: one sequence of
-    min(4,096, maximum) tokens, the weights as stored, a BF16 cache, llama.cpp's defaults; each figure with its
-    equation."""
+    min(4,096, maximum) tokens, the weights as stored, a BF16 cache, each engine's defaults; each figure with its
+    equation (SGLang's pools and vLLM's block among them)."""
     context = min(TABLE_CONTEXTS[0], s.max_context)
     out = []
     for g in fits_mod.GPUS:
@@ -183,7 +268,7 @@ def plan(s: Serving) -> list[dict]:
         out.append({"gpu": g.name, "source": g.source, "memory_bytes": g.memory, "bandwidth_bytes_per_s": g.bandwidth,
                     "peak_flops_dense": dict(g.peak), "context": context, "weights": "as stored", "kv_dtype": "BF16",
                     "figures": [{"key": line.key, "label": line.label, "value": line.value, "equation": line.equation}
-                                for line in e.lines if line.key.startswith(("fits", "bound"))]})
+                                for line in e.lines if line.key.startswith(("fits", "bound", "count"))]})
     return out
 
 
@@ -228,10 +313,16 @@ def page_data(s: Serving) -> str:
                    "r": k.ratio, "w": k.window or 0, "c": k.chunk or 0, "k": k.topk or 0, "q": k.flops_per_key,
                    "x": k.index_flops_per_key, "s": k.state_bytes, "f": kind_formula(k),
                    "a": k.absorbed_flops_per_key, "g": int(k.grows), "fx": k.fixed_elements(s.max_context),
-                   "b": k.pending, "o": k.overlap} for k in s.kinds],
+                   "b": k.pending, "o": k.overlap, "sv": vllm.state_bytes(k), "ix": k.indexer} for k in s.kinds],
         "mla": [MLA_UNABSORBED, MLA_ABSORBED],
         "ll": {"pad": engines.PAD, "bytes": engines.F16, "why": engines.unsupported(s.kinds),
                "ubatch": engines.N_UBATCH},
+        "vl": {"bs": vllm.BLOCK_SIZE, "mnbt": vllm.MAX_NUM_BATCHED_TOKENS, "ut": vllm.DEFAULTS.utilization,
+               "al": vllm.KERNEL_ALIGNMENT, "iq": vllm.INDEXER_QUANT_BLOCK, "ds": FP8_DS_MLA, "dsw": FP8_DS_MLA_LATENT,
+               "why": {name: vllm.unsupported(s.kinds, half) for name, half in KV_DTYPES}},
+        "sg": {"sr": sglang.DEFAULTS.swa_ratio, "mr": sglang.DEFAULTS.mamba_ratio, "pg": sglang.PAGE_SIZE,
+               "spr": sglang.STATE_SLOTS_PER_REQUEST, "iq": sglang.INDEXER_QUANT_BLOCK,
+               "why": {name: sglang.unsupported(s.kinds, half) for name, half in KV_DTYPES}},
         "rd": [list(r) for r in s.read], "gpus": [[g.name, g.memory, g.bandwidth, dict(g.peak)] for g in fits_mod.GPUS],
         "cd": dict(fits_mod.COMPUTE), "wd": dict(fits_mod.WIDER),
         "sc": fits_mod.stored_compute(dict(s.read)["as stored"], dict(s.read)["BF16"] // 2),
@@ -343,22 +434,36 @@ class CalculatorView:
     """Why llama.cpp's allocation is not modelled for this model ("" where it is)."""
     gpus: tuple[tuple[str, str], ...] = tuple((g.name, g.source) for g in fits_mod.GPUS)
     """(preset, its datasheet figures and where they are stated)."""
+    vllm_version: str = vllm.VLLM_VERSION
+    vllm_rules: tuple[tuple[str, str], ...] = tuple((r.text, r.source) for r in vllm.VLLM_RULES)
+    vllm_defaults: tuple[int, int, str] = (vllm.BLOCK_SIZE, vllm.MAX_NUM_BATCHED_TOKENS,
+                                           ratio_text(vllm.DEFAULTS.utilization))
+    """block_size, max_num_batched_tokens and gpu_memory_utilization as vLLM sets them."""
+    vllm_note: str = ""
+    """Why vLLM's pages are not modelled for this model at a BF16 cache ("" where they are)."""
+    sglang_version: str = sglang.SGLANG_VERSION
+    sglang_rules: tuple[tuple[str, str], ...] = tuple((r.text, r.source) for r in sglang.SGLANG_RULES)
+    sglang_defaults: tuple[str, str] = (ratio_text(sglang.DEFAULTS.swa_ratio), ratio_text(sglang.DEFAULTS.mamba_ratio))
+    """swa_full_tokens_ratio and mamba_full_memory_ratio as SGLang sets them."""
+    sglang_note: str = ""
 
 
 def calculator_view(s: Serving, max_key: str) -> CalculatorView:
     contexts = sorted({c for c in TABLE_CONTEXTS if c < s.max_context} | {s.max_context})
     head = ("Context", *(f"{k.title} ({layers(k.layers)})" for k in s.kinds), "Cache", "Weights (as stored)", "Total",
-            "Engine view total")
+            "Engine view total", "vLLM pages", "SGLang budget")
     rows = []
     for c in contexts:
         e = evaluate(s, c)
         kinds = (fmt(e.get(f"kind-{i}").value) for i in range(len(s.kinds)))
         rows.append((f"{fmt(c)}" + (" (maximum)" if c == s.max_context else ""), *kinds,
-                     *(fmt(e.get(k).value) for k in ("cache", "weights", "total", "engine-total"))))
+                     *(fmt(e.get(k).value) for k in ("cache", "weights", "total", "engine-total")),
+                     *(fmt(e.get(k).value) if k in e.keys() else "not modelled" for k in ("vllm", "sglang"))))
     return CalculatorView(fmt(s.max_context), max_key, min(TABLE_CONTEXTS[0], s.max_context), s.max_context,
                           tuple(n for n, _ in KV_DTYPES), tuple(n for n, _ in s.weights), page_data(s),
                           tuple((f"{k.title} ({layers(k.layers)})", kind_formula(k)) for k in s.kinds), head,
-                          tuple(rows), _decode_forms(s), engine_note=engines.unsupported(s.kinds))
+                          tuple(rows), _decode_forms(s), engine_note=engines.unsupported(s.kinds),
+                          vllm_note=vllm.unsupported(s.kinds), sglang_note=sglang.unsupported(s.kinds))
 
 
 def _decode_forms(s: Serving) -> tuple[tuple[str, str, str], ...]:

@@ -3,8 +3,8 @@
 
 - What fits: the longest context one sequence can have, and the most sequences at a given context, such that the
   weights and the cache fit the budget, in theory (the cache as the reference holds it) and as llama.cpp allocates
-  it (explorer/figures/engines.py). Weights and cache only: activations, the runtime's context and an engine's
-  reserve are not counted, so the true figures are at most these.
+  it, vLLM its pages and SGLang its pools (explorer/figures/engines/). Weights and cache only: activations, the
+  runtime's context and an engine's reserve are not counted, so the true figures are at most these.
 - Speed bounds, bounds and not predictions: decode tokens/s per sequence ≤ bandwidth ÷ bytes one token reads
   (weights it multiplies at their format, explorer/figures/weights_read.py, plus the cache entries its attention
   reads and any fixed state); aggregate ≤ batch × bandwidth ÷ (weights + batch × cache read), the weights read once

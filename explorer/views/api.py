@@ -8,6 +8,7 @@ from typing import Any
 
 from explorer.checkpoint.reconcile import Reconciliation
 from explorer.figures import calculator, engines
+from explorer.figures.engines import sglang, vllm
 from explorer.figures.model_build import ModelBuild
 from explorer.figures.published_claims import HEADLINE_CONVENTION, ClaimRow
 from explorer.model.components.serving import LayerKind
@@ -38,7 +39,9 @@ def model_api(mb: ModelBuild) -> dict[str, Any]:
                                for c in mb.figures.attention],
         "max_context": mb.figures.serving.max_context,
         "layer_kinds": [_layer_kind(k, mb.figures.serving.max_context) for k in mb.figures.serving.kinds],
-        "engines": {"llama.cpp": _llama_cpp(mb.figures.serving.kinds, mb.figures.serving.max_context)},
+        "engines": {"llama.cpp": _llama_cpp(mb.figures.serving.kinds, mb.figures.serving.max_context),
+                    "vLLM": _vllm(mb.figures.serving.kinds, mb.figures.serving.max_context),
+                    "SGLang": _sglang(mb.figures.serving.kinds, mb.figures.serving.max_context)},
         "what_fits_and_speed_bounds": calculator.plan(mb.figures.serving),
         "published_active_claim": {"claim": mb.claim.claim, "source": mb.claim.source,
                                    "reproduced_by": mb.claim.matched.key if mb.claim.matched else None}
@@ -134,8 +137,8 @@ def _variant(s) -> dict[str, Any]:
 
 def _llama_cpp(kinds: tuple[LayerKind, ...], maximum: int) -> dict[str, Any]:
     """llama.cpp's allocation rules with their sources, its defaults, and the KV bytes at the calculator's table
-    contexts for one sequence (explorer/figures/engines.py); where a kind is not modelled, why."""
-    contexts = sorted({c for c in (4_096, 32_768, 131_072) if c < maximum} | {maximum})
+    contexts for one sequence (explorer/figures/engines/llama_cpp.py); where a kind is not modelled, why."""
+    contexts = _table_contexts(maximum)
     why = engines.unsupported(kinds)
     return {"version": engines.LLAMA_CPP_VERSION,
             "rules": [{"rule": r.text, "source": r.source} for r in engines.LLAMA_CPP_RULES],
@@ -144,6 +147,45 @@ def _llama_cpp(kinds: tuple[LayerKind, ...], maximum: int) -> dict[str, Any]:
             "not_modelled": why or None,
             "kv_bytes_one_sequence": None if why else
             [{"context": c, "bytes": engines.total_bytes(kinds, c, 1)} for c in contexts]}
+
+
+def _table_contexts(maximum: int) -> list[int]:
+    return sorted({c for c in calculator.TABLE_CONTEXTS if c < maximum} | {maximum})
+
+
+def _vllm(kinds: tuple[LayerKind, ...], maximum: int) -> dict[str, Any]:
+    """vLLM's rules with their sources and defaults, the specs its pages are made of at a BF16 cache, and the bytes
+    of one request's pages at the calculator's table contexts (max_model_len = the context)."""
+    why = vllm.unsupported(kinds)
+    lay = None if why else vllm.layout(kinds, 4, vllm.DEFAULTS)
+    return {"version": vllm.VLLM_VERSION, "rules": [{"rule": r.text, "source": r.source} for r in vllm.VLLM_RULES],
+            "defaults": {"block_size": vllm.BLOCK_SIZE, "max_num_batched_tokens": vllm.MAX_NUM_BATCHED_TOKENS,
+                         "gpu_memory_utilization": vllm.GPU_MEMORY_UTILIZATION, "kv_cache_dtype": "bf16",
+                         "kernel_block_alignment": vllm.KERNEL_ALIGNMENT},
+            "not_modelled": why or None,
+            "attention_block_tokens": lay.block if lay else None,
+            "group_size": lay.group_size if lay else None,
+            "specs": [{"class": sp.cls, "layers": sp.layers, "page_bytes": sp.page, "block_tokens": sp.block,
+                       "window_or_chunk": sp.span or None} for sp in lay.specs] if lay else None,
+            "bytes_one_sequence": [{"context": c, "bytes": vllm.total_bytes(kinds, c, 1)}
+                                   for c in _table_contexts(maximum)] if lay else None}
+
+
+def _sglang(kinds: tuple[LayerKind, ...], maximum: int) -> dict[str, Any]:
+    """SGLang's rules with their sources and defaults, the bytes per cell of each pool at a BF16 cache, and the
+    smallest budget whose pools admit one request at the calculator's table contexts."""
+    why = sglang.unsupported(kinds)
+    c = None if why else sglang.cells(kinds, 4)
+    return {"version": sglang.SGLANG_VERSION,
+            "rules": [{"rule": r.text, "source": r.source} for r in sglang.SGLANG_RULES],
+            "defaults": {"swa_full_tokens_ratio": sglang.SWA_FULL_TOKENS_RATIO,
+                         "mamba_full_memory_ratio": sglang.MAMBA_FULL_MEMORY_RATIO, "page_size": sglang.PAGE_SIZE,
+                         "state_slots_per_request": sglang.STATE_SLOTS_PER_REQUEST, "kv_cache_dtype": "bf16"},
+            "not_modelled": why or None,
+            "cell_bytes": {"full": c.full, "sliding": c.swa, "window": c.window or None, "state_per_request": c.state}
+            if c else None,
+            "smallest_budget_one_sequence": [{"context": n, "bytes": sglang.total_bytes(kinds, n, 1)}
+                                             for n in _table_contexts(maximum)] if c else None}
 
 
 def _layer_kind(k: LayerKind, max_context: int) -> dict[str, Any]:

@@ -279,7 +279,7 @@ def dsa_memory(comp: Component, values: Mapping[str, Any]) -> tuple[LayerKind, .
     full = o.heads * (o.nope + o.rope + o.v)
     return (LayerKind(
         mla_cache + io.head_dim, "kv_lora_rank + qk_rope_head_dim + index_head_dim", flops_per_key=2 * full,
-        mha_per_token=full, topk=io.topk, index_flops_per_key=2 * io.heads * (io.head_dim + 1),
+        mha_per_token=full, topk=io.topk, indexer=io.head_dim, index_flops_per_key=2 * io.heads * (io.head_dim + 1),
         absorbed_flops_per_key=2 * decode_costs(o)[0].per_key, decode_forms=decode_form_formulas(o),
         note=f"the MLA latent and rotary key, {mla_cache}, and the indexer's key, {io.head_dim}; attention reads at "
              f"most {io.topk:,} cached tokens per query, the indexer scores all of them"),)

@@ -554,7 +554,7 @@ def deltanet_memory(comp: Component, values: Mapping[str, Any]) -> tuple[LayerKi
                       "linear_num_value_heads × linear_key_head_dim × linear_value_head_dim")
     conv = StatePart("conv state", o.conv_elements, o.conv_dtype, o.conv_bytes,
                      "(2 × linear_num_key_heads × linear_key_head_dim + linear_num_value_heads × "
-                     "linear_value_head_dim) × linear_conv_kernel_dim")
+                     "linear_value_head_dim) × linear_conv_kernel_dim", columns=o.conv_kernel)
     flops = (f"2 × ({conv.formula} + 4 × {state.formula} + linear_num_value_heads × linear_value_head_dim) "
              "(conv window, decay, Sᵀk, rank-1 write, Sᵀq, correction)")
     return (LayerKind(0, f"{state.formula} + {conv.formula}", state=(state, conv), update_flops=o.update_flops,

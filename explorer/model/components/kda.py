@@ -417,7 +417,7 @@ def kda_memory(comp: Component, values: Mapping[str, Any]) -> tuple[LayerKind, .
     state = StatePart("recurrent state", o.state_elements, o.state_dtype, o.state_bytes,
                       "linear_num_heads × linear_head_dim × linear_head_dim")
     conv = StatePart("conv state", o.conv_elements, o.conv_dtype, o.conv_bytes,
-                     "3 × linear_num_heads × linear_head_dim × linear_conv_kernel_dim")
+                     "3 × linear_num_heads × linear_head_dim × linear_conv_kernel_dim", columns=o.conv_kernel)
     flops = (f"2 × ({conv.formula} + 4 × {state.formula} + linear_num_heads × linear_head_dim) "
              "(conv window, decay per key channel, Sᵀk, rank-1 write, Sᵀq, correction)")
     return (LayerKind(0, f"{state.formula} + {conv.formula}", state=(state, conv), update_flops=o.update_flops,

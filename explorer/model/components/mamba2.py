@@ -433,7 +433,8 @@ def mamba2_memory(comp: Component, values: Mapping[str, Any]) -> tuple[LayerKind
     state = StatePart("SSM state", o.heads * o.head_dim * o.state_size, o.state_dtype, STATE_DTYPE_BYTES[o.state_dtype],
                       "mamba_num_heads × mamba_head_dim × ssm_state_size")
     conv = StatePart("conv state", o.conv_dim * o.conv_kernel, o.conv_dtype, STATE_DTYPE_BYTES.get(o.conv_dtype, 2),
-                     "(mamba_num_heads × mamba_head_dim + 2 × n_groups × ssm_state_size) × conv_kernel")
+                     "(mamba_num_heads × mamba_head_dim + 2 × n_groups × ssm_state_size) × conv_kernel",
+                     columns=o.conv_kernel)
     channels = o.heads * o.head_dim  # the width of x and y
     # the one-token recurrence: conv window, decay S ⊙ ā, write Δ·x Bᵀ (added), read S C, then Δ·x and the D skip
     update = 2 * (conv.elements + 3 * state.elements + 2 * channels)

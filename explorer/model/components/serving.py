@@ -32,6 +32,9 @@ class StatePart:
     """Bytes per number at that dtype."""
     formula: str
     """`elements` in config keys."""
+    columns: int = 0
+    """A conv state: the kernel columns it holds (elements = channels × columns; the reference keeps the full
+    kernel, vLLM and SGLang keep kernel − 1); 0 for any other part."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,6 +90,9 @@ class LayerKind:
     pending: int = 0
     """A compressed stream: elements held per position not yet pooled into an entry (the compressor's projected
     values and gates, waiting for `ratio` positions): context mod ratio positions are pending."""
+    indexer: int = 0
+    """DeepSeek Sparse Attention: the elements of the indexer's key within `per_token` (an engine caches them apart,
+    at a dtype of their own); 0 for every other kind."""
     overlap: int = 0
     """A compressed stream with overlapping windows: elements carried from the last pooled window to the next (its
     first half of values and gates), held once one entry has been pooled."""

@@ -1,7 +1,8 @@
 """What an engine allocates, as data: llama.cpp's rules for its KV cache, each with the engine version and the source
 file and function it was read from, evaluated on the layer kinds the figures stage derived
-(explorer/model/components/serving.py). The calculator shows the result beside the theoretical cache, with the reason
-for each difference (padding, a sliding layer's admission of a whole micro-batch, K and V at F16).
+(explorer/model/components/serving.py); vllm.py and sglang.py beside it hold the other two engines. The calculator
+shows the result beside the theoretical cache, with the reason for each difference (padding, a sliding layer's
+admission of a whole micro-batch, K and V at F16).
 
 Only what is stated here is modelled: layers that cache K and V (or MLA's K alone) per position, full or capped by a
 window or chunk. A model with a kind llama.cpp allocates by another rule (a recurrent state per sequence, DeepSeek
@@ -11,8 +12,7 @@ kind and why.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
+from explorer.figures.engines.rule import Rule
 from explorer.model.components.serving import LayerKind
 
 LLAMA_CPP_VERSION = "llama.cpp 0c1e570 (2026-10-01), as vendored by llama-cpp-python 0.3.36"
@@ -24,15 +24,6 @@ SWA_FULL = True
 """llama_context_default_params' swa_full: sliding layers get the whole context ("using full-size SWA cache")."""
 F16 = 2
 """Bytes per cached element: the cache's default type_k and type_v are F16."""
-
-
-@dataclass(frozen=True, slots=True)
-class Rule:
-    """One allocation rule of an engine, with where it is written."""
-
-    text: str
-    source: str
-    """File and function in the engine's tree."""
 
 
 LLAMA_CPP_RULES = (
