@@ -61,10 +61,10 @@ def test_both_compressors_decode_as_the_references_cache():
 def test_token_by_token_pooling_equals_the_batched_form():
     """The two forms of our own pooling agree on every closed window of a longer sequence (11 positions)."""
     t, _, weights = tiny()
-    for ancestors, comp in walk(t.root):
+    for _, comp in walk(t.root):
         if comp.key == "compressor" and comp.children:
             run = Run({k: v.float() for k, v in weights.items()}, module=module_prefix(comp, first_layer(comp)))
-            for name, series_run, o in decode.pooled_series(comp, run):
+            for _name, series_run, o in decode.pooled_series(comp, run):
                 x = torch.randn(2, 11, t.values["hidden_size"], generator=torch.Generator().manual_seed(0))
                 batched = compress(series_run.child(prefix="c-"), o, x)
                 state = decode.pool_token_by_token(series_run, o, x)
