@@ -1,0 +1,245 @@
+"""llama.cpp itself as the oracle of explorer/figures/engines.py: a real llama.cpp (0c1e570, built from the package
+index as llama-cpp-python 0.3.36) loads a tiny random GGUF checkpoint of a site model's tiny config
+(tests/tiny_gguf.py) and allocates its KV cache; what its verbose log says it allocated is compared with
+`engines.cells` and `engines.kind_bytes` evaluated on the layer kinds the figures stage derives from the same tiny
+config (tests/test_serving_reference.py's `tiny`).
+
+llama.cpp logs one line per cache it allocates, in src/llama-kv-cache.cpp (`llama_kv_cache::llama_kv_cache`):
+`llama_kv_cache: size = 0.19 MiB (768 cells, 2 layers, 1/1 seqs), K (f16): 0.09 MiB, V (f16): 0.09 MiB`, the cells of
+one sequence's stream, the layers it covers, sequences / streams, then the bytes (of all streams) to 0.01 MiB. A model
+with sliding layers gets two caches (src/llama-kv-cache-iswa.cpp), announced by `creating non-SWA KV cache` and
+`creating SWA KV cache`. Cells, layers and streams are integers and compared exactly; the bytes are compared as the
+engine prints them (the explorer's bytes printed the same way), which is byte-exact where they are a whole number of
+quarter MiB (the 32K settings below).
+
+The engine is not part of a newcomer's set-up: these tests carry the marker `llama_cpp`, left out of the default run
+(pyproject's addopts) and run by `.ci/run` as `EXPLORER_REQUIRE_LLAMA_CPP=1 pytest -m llama_cpp`, where a missing
+llama_cpp fails them.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import importlib
+import os
+import re
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+
+import numpy as np
+import pytest
+from test_serving_reference import tiny
+from tiny_gguf import write_tiny_gguf
+
+from explorer.figures import engines
+from explorer.model.components.serving import LayerKind
+
+pytestmark = pytest.mark.llama_cpp
+
+MODELS = [  # one site model per family llama.cpp loads here, with the layer kinds its tiny config has
+    pytest.param("smollm2-135m", id="smollm2 (llama): full attention, grouped K/V heads"),
+    pytest.param("qwen3-0.6b", id="qwen3: full attention, head_dim apart from hidden / heads"),
+    pytest.param("gemma-3-270m", id="gemma3: sliding and global layers"),
+    pytest.param("gpt-oss-20b", id="gpt-oss: sliding and full layers, sinks"),
+    pytest.param("kimi-k2", id="kimi-k2 (deepseek2): MLA, K alone"),
+]
+
+
+@dataclass(frozen=True, slots=True)
+class Setting:
+    """One way of creating a context: `sequences` sequences of `context` tokens each (n_ctx = their product)."""
+
+    context: int
+    sequences: int
+    n_ubatch: int = engines.N_UBATCH
+    swa_full: bool = engines.SWA_FULL
+
+    def __str__(self) -> str:
+        return f"{self.sequences}x{self.context} ubatch {self.n_ubatch} swa_full {self.swa_full}"
+
+
+SETTINGS = [  # contexts not multiples of 256, one and several sequences, swa_full on and off, two micro-batches
+    Setting(1_000, 1, swa_full=False),
+    Setting(1_000, 1, swa_full=True),
+    Setting(100, 3, swa_full=False),
+    Setting(100, 3, swa_full=True),
+    Setting(1_000, 4, n_ubatch=250, swa_full=False),
+    Setting(333, 3, n_ubatch=100, swa_full=False),
+    Setting(700, 2, swa_full=True),
+    Setting(32_768, 1, swa_full=False),
+    Setting(8_192, 4, swa_full=True),
+]
+
+
+@dataclass(frozen=True, slots=True)
+class Logged:
+    """One `llama_kv_cache: size = ...` line: which cache, and what it says it allocated."""
+
+    cache: str
+    """"non-SWA", "SWA", or "" for a model with one cache."""
+    cells: int
+    """Cells of one sequence's stream."""
+    layers: int
+    sequences: int
+    streams: int
+    mib: str
+    """The total of K and V as printed, "0.19"."""
+
+
+SIZE = re.compile(r"llama_kv_cache: size = +([\d.]+) MiB \( *(\d+) cells, +(\d+) layers, +(\d+)/(\d+) seqs\)")
+CREATING = re.compile(r"creating +(non-SWA|SWA) KV cache")
+
+
+def parse(log: str) -> list[Logged]:
+    out, cache_ = [], ""
+    for line in log.splitlines():
+        if m := CREATING.search(line):
+            cache_ = m.group(1)
+        elif m := SIZE.search(line):
+            mib, cells, layers, seqs, streams = m.groups()
+            out.append(Logged(cache_, int(cells), int(layers), int(seqs), int(streams), mib))
+    return out
+
+
+def printed_mib(n_bytes: int) -> str:
+    """Bytes as llama.cpp prints them: a float32 quotient by 1024 × 1024, `%.2f`."""
+    return f"{float(np.float32(n_bytes) / np.float32(1024 * 1024)):.2f}"
+
+
+# ------------------------------------------------------------------------------------------- the engine
+
+@cache
+def llama_cpp():
+    """The llama_cpp package, or a failure (EXPLORER_REQUIRE_LLAMA_CPP=1, as in CI) or a skip (a reader who chose
+    `-m llama_cpp` without installing it) saying how to get it."""
+    try:
+        return importlib.import_module("llama_cpp")
+    except ImportError as e:
+        why = f"llama_cpp is not importable ({e}); install it with CMAKE_ARGS=-DGGML_NATIVE=OFF " \
+              ".venv/bin/pip install llama-cpp-python==0.3.36"
+        if os.environ.get("EXPLORER_REQUIRE_LLAMA_CPP") == "1":
+            pytest.fail(why)
+        pytest.skip(why)
+
+
+def allocate(path: Path, s: Setting) -> str:
+    """Load `path`, create a context at setting `s` and free both; the engine's log meanwhile."""
+    lib = llama_cpp()
+    lines: list[str] = []
+
+    @lib.llama_log_callback
+    def keep(level: int, text: bytes, user_data: ctypes.c_void_p) -> None:
+        lines.append(text.decode("utf-8", "replace"))
+
+    lib.llama_log_set(keep, ctypes.c_void_p(0))
+    try:
+        model = lib.llama_model_load_from_file(str(path).encode(), lib.llama_model_default_params())
+        assert model, f"llama.cpp did not load {path.name}:\n{''.join(lines)[-3000:]}"
+        p = lib.llama_context_default_params()
+        p.n_ctx, p.n_seq_max, p.n_ubatch, p.swa_full = s.context * s.sequences, s.sequences, s.n_ubatch, s.swa_full
+        ctx = lib.llama_init_from_model(model, p)
+        assert ctx, f"llama.cpp made no context for {path.name} at {s}:\n{''.join(lines)[-3000:]}"
+        lib.llama_free(ctx)
+        lib.llama_model_free(model)
+    finally:
+        from llama_cpp import _logger  # the library's own callback, restored
+
+        lib.llama_log_set(_logger.llama_log_callback, ctypes.c_void_p(0))
+    return "".join(lines)
+
+
+@pytest.fixture(scope="module")
+def checkpoints(tmp_path_factory) -> dict[str, Path]:
+    llama_cpp()
+    folder = tmp_path_factory.mktemp("tiny_gguf")
+    return {slug: write_tiny_gguf(tiny(slug)[0], folder / f"{slug}.gguf") for slug in (p.values[0] for p in MODELS)}
+
+
+@cache
+def _logged(path: Path, s: Setting) -> tuple[Logged, ...]:
+    return tuple(parse(allocate(path, s)))
+
+
+# ------------------------------------------------------------------------------------------- the explorer's side
+
+def expected(kinds: tuple[LayerKind, ...], s: Setting, cells=engines.cells) -> list[Logged]:
+    """What the explorer says llama.cpp logs: one cache for full layers and one for sliding (or chunked) ones,
+    `cells` the rule evaluated (engines.cells, or a wrong rule)."""
+    groups = {"non-SWA": [k for k in kinds if not (k.window or k.chunk)],
+              "SWA": [k for k in kinds if k.window or k.chunk]}
+    one_cache = not groups["SWA"]
+    out = []
+    for name, group in groups.items():
+        if not group:
+            continue
+        per_kind = [cells(k, s.context, s.sequences, s.n_ubatch, s.swa_full) for k in group]
+        assert len(set(per_kind)) == 1, "one cache holds layers of one size"
+        n_bytes = sum(k.layers * k.per_token * n * engines.F16 for k, n in zip(group, per_kind))
+        out.append(Logged("" if one_cache else name, per_kind[0] // s.sequences, sum(k.layers for k in group),
+                          s.sequences, s.sequences, printed_mib(n_bytes)))
+    return out
+
+
+def _bytes(kinds, s: Setting) -> int:
+    return sum(engines.kind_bytes(k, s.context, s.sequences, s.n_ubatch, s.swa_full) for k in kinds)
+
+
+# ------------------------------------------------------------------------------------------- the checks
+
+@pytest.mark.parametrize("s", SETTINGS, ids=str)
+@pytest.mark.parametrize("slug", MODELS)
+def test_llama_cpp_allocates_what_the_explorer_says(slug, s, checkpoints):
+    _, kinds = tiny(slug)
+    logged = list(_logged(checkpoints[slug], s))
+    assert logged == expected(kinds, s), f"{slug} at {s}"
+    total = _bytes(kinds, s)
+    if engines.unsupported(kinds) == "":
+        assert engines.total_bytes(kinds, s.context, s.sequences, s.n_ubatch, s.swa_full) == total
+
+
+def _padded_once(k: LayerKind, context: int, sequences: int, n_ubatch: int, swa_full: bool) -> int:
+    """Wrong: the whole context padded once, as one stream (the rule before one stream per sequence)."""
+    total = engines.pad(context * sequences)
+    cap = k.window or k.chunk
+    if cap is not None and not swa_full:
+        total = engines.pad(min(total, cap + n_ubatch))
+    return total
+
+
+def _window_alone(k: LayerKind, context: int, sequences: int, n_ubatch: int, swa_full: bool) -> int:
+    """Wrong: a sliding layer holds its window alone, without the micro-batch."""
+    per_sequence = engines.pad(engines.pad(context * sequences) // sequences)
+    cap = k.window or k.chunk
+    if cap is not None and not swa_full:
+        per_sequence = engines.pad(min(per_sequence, cap))
+    return per_sequence * sequences
+
+
+def _all_windows_in_each_stream(k: LayerKind, context: int, sequences: int, n_ubatch: int, swa_full: bool) -> int:
+    """Wrong: each stream holds every sequence's window plus a micro-batch, as the one stream of a unified cache
+    does (kv_unified on, src/llama-kv-cache-iswa.cpp)."""
+    per_sequence = engines.pad(engines.pad(context * sequences) // sequences)
+    cap = k.window or k.chunk
+    if cap is not None and not swa_full:
+        per_sequence = engines.pad(min(per_sequence, cap * sequences + n_ubatch))
+    return per_sequence * sequences
+
+
+def _no_padding(k: LayerKind, context: int, sequences: int, n_ubatch: int, swa_full: bool) -> int:
+    """Wrong: no padding to 256 cells."""
+    cap = k.window or k.chunk
+    if cap is not None and not swa_full:
+        return min(context, cap + n_ubatch) * sequences
+    return context * sequences
+
+
+@pytest.mark.parametrize("wrong", [_padded_once, _window_alone, _all_windows_in_each_stream, _no_padding],
+                         ids=lambda f: f.__name__.strip("_"))
+def test_a_wrong_rule_disagrees_with_the_engine(wrong, checkpoints):
+    """Each wrong rule misses what llama.cpp logged at one setting at least, where the explorer's rule meets it at
+    every one (the test above); the sliding rules are told apart on the models that have sliding layers."""
+    slugs = ["smollm2-135m", "gemma-3-270m", "gpt-oss-20b"]
+    missed = [(slug, str(s)) for slug in slugs for s in SETTINGS
+              if list(_logged(checkpoints[slug], s)) != expected(tiny(slug)[1], s, cells=wrong)]
+    assert missed, f"{wrong.__name__} matches the engine everywhere: the settings do not tell it apart"

@@ -1,0 +1,225 @@
+"""Tiny random GGUF checkpoints of the site's tiny configs, written with the `gguf` package, so that llama.cpp can
+load them as a test oracle of what it allocates (tests/test_llama_cpp_oracle.py).
+
+Each writer states the family's tiny config in llama.cpp's terms: the architecture name llama.cpp registers for it
+(src/llama-arch.cpp), the hyperparameters its loader reads (src/models/ARCH.cpp, `load_arch_hparams`) and exactly the
+tensors its `load_arch_tensors` creates, at the shapes it checks. The weights are random: only the shapes and the
+metadata decide the cache, and llama.cpp refuses a file whose tensors are missing, extra or misshapen. The tokenizer
+is llama.cpp's "none" model, which adds `vocab_size` dummy tokens (src/llama-vocab.cpp), so no vocabulary is needed.
+
+Shapes are written as numpy arrays, (out, in) as in a Linear's weight; GGUF stores them reversed, as the {in, out}
+llama.cpp's loader names.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Callable
+
+import gguf
+import numpy as np
+
+from explorer.model.families.gemma3 import layer_types as gemma3_layer_types
+from explorer.spec.types import ModelSpec
+
+
+class _Checkpoint:
+    """One GGUF file being written: metadata under the architecture's prefix, random float32 tensors."""
+
+    def __init__(self, path: Path, arch: str, c: Any) -> None:
+        self.w = gguf.GGUFWriter(path, arch)
+        self.c = c
+        self.rng = np.random.default_rng(0)
+        w = self.w
+        w.add_tokenizer_model("none")
+        w.add_vocab_size(c.vocab_size)
+        w.add_context_length(c.max_position_embeddings)
+        w.add_embedding_length(c.hidden_size)
+        w.add_block_count(c.num_hidden_layers)
+        w.add_feed_forward_length(c.intermediate_size)
+        w.add_head_count(c.num_attention_heads)
+        w.add_layer_norm_rms_eps(c.rms_norm_eps)
+        w.add_rope_freq_base(c.rope_theta)
+
+    def tensor(self, name: str, *shape: int) -> None:
+        self.w.add_tensor(name, (self.rng.standard_normal(shape) * 0.02).astype(np.float32))
+
+    def attention_heads(self, head_dim: int, kv_heads: int) -> None:
+        self.w.add_head_count_kv(kv_heads)
+        self.w.add_key_length(head_dim)
+        self.w.add_value_length(head_dim)
+        self.w.add_rope_dimension_count(head_dim)
+
+    def embeddings(self, tied: bool) -> None:
+        c = self.c
+        self.tensor("token_embd.weight", c.vocab_size, c.hidden_size)
+        self.tensor("output_norm.weight", c.hidden_size)
+        if not tied:
+            self.tensor("output.weight", c.vocab_size, c.hidden_size)
+
+    def qkvo(self, i: int, head_dim: int, kv_heads: int, q_heads: int | None = None) -> None:
+        d, h = self.c.hidden_size, q_heads or self.c.num_attention_heads
+        self.tensor(f"blk.{i}.attn_q.weight", h * head_dim, d)
+        self.tensor(f"blk.{i}.attn_k.weight", kv_heads * head_dim, d)
+        self.tensor(f"blk.{i}.attn_v.weight", kv_heads * head_dim, d)
+        self.tensor(f"blk.{i}.attn_output.weight", d, h * head_dim)
+
+    def dense_ffn(self, i: int, width: int) -> None:
+        d = self.c.hidden_size
+        self.tensor(f"blk.{i}.ffn_gate.weight", width, d)
+        self.tensor(f"blk.{i}.ffn_up.weight", width, d)
+        self.tensor(f"blk.{i}.ffn_down.weight", d, width)
+
+    def experts(self, i: int, experts: int, width: int) -> None:
+        d = self.c.hidden_size
+        self.tensor(f"blk.{i}.ffn_gate_inp.weight", experts, d)
+        self.tensor(f"blk.{i}.ffn_gate_exps.weight", experts, width, d)
+        self.tensor(f"blk.{i}.ffn_up_exps.weight", experts, width, d)
+        self.tensor(f"blk.{i}.ffn_down_exps.weight", experts, d, width)
+
+    def norms(self, i: int, *names: str, width: int | None = None) -> None:
+        for n in names:
+            self.tensor(f"blk.{i}.{n}.weight", width or self.c.hidden_size)
+
+    def close(self) -> None:
+        self.w.write_header_to_file()
+        self.w.write_kv_data_to_file()
+        self.w.write_tensors_to_file()
+        self.w.close()
+
+
+def _head_dim(c: Any) -> int:
+    return getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
+
+
+def _llama(path: Path, c: Any) -> None:
+    """src/models/llama.cpp: full attention with grouped K/V heads, a gated MLP."""
+    g = _Checkpoint(path, "llama", c)
+    hd = _head_dim(c)
+    g.attention_heads(hd, c.num_key_value_heads)
+    g.embeddings(c.tie_word_embeddings)
+    for i in range(c.num_hidden_layers):
+        g.norms(i, "attn_norm", "ffn_norm")
+        g.qkvo(i, hd, c.num_key_value_heads)
+        g.dense_ffn(i, c.intermediate_size)
+    g.close()
+
+
+def _qwen3(path: Path, c: Any) -> None:
+    """src/models/qwen3.cpp: Llama's layers with per-head RMS norms of queries and keys; head_dim is set apart from
+    hidden_size / heads (24 against 16 in the tiny config), so the cache width is the config's, not the quotient."""
+    g = _Checkpoint(path, "qwen3", c)
+    hd = _head_dim(c)
+    g.attention_heads(hd, c.num_key_value_heads)
+    g.embeddings(c.tie_word_embeddings)
+    for i in range(c.num_hidden_layers):
+        g.norms(i, "attn_norm", "ffn_norm")
+        g.norms(i, "attn_q_norm", "attn_k_norm", width=hd)
+        g.qkvo(i, hd, c.num_key_value_heads)
+        g.dense_ffn(i, c.intermediate_size)
+    g.close()
+
+
+def _gemma3(path: Path, c: Any) -> None:
+    """src/models/gemma3.cpp: sliding and global layers, which layer is which given per layer
+    (attention.sliding_window_pattern as an array, read by load_swa_pattern) from the config's own layer types."""
+    g = _Checkpoint(path, "gemma3", c)
+    hd = _head_dim(c)
+    g.attention_heads(hd, c.num_key_value_heads)
+    g.w.add_sliding_window(c.sliding_window)
+    g.w.add_sliding_window_pattern([t == "sliding_attention" for t in gemma3_layer_types(c)])
+    g.w.add_rope_freq_base_swa(c.rope_local_base_freq)
+    g.embeddings(tied=True)
+    for i in range(c.num_hidden_layers):
+        g.norms(i, "attn_norm", "attn_post_norm", "ffn_norm", "ffn_post_norm")
+        g.norms(i, "attn_q_norm", "attn_k_norm", width=hd)
+        g.qkvo(i, hd, c.num_key_value_heads)
+        g.dense_ffn(i, c.intermediate_size)
+    g.close()
+
+
+def _gpt_oss(path: Path, c: Any) -> None:
+    """src/models/openai-moe.cpp ("gpt-oss"): sliding and full layers as layer_types lists them, attention sinks,
+    biased experts."""
+    g = _Checkpoint(path, "gpt-oss", c)
+    hd, kv, e = _head_dim(c), c.num_key_value_heads, c.num_local_experts
+    g.attention_heads(hd, kv)
+    g.w.add_sliding_window(c.sliding_window)
+    g.w.add_sliding_window_pattern([t == "sliding_attention" for t in c.layer_types])
+    g.w.add_expert_count(e)
+    g.w.add_expert_used_count(c.num_experts_per_tok)
+    g.w.add_expert_feed_forward_length(c.intermediate_size)
+    g.embeddings(tied=False)
+    for i in range(c.num_hidden_layers):
+        g.norms(i, "attn_norm", "attn_post_norm")
+        g.qkvo(i, hd, kv)
+        g.tensor(f"blk.{i}.attn_output.bias", c.hidden_size)
+        g.tensor(f"blk.{i}.attn_sinks.weight", c.num_attention_heads)
+        g.experts(i, e, c.intermediate_size)
+        g.tensor(f"blk.{i}.ffn_gate_inp.bias", e)
+        g.tensor(f"blk.{i}.ffn_gate_exps.bias", e, c.intermediate_size)
+        g.tensor(f"blk.{i}.ffn_up_exps.bias", e, c.intermediate_size)
+        g.tensor(f"blk.{i}.ffn_down_exps.bias", e, c.hidden_size)
+    g.close()
+
+
+def _deepseek2(path: Path, c: Any) -> None:
+    """src/models/deepseek2.cpp: multi-head latent attention as llama.cpp's converter writes it, one K/V head whose
+    key is the latent and the rotary key (key_length = kv_lora_rank + qk_rope_head_dim) and whose value is the latent;
+    the per-head widths go in key_length_mla / value_length_mla, which make the model MLA (`hparams.is_mla`)."""
+    g = _Checkpoint(path, "deepseek2", c)
+    lora, rope, nope, vd = c.kv_lora_rank, c.qk_rope_head_dim, c.qk_nope_head_dim, c.v_head_dim
+    h, d, e, ff = c.num_attention_heads, c.hidden_size, c.n_routed_experts, c.moe_intermediate_size
+    w = g.w
+    w.add_head_count_kv(1)
+    w.add_key_length(lora + rope)
+    w.add_value_length(lora)
+    w.add_key_length_mla(nope + rope)
+    w.add_value_length_mla(vd)
+    w.add_rope_dimension_count(rope)
+    w.add_q_lora_rank(c.q_lora_rank)
+    w.add_kv_lora_rank(lora)
+    w.add_leading_dense_block_count(c.first_k_dense_replace)
+    w.add_expert_count(e)
+    w.add_expert_used_count(c.num_experts_per_tok)
+    w.add_expert_shared_count(c.n_shared_experts)
+    w.add_expert_feed_forward_length(ff)
+    w.add_expert_weights_scale(c.routed_scaling_factor)
+    w.add_expert_weights_norm(c.norm_topk_prob)
+    w.add_expert_gating_func(gguf.ExpertGatingFuncType.SIGMOID)
+    g.embeddings(tied=False)
+    for i in range(c.num_hidden_layers):
+        g.norms(i, "attn_norm", "ffn_norm")
+        g.norms(i, "attn_q_a_norm", width=c.q_lora_rank)
+        g.norms(i, "attn_kv_a_norm", width=lora)
+        g.tensor(f"blk.{i}.attn_q_a.weight", c.q_lora_rank, d)
+        g.tensor(f"blk.{i}.attn_q_b.weight", h * (nope + rope), c.q_lora_rank)
+        g.tensor(f"blk.{i}.attn_kv_a_mqa.weight", lora + rope, d)
+        g.tensor(f"blk.{i}.attn_k_b.weight", h, lora, nope)
+        g.tensor(f"blk.{i}.attn_v_b.weight", h, vd, lora)
+        g.tensor(f"blk.{i}.attn_output.weight", d, h * vd)
+        if i < c.first_k_dense_replace:
+            g.dense_ffn(i, c.intermediate_size)
+            continue
+        g.experts(i, e, ff)
+        g.tensor(f"blk.{i}.exp_probs_b.bias", e)
+        g.tensor(f"blk.{i}.ffn_gate_shexp.weight", ff * c.n_shared_experts, d)
+        g.tensor(f"blk.{i}.ffn_up_shexp.weight", ff * c.n_shared_experts, d)
+        g.tensor(f"blk.{i}.ffn_down_shexp.weight", d, ff * c.n_shared_experts)
+    g.close()
+
+
+WRITERS: dict[str, Callable[[Path, Any], None]] = {
+    "llama": _llama,
+    "qwen3": _qwen3,
+    "gemma3_text": _gemma3,
+    "gpt_oss": _gpt_oss,
+    "deepseek_v3": _deepseek2,
+}
+"""The site's family name (ModelSpec.family) -> the writer of its llama.cpp checkpoint."""
+
+
+def write_tiny_gguf(tiny: ModelSpec, path: Path) -> Path:
+    """Write `tiny`'s config as a random GGUF checkpoint llama.cpp loads; returns `path`."""
+    WRITERS[tiny.family](path, tiny.config)
+    return path
