@@ -19,6 +19,7 @@ from typing import Any, Callable
 import gguf
 import numpy as np
 
+from explorer.model.families import llama4, mimo_v2_flash
 from explorer.model.families.gemma3 import layer_types as gemma3_layer_types
 from explorer.spec.types import ModelSpec
 
@@ -26,7 +27,8 @@ from explorer.spec.types import ModelSpec
 class _Checkpoint:
     """One GGUF file being written: metadata under the architecture's prefix, random float32 tensors."""
 
-    def __init__(self, path: Path, arch: str, c: Any) -> None:
+    def __init__(self, path: Path, arch: str, c: Any, heads: int | list[int] | None = None,
+                 ffn: int | None = None) -> None:
         self.w = gguf.GGUFWriter(path, arch)
         self.c = c
         self.rng = np.random.default_rng(0)
@@ -36,8 +38,8 @@ class _Checkpoint:
         w.add_context_length(c.max_position_embeddings)
         w.add_embedding_length(c.hidden_size)
         w.add_block_count(c.num_hidden_layers)
-        w.add_feed_forward_length(c.intermediate_size)
-        w.add_head_count(c.num_attention_heads)
+        w.add_feed_forward_length(ffn or c.intermediate_size)
+        w.add_head_count(heads or c.num_attention_heads)
         w.add_layer_norm_rms_eps(c.rms_norm_eps)
         w.add_rope_freq_base(c.rope_theta)
 
@@ -131,7 +133,7 @@ def _gemma3(path: Path, c: Any) -> None:
     g.w.add_rope_freq_base_swa(c.rope_local_base_freq)
     g.embeddings(tied=True)
     for i in range(c.num_hidden_layers):
-        g.norms(i, "attn_norm", "attn_post_norm", "ffn_norm", "ffn_post_norm")
+        g.norms(i, "attn_norm", "post_attention_norm", "ffn_norm", "post_ffw_norm")
         g.norms(i, "attn_q_norm", "attn_k_norm", width=hd)
         g.qkvo(i, hd, c.num_key_value_heads)
         g.dense_ffn(i, c.intermediate_size)
@@ -151,7 +153,7 @@ def _gpt_oss(path: Path, c: Any) -> None:
     g.w.add_expert_feed_forward_length(c.intermediate_size)
     g.embeddings(tied=False)
     for i in range(c.num_hidden_layers):
-        g.norms(i, "attn_norm", "attn_post_norm")
+        g.norms(i, "attn_norm", "post_attention_norm")
         g.qkvo(i, hd, kv)
         g.tensor(f"blk.{i}.attn_output.bias", c.hidden_size)
         g.tensor(f"blk.{i}.attn_sinks.weight", c.num_attention_heads)
@@ -209,12 +211,79 @@ def _deepseek2(path: Path, c: Any) -> None:
     g.close()
 
 
+def _llama4(path: Path, c: Any) -> None:
+    """src/models/llama4.cpp: chunked layers (those that rotate) beside global NoPE layers, experts with a shared
+    expert every interleave_moe_layer_step-th layer. llama.cpp takes the chunk as 8,192 whatever the file says (its
+    loader sets n_swa = 8192 when no sliding_window key is given), so none is written."""
+    t = c.text_config
+    g = _Checkpoint(path, "llama4", t, ffn=t.intermediate_size_mlp)
+    hd, kv, e = _head_dim(t), t.num_key_value_heads, t.num_local_experts
+    g.attention_heads(hd, kv)
+    g.w.add_sliding_window_pattern(list(llama4.rope_layers(t)))
+    g.w.add_expert_count(e)
+    g.w.add_expert_used_count(t.num_experts_per_tok)
+    g.w.add_expert_feed_forward_length(t.intermediate_size)
+    g.w.add_interleave_moe_layer_step(t.interleave_moe_layer_step)
+    g.embeddings(t.tie_word_embeddings)
+    moe = set(llama4.moe_layers(t))
+    for i in range(t.num_hidden_layers):
+        g.norms(i, "attn_norm", "ffn_norm")
+        g.qkvo(i, hd, kv)
+        if i not in moe:
+            g.dense_ffn(i, t.intermediate_size_mlp)
+            continue
+        g.experts(i, e, t.intermediate_size)
+        g.tensor(f"blk.{i}.ffn_gate_shexp.weight", t.intermediate_size, t.hidden_size)
+        g.tensor(f"blk.{i}.ffn_up_shexp.weight", t.intermediate_size, t.hidden_size)
+        g.tensor(f"blk.{i}.ffn_down_shexp.weight", t.hidden_size, t.intermediate_size)
+    g.close()
+
+
+def _mimo2(path: Path, c: Any) -> None:
+    """src/models/mimo2.cpp: sliding and global layers with their own K/V head counts (per-layer head_count_kv),
+    value heads narrower than query/key heads (value_length < key_length), a dense first MLP then experts."""
+    sliding = [t == "sliding_attention" for t in mimo_v2_flash.layer_types(c)]
+    kv = [c.swa_num_key_value_heads if s else c.num_key_value_heads for s in sliding]
+    heads = [c.swa_num_attention_heads if s else c.num_attention_heads for s in sliding]
+    g = _Checkpoint(path, "mimo2", c, heads=heads)
+    e, ff, w = c.n_routed_experts, c.moe_intermediate_size, g.w
+    w.add_head_count_kv(kv)
+    w.add_key_length(c.head_dim)
+    w.add_value_length(c.v_head_dim)
+    w.add_key_length_swa(c.swa_head_dim)
+    w.add_value_length_swa(c.swa_v_head_dim)
+    w.add_rope_dimension_count(mimo_v2_flash.rotary_width(c))
+    w.add_sliding_window(mimo_v2_flash.window(c))
+    w.add_sliding_window_pattern(sliding)
+    w.add_rope_freq_base_swa(c.swa_rope_theta)
+    w.add_expert_count(e)
+    w.add_expert_used_count(c.num_experts_per_tok)
+    w.add_expert_feed_forward_length(ff)
+    g.embeddings(tied=False)
+    d = c.hidden_size
+    for i, (s, mlp) in enumerate(zip(sliding, mimo_v2_flash.mlp_types(c))):
+        k_dim, v_dim = (c.swa_head_dim, c.swa_v_head_dim) if s else (c.head_dim, c.v_head_dim)
+        g.norms(i, "attn_norm", "ffn_norm")
+        g.tensor(f"blk.{i}.attn_q.weight", heads[i] * k_dim, d)
+        g.tensor(f"blk.{i}.attn_k.weight", kv[i] * k_dim, d)
+        g.tensor(f"blk.{i}.attn_v.weight", kv[i] * v_dim, d)
+        g.tensor(f"blk.{i}.attn_output.weight", d, heads[i] * v_dim)
+        if mlp == "dense":
+            g.dense_ffn(i, c.intermediate_size)
+            continue
+        g.experts(i, e, ff)
+        g.tensor(f"blk.{i}.exp_probs_b.bias", e)
+    g.close()
+
+
 WRITERS: dict[str, Callable[[Path, Any], None]] = {
     "llama": _llama,
     "qwen3": _qwen3,
     "gemma3_text": _gemma3,
     "gpt_oss": _gpt_oss,
     "deepseek_v3": _deepseek2,
+    "llama4": _llama4,
+    "mimo_v2_flash": _mimo2,
 }
 """The site's family name (ModelSpec.family) -> the writer of its llama.cpp checkpoint."""
 
