@@ -45,6 +45,8 @@ MODELS = [  # one site model per family llama.cpp loads here, with the layer kin
     pytest.param("kimi-k2", id="kimi-k2 (deepseek2): MLA, K alone"),
     pytest.param("llama-4-scout-17b-16e", id="llama4: chunked layers beside global NoPE layers"),
     pytest.param("mimo-v2-flash", id="mimo2: per-layer K/V heads, values narrower than keys, sliding"),
+    pytest.param("gemma-4-26b-a4b", id="gemma4: sliding layers, global layers of their own width whose keys are "
+                                       "values"),
 ]
 LLAMA4_CHUNK = 8_192
 """llama.cpp's chunk for Llama 4, whatever the checkpoint says: src/models/llama4.cpp (`load_arch_hparams`) sets

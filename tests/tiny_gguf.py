@@ -19,7 +19,7 @@ from typing import Any, Callable
 import gguf
 import numpy as np
 
-from explorer.model.families import llama4, mimo_v2_flash
+from explorer.model.families import gemma4, llama4, mimo_v2_flash
 from explorer.model.families.gemma3 import layer_types as gemma3_layer_types
 from explorer.spec.types import ModelSpec
 
@@ -41,7 +41,8 @@ class _Checkpoint:
         w.add_feed_forward_length(ffn or c.intermediate_size)
         w.add_head_count(heads or c.num_attention_heads)
         w.add_layer_norm_rms_eps(c.rms_norm_eps)
-        w.add_rope_freq_base(c.rope_theta)
+        if hasattr(c, "rope_theta"):
+            w.add_rope_freq_base(c.rope_theta)
 
     def tensor(self, name: str, *shape: int) -> None:
         self.w.add_tensor(name, (self.rng.standard_normal(shape) * 0.02).astype(np.float32))
@@ -276,6 +277,47 @@ def _mimo2(path: Path, c: Any) -> None:
     g.close()
 
 
+def _gemma4(path: Path, c: Any) -> None:
+    """src/models/gemma4.cpp: sliding layers beside global layers with their own head width and K/V heads
+    (key_length against key_length_swa, per-layer head_count_kv); a global layer whose keys double as values
+    (attention_k_eq_v) has no V projection, and llama.cpp still caches V beside K (src/llama-kv-cache.cpp allocates
+    V for every layer that is not MLA). Experts beside the dense MLP in every layer."""
+    t = c.text_config
+    sliding = [k == "sliding_attention" for k in gemma4.layer_types(t)]
+    global_kv = gemma4.global_kv_heads(t)[0]
+    g = _Checkpoint(path, "gemma4", t)
+    w, d, e = g.w, t.hidden_size, t.num_experts
+    w.add_head_count_kv([t.num_key_value_heads if s else global_kv for s in sliding])
+    w.add_key_length(t.global_head_dim)
+    w.add_value_length(t.global_head_dim)
+    w.add_key_length_swa(t.head_dim)
+    w.add_value_length_swa(t.head_dim)
+    w.add_sliding_window(t.sliding_window)
+    w.add_sliding_window_pattern(sliding)
+    w.add_embedding_length_per_layer_input(t.hidden_size_per_layer_input)
+    w.add_expert_count(e)
+    w.add_expert_used_count(t.top_k_experts)
+    w.add_expert_feed_forward_length(t.moe_intermediate_size)
+    w.add_rope_freq_base(t.rope_parameters.full_attention.rope_theta)
+    w.add_rope_freq_base_swa(t.rope_parameters.sliding_attention.rope_theta)
+    g.embeddings(tied=True)
+    g.tensor("rope_freqs.weight", t.global_head_dim // 2)
+    for i, s in enumerate(sliding):
+        hd, kv = (t.head_dim, t.num_key_value_heads) if s else (t.global_head_dim, global_kv)
+        g.norms(i, "attn_norm", "post_attention_norm", "ffn_norm", "post_ffw_norm", "pre_ffw_norm_2",
+                "post_ffw_norm_1", "post_ffw_norm_2")
+        g.norms(i, "attn_q_norm", "attn_k_norm", width=hd)
+        g.tensor(f"blk.{i}.attn_q.weight", t.num_attention_heads * hd, d)
+        g.tensor(f"blk.{i}.attn_k.weight", kv * hd, d)
+        if s or not t.attention_k_eq_v:
+            g.tensor(f"blk.{i}.attn_v.weight", kv * hd, d)
+        g.tensor(f"blk.{i}.attn_output.weight", d, t.num_attention_heads * hd)
+        g.dense_ffn(i, t.intermediate_size)
+        g.experts(i, e, t.moe_intermediate_size)
+        g.tensor(f"blk.{i}.ffn_gate_inp.scale", d)
+    g.close()
+
+
 WRITERS: dict[str, Callable[[Path, Any], None]] = {
     "llama": _llama,
     "qwen3": _qwen3,
@@ -284,6 +326,7 @@ WRITERS: dict[str, Callable[[Path, Any], None]] = {
     "deepseek_v3": _deepseek2,
     "llama4": _llama4,
     "mimo_v2_flash": _mimo2,
+    "gemma4": _gemma4,
 }
 """The site's family name (ModelSpec.family) -> the writer of its llama.cpp checkpoint."""
 
