@@ -65,10 +65,13 @@ class Setting:
     swa_full: bool = engines.SWA_FULL
     flash_attn: bool | None = None
     """None: llama_context_default_params' flash_attn_type, auto (on for this CPU backend)."""
+    kv_unified: bool = False
+    """llama_context_default_params' kv_unified (off: one stream per sequence); llama-server turns it on."""
 
     def __str__(self) -> str:
         fa = "" if self.flash_attn is None else f" flash_attn {self.flash_attn}"
-        return f"{self.sequences}x{self.context} ubatch {self.n_ubatch} swa_full {self.swa_full}{fa}"
+        unified = " kv_unified" if self.kv_unified else ""
+        return f"{self.sequences}x{self.context} ubatch {self.n_ubatch} swa_full {self.swa_full}{fa}{unified}"
 
 
 SETTINGS = [  # contexts not multiples of 256, one and several sequences, swa_full on and off, two micro-batches
@@ -150,6 +153,7 @@ def allocate(path: Path, s: Setting) -> str:
         assert model, f"llama.cpp did not load {path.name}:\n{''.join(lines)[-3000:]}"
         p = lib.llama_context_default_params()
         p.n_ctx, p.n_seq_max, p.n_ubatch, p.swa_full = s.context * s.sequences, s.sequences, s.n_ubatch, s.swa_full
+        p.kv_unified = s.kv_unified
         if s.flash_attn is not None:
             p.flash_attn_type = lib.LLAMA_FLASH_ATTN_TYPE_ENABLED if s.flash_attn else lib.LLAMA_FLASH_ATTN_TYPE_DISABLED
         ctx = lib.llama_init_from_model(model, p)
@@ -363,3 +367,30 @@ def test_the_calculators_llama_cpp_line_is_what_llama_cpp_allocates_for_the_real
     assert line.value == _bytes(serving.kinds, s)
     if (slug, s) in LOGGED_BY_HAND:
         assert [(x.cells, x.layers, x.mib) for x in logged] == LOGGED_BY_HAND[slug, s]
+
+
+UNIFIED = [Setting(100, 3, kv_unified=True), Setting(1_000, 4, n_ubatch=250, swa_full=False, kv_unified=True),
+           Setting(333, 3, n_ubatch=100, swa_full=False, kv_unified=True)]
+
+
+@pytest.mark.parametrize("s", UNIFIED, ids=str)
+@pytest.mark.parametrize("slug", ["smollm2-135m", "gemma-3-270m"])
+def test_a_unified_cache_is_one_stream_of_the_padded_context(slug, s, checkpoints):
+    """Not modelled by engines.py, which follows llama_context_default_params (kv_unified off): with kv_unified on,
+    what llama-server sets when it picks the number of slots itself ("n_parallel is set to auto, using n_parallel = 4
+    and kv_unified = true", tools/server/server.cpp), the sequences share one stream of pad256(n_ctx) cells
+    (src/llama-context.cpp) and a sliding layer admits every sequence's window plus one micro-batch in it,
+    pad256(min(n_ctx, n_swa × n_seq + n_ubatch)) (src/llama-kv-cache-iswa.cpp). Three sequences of 100 tokens then
+    take 512 cells, where the default's three streams take 768."""
+    def unified(k: LayerKind) -> int:
+        cells = engines.pad(s.context * s.sequences)
+        cap = k.window or k.chunk
+        return engines.pad(min(cells, cap * s.sequences + s.n_ubatch)) if cap and not s.swa_full else cells
+
+    kinds = engine_kinds(slug)
+    caches = [[k for k in kinds if not k.window], [k for k in kinds if k.window]]
+    want = [(unified(c[0]), sum(k.layers for k in c), s.sequences, 1,
+             printed_mib(sum(k.layers * k.per_token * unified(k) * engines.F16 for k in c))) for c in caches if c]
+    logged = list(_logged(checkpoints[slug], s))
+    assert [(x.cells, x.layers, x.sequences, x.streams, x.mib) for x in logged] == want
+    assert logged != expected(kinds, s)
