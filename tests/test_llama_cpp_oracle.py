@@ -48,6 +48,9 @@ MODELS = [  # one site model per family llama.cpp loads here, with the layer kin
     pytest.param("gemma-4-26b-a4b", id="gemma4: sliding layers, global layers of their own width whose keys are "
                                        "values"),
 ]
+HYBRID = ["nemotron-h-56b"]
+"""Models with recurrent layers beside attention: their attention cache is checked, their recurrent state recorded
+(test_recurrent_states_...), since engines.py gives them no figure."""
 LLAMA4_CHUNK = 8_192
 """llama.cpp's chunk for Llama 4, whatever the checkpoint says: src/models/llama4.cpp (`load_arch_hparams`) sets
 n_swa = 8192 for chunked attention. The tiny config's chunk (3) is replaced by it below; every Llama 4 the site has
@@ -171,7 +174,8 @@ def allocate(path: Path, s: Setting) -> str:
 def checkpoints(tmp_path_factory) -> dict[str, Path]:
     llama_cpp()
     folder = tmp_path_factory.mktemp("tiny_gguf")
-    return {slug: write_tiny_gguf(tiny(slug)[0], folder / f"{slug}.gguf") for slug in (p.values[0] for p in MODELS)}
+    slugs = [*(p.values[0] for p in MODELS), *HYBRID]
+    return {slug: write_tiny_gguf(tiny(slug)[0], folder / f"{slug}.gguf") for slug in slugs}
 
 
 @cache
@@ -394,3 +398,40 @@ def test_a_unified_cache_is_one_stream_of_the_padded_context(slug, s, checkpoint
     logged = list(_logged(checkpoints[slug], s))
     assert [(x.cells, x.layers, x.sequences, x.streams, x.mib) for x in logged] == want
     assert logged != expected(kinds, s)
+
+
+RECURRENT = re.compile(r"llama_memory_recurrent: size = +[\d.]+ MiB \( *(\d+) cells, +(\d+) layers, +(\d+) seqs +(\d+) "
+                       r"rs_seq\), R \(f32\): +([\d.]+) MiB, S \(f32\): +([\d.]+) MiB")
+
+
+def recurrent_logged(log: str) -> tuple[int, str, str]:
+    """(sequences, R MiB, S MiB) from llama_memory_recurrent's line (src/llama-memory-recurrent.cpp)."""
+    (m,) = RECURRENT.findall(log)
+    return int(m[2]), m[4], m[5]
+
+
+def recurrent_rows(kinds: tuple[LayerKind, ...], sequences: int, conv_columns) -> tuple[int, str, str]:
+    """What llama.cpp would hold for the recurrent kinds, from their state parts: one F32 row per sequence per layer,
+    R the conv state (`conv_columns(elements)` of it) and S the recurrent state."""
+    conv = sum(k.layers * conv_columns(p.elements) for k in kinds for p in k.state if p.name == "conv state")
+    ssm = sum(k.layers * p.elements for k in kinds for p in k.state if p.name != "conv state")
+    return sequences, printed_mib(conv * 4 * sequences), printed_mib(ssm * 4 * sequences)
+
+
+@pytest.mark.parametrize("sequences", [128, 256])
+def test_recurrent_states_are_f32_rows_per_sequence_with_one_conv_column_fewer(sequences, checkpoints):
+    """Not modelled by engines.py (it gives recurrent models no figure): llama.cpp keeps, per sequence and
+    recurrent layer, one F32 row of n_embd_r conv-state elements and one of n_embd_s recurrent-state elements
+    (src/llama-memory-recurrent.cpp), with n_embd_r = (d_conv − 1) × channels (src/llama-hparams.cpp: the oldest
+    column is shifted out before it is read). Against the Mamba-2 kind's state parts, which count the full kernel
+    at the checkpoint's dtype: S is the SSM state at F32, R the conv state × (kernel − 1) / kernel at F32, and the
+    full kernel misses. Enough sequences (LLAMA_MAX_SEQ is 256) make the rows visible at the log's 0.01 MiB. The
+    attention layer beside them gets its cache by the rule above."""
+    slug = "nemotron-h-56b"
+    kernel = tiny(slug)[0].config.conv_kernel
+    kinds = engine_kinds(slug)
+    s = Setting(16, sequences)
+    log = allocate(checkpoints[slug], s)
+    assert recurrent_logged(log) == recurrent_rows(kinds, sequences, lambda n: n * (kernel - 1) // kernel)
+    assert recurrent_logged(log) != recurrent_rows(kinds, sequences, lambda n: n)
+    assert parse(log) == expected(tuple(k for k in kinds if not k.state), s)

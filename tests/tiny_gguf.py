@@ -28,7 +28,7 @@ class _Checkpoint:
     """One GGUF file being written: metadata under the architecture's prefix, random float32 tensors."""
 
     def __init__(self, path: Path, arch: str, c: Any, heads: int | list[int] | None = None,
-                 ffn: int | None = None) -> None:
+                 ffn: int | list[int] | None = None) -> None:
         self.w = gguf.GGUFWriter(path, arch)
         self.c = c
         self.rng = np.random.default_rng(0)
@@ -40,8 +40,9 @@ class _Checkpoint:
         w.add_block_count(c.num_hidden_layers)
         w.add_feed_forward_length(ffn or c.intermediate_size)
         w.add_head_count(heads or c.num_attention_heads)
-        w.add_layer_norm_rms_eps(c.rms_norm_eps)
-        if hasattr(c, "rope_theta"):
+        if hasattr(c, "rms_norm_eps"):
+            w.add_layer_norm_rms_eps(c.rms_norm_eps)
+        if getattr(c, "rope_theta", None):
             w.add_rope_freq_base(c.rope_theta)
 
     def tensor(self, name: str, *shape: int) -> None:
@@ -318,6 +319,44 @@ def _gemma4(path: Path, c: Any) -> None:
     g.close()
 
 
+def _nemotron_h(path: Path, c: Any) -> None:
+    """src/models/nemotron-h.cpp: Mamba-2 mixers (M), MLPs (-) and attention (*) as hybrid_override_pattern spells
+    them; a layer is recurrent where its head_count_kv and feed_forward_length are both 0, so both go per layer."""
+    layers = c.hybrid_override_pattern
+    assert set(layers) <= {"M", "-", "*"}, "the tiny config has no experts"
+    d_inner, groups, state, kernel = c.mamba_num_heads * c.mamba_head_dim, c.n_groups, c.ssm_state_size, c.conv_kernel
+    g = _Checkpoint(path, "nemotron_h", c, ffn=[c.intermediate_size if t == "-" else 0 for t in layers])
+    w, d, hd, kv = g.w, c.hidden_size, _head_dim(c), c.num_key_value_heads
+    w.add_head_count_kv([kv if t == "*" else 0 for t in layers])
+    w.add_key_length(hd)
+    w.add_value_length(hd)
+    w.add_layer_norm_eps(c.layer_norm_epsilon)
+    w.add_ssm_conv_kernel(kernel)
+    w.add_ssm_inner_size(d_inner)
+    w.add_ssm_state_size(state)
+    w.add_ssm_time_step_rank(c.mamba_num_heads)
+    w.add_ssm_group_count(groups)
+    g.embeddings(c.tie_word_embeddings)
+    conv = d_inner + 2 * groups * state
+    for i, t in enumerate(layers):
+        g.norms(i, "attn_norm")
+        if t == "M":
+            g.tensor(f"blk.{i}.ssm_in.weight", 2 * d_inner + 2 * groups * state + c.mamba_num_heads, d)
+            g.tensor(f"blk.{i}.ssm_conv1d.weight", conv, kernel)
+            g.tensor(f"blk.{i}.ssm_conv1d.bias", conv)
+            g.tensor(f"blk.{i}.ssm_dt.bias", c.mamba_num_heads)
+            g.tensor(f"blk.{i}.ssm_a", c.mamba_num_heads, 1)
+            g.tensor(f"blk.{i}.ssm_d", c.mamba_num_heads, 1)
+            g.tensor(f"blk.{i}.ssm_norm.weight", groups, d_inner // groups)
+            g.tensor(f"blk.{i}.ssm_out.weight", d, d_inner)
+        elif t == "*":
+            g.qkvo(i, hd, kv)
+        else:
+            g.tensor(f"blk.{i}.ffn_up.weight", c.intermediate_size, d)
+            g.tensor(f"blk.{i}.ffn_down.weight", d, c.intermediate_size)
+    g.close()
+
+
 WRITERS: dict[str, Callable[[Path, Any], None]] = {
     "llama": _llama,
     "qwen3": _qwen3,
@@ -327,6 +366,7 @@ WRITERS: dict[str, Callable[[Path, Any], None]] = {
     "llama4": _llama4,
     "mimo_v2_flash": _mimo2,
     "gemma4": _gemma4,
+    "nemotron_h": _nemotron_h,
 }
 """The site's family name (ModelSpec.family) -> the writer of its llama.cpp checkpoint."""
 
