@@ -47,6 +47,11 @@ MODELS = [  # one site model per family llama.cpp loads here, with the layer kin
     pytest.param("mimo-v2-flash", id="mimo2: per-layer K/V heads, values narrower than keys, sliding"),
     pytest.param("gemma-4-26b-a4b", id="gemma4: sliding layers, global layers of their own width whose keys are "
                                        "values"),
+    pytest.param("mixtral-8x7b", id="mixtral (llama with experts): full attention"),
+    pytest.param("qwen3-30b-a3b", id="qwen3moe: full attention, experts"),
+    pytest.param("olmo-2-7b", id="olmo2: full multi-head attention (K/V heads = heads)"),
+    pytest.param("phi-4-mini", id="phi3: fused QKV; the config's sliding window, which llama.cpp turns off"),
+    pytest.param("gpt2", id="gpt2: fused biased QKV, learned positions"),
 ]
 HYBRID = ["nemotron-h-56b"]
 """Models with recurrent layers beside attention: their attention cache is checked, their recurrent state recorded

@@ -14,6 +14,7 @@ llama.cpp's loader names.
 from __future__ import annotations
 
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any, Callable
 
 import gguf
@@ -48,11 +49,11 @@ class _Checkpoint:
     def tensor(self, name: str, *shape: int) -> None:
         self.w.add_tensor(name, (self.rng.standard_normal(shape) * 0.02).astype(np.float32))
 
-    def attention_heads(self, head_dim: int, kv_heads: int) -> None:
+    def attention_heads(self, head_dim: int, kv_heads: int, rotary: int | None = None) -> None:
         self.w.add_head_count_kv(kv_heads)
         self.w.add_key_length(head_dim)
         self.w.add_value_length(head_dim)
-        self.w.add_rope_dimension_count(head_dim)
+        self.w.add_rope_dimension_count(rotary or head_dim)
 
     def embeddings(self, tied: bool) -> None:
         c = self.c
@@ -357,6 +358,92 @@ def _nemotron_h(path: Path, c: Any) -> None:
     g.close()
 
 
+def _mixtral(path: Path, c: Any) -> None:
+    """src/models/llama.cpp with experts (llama.cpp loads Mixtral as "llama" with expert_count set): every layer's
+    MLP is num_local_experts experts of intermediate_size."""
+    g = _Checkpoint(path, "llama", c)
+    hd, kv = _head_dim(c), c.num_key_value_heads
+    g.attention_heads(hd, kv)
+    g.w.add_expert_count(c.num_local_experts)
+    g.w.add_expert_used_count(c.num_experts_per_tok)
+    g.embeddings(c.tie_word_embeddings)
+    for i in range(c.num_hidden_layers):
+        g.norms(i, "attn_norm", "ffn_norm")
+        g.qkvo(i, hd, kv)
+        g.experts(i, c.num_local_experts, c.intermediate_size)
+    g.close()
+
+
+def _qwen3_moe(path: Path, c: Any) -> None:
+    """src/models/qwen3moe.cpp: Qwen3's attention (per-head Q/K norms), experts of moe_intermediate_size."""
+    g = _Checkpoint(path, "qwen3moe", c)
+    hd, kv = _head_dim(c), c.num_key_value_heads
+    assert not c.mlp_only_layers and c.decoder_sparse_step == 1, "every layer of the tiny config has experts"
+    g.attention_heads(hd, kv)
+    g.w.add_expert_count(c.num_experts)
+    g.w.add_expert_used_count(c.num_experts_per_tok)
+    g.w.add_expert_feed_forward_length(c.moe_intermediate_size)
+    g.embeddings(c.tie_word_embeddings)
+    for i in range(c.num_hidden_layers):
+        g.norms(i, "attn_norm", "ffn_norm")
+        g.norms(i, "attn_q_norm", "attn_k_norm", width=hd)
+        g.qkvo(i, hd, kv)
+        g.experts(i, c.num_experts, c.moe_intermediate_size)
+    g.close()
+
+
+def _olmo2(path: Path, c: Any) -> None:
+    """src/models/olmo2.cpp: norms after attention and MLP, Q/K norms over all heads at once."""
+    g = _Checkpoint(path, "olmo2", c)
+    hd, kv = _head_dim(c), c.num_key_value_heads
+    g.attention_heads(hd, kv)
+    g.embeddings(tied=False)
+    for i in range(c.num_hidden_layers):
+        g.norms(i, "post_attention_norm", "post_ffw_norm", "attn_q_norm")
+        g.norms(i, "attn_k_norm", width=kv * hd)
+        g.qkvo(i, hd, kv)
+        g.dense_ffn(i, c.intermediate_size)
+    g.close()
+
+
+def _phi3(path: Path, c: Any) -> None:
+    """src/models/phi3.cpp: fused QKV and gate-up projections, a partial rotary; llama.cpp turns Phi's sliding
+    window off ("Phi SWA is currently disabled"), so none is written and the cache is full-length."""
+    g = _Checkpoint(path, "phi3", c)
+    hd, kv, d = _head_dim(c), c.num_key_value_heads, c.hidden_size
+    g.attention_heads(hd, kv, rotary=int(hd * c.partial_rotary_factor))
+    g.embeddings(c.tie_word_embeddings)
+    for i in range(c.num_hidden_layers):
+        g.norms(i, "attn_norm", "ffn_norm")
+        g.tensor(f"blk.{i}.attn_qkv.weight", d + 2 * kv * hd, d)
+        g.tensor(f"blk.{i}.attn_output.weight", d, d)
+        g.tensor(f"blk.{i}.ffn_up.weight", 2 * c.intermediate_size, d)
+        g.tensor(f"blk.{i}.ffn_down.weight", d, c.intermediate_size)
+    g.close()
+
+
+def _gpt2(path: Path, c: Any) -> None:
+    """src/models/gpt2.cpp: learned positions (n_positions of them), LayerNorms with biases, a fused biased QKV."""
+    d, ff = c.n_embd, c.n_inner or 4 * c.n_embd
+    g = _Checkpoint(path, "gpt2", SimpleNamespace(
+        vocab_size=c.vocab_size, max_position_embeddings=c.n_positions, hidden_size=d, num_hidden_layers=c.n_layer,
+        intermediate_size=ff, num_attention_heads=c.n_head))
+    g.w.add_layer_norm_eps(c.layer_norm_epsilon)
+    g.embeddings(c.tie_word_embeddings)
+    g.tensor("position_embd.weight", c.n_positions, d)
+    g.tensor("output_norm.bias", d)
+    for i in range(c.n_layer):
+        for n, width in (("attn_norm", d), ("ffn_norm", d), ("attn_output", d), ("ffn_down", d), ("ffn_up", ff),
+                         ("attn_qkv", 3 * d)):
+            g.tensor(f"blk.{i}.{n}.bias", width)
+        g.norms(i, "attn_norm", "ffn_norm")
+        g.tensor(f"blk.{i}.attn_qkv.weight", 3 * d, d)
+        g.tensor(f"blk.{i}.attn_output.weight", d, d)
+        g.tensor(f"blk.{i}.ffn_up.weight", ff, d)
+        g.tensor(f"blk.{i}.ffn_down.weight", d, ff)
+    g.close()
+
+
 WRITERS: dict[str, Callable[[Path, Any], None]] = {
     "llama": _llama,
     "qwen3": _qwen3,
@@ -367,6 +454,11 @@ WRITERS: dict[str, Callable[[Path, Any], None]] = {
     "mimo_v2_flash": _mimo2,
     "gemma4": _gemma4,
     "nemotron_h": _nemotron_h,
+    "mixtral": _mixtral,
+    "qwen3_moe": _qwen3_moe,
+    "olmo2": _olmo2,
+    "phi3": _phi3,
+    "gpt2": _gpt2,
 }
 """The site's family name (ModelSpec.family) -> the writer of its llama.cpp checkpoint."""
 
