@@ -19,11 +19,13 @@ llama_cpp fails them.
 
 from __future__ import annotations
 
-import ctypes
 import importlib
+import json
 import os
 import re
-from dataclasses import dataclass, replace
+import subprocess
+import sys
+from dataclasses import asdict, dataclass, replace
 from functools import cache
 from pathlib import Path
 
@@ -52,6 +54,11 @@ MODELS = [  # one site model per family llama.cpp loads here, with the layer kin
     pytest.param("olmo-2-7b", id="olmo2: full multi-head attention (K/V heads = heads)"),
     pytest.param("phi-4-mini", id="phi3: fused QKV; the config's sliding window, which llama.cpp turns off"),
     pytest.param("gpt2", id="gpt2: fused biased QKV, learned positions"),
+    pytest.param("glm-4.7", id="glm4moe: full attention, partial rotary"),
+    pytest.param("glm-4.7-flash", id="glm4_moe_lite (deepseek2): MLA"),
+    pytest.param("minimax-m2.5", id="minimax-m2: full attention, Q/K norms across heads"),
+    pytest.param("gemma-3-27b", id="gemma3 (the multimodal config's text tower): sliding and global layers"),
+    pytest.param("kimi-k2.5", id="kimi_k25 (deepseek2, the text tower): MLA"),
 ]
 HYBRID = ["nemotron-h-56b"]
 """Models with recurrent layers beside attention: their attention cache is checked, their recurrent state recorded
@@ -82,7 +89,7 @@ class Setting:
         return f"{self.sequences}x{self.context} ubatch {self.n_ubatch} swa_full {self.swa_full}{fa}{unified}"
 
 
-SETTINGS = [  # contexts not multiples of 256, one and several sequences, swa_full on and off, two micro-batches
+SETTINGS = (  # contexts not multiples of 256, one and several sequences, swa_full on and off, two micro-batches
     Setting(1_000, 1, swa_full=False),
     Setting(1_000, 1, swa_full=True),
     Setting(100, 3, swa_full=False),
@@ -92,7 +99,7 @@ SETTINGS = [  # contexts not multiples of 256, one and several sequences, swa_fu
     Setting(700, 2, swa_full=True),
     Setting(32_768, 1, swa_full=False),
     Setting(8_192, 4, swa_full=True),
-]
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,33 +153,37 @@ def llama_cpp():
         pytest.skip(why)
 
 
-def allocate(path: Path, s: Setting) -> str:
-    """Load `path`, create a context at setting `s` and free both; the engine's log meanwhile."""
-    lib = llama_cpp()
-    lines: list[str] = []
+ALLOCATE = Path(__file__).with_name("llama_cpp_allocate.py")
 
-    @lib.llama_log_callback
-    def keep(level: int, text: bytes, user_data: ctypes.c_void_p) -> None:
-        lines.append(text.decode("utf-8", "replace"))
 
-    lib.llama_log_set(keep, ctypes.c_void_p(0))
-    try:
-        model = lib.llama_model_load_from_file(str(path).encode(), lib.llama_model_default_params())
-        assert model, f"llama.cpp did not load {path.name}:\n{''.join(lines)[-3000:]}"
-        p = lib.llama_context_default_params()
-        p.n_ctx, p.n_seq_max, p.n_ubatch, p.swa_full = s.context * s.sequences, s.sequences, s.n_ubatch, s.swa_full
-        p.kv_unified = s.kv_unified
-        if s.flash_attn is not None:
-            p.flash_attn_type = lib.LLAMA_FLASH_ATTN_TYPE_ENABLED if s.flash_attn else lib.LLAMA_FLASH_ATTN_TYPE_DISABLED
-        ctx = lib.llama_init_from_model(model, p)
-        assert ctx, f"llama.cpp made no context for {path.name} at {s}:\n{''.join(lines)[-3000:]}"
-        lib.llama_free(ctx)
-        lib.llama_model_free(model)
-    finally:
-        from llama_cpp import _logger  # the library's own callback, restored
+@cache
+def _logs(path: Path, batch: tuple[Setting, ...]) -> tuple[str, ...]:
+    """What llama.cpp logs while it loads `path` and creates a context at each setting of `batch`, one process for
+    the batch (tests/llama_cpp_allocate.py), so that an abort in the engine fails the check that met it."""
+    llama_cpp()
+    run = subprocess.run([sys.executable, str(ALLOCATE), str(path), json.dumps([asdict(s) for s in batch])],
+                         capture_output=True, text=True, timeout=600,
+                         env={**os.environ, "GGML_NO_BACKTRACE": "1"})  # no debugger's backtrace on an abort
+    texts, done = [""] * len(batch), 0
+    for line in run.stdout.splitlines():
+        if not line.startswith("{"):  # an abort's backtrace, printed by the engine itself
+            texts[min(done, len(batch) - 1)] += line + "\n"
+            continue
+        record = json.loads(line)
+        if record.get("done"):
+            done += 1
+        else:
+            texts[record["i"]] += record["text"]
+    if run.returncode != 0 or done != len(batch):
+        stopped = min(done, len(batch) - 1)
+        pytest.fail(f"llama.cpp stopped (exit {run.returncode}) on {path.name} at {batch[stopped]}: "
+                    f"{run.stderr[-2000:]}\nits log:\n{texts[stopped][-3000:]}")
+    return tuple(texts)
 
-        lib.llama_log_set(_logger.llama_log_callback, ctypes.c_void_p(0))
-    return "".join(lines)
+
+def allocate(path: Path, s: Setting, batch: tuple[Setting, ...]) -> str:
+    """The engine's log for setting `s`, which `batch` holds."""
+    return _logs(path, batch)[batch.index(s)]
 
 
 @pytest.fixture(scope="module")
@@ -183,9 +194,8 @@ def checkpoints(tmp_path_factory) -> dict[str, Path]:
     return {slug: write_tiny_gguf(tiny(slug)[0], folder / f"{slug}.gguf") for slug in slugs}
 
 
-@cache
-def _logged(path: Path, s: Setting) -> tuple[Logged, ...]:
-    return tuple(parse(allocate(path, s)))
+def _logged(path: Path, s: Setting, batch: tuple[Setting, ...] | None = None) -> tuple[Logged, ...]:
+    return tuple(parse(allocate(path, s, batch or SETTINGS)))
 
 
 # ------------------------------------------------------------------------------------------- the explorer's side
@@ -302,8 +312,8 @@ def test_flash_attention_off_stores_every_v_as_wide_as_the_widest(checkpoints):
     c = tiny("mimo-v2-flash")[0].config
     on, off = Setting(1_000, 1, swa_full=False, flash_attn=True), Setting(1_000, 1, swa_full=False, flash_attn=False)
     kinds = engine_kinds("mimo-v2-flash")
-    assert list(_logged(checkpoints["mimo-v2-flash"], on)) == expected(kinds, on)
-    glob, sliding = list(_logged(checkpoints["mimo-v2-flash"], off))
+    assert list(_logged(checkpoints["mimo-v2-flash"], on, (on, off))) == expected(kinds, on)
+    glob, sliding = list(_logged(checkpoints["mimo-v2-flash"], off, (on, off)))
     full_layers = sum(k.layers for k in kinds if not k.window)
     widest_v = c.swa_num_key_value_heads * c.swa_v_head_dim
     k_bytes = full_layers * c.num_key_value_heads * c.head_dim * glob.cells * engines.F16
@@ -370,7 +380,7 @@ def test_the_calculators_llama_cpp_line_is_what_llama_cpp_allocates_for_the_real
     from explorer.figures.calculator import evaluate
 
     serving = prepared(slug).figures.serving
-    logged = list(_logged(real_files[slug], s))
+    logged = list(_logged(real_files[slug], s, tuple(x for sl, x in REAL if sl == slug)))
     assert logged == expected(serving.kinds, s)
     line = evaluate(serving, s.context, s.sequences, swa_full=s.swa_full, n_ubatch=s.n_ubatch).get("llama-cpp")
     assert line.value == _bytes(serving.kinds, s)
@@ -378,8 +388,8 @@ def test_the_calculators_llama_cpp_line_is_what_llama_cpp_allocates_for_the_real
         assert [(x.cells, x.layers, x.mib) for x in logged] == LOGGED_BY_HAND[slug, s]
 
 
-UNIFIED = [Setting(100, 3, kv_unified=True), Setting(1_000, 4, n_ubatch=250, swa_full=False, kv_unified=True),
-           Setting(333, 3, n_ubatch=100, swa_full=False, kv_unified=True)]
+UNIFIED = (Setting(100, 3, kv_unified=True), Setting(1_000, 4, n_ubatch=250, swa_full=False, kv_unified=True),
+           Setting(333, 3, n_ubatch=100, swa_full=False, kv_unified=True))
 
 
 @pytest.mark.parametrize("s", UNIFIED, ids=str)
@@ -400,7 +410,7 @@ def test_a_unified_cache_is_one_stream_of_the_padded_context(slug, s, checkpoint
     caches = [[k for k in kinds if not k.window], [k for k in kinds if k.window]]
     want = [(unified(c[0]), sum(k.layers for k in c), s.sequences, 1,
              printed_mib(sum(k.layers * k.per_token * unified(k) * engines.F16 for k in c))) for c in caches if c]
-    logged = list(_logged(checkpoints[slug], s))
+    logged = list(_logged(checkpoints[slug], s, UNIFIED))
     assert [(x.cells, x.layers, x.sequences, x.streams, x.mib) for x in logged] == want
     assert logged != expected(kinds, s)
 
@@ -423,7 +433,10 @@ def recurrent_rows(kinds: tuple[LayerKind, ...], sequences: int, conv_columns) -
     return sequences, printed_mib(conv * 4 * sequences), printed_mib(ssm * 4 * sequences)
 
 
-@pytest.mark.parametrize("sequences", [128, 256])
+RECURRENT_SEQUENCES = (128, 256)
+
+
+@pytest.mark.parametrize("sequences", RECURRENT_SEQUENCES)
 def test_recurrent_states_are_f32_rows_per_sequence_with_one_conv_column_fewer(sequences, checkpoints):
     """Not modelled by engines.py (it gives recurrent models no figure): llama.cpp keeps, per sequence and
     recurrent layer, one F32 row of n_embd_r conv-state elements and one of n_embd_s recurrent-state elements
@@ -436,7 +449,7 @@ def test_recurrent_states_are_f32_rows_per_sequence_with_one_conv_column_fewer(s
     kernel = tiny(slug)[0].config.conv_kernel
     kinds = engine_kinds(slug)
     s = Setting(16, sequences)
-    log = allocate(checkpoints[slug], s)
+    log = allocate(checkpoints[slug], s, tuple(Setting(16, n) for n in RECURRENT_SEQUENCES))
     assert recurrent_logged(log) == recurrent_rows(kinds, sequences, lambda n: n * (kernel - 1) // kernel)
     assert recurrent_logged(log) != recurrent_rows(kinds, sequences, lambda n: n)
     assert parse(log) == expected(tuple(k for k in kinds if not k.state), s)

@@ -168,11 +168,21 @@ def _gpt_oss(path: Path, c: Any) -> None:
     g.close()
 
 
+def _leading_dense(c: Any) -> int:
+    """Dense MLP layers before the first with experts: first_k_dense_replace, or mlp_layer_types' leading "dense"."""
+    if getattr(c, "first_k_dense_replace", None) is not None:
+        return c.first_k_dense_replace
+    types = list(c.mlp_layer_types)
+    assert types == sorted(types), "dense layers lead"
+    return types.count("dense")
+
+
 def _deepseek2(path: Path, c: Any) -> None:
     """src/models/deepseek2.cpp: multi-head latent attention as llama.cpp's converter writes it, one K/V head whose
     key is the latent and the rotary key (key_length = kv_lora_rank + qk_rope_head_dim) and whose value is the latent;
     the per-head widths go in key_length_mla / value_length_mla, which make the model MLA (`hparams.is_mla`)."""
     g = _Checkpoint(path, "deepseek2", c)
+    dense = _leading_dense(c)
     lora, rope, nope, vd = c.kv_lora_rank, c.qk_rope_head_dim, c.qk_nope_head_dim, c.v_head_dim
     h, d, e, ff = c.num_attention_heads, c.hidden_size, c.n_routed_experts, c.moe_intermediate_size
     w = g.w
@@ -184,7 +194,7 @@ def _deepseek2(path: Path, c: Any) -> None:
     w.add_rope_dimension_count(rope)
     w.add_q_lora_rank(c.q_lora_rank)
     w.add_kv_lora_rank(lora)
-    w.add_leading_dense_block_count(c.first_k_dense_replace)
+    w.add_leading_dense_block_count(dense)
     w.add_expert_count(e)
     w.add_expert_used_count(c.num_experts_per_tok)
     w.add_expert_shared_count(c.n_shared_experts)
@@ -203,7 +213,7 @@ def _deepseek2(path: Path, c: Any) -> None:
         g.tensor(f"blk.{i}.attn_k_b.weight", h, lora, nope)
         g.tensor(f"blk.{i}.attn_v_b.weight", h, vd, lora)
         g.tensor(f"blk.{i}.attn_output.weight", d, h * vd)
-        if i < c.first_k_dense_replace:
+        if i < dense:
             g.dense_ffn(i, c.intermediate_size)
             continue
         g.experts(i, e, ff)
@@ -444,6 +454,53 @@ def _gpt2(path: Path, c: Any) -> None:
     g.close()
 
 
+def _glm4_moe(path: Path, c: Any) -> None:
+    """src/models/glm4-moe.cpp: full attention (post_attention_norm is the MLP's norm), a partial rotary, leading
+    dense layers then routed and shared experts."""
+    g = _Checkpoint(path, "glm4moe", c)
+    hd, kv, e, ff, d = _head_dim(c), c.num_key_value_heads, c.n_routed_experts, c.moe_intermediate_size, c.hidden_size
+    g.attention_heads(hd, kv, rotary=hd // 2)
+    for add, value in ((g.w.add_expert_count, e), (g.w.add_expert_used_count, c.num_experts_per_tok),
+                       (g.w.add_expert_shared_count, c.n_shared_experts), (g.w.add_expert_feed_forward_length, ff),
+                       (g.w.add_leading_dense_block_count, c.first_k_dense_replace)):
+        add(value)
+    g.embeddings(c.tie_word_embeddings)
+    for i in range(c.num_hidden_layers):
+        g.norms(i, "attn_norm", "post_attention_norm")
+        g.qkvo(i, hd, kv)
+        if i < c.first_k_dense_replace:
+            g.dense_ffn(i, c.intermediate_size)
+            continue
+        g.experts(i, e, ff)
+        g.tensor(f"blk.{i}.exp_probs_b.bias", e)
+        g.tensor(f"blk.{i}.ffn_gate_shexp.weight", ff * c.n_shared_experts, d)
+        g.tensor(f"blk.{i}.ffn_up_shexp.weight", ff * c.n_shared_experts, d)
+        g.tensor(f"blk.{i}.ffn_down_shexp.weight", d, ff * c.n_shared_experts)
+    g.close()
+
+
+def _minimax_m2(path: Path, c: Any) -> None:
+    """src/models/minimax-m2.cpp: full attention with Q/K norms across all heads, a partial rotary (rotary_dim),
+    experts of intermediate_size with a routing bias."""
+    g = _Checkpoint(path, "minimax-m2", c)
+    hd, kv, e = _head_dim(c), c.num_key_value_heads, c.num_local_experts
+    g.attention_heads(hd, kv, rotary=c.rotary_dim)
+    assert c.scoring_func == "sigmoid"
+    g.w.add_expert_gating_func(gguf.ExpertGatingFuncType.SIGMOID)
+    g.w.add_expert_count(e)
+    g.w.add_expert_used_count(c.num_experts_per_tok)
+    g.w.add_expert_feed_forward_length(c.intermediate_size)
+    g.embeddings(tied=False)
+    for i in range(c.num_hidden_layers):
+        g.norms(i, "attn_norm", "ffn_norm")
+        g.norms(i, "attn_q_norm", width=c.num_attention_heads * hd)
+        g.norms(i, "attn_k_norm", width=kv * hd)
+        g.qkvo(i, hd, kv)
+        g.experts(i, e, c.intermediate_size)
+        g.tensor(f"blk.{i}.exp_probs_b.bias", e)
+    g.close()
+
+
 WRITERS: dict[str, Callable[[Path, Any], None]] = {
     "llama": _llama,
     "qwen3": _qwen3,
@@ -459,6 +516,11 @@ WRITERS: dict[str, Callable[[Path, Any], None]] = {
     "olmo2": _olmo2,
     "phi3": _phi3,
     "gpt2": _gpt2,
+    "glm4_moe": _glm4_moe,
+    "glm4_moe_lite": _deepseek2,  # llama.cpp's converter writes GLM-4.7-Flash as deepseek2
+    "minimax_m2": _minimax_m2,
+    "gemma3": lambda path, c: _gemma3(path, c.text_config),
+    "kimi_k25": lambda path, c: _deepseek2(path, c.text_config),
 }
 """The site's family name (ModelSpec.family) -> the writer of its llama.cpp checkpoint."""
 
