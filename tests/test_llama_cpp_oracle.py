@@ -453,3 +453,13 @@ def test_recurrent_states_are_f32_rows_per_sequence_with_one_conv_column_fewer(s
     assert recurrent_logged(log) == recurrent_rows(kinds, sequences, lambda n: n * (kernel - 1) // kernel)
     assert recurrent_logged(log) != recurrent_rows(kinds, sequences, lambda n: n)
     assert parse(log) == expected(tuple(k for k in kinds if not k.state), s)
+
+
+def test_the_explorers_llama_cpp_defaults_are_the_engines():
+    """engines.py names llama.cpp's defaults (n_ubatch, swa_full, F16 K and V, one stream per sequence); they are
+    llama_context_default_params' in the installed engine, whose version engines.py cites."""
+    lib = llama_cpp()
+    p = lib.llama_context_default_params()
+    assert (p.n_ubatch, p.swa_full, p.kv_unified) == (engines.N_UBATCH, engines.SWA_FULL, False)
+    assert p.type_k == p.type_v == lib.GGML_TYPE_F16 and engines.F16 == 2
+    assert f"llama-cpp-python {lib.__version__}" in engines.LLAMA_CPP_VERSION
