@@ -60,7 +60,7 @@ MODELS = [  # one site model per family llama.cpp loads here, with the layer kin
     pytest.param("gemma-3-27b", id="gemma3 (the multimodal config's text tower): sliding and global layers"),
     pytest.param("kimi-k2.5", id="kimi_k25 (deepseek2, the text tower): MLA"),
 ]
-HYBRID = ["nemotron-h-56b"]
+HYBRID = ["nemotron-h-56b", "qwen3.5-27b"]
 """Models with recurrent layers beside attention: their attention cache is checked, their recurrent state recorded
 (test_recurrent_states_...), since engines.py gives them no figure."""
 LLAMA4_CHUNK = 8_192
@@ -191,7 +191,7 @@ def checkpoints(tmp_path_factory) -> dict[str, Path]:
     llama_cpp()
     folder = tmp_path_factory.mktemp("tiny_gguf")
     slugs = [*(p.values[0] for p in MODELS), *HYBRID]
-    return {slug: write_tiny_gguf(tiny(slug)[0], folder / f"{slug}.gguf") for slug in slugs}
+    return {slug: write_tiny_gguf(oracle_tiny(slug)[0], folder / f"{slug}.gguf") for slug in slugs}
 
 
 def _logged(path: Path, s: Setting, batch: tuple[Setting, ...] | None = None) -> tuple[Logged, ...]:
@@ -200,10 +200,33 @@ def _logged(path: Path, s: Setting, batch: tuple[Setting, ...] | None = None) ->
 
 # ------------------------------------------------------------------------------------------- the explorer's side
 
+@cache
+def oracle_tiny(slug: str):
+    """The tiny spec and layer kinds of `slug` (test_serving_reference's `tiny`), where llama.cpp can represent
+    them: Qwen3.5's tiny config gives its DeltaNet values a width of their own (d_v 12 against d_k 8), which
+    llama.cpp cannot (one head width for both, src/models/qwen35.cpp), so its oracle config sets d_v = d_k."""
+    if slug != "qwen3.5-27b":
+        return tiny(slug)
+    from conftest import ROOT
+
+    from explorer.content.model_content import load_model_content
+    from explorer.execute.executor import FAMILIES
+    from explorer.figures.model_figures import layer_kinds
+    from explorer.model.account import account
+    from explorer.pipeline import load_model_spec
+
+    spec = load_model_spec(load_model_content(ROOT / "content" / "models" / slug))
+    family = FAMILIES[spec.family]
+    raw = family.tiny_config(spec.config)
+    raw["text_config"]["linear_value_head_dim"] = raw["text_config"]["linear_key_head_dim"]
+    t = family.build_spec(slug, raw, f"{slug}: tiny config, d_v = d_k")
+    return t, tuple(layer_kinds(t, account(t)))
+
+
 def engine_kinds(slug: str) -> tuple[LayerKind, ...]:
     """The layer kinds the figures stage derives from `slug`'s tiny config, Llama 4's chunk as llama.cpp takes it."""
-    kinds = tiny(slug)[1]
-    if tiny(slug)[0].family != "llama4":
+    spec, kinds = oracle_tiny(slug)
+    if spec.family != "llama4":
         return kinds
     return tuple(replace(k, chunk=LLAMA4_CHUNK) if k.chunk else k for k in kinds)
 
@@ -436,17 +459,21 @@ def recurrent_rows(kinds: tuple[LayerKind, ...], sequences: int, conv_columns) -
 RECURRENT_SEQUENCES = (128, 256)
 
 
+CONV_KERNEL = {"nemotron-h-56b": lambda c: c.conv_kernel,
+               "qwen3.5-27b": lambda c: c.text_config.linear_conv_kernel_dim}
+
+
 @pytest.mark.parametrize("sequences", RECURRENT_SEQUENCES)
-def test_recurrent_states_are_f32_rows_per_sequence_with_one_conv_column_fewer(sequences, checkpoints):
+@pytest.mark.parametrize("slug", HYBRID)
+def test_recurrent_states_are_f32_rows_per_sequence_with_one_conv_column_fewer(slug, sequences, checkpoints):
     """Not modelled by engines.py (it gives recurrent models no figure): llama.cpp keeps, per sequence and
     recurrent layer, one F32 row of n_embd_r conv-state elements and one of n_embd_s recurrent-state elements
     (src/llama-memory-recurrent.cpp), with n_embd_r = (d_conv − 1) × channels (src/llama-hparams.cpp: the oldest
-    column is shifted out before it is read). Against the Mamba-2 kind's state parts, which count the full kernel
-    at the checkpoint's dtype: S is the SSM state at F32, R the conv state × (kernel − 1) / kernel at F32, and the
-    full kernel misses. Enough sequences (LLAMA_MAX_SEQ is 256) make the rows visible at the log's 0.01 MiB. The
+    column is shifted out before it is read). Against the Mamba-2 and Gated DeltaNet kinds' state parts, which
+    count the full kernel (Nemotron-H's conv state at the checkpoint's dtype): S is the recurrent state at F32, R
+    the conv state × (kernel − 1) / kernel at F32, and the full kernel misses. Enough sequences (LLAMA_MAX_SEQ is 256) make the rows visible at the log's 0.01 MiB. The
     attention layer beside them gets its cache by the rule above."""
-    slug = "nemotron-h-56b"
-    kernel = tiny(slug)[0].config.conv_kernel
+    kernel = CONV_KERNEL[slug](oracle_tiny(slug)[0].config)
     kinds = engine_kinds(slug)
     s = Setting(16, sequences)
     log = allocate(checkpoints[slug], s, tuple(Setting(16, n) for n in RECURRENT_SEQUENCES))

@@ -501,6 +501,50 @@ def _minimax_m2(path: Path, c: Any) -> None:
     g.close()
 
 
+def _qwen35(path: Path, c: Any) -> None:
+    """src/models/qwen35.cpp: Gated DeltaNet layers (recurrent, per attention.recurrent_layers) beside gated
+    attention. llama.cpp reads one head width for a DeltaNet layer's keys and values (ssm.state_size;
+    delta-net-base.cpp asserts S_k == S_v), so only a config with linear_key_head_dim = linear_value_head_dim can be
+    written (the published Qwen3.5 configs have both 128)."""
+    t = c.text_config
+    assert t.linear_key_head_dim == t.linear_value_head_dim, "llama.cpp has one DeltaNet head width"
+    recurrent = [k == "linear_attention" for k in t.layer_types]
+    hd, kv, d, dk = t.head_dim, t.num_key_value_heads, t.hidden_size, t.linear_key_head_dim
+    key_dim, value_dim = dk * t.linear_num_key_heads, dk * t.linear_num_value_heads
+    g = _Checkpoint(path, "qwen35", t)
+    g.attention_heads(hd, kv, rotary=int(hd * t.rope_parameters.partial_rotary_factor))
+    w = g.w
+    w.add_rope_freq_base(t.rope_parameters.rope_theta)
+    w.add_rope_dimension_sections([1, 1, 0, 0])  # read by the graph only, not by the cache
+    w.add_ssm_conv_kernel(t.linear_conv_kernel_dim)
+    w.add_ssm_inner_size(value_dim)
+    w.add_ssm_state_size(dk)
+    w.add_ssm_time_step_rank(t.linear_num_value_heads)
+    w.add_ssm_group_count(t.linear_num_key_heads)
+    w.add_array(f"{w.arch}.attention.recurrent_layers", recurrent)
+    g.embeddings(t.tie_word_embeddings)
+    for i, r in enumerate(recurrent):
+        g.norms(i, "attn_norm", "post_attention_norm")
+        g.dense_ffn(i, t.intermediate_size)
+        if not r:
+            g.tensor(f"blk.{i}.attn_q.weight", 2 * t.num_attention_heads * hd, d)  # queries and their gates
+            g.tensor(f"blk.{i}.attn_k.weight", kv * hd, d)
+            g.tensor(f"blk.{i}.attn_v.weight", kv * hd, d)
+            g.tensor(f"blk.{i}.attn_output.weight", d, t.num_attention_heads * hd)
+            g.norms(i, "attn_q_norm", "attn_k_norm", width=hd)
+            continue
+        g.tensor(f"blk.{i}.attn_qkv.weight", 2 * key_dim + value_dim, d)
+        g.tensor(f"blk.{i}.attn_gate.weight", value_dim, d)
+        g.tensor(f"blk.{i}.ssm_conv1d.weight", 2 * key_dim + value_dim, t.linear_conv_kernel_dim)
+        g.tensor(f"blk.{i}.ssm_dt.bias", t.linear_num_value_heads)
+        g.tensor(f"blk.{i}.ssm_a", t.linear_num_value_heads)
+        g.tensor(f"blk.{i}.ssm_beta.weight", t.linear_num_value_heads, d)
+        g.tensor(f"blk.{i}.ssm_alpha.weight", t.linear_num_value_heads, d)
+        g.tensor(f"blk.{i}.ssm_norm.weight", dk)
+        g.tensor(f"blk.{i}.ssm_out.weight", d, value_dim)
+    g.close()
+
+
 WRITERS: dict[str, Callable[[Path, Any], None]] = {
     "llama": _llama,
     "qwen3": _qwen3,
@@ -521,6 +565,7 @@ WRITERS: dict[str, Callable[[Path, Any], None]] = {
     "minimax_m2": _minimax_m2,
     "gemma3": lambda path, c: _gemma3(path, c.text_config),
     "kimi_k25": lambda path, c: _deepseek2(path, c.text_config),
+    "qwen3_5": _qwen35,
 }
 """The site's family name (ModelSpec.family) -> the writer of its llama.cpp checkpoint."""
 
