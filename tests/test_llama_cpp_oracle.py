@@ -12,6 +12,11 @@ with sliding layers gets two caches (src/llama-kv-cache-iswa.cpp), announced by 
 engine prints them (the explorer's bytes printed the same way), which is byte-exact where they are a whole number of
 quarter MiB (the full layers at 32K and at 4 × 8K tokens, the real SmolLM2's 90 MiB).
 
+Beside the tiny checkpoints, the real SmolLM2-135M and Gemma 3 270M GGUF files are checked against the calculator's
+"llama-cpp" line. What llama.cpp does that engines.py does not model is recorded as tests of the engine, each saying
+so: flash attention off widens every layer's V to the widest, kv_unified on (llama-server's choice) is one stream,
+recurrent layers keep F32 rows per sequence, and Llama 4's chunk is fixed at 8,192.
+
 The engine is not part of a newcomer's set-up: these tests carry the marker `llama_cpp`, left out of the default run
 (pyproject's addopts) and run by `.ci/run` as `EXPLORER_REQUIRE_LLAMA_CPP=1 pytest -m llama_cpp`, where a missing
 llama_cpp fails them.
