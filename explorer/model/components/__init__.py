@@ -11,6 +11,7 @@ from explorer.model.components import (  # noqa: F401  (registration)
     compressed_attention,
     compressed_attention_memory,
     dsa,
+    index_share,
     embedding,
     fused_attention,
     fused_deltanet_proj,
