@@ -312,7 +312,8 @@ class KimiK25(DeepseekV3):
     def tiny_config(self, c: Any) -> dict[str, Any]:
         """The DeepSeek-V3 tiny text model; a 2-block tower of width 32 (2 heads of 16) whose 4 × 4 position grid
         is resampled to a 6 × 4-patch image (not square, not the table's size), merged 2 × 2 into 6 tokens."""
-        text = super().tiny_config(c.text_config)
+        # rope_parameters read as rope_scaling (K2.7 spells it so), so the tiny YaRN shrinks its original positions too
+        text = super().tiny_config(replace(with_rope_parameters(c.text_config), rope_parameters=None))
         text.update(id2label={}, label2id={}, pruned_heads={}, pad_token_id=None, dtype="float32", torch_dtype="float32")
         vision = {**_as_dict(c.vision_config), "hidden_size": 32, "intermediate_size": 48, "num_hidden_layers": 2,
                   "num_attention_heads": 2, "patch_size": 2, "pos_emb_height": 4, "pos_emb_width": 4,
