@@ -122,7 +122,7 @@ def test_a_shared_layer_that_ignores_the_selection_it_is_handed_fails(glm52, mon
     (alone it is handed the causal mask); the whole model's logits do not."""
     def causal_only(run, M, batch):
         T_ = M.shape[-1]
-        return run.rec("shared-mask", torch.full((T_, T_), float("-inf")).triu(1).expand(batch, T_, T_))
+        return run.rec("handed-mask", torch.full((T_, T_), float("-inf")).triu(1).expand(batch, T_, T_))
 
     monkeypatch.setattr(index_share, "handed_mask", causal_only)
     with pytest.raises(ExecutionError) as info:

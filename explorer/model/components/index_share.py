@@ -64,7 +64,7 @@ def shared_selection_attention(ctx: Ctx, *, prefix: str, ranges: tuple[IndexRang
     x_, R, M = base.inputs
     handed = replace(M, latex=SHARED_MASK)
     reuse = Step(rf"M^{{\mathrm{{DSA}}}}_n={SHARED_MASK}\quad(\text{{the previous layer's selection of "
-                 rf"{topk:,} keys per query}})", SCORES, "shared-mask")
+                 rf"{topk:,} keys per query}})", SCORES, "handed-mask")
     first = next(i for i, s in enumerate(base.steps) if s.name in ("repeat", "softmax"))
     steps = (*base.steps[:first], reuse, *(_narrowed(s) for s in base.steps[first:]))
     scores_c = base.child("scores")
@@ -77,7 +77,7 @@ def shared_selection_attention(ctx: Ctx, *, prefix: str, ranges: tuple[IndexRang
     return replace(
         base, title="DeepSeek Sparse Attention, selection shared", inputs=(x_, R, handed),
         children=tuple(scores_c if c.key == "scores" else c for c in base.children), steps=steps,
-        equations=headline_steps(steps, ("shared-mask",)), program="shared_dsa",
+        equations=headline_steps(steps, ("handed-mask",)), program="shared_dsa",
         options=SharedSelectionOptions(**{f: getattr(o, f) for f in MLAOptions.__dataclass_fields__}, topk=topk),
         description=base.description.rstrip(".") + f"; each query attends only to the {topk:,} earlier tokens the "
                     "previous layer's selection kept: this layer has no indexer of its own (indexer_types "
@@ -95,7 +95,7 @@ def _narrowed(step: Step) -> Step:
 
 def handed_mask(run: Run, M: torch.Tensor, batch: int) -> torch.Tensor:
     """M^DSA_n [B, T, T]: the mask handed in, the same for every query head (a causal [T, T] one when run alone)."""
-    return run.rec("shared-mask", M.expand(batch, *M.shape[-2:]))
+    return run.rec("handed-mask", M.expand(batch, *M.shape[-2:]))
 
 
 def shared_selection_picture(block: BlockView) -> PictureKind:

@@ -169,7 +169,11 @@ class GlmMoeDsa(DeepseekV32):
     def block(self, ctx: Ctx, c: Any, key: str, title: str, indices: tuple[int, ...], moe_ffn: bool,
               label: str = "") -> Component:
         built = super().block(ctx, c, key, title, indices, moe_ffn, label)
-        return shared_selection_block(built) if self._shares(c, indices) else built
+        if not self._shares(c, indices):
+            return built
+        heading = r"\text{DeepSeek Sparse Attention, the previous layer's selection:}"
+        steps = tuple(replace(s, latex=heading) if s.heading and s.name == "attention" else s for s in built.steps)
+        return shared_selection_block(replace(built, steps=steps))
 
     def attention(self, ctx: Ctx, c: Any, prefix: str, ranges, x: Port) -> Component:
         layers = next((r.values for r in ranges if r.var == "layer"), ())
