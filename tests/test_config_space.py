@@ -116,6 +116,15 @@ def mla_with_indexer(r: random.Random, t: dict[str, Any]) -> None:
     mla(r, t, query_latent=(24, 48))
 
 
+def glm_schedule(r: random.Random, t: dict[str, Any]) -> None:
+    """GLM-MoE-DSA's per-layer lists: which layers run their indexer (the first must: a shared layer reuses the
+    previous layer's selection) and which have a dense MLP, in any order (mlp_layer_types overrides
+    first_k_dense_replace)."""
+    n = t["num_hidden_layers"]
+    t["indexer_types"] = ["full"] + [r.choice(["full", "shared"]) for _ in range(n - 1)]
+    t["mlp_layer_types"] = [r.choice(["dense", "sparse"]) for _ in range(n)]
+
+
 def nemotron_pattern(r: random.Random, t: dict[str, Any]) -> None:
     """A hybrid layer pattern: Mamba-2 (M), attention (*), experts (E) and dense MLP (-) layers in any order."""
     n = t["num_hidden_layers"]
@@ -168,7 +177,7 @@ SPACE: dict[str, tuple[Draw, ...]] = {
     "gemma3_text": (depth(), gqa, mlp),
     "deepseek_v3": (depth(), mla, mlp),
     "deepseek_v32": (depth(), mla_with_indexer, mlp),
-    "glm_moe_dsa": (depth(), mla_with_indexer, mlp),
+    "glm_moe_dsa": (depth(), mla_with_indexer, mlp, glm_schedule),
     "nemotron_h": (depth(1, 6), nemotron_pattern, mlp),
     "qwen3_5": (depth(), gqa, mlp, layer_list("layer_types", ("linear_attention", "full_attention"))),
     "qwen3_5_moe": (depth(), gqa, experts("num_experts", "num_experts_per_tok"),
@@ -263,6 +272,8 @@ def test_the_draws_vary_what_they_say():
     ("dense", "llama", "intermediate_size", ""),
     ("MoE", "mixtral", "num_local_experts", ""),
     ("MLA", "deepseek_v3", "kv_lora_rank", ""),
+    ("MLA with shared indexers", "glm_moe_dsa", "indexer_types", ""),
+    ("MLA, dense layers anywhere", "glm_moe_dsa", "mlp_layer_types", ""),
     ("hybrid", "nemotron_h", "hybrid_override_pattern", ""),
     ("hybrid beside a vision tower", "qwen3_5", "layer_types", "text_config"),
 ])

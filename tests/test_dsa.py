@@ -216,20 +216,6 @@ def test_a_token_id_key_takes_an_integer_or_a_list():
     assert family.validate({**raw, "eos_token_id": 7}, "glm-5").eos_token_id == 7
 
 
-@pytest.mark.parametrize("change", [{"index_topk_freq": 2}, {"index_topk_pattern": "FFS"},
-                                    {"indexer_types": ["full", "shared"]}])
-def test_layers_that_reuse_a_selection_are_refused_by_name(change):
-    """transformers lets a GLM-MoE-DSA layer reuse the previous layer's top-k; until the library draws that, such a
-    config is refused with the key named, not drawn as if every layer ran its indexer."""
-    from explorer.errors import ContentError
-    from explorer.model.families import FAMILIES
-
-    raw = {**load_model_content(ROOT / "content/models/glm-5").config, "num_hidden_layers": 3, **change}
-    with pytest.raises(ContentError) as info:
-        FAMILIES["glm_moe_dsa"].validate(raw, "glm-5")
-    assert "key 'indexer_types': every layer must run its own indexer" in str(info.value)
-
-
 def test_the_softmax_reads_the_mask_the_indexer_narrowed():
     """Each step consumes what an earlier one produced: the indexer's selection, then M + M^sel, then the softmax."""
     attn = spec_of("deepseek-v3.2").root.child("blocks").child("moe").child("attn")

@@ -46,6 +46,7 @@ KINDS = [  # one model per layer kind the site has
     pytest.param("llama-4-scout-17b-16e", id="llama-4-scout: chunked layers beside global NoPE layers"),
     pytest.param("qwen3.5-27b", id="qwen3.5-27b: Gated DeltaNet (conv and recurrent state) beside gated attention"),
     pytest.param("deepseek-v4-flash", id="deepseek-v4-flash: compressed streams, indexer keys, sliding-only layers"),
+    pytest.param("glm-5.2", id="glm-5.2: DSA layers that reuse the previous selection and cache no indexer keys"),
 ]
 
 

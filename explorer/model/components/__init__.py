@@ -12,6 +12,7 @@ from explorer.model.components import (  # noqa: F401  (registration)
     compressed_attention_memory,
     compressor_decode,
     dsa,
+    index_share,
     embedding,
     fused_attention,
     fused_deltanet_proj,

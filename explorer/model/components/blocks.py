@@ -205,7 +205,8 @@ def _head_matrix(head: Component) -> str:
 def run_model(comp: Component, run: Run, ids: torch.Tensor) -> list[torch.Tensor]:
     x = run.rec("embed", run_child(comp, "embed", run.child(prefix="_"), ids))
     T_ = ids.shape[1]
-    (x,) = run_stack(comp.child("blocks"), run, x, torch.zeros(0), causal_mask(T_, ids.device))
+    blocks = comp.child("blocks")  # its own program: a stack may carry more than x from layer to layer
+    (x,) = PROGRAMS[blocks.program](blocks, run, x, torch.zeros(0), causal_mask(T_, ids.device))
     run.rec("blocks", x)
     x_hat = run_child(comp, "norm", run.child(prefix="_"), x)
     return [run.rec("head", run_child(comp, "lm_head", run.child(prefix="_"), x_hat))]

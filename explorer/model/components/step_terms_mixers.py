@@ -19,6 +19,7 @@ from explorer.model.components.fused_qkv_attention import split_widths
 from explorer.model.components.gated_attention import GatedAttentionOptions
 from explorer.model.components.gated_deltanet import DeltaNetOptions
 from explorer.model.components.hyper_connections import HyperOptions
+from explorer.model.components.index_share import SharedSelectionOptions
 from explorer.model.components.kda import KDAOptions
 from explorer.model.components.layer_attention import LayerAttentionOptions, scores_options
 from explorer.model.components.layer_blocks import LayerBlockOptions
@@ -46,6 +47,7 @@ NESTED_NORMS: dict[type, dict[str, tuple[str, ...]]] = {
     AttentionOptions: {"qk_norm": ("q_norm", "k_norm")},
     GatedAttentionOptions: {"qk_norm": ("q_norm", "k_norm")},
     MLAOptions: {"norm": ("q_a_layernorm", "kv_a_layernorm")},
+    SharedSelectionOptions: {"norm": ("q_a_layernorm", "kv_a_layernorm")},
     LayerAttentionOptions: {"norm": ("q_norm", "k_norm")},
     V4AttentionOptions: {"eps": ("q_a_norm", "kv_norm")},
     dsa.IndexerOptions: {"norm_eps": ("k_norm",)},
@@ -169,6 +171,13 @@ def _mla(o: MLAOptions) -> tuple[Term, ...]:
     if o.q_lora_rank is not None:
         out += [Term("q_lora_rank", "q-down", "W_{DQ}"), Term("norm", "q-norm", norm_operator(o.norm))]
     return tuple(out)
+
+
+@registers(SharedSelectionOptions, structural=("heads", "kv_lora_rank", "nope", "rope", "v", "topk"),
+           switches=("q_lora_rank",))
+def _shared_selection(o: SharedSelectionOptions) -> tuple[Term, ...]:
+    """MLA's terms; topk is the size of the selection the layer is handed, which its program does not apply."""
+    return _mla(o)
 
 
 # ---------------------------------------------------------------------------------------------- DeepSeek V4

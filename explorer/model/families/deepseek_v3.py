@@ -102,6 +102,18 @@ class DeepseekV3Hyperparameters(Hyperparameters):
     auto_map: dict[str, str] = field(default_factory=dict)
 
 
+@dataclass(frozen=True, slots=True)
+class LayerGroup:
+    """One block kind of the stack: its key and title, its layer indices, whether its feed-forward is the mixture of
+    experts, and its count in config keys."""
+
+    key: str
+    title: str
+    layers: tuple[int, ...]
+    moe_ffn: bool
+    repeat_formula: str
+
+
 def _checkpoint(claim: str, symbol: str, lines: tuple[int, int] | None = None) -> Citation:
     return Citation(claim, "checkpoint", symbol, lines=lines)
 
@@ -189,23 +201,19 @@ class DeepseekV3(Family):
                                   "multiplies by a learned weight of that length.", "DeepseekV3RMSNorm"),
                       self.ref.cite("The same RMSNorm in the transformers implementation.", "RMSNorm"))})
         L = c.num_hidden_layers
-        # The reference makes every layer from first_k_dense_replace on MoE; it does not read moe_layer_freq
-        # (modeling_deepseek_v3.py), so neither do we: a checkpoint's layout is what its loader builds.
-        moe_layers = tuple(i for i in range(L) if i >= c.first_k_dense_replace)
-        dense_layers = tuple(i for i in range(L) if i not in moe_layers)
-        blocks = []
-        if dense_layers:
-            blocks.append(self.block(ctx, c, "dense", "Dense transformer block", dense_layers, moe_ffn=False))
-        if moe_layers:
-            blocks.append(self.block(ctx, c, "moe", "MoE transformer block", moe_layers, moe_ffn=True))
+        groups = self.layer_groups(c)
+        blocks = [replace(self.block(ctx, c, g.key, g.title, g.layers, moe_ffn=g.moe_ffn),
+                          repeat_formula=g.repeat_formula) for g in groups]
+        moe_layers = tuple(i for g in groups if g.moe_ffn for i in g.layers)
+        dense_layers = tuple(i for g in groups if not g.moe_ffn for i in g.layers)
         model_cites = (_checkpoint("The model embeds token ids with nn.Embedding(vocab_size, hidden_size), runs the "
                                    "decoder layers and a final RMSNorm.", "DeepseekV3Model.__init__"),
                        self.ref.cite("transformers builds the same embedding, layers and final norm.", "Model.__init__"))
         children: list[Component] = [
             embedding(ctx, "embed", "Token embedding", weight=self.prefix + "embed_tokens.weight", citations=model_cites),
-            stack(ctx, tuple(blocks), layers=L, citations=BLOCK_CITATIONS[:1],
-                  description=f"{L} decoder layers: {len(dense_layers)} dense, {len(moe_layers)} with a mixture of "
-                              "experts.")]
+            self.stack(ctx, tuple(blocks), layers=L, citations=BLOCK_CITATIONS[:1],
+                       description=f"{L} decoder layers: {len(dense_layers)} dense, {len(moe_layers)} with a mixture "
+                                   "of experts.")]
         if getattr(c, "num_nextn_predict_layers", 0):  # GLM-4-MoE-Lite's config has no such key
             mtp_layers = tuple(range(L, L + c.num_nextn_predict_layers))
             block = replace(self.block(ctx, c, "block", "MTP transformer block", mtp_layers, moe_ffn=True,
@@ -225,6 +233,21 @@ class DeepseekV3(Family):
         return model_root(ctx, tuple(children), code=f"{self.reference.model_class}(config)", layers=L,
                           description=f"Token embedding, {L} transformer blocks, a final RMSNorm and an untied LM head.",
                           citations=model_cites[:1])
+
+    def layer_groups(self, c: Any) -> tuple[LayerGroup, ...]:
+        """The block kinds of the stack, each with its layers. The reference makes every layer from
+        first_k_dense_replace on MoE; it does not read moe_layer_freq (modeling_deepseek_v3.py), so neither do we: a
+        checkpoint's layout is what its loader builds."""
+        L, k = c.num_hidden_layers, c.first_k_dense_replace
+        groups = (LayerGroup("dense", "Dense transformer block", tuple(range(min(k, L))), False,
+                             "first_k_dense_replace"),
+                  LayerGroup("moe", "MoE transformer block", tuple(range(k, L)), True,
+                             "num_hidden_layers − first_k_dense_replace"))
+        return tuple(g for g in groups if g.layers)
+
+    def stack(self, ctx: Ctx, blocks: tuple[Component, ...], **kw: Any) -> Component:
+        """The decoder layers in order (GLM-MoE-DSA's carry an indexer's selection from layer to layer)."""
+        return stack(ctx, blocks, **kw)
 
     def block(self, ctx: Ctx, c: DeepseekV3Hyperparameters, key: str, title: str, indices: tuple[int, ...],
               moe_ffn: bool, label: str = "") -> Component:

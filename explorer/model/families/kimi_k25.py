@@ -23,7 +23,7 @@ from explorer.model.components import Ctx, Reference
 from explorer.model.components.moonvit import LABELS as VISION_LABELS
 from explorer.model.components.moonvit import ImageGrid, MoonViTOptions, projector, vision_tower
 from explorer.model.components.part_facts import facts
-from explorer.model.families.base import ReferenceBinding, rule_problems, stored_dtype, tower_label
+from explorer.model.families.base import ReferenceBinding, RopeScaling, rule_problems, stored_dtype, tower_label
 from explorer.model.families.deepseek_v3 import DIM_LABELS, DeepseekV3, DeepseekV3Hyperparameters
 from explorer.model.families.renames import split_fused_experts
 from explorer.model.quantization import CompressedTensorsConfig, compressed_tensors_problems, ignored, quantize_linears
@@ -35,12 +35,33 @@ TEXT_PREFIX = "model.language_model."
 
 
 @dataclass(frozen=True, slots=True)
+class RopeParameters(RopeScaling):
+    """text_config "rope_parameters": transformers 5's name for rope_scaling, with the rotary base inside it (Kimi
+    K2.7's config publishes it in place of rope_scaling)."""
+
+    rope_theta: float | None = None
+
+
+def with_rope_parameters(t: Any) -> Any:
+    """The text config with rope_parameters read as DeepseekV3Config reads it: its scaling for rope_scaling, its base
+    for rope_theta (check refuses the two spellings disagreeing)."""
+    rp = t.rope_parameters
+    if rp is None:
+        return t
+    scaling = {f.name: getattr(rp, f.name) for f in dataclasses.fields(RopeScaling)}
+    return replace(t, rope_theta=rp.rope_theta if rp.rope_theta is not None else t.rope_theta,
+                   rope_scaling=RopeScaling(**scaling) if rp.kind != "default" else None)
+
+
+@dataclass(frozen=True, slots=True)
 class KimiK25TextHyperparameters(DeepseekV3Hyperparameters):
     """text_config: the DeepSeek-V3 keys, the INT4 quantization config, and the generic keys an older transformers
     wrote into every serialized config (recorded as published, passed on to the reference as it would read them)."""
 
     quantization_config: CompressedTensorsConfig | None = None  # type: ignore[assignment]
     dtype: str = "bfloat16"
+    rope_parameters: RopeParameters | None = None
+    """Where published, the rotary base and scaling (rope_theta and rope_scaling, where also published, must agree)."""
     _name_or_path: str = ""
     add_cross_attention: bool = False
     bad_words_ids: Any = None
@@ -193,10 +214,16 @@ class KimiK25(DeepseekV3):
                   f"must equal vision_config.{key} ({getattr(v, key)}): transformers 5.23 sizes the tower from "
                   f"{key}, not {pub}") for pub, key in PUBLISHED_TWINS]
         heads_ok = v.num_attention_heads >= 1 and v.hidden_size % v.num_attention_heads == 0
-        return [p.replace("key '", "key 'text_config.", 1) for p in super().check(replace(t, quantization_config=None))] + compressed_tensors_problems(
+        return [p.replace("key '", "key 'text_config.", 1) for p in super().check(replace(with_rope_parameters(t), quantization_config=None))] + compressed_tensors_problems(
             t.quantization_config, "text_config.quantization_config") + rule_problems(twins + [
                 # the reference takes text_config without its null keys (as_published), so a null query latent
                 # would build DeepseekV3Config's default q_a_proj where this family builds q_proj
+                (t.rope_parameters is None or t.rope_scaling is None
+                 or with_rope_parameters(t).rope_scaling == t.rope_scaling, "text_config.rope_parameters",
+                 "must give the same scaling as text_config.rope_scaling where both are published"),
+                (t.rope_parameters is None or t.rope_parameters.rope_theta in (None, t.rope_theta),
+                 "text_config.rope_parameters.rope_theta",
+                 f"must equal text_config.rope_theta ({t.rope_theta}) where both are published"),
                 (t.q_lora_rank is not None, "text_config.q_lora_rank",
                  "must be set: a text config without a query latent (q_lora_rank null) is not in this family yet"),
                 (heads_ok and (v.hidden_size // max(v.num_attention_heads, 1)) % 4 == 0,
@@ -232,7 +259,7 @@ class KimiK25(DeepseekV3):
 
     def build(self, c: Any, values: dict[str, int | float]) -> Component:
         t, v = c.text_config, c.vision_config
-        text = super().build(replace(t, torch_dtype=t.dtype), values)
+        text = super().build(replace(with_rope_parameters(t), torch_dtype=t.dtype), values)
         text = _rope_reference(self.quantize(text, t), TEXT_PREFIX + "rotary_emb")
         ctx = Ctx(values, {**DIM_LABELS, **VISION_LABELS}, REFERENCE, stored_dtype(c.dtype))
         grid = example_grid(v)
@@ -262,18 +289,31 @@ class KimiK25(DeepseekV3):
                             f"({', '.join(q.ignore)}); scales and shapes are quantization metadata, not parameters.",
                             "config", "text_config.quantization_config")
         return quantize_linears(text, storage, lambda name: ignored(name, q.ignore), citation,
-                                module_name=self.variant_module_name)
+                                module_name=self.text_module_name)
+
+    def text_module_name(self, name: str) -> str:
+        """The name text_config.quantization_config's ignore list sees: the text model was quantized on its own, so
+        "model.language_model.layers.3.mlp" is "model.layers.3.mlp"."""
+        return "model." + name.removeprefix(TEXT_PREFIX) if name.startswith(TEXT_PREFIX) else name
 
     def variant_module_name(self, name: str) -> str:
-        """The text model was quantized on its own: "model.language_model.layers.3.mlp" is "model.layers.3.mlp"."""
-        return "model." + name.removeprefix(TEXT_PREFIX) if name.startswith(TEXT_PREFIX) else name
+        """The name a repack of the whole checkpoint matches (ModelOpt's exclude_modules for Kimi K2.6 and K2.7):
+        the checkpoint's own module names, "language_model.model.layers.3.mlp", "language_model.lm_head",
+        "vision_tower.…" and "mm_projector.…" for transformers' model.language_model.layers.3.mlp, lm_head,
+        model.vision_tower.… and model.mm_projector.…"""
+        if name.startswith(TEXT_PREFIX):
+            return "language_model.model." + name.removeprefix(TEXT_PREFIX)
+        if name == "lm_head" or name.startswith("lm_head."):
+            return "language_model." + name
+        return name.removeprefix("model.")
 
     # ------------------------------------------------------------------------------------------ tiny, facts
 
     def tiny_config(self, c: Any) -> dict[str, Any]:
         """The DeepSeek-V3 tiny text model; a 2-block tower of width 32 (2 heads of 16) whose 4 × 4 position grid
         is resampled to a 6 × 4-patch image (not square, not the table's size), merged 2 × 2 into 6 tokens."""
-        text = super().tiny_config(c.text_config)
+        # rope_parameters read as rope_scaling (K2.7 spells it so), so the tiny YaRN shrinks its original positions too
+        text = super().tiny_config(replace(with_rope_parameters(c.text_config), rope_parameters=None))
         text.update(id2label={}, label2id={}, pruned_heads={}, pad_token_id=None, dtype="float32", torch_dtype="float32")
         vision = {**_as_dict(c.vision_config), "hidden_size": 32, "intermediate_size": 48, "num_hidden_layers": 2,
                   "num_attention_heads": 2, "patch_size": 2, "pos_emb_height": 4, "pos_emb_width": 4,

@@ -117,6 +117,10 @@ class Qwen3_5TextHyperparameters:
     bos_token_id: int | None = None
     eos_token_id: int | None = None
     pad_token_id: int | None = None
+    partial_rotary_factor: float | None = None
+    """The legacy top-level copy of rope_parameters.partial_rotary_factor, which transformers' rope standardisation
+    reads only where rope_parameters has none (Qwen3.6's configs publish both); where both are published they must
+    agree, and rope_parameters' is the one built."""
 
 
 ARCHITECTURE_KEYS = tuple(f.name for f in dataclasses.fields(Qwen3_5TextHyperparameters))[:21]
@@ -245,6 +249,9 @@ class Qwen3_5(Family):
              f"must divide linear_num_value_heads ({t.linear_num_value_heads})"),
             (rot % 2 == 0 and 0 < rot <= t.head_dim, self.rope_key("partial_rotary_factor"),
              f"must rotate an even number of head_dim's {t.head_dim} features"),
+            (t.partial_rotary_factor in (None, rp.partial_rotary_factor), self.text_key + "partial_rotary_factor",
+             f"must equal rope_parameters.partial_rotary_factor ({rp.partial_rotary_factor}) where both are published, "
+             f"got {t.partial_rotary_factor}"),
             (rp.rope_type == "default", self.rope_key("rope_type"), "must be 'default'"),
             (t.hidden_act == "silu", self.text_key + "hidden_act", "must be 'silu' (SwiGLU)"),
             (not t.attention_bias, self.text_key + "attention_bias", "must be false"),
