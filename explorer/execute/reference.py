@@ -51,7 +51,36 @@ def build_reference_model(spec: ModelSpec):  # -> transformers PreTrainedModel o
     config_class, model_class = _classes(spec)
     config = config_class(**transformers_config(spec))
     with torch.device("meta"), _no_random_fill():
-        return model_class(config)
+        return instantiate(spec, model_class, config)
+
+
+def instantiate(spec: ModelSpec, model_class, config):
+    """The binding's model: model_class itself, or (a binding with a head) the text model under "model" beside an
+    untied LM head, as the checkpoint names them."""
+    head = FAMILIES[spec.family].reference.head
+    return model_class(config) if not head else _with_head(model_class(config), head, config)
+
+
+def _with_head(body, head: str, config):
+    """A module holding `body` as "model" and a bias-free Linear hidden_size -> vocab_size as `head`, whose call
+    returns the logits (as a ForCausalLM's output has them)."""
+    import types
+
+    import torch
+
+    class WithHead(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.model = body
+            self.config = config
+            setattr(self, head, torch.nn.Linear(config.hidden_size, config.vocab_size, bias=False))
+
+        def forward(self, input_ids):
+            hidden = self.model(input_ids=input_ids).last_hidden_state
+            return types.SimpleNamespace(logits=getattr(self, head)(hidden))
+
+    WithHead.__name__ = WithHead.__qualname__ = f"{type(body).__name__} + {head}"  # what the check lines name
+    return WithHead()
 
 
 _FILLS = ("uniform_", "normal_", "trunc_normal_", "constant_", "ones_", "zeros_", "eye_", "dirac_", "xavier_uniform_",
@@ -91,7 +120,7 @@ def tiny_reference_model(tiny: ModelSpec):
     config_class, model_class = _classes(tiny)
     config = config_class(**transformers_config(tiny))
     config._attn_implementation = "eager"
-    model = model_class(config).eval()
+    model = instantiate(tiny, model_class, config).eval()
     generator = torch.Generator().manual_seed(1)
     with torch.no_grad():
         for name, p in model.named_parameters():
