@@ -43,9 +43,11 @@ class ActivatedClampExpertsOptions:
     limit: float
 
 
-def clamp_after_activation(a: torch.Tensor, u: torch.Tensor, limit: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """(min(a, L), clamp(u, -L, L)) for the activated gate a = SiLU(g) and the up value u."""
-    return a.clamp(max=limit), u.clamp(-limit, limit)
+def clamp_after_activation(g: torch.Tensor, u: torch.Tensor, limit: float
+                           ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(a, min(a, L), clamp(u, -L, L)) for the gate pre-activation g, a = SiLU(g), and the up value u."""
+    a = activation(g, "silu")
+    return a, a.clamp(max=limit), u.clamp(-limit, limit)
 
 
 def _clamp_steps(g: str, u: str, a: str, m: str, limit: float, shape: Shape) -> tuple[Step, Step, Step]:
@@ -80,8 +82,8 @@ def run_activated_clamp_mlp(comp: Component, run: Run, x: torch.Tensor) -> list[
     o = options(comp, ActivatedClampOptions)
     g = run_child(comp, "gate_proj", run, x)
     u = run_child(comp, "up_proj", run, x)
-    a_hat, u_hat = clamp_after_activation(run.rec("silu", activation(g, "silu")), u, o.limit)
-    run.rec("clamp", a_hat)
+    a, a_hat, u_hat = clamp_after_activation(g, u, o.limit)
+    run.rec("silu", a), run.rec("clamp", a_hat)
     h = run.rec("product", a_hat * u_hat)
     return [run.rec("swiglu", run_child(comp, "down_proj", run, h))]
 
@@ -123,8 +125,8 @@ def run_activated_clamp_experts(comp: Component, run: Run, x: torch.Tensor, G: t
     o = options(comp, ActivatedClampExpertsOptions)
     gu = run.rec("gate-up", torch.einsum("btd,eod->bteo", x, run.w("gate_up_proj")))   # [B, T, E, 2·I]
     g, u = gu.chunk(2, dim=-1)
-    a_hat, u_hat = clamp_after_activation(run.rec("silu", activation(g, "silu")), u, o.limit)
-    run.rec("clamp", a_hat)
+    a, a_hat, u_hat = clamp_after_activation(g, u, o.limit)
+    run.rec("silu", a), run.rec("clamp", a_hat)
     h = run.rec("product", a_hat * u_hat)
     E_out = run.rec("down", torch.einsum("btei,edi->bted", h, run.w("down_proj")))     # [B, T, E, d]
     return [run.rec("routed-sum", torch.einsum("bte,bted->btd", G.to(E_out.dtype), E_out))]
