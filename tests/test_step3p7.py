@@ -252,3 +252,17 @@ def test_add_model_reads_the_flat_file_alone(tmp_path):
     add_model(tmp_path / "content", "step-copy", config, "stepfun-ai/Step-3.7-Flash", "unpinned")
     copy = load_model_spec(load_model_content(tmp_path / "content" / "models" / "step-copy"))
     assert account(copy).total == PARAMETERS and replace(copy, slug=SLUG).family == "step3p7"
+
+
+def test_the_tiny_configs_clamped_steps_name_their_limits(tiny):
+    """The published file switches no clamp on, so the site's models never show one: the tiny config's steps are
+    checked here instead (each limit named where its program applies it), and a clamp step without its limit is
+    reported."""
+    from explorer.model.components.step_term_checks import unshown_terms
+    from explorer.spec.types import walk
+
+    _, small = tiny
+    clamped = [c for _, c in walk(small.root) if c.program in ("activated_clamp_mlp", "activated_clamp_experts")]
+    assert len(clamped) == 3 and all(unshown_terms(c) == [] for c in clamped)
+    bad = replace(clamped[0], steps=tuple(replace(s, latex=s.latex.replace("0.4", "L")) for s in clamped[0].steps))
+    assert unshown_terms(bad)

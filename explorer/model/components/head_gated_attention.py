@@ -42,6 +42,10 @@ from explorer.model.components.serving import layer_memory
 from explorer.spec.types import Citation, Component, Dim, IndexRange, Port, Step
 
 
+GATE = r"g^{\mathrm{head}}"
+"""The head gates' logits (g^head_h for head h): named apart from a SwiGLU's gate g, which the same block shows."""
+
+
 @dataclass(frozen=True, slots=True)
 class HeadGatedAttentionOptions:
     heads: int
@@ -79,7 +83,7 @@ def head_gated_attention(ctx: Ctx, *, prefix: str, ranges: tuple[IndexRange, ...
              f"{kvh} key heads of {hd} ({kvh * hd:,} outputs)"),
         proj("v_proj", "Value projection", Hkv * D, Dim("kv_heads·d_head", kvh * hd), v("v"),
              f"{kvh} value heads of {hd} ({kvh * hd:,} outputs)"),
-        proj("g_proj", "Head-gate projection", H, heads, "g", f"one gate logit for each of the {n} query heads"),
+        proj("g_proj", "Head-gate projection", H, heads, GATE, f"one gate logit for each of the {n} query heads"),
     ]
     children += per_head_qk_norms(ctx, prefix=prefix, ranges=ranges, heads=heads, kv_heads=kv_heads, d_head=d_head,
                                   eps=norm.eps, gain=norm.gain, size=str(D))
@@ -136,7 +140,7 @@ def _steps(ctx: Ctx, children: list[Component], heads: Dim, kv_heads: Dim, d_hea
         Step(rf"{k('K^{R}_t')}=\operatorname{{RoPE}}({kh}_t,{ctx_colour('R_t')})", ctx.tokens(kv_heads, d_head),
              "k-rotate"),
         *by["scores"].steps,
-        Step(rf"{gated_O}_h=\sigma(g_h)\,{ctx_colour('O_h')}\quad(h=1,\dots,{n})", ctx.tokens(heads, d_head),
+        Step(rf"{gated_O}_h=\sigma({GATE}_h)\,{ctx_colour('O_h')}\quad(h=1,\dots,{n})", ctx.tokens(heads, d_head),
              "head-gate"),
         by["o_proj"].steps[0],
     )
