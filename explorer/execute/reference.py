@@ -62,18 +62,25 @@ def instantiate(spec: ModelSpec, model_class, config):
 
 
 def _with_head(body, head: str, config):
-    """A module holding `body` as "model" and a bias-free Linear hidden_size -> vocab_size as `head`, whose call
-    returns the logits (as a ForCausalLM's output has them)."""
+    """A model of the text model's own pretrained base holding `body` as "model" and a bias-free Linear
+    hidden_size -> vocab_size as `head`, untied, whose call returns the logits (as a ForCausalLM's output has them);
+    transformers' quantizers see it as they see any of its models."""
     import types
 
     import torch
+    from transformers import PreTrainedModel
 
-    class WithHead(torch.nn.Module):
+    base = next(c for c in type(body).__mro__[1:] if issubclass(c, PreTrainedModel))
+
+    class WithHead(base):  # type: ignore[misc, valid-type]
         def __init__(self) -> None:
-            super().__init__()
+            super().__init__(config)
             self.model = body
-            self.config = config
             setattr(self, head, torch.nn.Linear(config.hidden_size, config.vocab_size, bias=False))
+            self.post_init()
+
+        def get_output_embeddings(self):
+            return getattr(self, head)
 
         def forward(self, input_ids):
             hidden = self.model(input_ids=input_ids).last_hidden_state

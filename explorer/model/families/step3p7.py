@@ -56,6 +56,12 @@ from explorer.model.families.base import (
     rule_problems,
     stored_dtype,
 )
+from explorer.model.families.block_fp8 import (
+    FP8QuantizationConfig,
+    fp8_block_storage,
+    fp8_problems,
+    keep_named_modules_dense,
+)
 from explorer.model.families.minimax_m2 import BUFFER_NOTE
 from explorer.spec.types import Component, Dim
 
@@ -132,6 +138,9 @@ class Step3p7Hyperparameters(PublishedMetadata):
     eos_token_id: int | tuple[int, ...] | None = None
     output_router_logits: bool = False
     torch_dtype: str = "bfloat16"
+    quantization_config: FP8QuantizationConfig | None = None
+    """Block-wise FP8 (the Step-3.7-Flash-FP8 checkpoint's): every projection and the fused experts in FP8 with a
+    scale per block; a storage format, not passed to the reference config class."""
     # Published keys Step3p7TextConfig does not read: checked to agree with the model it builds (check()).
     first_k_dense_replace: int | None = None
     num_experts: int | None = None
@@ -261,12 +270,13 @@ class Step3p7(Family):
             (c.scoring_func in (None, "sigmoid"), "scoring_func", f"{ignored} sigmoid scores instead"),
             (c.use_moe_router_bias in (None, True), "use_moe_router_bias",
              f"{ignored} a selection-only correction bias instead"),
-        ])
+        ]) + fp8_problems(c.quantization_config)
 
     # ------------------------------------------------------------------------------------------------ build
 
     def build(self, c: Any, values: dict[str, int | float]) -> Component:
-        ctx = Ctx(values, LABELS, REFERENCE, stored_dtype(c.torch_dtype))
+        dtype = stored_dtype(c.torch_dtype)
+        ctx = Ctx(values, LABELS, REFERENCE, dtype, fp8_block_storage(c.quantization_config))
         L, kinds = c.num_hidden_layers, layer_kinds(c)
         keys = block_keys(kinds)
         blocks = tuple(self.block(ctx, c, kind, keys[kind], tuple(i for i in range(L) if kinds[i] == kind))
@@ -291,7 +301,9 @@ class Step3p7(Family):
         root = model_root(ctx, children, code="Step3p7TextModel(config) + lm_head", layers=L, citations=cite,
                           description=f"Token embedding, {L} transformer blocks of {len(blocks)} kinds, a final "
                                       "RMSNorm and an untied LM head.")
-        return replace(root, notes=root.notes + self._notes(c))
+        root = replace(root, notes=root.notes + self._notes(c))
+        return keep_named_modules_dense(root, c.quantization_config, dtype, self.reference_module,
+                                        f"{self.name} config", default_kept=("lm_head",))
 
     def _notes(self, c: Any) -> tuple[str, ...]:
         notes = ("Checked against Step3p7TextConfig -> Step3p7TextModel with a separate, untied lm_head (the head of "
@@ -439,7 +451,7 @@ class Step3p7(Family):
                    swiglu_limits_shared=shared, rope_theta=10000.0, num_nextn_predict_layers=0,
                    first_k_dense_replace=leading if c.first_k_dense_replace is not None else None,
                    num_experts=4 if c.num_experts is not None else None, pad_token_id=1, bos_token_id=0,
-                   eos_token_id=2)
+                   eos_token_id=2, quantization_config=None)
         return raw
 
     def tiny_label_parts(self, tiny: Any) -> tuple[str, ...]:
