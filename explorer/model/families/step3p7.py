@@ -306,7 +306,7 @@ class Step3p7(Family):
                                         f"{self.name} config", default_kept=("lm_head",))
 
     def _notes(self, c: Any) -> tuple[str, ...]:
-        notes = ("Checked against Step3p7TextConfig -> Step3p7TextModel with a separate, untied lm_head (the head of "
+        notes: tuple[str, ...] = ("Checked against Step3p7TextConfig -> Step3p7TextModel with a separate, untied lm_head (the head of "
                  "Step3p7ForConditionalGeneration), without its vision tower: the published architecture, "
                  "Step3p7FlashForCausalLM, is not a transformers class, and transformers reads the flat config.json "
                  "only through Step3p7TextConfig.",
