@@ -68,11 +68,12 @@ from explorer.spec.types import Component, Dim
 REFERENCE = Reference("models/step3p7/modeling_step3p7.py", "Step3p7")
 FULL, SLIDING = "full_attention", "sliding_attention"
 DENSE, SPARSE = "dense", "sparse"
-KEYS = {(FULL, DENSE): ("full_dense", "Global-attention dense block"),
-        (SLIDING, DENSE): ("sliding_dense", "Sliding-window dense block"),
-        (SLIDING, SPARSE): ("sliding", "Sliding-window MoE block"),
-        (FULL, SPARSE): ("full", "Global-attention MoE block")}
-"""(layer type, MLP type) -> block key and title."""
+KEYS = {(FULL, DENSE): ("full_dense", "Global-attention dense block", "global dense"),
+        (SLIDING, DENSE): ("sliding_dense", "Sliding-window dense block", "sliding dense"),
+        (SLIDING, SPARSE): ("sliding", "Sliding-window MoE block", "sliding MoE"),
+        (FULL, SPARSE): ("full", "Global-attention MoE block", "global MoE")}
+"""(layer type, MLP type) -> block key, title and the words a count of such blocks uses ("31 sliding MoE
+blocks")."""
 LABELS = {**DIM_LABELS, "share_expert_dim": "d_shared", "num_sliding_attention_heads": "heads"}
 SYMBOLS = ("vocab_size", "hidden_size", "intermediate_size", "moe_intermediate_size", "share_expert_dim",
            "num_attention_heads", "num_sliding_attention_heads", "num_key_value_heads", "head_dim",
@@ -205,14 +206,16 @@ def layer_kinds(c: Any) -> tuple[Kind, ...]:
     return tuple(zip(layer_types(c), mlp_types(c), limits(c.swiglu_limits, c), limits(c.swiglu_limits_shared, c)))
 
 
-def block_keys(kinds: tuple[Kind, ...]) -> dict[Kind, tuple[str, str]]:
-    """Each kind's block key and title: the (layer type, MLP type) pair's, numbered where clamps split it."""
-    out: dict[Kind, tuple[str, str]] = {}
+def block_keys(kinds: tuple[Kind, ...]) -> dict[Kind, tuple[str, str, str]]:
+    """Each kind's block key, title and count words: the (layer type, MLP type) pair's, numbered where clamps
+    split it."""
+    out: dict[Kind, tuple[str, str, str]] = {}
     for kind in dict.fromkeys(kinds):
-        key, title = KEYS[kind[:2]]
+        key, title, words = KEYS[kind[:2]]
         n = sum(k[:2] == kind[:2] for k in out)
-        clamp = " (clamped)" if kind[2] or kind[3] else ""
-        out[kind] = (f"{key}_{n + 1}" if n else key, title + clamp)
+        clamped = bool(kind[2] or kind[3])
+        out[kind] = (f"{key}_{n + 1}" if n else key, title + (" (clamped)" if clamped else ""),
+                     words + (" clamped" if clamped else ""))
     return out
 
 
@@ -224,6 +227,20 @@ class Step3p7(Family):
                                  config_skip=("architectures", "model_type", "quantization_config", "auto_map"))
     ref = REFERENCE
     symbols = SYMBOLS
+
+    def defaulted_value(self, c: Any, key: str) -> Any:
+        """What Step3p7TextConfig derives for a key left unset: the sliding layers' heads, the softmax scalar and
+        the MLP kinds."""
+        derived = {"num_sliding_attention_heads": lambda: sliding_heads(c), "mlp_layer_types": lambda: mlp_types(c),
+                   "query_pre_attn_scalar": lambda: c.head_dim}
+        if getattr(c, key, None) is None and key in derived:
+            return derived[key]()
+        return super().defaulted_value(c, key)
+
+    def default_source(self, key: str) -> str:
+        if key == "quantization_config":
+            return "none: no quantized layout, every weight stored in torch_dtype"
+        return super().default_source(key)
 
     def values(self, c: Any) -> dict[str, int | float]:
         return {**{n: getattr(c, n) for n in SYMBOLS if n != "num_sliding_attention_heads"},
@@ -320,11 +337,12 @@ class Step3p7(Family):
                       "described or counted: Step3p7TextModel does not build them and ignores their tensors on load.",)
         return notes
 
-    def block(self, ctx: Ctx, c: Any, kind: Kind, key_title: tuple[str, str], indices: tuple[int, ...]) -> Component:
+    def block(self, ctx: Ctx, c: Any, kind: Kind, key_title: tuple[str, str, str],
+              indices: tuple[int, ...]) -> Component:
         ranges, p = layers(indices), "model.layers.{layer}."
         x, x_attn, x_mid, x_ffn, _, delta = block_ports(ctx)
         eps, (layer_type, mlp_type, routed_limit, shared_limit) = c.rms_norm_eps, kind
-        key, title = key_title
+        key, title, words = key_title
         attn = self.attention(ctx, c, layer_type, p + "self_attn.", ranges, x_attn)
         ffn = (self.moe(ctx, c, p + "mlp.", ranges, x_ffn, delta.latex, routed_limit, shared_limit)
                if mlp_type == SPARSE else self.dense_mlp(ctx, c, p + "mlp.", ranges, x_ffn, delta, shared_limit))
@@ -333,7 +351,7 @@ class Step3p7(Family):
         ffn_text = "a mixture of experts" if mlp_type == SPARSE else "a dense SwiGLU MLP"
         norm = {"ranges": ranges, "size": "hidden_size", "eps": eps, "gain": "1+w"}
         return decoder_block(
-            ctx, key, title, layer_indices=indices, kind=key,
+            ctx, key, title, layer_indices=indices, kind=words,
             attn_norm=rmsnorm(ctx, "attn_norm", "Attention RMSNorm", weight=p + "input_layernorm.weight", x=x,
                               y=x_attn, code="self.input_layernorm(hidden_states)", **norm),  # type: ignore[arg-type]
             attn=attn,
