@@ -266,3 +266,38 @@ def test_the_tiny_configs_clamped_steps_name_their_limits(tiny):
     assert len(clamped) == 3 and all(unshown_terms(c) == [] for c in clamped)
     bad = replace(clamped[0], steps=tuple(replace(s, latex=s.latex.replace("0.4", "L")) for s in clamped[0].steps))
     assert unshown_terms(bad)
+
+
+# ---------------------------------------------------------------------------------------------- the FP8 variant
+
+def test_the_fp8_sibling_is_a_variant_laid_out_by_the_family():
+    """Step-3.7-Flash-FP8's config.json is the base file plus a block-wise FP8 quantization_config: recorded as a
+    variant, its layout is the one the family predicts from that config (checked against transformers' FP8
+    quantizer in tests/test_fp8_every_family.py), the same logical parameters in fewer bytes."""
+    from explorer.checkpoint.variants import load_variants, stored_as, variant_spec
+
+    base = spec_of()
+    (variant,) = load_variants(ROOT / "content/models" / SLUG)
+    assert variant.block_fp8 is not None and tuple(variant.block_fp8.weight_block_size) == (128, 128)
+    direct = FAMILY.build_spec("fp8", {**published(), "quantization_config": {
+        "activation_scheme": "dynamic", "quant_method": "fp8", "weight_block_size": [128, 128]}}, "test")
+    assert variant_spec(base, variant).root == direct.root
+    layout = stored_as(base, variant, FAMILY.variant_module_name)
+    assert layout.parameters == PARAMETERS and layout.scheme == "BlockFP8"
+    assert PARAMETERS < layout.bytes < 1.01 * PARAMETERS  # about a byte a parameter (BF16 would be two), scales and all
+    dtypes = {name: dtype for name, dtype, _, _ in layout.tensors}
+    assert dtypes["model.layers.4,8,12,16,20,24,28,32,36,40,44.mlp.experts.gate_up_proj"] == "F8_E4M3"
+    assert dtypes["lm_head.weight"] == "BF16" and dtypes["model.embed_tokens.weight"] == "BF16"
+
+
+def test_a_family_that_reads_no_fp8_block_refuses_such_a_variant(tmp_path):
+    from explorer.checkpoint.variants import PublishedVariant, VariantMeta, variant_spec
+    from explorer.model.families.block_fp8 import FP8QuantizationConfig
+
+    gpt2 = load_model_spec(load_model_content(ROOT / "content/models/gpt2"))
+    v = PublishedVariant("gpt2-fp8", VariantMeta("gpt2-fp8", "org/gpt2-fp8", "unpinned", "test"),
+                         block_fp8=FP8QuantizationConfig("fp8"))
+    with pytest.raises(ContentError, match=r"variant gpt2-fp8: key 'quantization_config': .*Conv1D"):
+        variant_spec(gpt2, v)
+    llama4 = load_model_spec(load_model_content(ROOT / "content/models/llama-4-scout-17b-16e"))
+    assert variant_spec(llama4, replace(v, slug="scout-fp8")).root != llama4.root  # a family that reads it
