@@ -262,12 +262,13 @@ def _block_fp8_spec(base: ModelSpec, v: PublishedVariant) -> ModelSpec:
     family predicts for its own FP8 checkpoints, modules_to_not_convert applied as transformers applies it."""
     from explorer.model.families import FAMILIES
 
-    field = next((f for f in dataclasses.fields(base.config) if f.name == "quantization_config"), None)
+    typed: Any = base.config  # a family's frozen dataclass of config keys
+    field = next((f for f in dataclasses.fields(typed) if f.name == "quantization_config"), None)
     if field is None or "FP8QuantizationConfig" not in str(field.type):
         raise ContentError([f"variant {v.slug}: key 'quantization_config': the {base.family} family reads no "
                             "block-wise FP8 quantization_config"])
     family = FAMILIES[base.family]
-    config = replace(base.config, quantization_config=v.block_fp8)
+    config = replace(typed, quantization_config=v.block_fp8)
     problems = family.check(config)  # a family may refuse the block (GPT-2: transformers converts nothing)
     if problems:
         raise ContentError([f"variant {v.slug}: {p}" for p in problems])
