@@ -31,7 +31,8 @@ BASE = {"llama": "llama-3.1-8b", "qwen3": "qwen3-8b", "gpt2": "gpt2", "gemma3_te
         "deepseek_v3": "deepseek-v3", "deepseek_v32": "deepseek-v3.2", "glm_moe_dsa": "glm-5",
         "kimi_k25": "kimi-k2.5", "minimax_m2": "minimax-m2.5", "mimo_v2_flash": "mimo-v2-flash",
         "llama4": "llama-4-scout-17b-16e", "gemma4": "gemma-4-26b-a4b", "qwen3_5": "qwen3.5-27b",
-        "qwen3_5_moe": "qwen3.5-35b-a3b", "nemotron_h": "nemotron-3-nano-30b-a3b", "deepseek_v4": "deepseek-v4-flash"}
+        "qwen3_5_moe": "qwen3.5-35b-a3b", "nemotron_h": "nemotron-3-nano-30b-a3b", "deepseek_v4": "deepseek-v4-flash",
+        "step3p7": "step-3.7-flash"}
 """The site model whose tiny config each family's draws start from."""
 
 
@@ -151,6 +152,21 @@ def mimo_layers(r: random.Random, t: dict[str, Any]) -> None:
              mlp_layer_types=mlps, moe_layer_freq=[int(m == "sparse") for m in mlps])
 
 
+def step_layers(r: random.Random, t: dict[str, Any]) -> None:
+    """Step-3.7-Flash's per-layer lists (attention and MLP kinds, the two SwiGLU clamp limits, 0 for none), the
+    sliding layers' own head count and the shared expert's width; the published keys the reference does not read
+    follow what it builds (the dense prefix, the expert count)."""
+    n = t["num_hidden_layers"]
+    mlps = [r.choice(("dense", "sparse")) for _ in range(n)]
+    t.update(layer_types=[r.choice(("full_attention", "sliding_attention")) for _ in range(n)], mlp_layer_types=mlps,
+             swiglu_limits=[r.choice((0.0, 0.0, 7.0)) for _ in range(n)],
+             swiglu_limits_shared=[r.choice((0.0, 16.0)) for _ in range(n)],
+             num_sliding_attention_heads=t["num_key_value_heads"] * r.choice([1, 2, 3]),
+             share_expert_dim=r.choice([8, 24, 40]), sliding_window=r.choice([2, 3, 64]),
+             first_k_dense_replace=next((i for i, m in enumerate(mlps) if m == "sparse"), n),
+             num_experts=t["n_routed_experts"])
+
+
 def v4_layers(r: random.Random, t: dict[str, Any]) -> None:
     """DeepSeek-V4's per-layer compression ratios (window only, 4 or 128) and hash-routed first layers."""
     n = t["num_hidden_layers"]
@@ -183,6 +199,7 @@ SPACE: dict[str, tuple[Draw, ...]] = {
     "qwen3_5_moe": (depth(), gqa, experts("num_experts", "num_experts_per_tok"),
                     layer_list("layer_types", ("linear_attention", "full_attention"))),
     "llama4": (depth(), gqa, experts("num_local_experts", "num_experts_per_tok", "intermediate_size")),
+    "step3p7": (depth(), gqa, mlp, experts("n_routed_experts", "num_experts_per_tok"), step_layers),
 }
 """Per family, the draws applied in order (the depth first: per-layer lists follow it). Families beside a text
 config (Qwen3.5, Llama 4) draw inside text_config."""

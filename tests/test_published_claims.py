@@ -16,6 +16,11 @@ from explorer.content.model_content import load_model_content
 from explorer.errors import ContentError
 from explorer.figures.published_claims import HEADLINE_CONVENTION, PublishedClaim, reconcile_claims, states
 
+NONE_RECORDED = {"step-3.7-flash": "no parameter figure of StepFun's is recorded offline: the aiconfigurator-core "
+                                    "README and the config it holds carry none"}
+"""Models whose lab's figures are recorded nowhere this project can read: no claim is written from memory, and the
+page says none is recorded."""
+
 ISSUE_CLAIMS = [("glm-5", "active", "40B"), ("deepseek-v4-flash", "active", "13B"), ("minimax-m2.5", "active", "10B"),
                 ("deepseek-v3.2", "active", "37B"), ("deepseek-v3", "active", "37B"), ("deepseek-v3", "active", "36.6B"),
                 ("kimi-k2", "active", "32B")]
@@ -55,8 +60,8 @@ def test_every_claim_is_reproduced_or_its_difference_itemised(builds):
             listed += 1
             assert r.reproduced_by or r.claim.difference.strip(), (slug, r.claim.claim)
             assert r.claim.source.strip(), (slug, r.claim.claim)
-    # every model whose lab publishes a figure has one: all 26 here
-    assert all(mb.claims for mb in builds.values()), [s for s, mb in builds.items() if not mb.claims]
+    # every model has one, save those whose lab's figures are recorded nowhere readable here
+    assert [s for s, mb in builds.items() if not mb.claims] == sorted(s for s in NONE_RECORDED if s in builds)
     assert listed >= 40
 
 
@@ -90,6 +95,9 @@ def test_a_malformed_claim_names_its_file_and_key(tmp_path: Path):
 def test_every_model_page_and_api_has_the_table(built_site: Path, slug: str):
     page = html.unescape((built_site / "models" / slug / "index.html").read_text(encoding="utf-8"))
     assert page.count(HEADLINE_CONVENTION) == 1
+    if slug in NONE_RECORDED:
+        assert "Published claims: none recorded for this model" in page
+        return
     assert "<caption>Published claims</caption>" in page
     data = json.loads((built_site / "api" / f"{slug}.json").read_text(encoding="utf-8"))
     claims = data["published_claims"]

@@ -4,7 +4,9 @@ or by a third party), each predicted from its quantization config and explained 
 A variant lives beside its base model, content/models/<base>/variants/<name>.toml, written by
 `build.py --add-variant BASE --quant-config PATH --repo OWNER/NAME --revision REV` (or by hand): where it is
 published, and its quantization config as recorded (ModelOpt's hf_quant_config.json "quantization" table, or a
-config.json "quantization_config" of compressed-tensors). Pointing the explorer at a new variant is that one file.
+config.json "quantization_config" of compressed-tensors or of block-wise FP8, quant_method "fp8"). Pointing the
+explorer at a new variant is that one file. A block-wise FP8 variant is laid out by the base model's family, which
+reads that quantization_config in its own configs (its layout checked against transformers' FP8 quantizer).
 
 What a variant's section states, all computed here from the base model's spec and the variant's config:
 - the predicted tensor layout: every stored tensor (name pattern, dtype, shape, bytes) with the exclude or ignore
@@ -21,6 +23,7 @@ the prediction. `weight_format_bytes` gives the memory calculator each format's 
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -28,6 +31,7 @@ from typing import Any
 from explorer.checkpoint.reconcile import expected_groups, predicted_index, reconcile
 from explorer.content.model_content import SLUG, parse_table
 from explorer.errors import ContentError
+from explorer.model.families.block_fp8 import FP8QuantizationConfig, fp8_block_storage, fp8_problems
 from explorer.model.quantization import (
     CompressedTensorsConfig,
     compressed_tensors_problems,
@@ -82,6 +86,8 @@ class PublishedVariant:
     meta: VariantMeta
     modelopt: ModelOptQuantization | None = None
     compressed_tensors: CompressedTensorsConfig | None = None
+    block_fp8: FP8QuantizationConfig | None = None
+    """A config.json quantization_config of quant_method "fp8" (weight_block_size, modules_to_not_convert)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,20 +169,25 @@ def variant_from_toml(raw: dict[str, Any], path: Path) -> PublishedVariant:
     meta = parse_table(raw.get("variant"), VariantMeta, f"{path}: table 'variant'", problems)
     modelopt = (parse_table(raw["quantization"], ModelOptQuantization, f"{path}: table 'quantization'", problems)
                 if "quantization" in raw else None)
-    ct = (parse_table(raw["quantization_config"], CompressedTensorsConfig, f"{path}: table 'quantization_config'",
-                      problems) if "quantization_config" in raw else None)
+    table = raw.get("quantization_config")
+    fp8 = isinstance(table, dict) and table.get("quant_method") == "fp8"
+    where = f"{path}: table 'quantization_config'"
+    ct = (parse_table(table, CompressedTensorsConfig, where, problems) if "quantization_config" in raw and not fp8
+          else None)
+    block = parse_table(table, FP8QuantizationConfig, where, problems) if fp8 else None
     unknown = sorted(set(raw) - {"variant", "quantization", "quantization_config"})
     problems += [f"{path}: table '{k}': unknown (a variant has [variant] and one quantization table)" for k in unknown]
-    if (modelopt is None) == (ct is None) and not problems:
+    if sum(q is not None for q in (modelopt, ct, block)) != 1 and not problems:
         problems.append(f"{path}: expected one of table 'quantization' (ModelOpt) or 'quantization_config' "
-                        "(compressed-tensors)")
+                        "(compressed-tensors, or block-wise FP8)")
+    problems += [f"{path}: {p}" for p in fp8_problems(block)]
     if modelopt is not None and modelopt.quant_algo not in ("NVFP4", "FP8"):
         problems.append(f"{path}: key 'quantization.quant_algo': must be 'NVFP4' or 'FP8', got {modelopt.quant_algo!r}")
     problems += [f"{path}: {p}" for p in compressed_tensors_problems(ct, "quantization_config")]
     problems += _meta_problems(meta, path)
     if problems:
         raise ContentError(problems)
-    variant = PublishedVariant(path.stem, meta, modelopt, ct)
+    variant = PublishedVariant(path.stem, meta, modelopt, ct, block)
     try:  # the scheme's own rule on every number it takes (group_size), as every family's storage is held to
         variant_storage(variant)
     except SchemeError as e:
@@ -211,7 +222,11 @@ def _meta_problems(meta: VariantMeta | None, path: Path) -> list[str]:
     return out
 
 
-def variant_storage(v: PublishedVariant) -> NVFP4 | FP8PerTensor | PackQuantized:
+def variant_storage(v: PublishedVariant) -> NVFP4 | FP8PerTensor | PackQuantized | BlockFP8:
+    if v.block_fp8 is not None:
+        storage = fp8_block_storage(v.block_fp8)
+        assert isinstance(storage, BlockFP8)
+        return storage
     if v.modelopt is not None:
         return NVFP4(v.modelopt.group_size) if v.modelopt.quant_algo == "NVFP4" else FP8PerTensor()
     assert v.compressed_tensors is not None
@@ -222,6 +237,8 @@ def variant_storage(v: PublishedVariant) -> NVFP4 | FP8PerTensor | PackQuantized
 
 def variant_spec(base: ModelSpec, v: PublishedVariant, module_name=lambda n: n) -> ModelSpec:
     """The base model's spec with the variant's storage on every projection its config does not exclude."""
+    if v.block_fp8 is not None:
+        return _block_fp8_spec(base, v)
     storage = variant_storage(v)
     root, fused = base.root, None
     if v.modelopt is not None:
@@ -238,6 +255,24 @@ def variant_spec(base: ModelSpec, v: PublishedVariant, module_name=lambda n: n) 
     citation = Citation(f"{v.meta.name} stores these weights {storage.stored_as} ({source}).", "config",
                         "quantization_config")
     return replace(base, root=quantize_linears(root, storage, skip, citation, module_name, fused))
+
+
+def _block_fp8_spec(base: ModelSpec, v: PublishedVariant) -> ModelSpec:
+    """The base model built by its family with the variant's quantization_config in its config: the layout the
+    family predicts for its own FP8 checkpoints, modules_to_not_convert applied as transformers applies it."""
+    from explorer.model.families import FAMILIES
+
+    typed: Any = base.config  # a family's frozen dataclass of config keys
+    field = next((f for f in dataclasses.fields(typed) if f.name == "quantization_config"), None)
+    if field is None or "FP8QuantizationConfig" not in str(field.type):
+        raise ContentError([f"variant {v.slug}: key 'quantization_config': the {base.family} family reads no "
+                            "block-wise FP8 quantization_config"])
+    family = FAMILIES[base.family]
+    config = replace(typed, quantization_config=v.block_fp8)
+    problems = family.check(config)  # a family may refuse the block (GPT-2: transformers converts nothing)
+    if problems:
+        raise ContentError([f"variant {v.slug}: {p}" for p in problems])
+    return replace(base, config=config, root=family.build(config, dict(base.values)))
 
 
 def stored_as(base: ModelSpec, v: PublishedVariant, module_name=lambda n: n) -> StoredAs:

@@ -51,7 +51,43 @@ def build_reference_model(spec: ModelSpec):  # -> transformers PreTrainedModel o
     config_class, model_class = _classes(spec)
     config = config_class(**transformers_config(spec))
     with torch.device("meta"), _no_random_fill():
-        return model_class(config)
+        return instantiate(spec, model_class, config)
+
+
+def instantiate(spec: ModelSpec, model_class, config):
+    """The binding's model: model_class itself, or (a binding with a head) the text model under "model" beside an
+    untied LM head, as the checkpoint names them."""
+    head = FAMILIES[spec.family].reference.head
+    return model_class(config) if not head else _with_head(model_class(config), head, config)
+
+
+def _with_head(body, head: str, config):
+    """A model of the text model's own pretrained base holding `body` as "model" and a bias-free Linear
+    hidden_size -> vocab_size as `head`, untied, whose call returns the logits (as a ForCausalLM's output has them);
+    transformers' quantizers see it as they see any of its models."""
+    import types
+
+    import torch
+    from transformers import PreTrainedModel
+
+    base = next(c for c in type(body).__mro__[1:] if issubclass(c, PreTrainedModel))
+
+    class WithHead(base):  # type: ignore[misc, valid-type]
+        def __init__(self) -> None:
+            super().__init__(config)
+            self.model = body
+            setattr(self, head, torch.nn.Linear(config.hidden_size, config.vocab_size, bias=False))
+            self.post_init()
+
+        def get_output_embeddings(self):
+            return getattr(self, head)
+
+        def forward(self, input_ids):
+            hidden = self.model(input_ids=input_ids).last_hidden_state
+            return types.SimpleNamespace(logits=getattr(self, head)(hidden))
+
+    WithHead.__name__ = WithHead.__qualname__ = f"{type(body).__name__} + {head}"  # what the check lines name
+    return WithHead()
 
 
 _FILLS = ("uniform_", "normal_", "trunc_normal_", "constant_", "ones_", "zeros_", "eye_", "dirac_", "xavier_uniform_",
@@ -91,7 +127,7 @@ def tiny_reference_model(tiny: ModelSpec):
     config_class, model_class = _classes(tiny)
     config = config_class(**transformers_config(tiny))
     config._attn_implementation = "eager"
-    model = model_class(config).eval()
+    model = instantiate(tiny, model_class, config).eval()
     generator = torch.Generator().manual_seed(1)
     with torch.no_grad():
         for name, p in model.named_parameters():

@@ -135,6 +135,8 @@ SYMBOLS: tuple[Symbol, ...] = (
     _s(r"A", "computed", "attention weights, the softmax over keys (A_h per head)", _ATT),
     _s(r"O", "computed", "each head's context: its attention weights applied to the values (O_h)", _ATT),
     _s(r"\tilde O", "computed", "the context after its output gate (or un-rotation)", _ATT),
+    _s(r"g^{\mathrm{head}}", "computed", "head-gated attention: one gate logit per query head and token "
+       "(g^{head}_h), from its own projection", _ATT),
     _s(r"O^{\mathrm{grp}}", "computed", "the context in groups of heads for a grouped output projection", _ATT),
     _s(r"O^{A}", "computed", "each head group's context projected by its own matrix (O^{A}_j for group j)", _ATT),
     _s(r"\kappa", "parameter", "a learned attention-sink logit per head (κ_h): a column every query may attend to "

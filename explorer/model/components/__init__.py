@@ -6,6 +6,7 @@ Importing this package registers every program (`base.PROGRAMS`) and reference c
 from __future__ import annotations
 
 from explorer.model.components import (  # noqa: F401  (registration)
+    activated_clamp,
     attention,
     blocks,
     compressed_attention,
@@ -22,6 +23,7 @@ from explorer.model.components import (  # noqa: F401  (registration)
     gemma4_vision,
     hash_routing,
     hc_blocks,
+    head_gated_attention,
     hybrid_block,
     hyper_connections,
     kda,
@@ -41,6 +43,7 @@ from explorer.model.components import (  # noqa: F401  (registration)
     post_norm_block,
     relu2_experts,
     rope,
+    scaled_routed_moe,
     sigmoid_moe,
     softcap,
 )

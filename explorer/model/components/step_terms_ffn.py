@@ -7,7 +7,8 @@ names the programs that apply it, so that each component shows what its own prog
 
 from __future__ import annotations
 
-from explorer.model.components.base import fmt_eps
+from explorer.model.components.activated_clamp import ActivatedClampExpertsOptions, ActivatedClampOptions
+from explorer.model.components.base import fmt_eps, fmt_num
 from explorer.model.components.embedding import HeadOptions
 from explorer.model.components.gemma4_vision import Gemma4VisionOptions
 from explorer.model.components.linear import LinearOptions
@@ -17,6 +18,7 @@ from explorer.model.components.moonvit import MoonViTOptions
 from explorer.model.components.parallel_moe import HalvesExpertsOptions, ScaledRouterOptions
 from explorer.model.components.qwen_vision import VisionOptions
 from explorer.model.components.relu2_experts import Relu2Options
+from explorer.model.components.scaled_routed_moe import ScaledRoutedMoEOptions
 from explorer.model.components.sigmoid_moe import InputGatedExpertsOptions, SigmoidTopKOptions
 from explorer.model.components.step_terms import Term, registers, switched_by
 from explorer.model.components.vision import PatchOptions, ProjectorOptions, VisionAttentionOptions
@@ -47,6 +49,27 @@ def _mlp(o: MLPOptions) -> tuple[Term, ...]:
         return (_act("silu" if o.gated and o.act == "silu" else "gelu", o.act),)
     lim = f"{o.limit:g}"  # the clamped SwiGLU: min(g, limit) for the gate, clamp(u, -limit, limit) for the up value
     return (_act("glu", "silu"), Term("limit", "clamp", rf",{lim}),\quad"), Term("limit", "clamp", f",-{lim},{lim})"))
+
+
+def _activated_clamp(limit: float) -> tuple[Term, ...]:
+    """min(a, L) for the activated gate, clamp(u, -L, L) for the up value (activated_clamp.py)."""
+    lim = fmt_num(limit)
+    return Term("limit", "clamp", rf",{lim}),\quad"), Term("limit", "clamp", f",-{lim},{lim})")
+
+
+@registers(ActivatedClampOptions)
+def _activated_clamp_mlp(o: ActivatedClampOptions) -> tuple[Term, ...]:
+    return _activated_clamp(o.limit)
+
+
+@registers(ActivatedClampExpertsOptions, structural=("experts",))
+def _activated_clamp_experts(o: ActivatedClampExpertsOptions) -> tuple[Term, ...]:
+    return _activated_clamp(o.limit)
+
+
+@registers(ScaledRoutedMoEOptions)
+def _scaled_routed_moe(o: ScaledRoutedMoEOptions) -> tuple[Term, ...]:
+    return (Term("scale", "moe-out", fmt_num(o.scale) + r"\,y^{\mathrm{routed}}"),) if o.scale != 1.0 else ()
 
 
 @registers(MoEOptions)
@@ -161,5 +184,5 @@ def _gemma4_vision(o: Gemma4VisionOptions) -> tuple[Term, ...]:
 
 
 for cls, names in ((MLPOptions, ("limit",)), (MoEOptions, ("shared",)), (LinearOptions, ("bias",)),
-                   (Gemma4VisionOptions, ("standardize",))):
+                   (Gemma4VisionOptions, ("standardize",)), (ScaledRoutedMoEOptions, ("scale",))):
     switched_by(cls, *names)

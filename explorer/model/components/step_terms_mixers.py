@@ -18,6 +18,7 @@ from explorer.model.components.fused_attention import FusedAttentionOptions
 from explorer.model.components.fused_qkv_attention import split_widths
 from explorer.model.components.gated_attention import GatedAttentionOptions
 from explorer.model.components.gated_deltanet import DeltaNetOptions
+from explorer.model.components.head_gated_attention import HeadGatedAttentionOptions
 from explorer.model.components.hyper_connections import HyperOptions
 from explorer.model.components.index_share import SharedSelectionOptions
 from explorer.model.components.kda import KDAOptions
@@ -46,6 +47,7 @@ def _qk_norm_terms(field: str, n: NormOptions) -> tuple[Term, ...]:
 NESTED_NORMS: dict[type, dict[str, tuple[str, ...]]] = {
     AttentionOptions: {"qk_norm": ("q_norm", "k_norm")},
     GatedAttentionOptions: {"qk_norm": ("q_norm", "k_norm")},
+    HeadGatedAttentionOptions: {"qk_norm": ("q_norm", "k_norm")},
     MLAOptions: {"norm": ("q_a_layernorm", "kv_a_layernorm")},
     SharedSelectionOptions: {"norm": ("q_a_layernorm", "kv_a_layernorm")},
     LayerAttentionOptions: {"norm": ("q_norm", "k_norm")},
@@ -95,6 +97,13 @@ def _attention(o: AttentionOptions) -> tuple[Term, ...]:
 def _gated_attention(o: GatedAttentionOptions) -> tuple[Term, ...]:
     """head_dim splits each head's query projection into its queries and its gates."""
     return (Term("head_dim", "heads", rf"{o.head_dim}+1:{2 * o.head_dim}"), *_qk_norm_terms("qk_norm", o.qk_norm))
+
+
+@registers(HeadGatedAttentionOptions, structural=("heads", "kv_heads", "head_dim"))
+def _head_gated_attention(o: HeadGatedAttentionOptions) -> tuple[Term, ...]:
+    """The sizes only reshape (the shapes show them; the KV repeat and the window are the scores child's); the
+    per-head gate σ(g_h) is the head-gate step's."""
+    return (*_qk_norm_terms("qk_norm", o.qk_norm),)
 
 
 @registers(FusedAttentionOptions)

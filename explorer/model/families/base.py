@@ -120,6 +120,10 @@ class ReferenceBinding:
     config_key: str = ""
     """The nested table the reference config class takes where the published file wraps it (Llama 4 Scout's
     text_config, built as Llama4TextConfig); empty: the whole config."""
+    head: str = ""
+    """Where model_class is a text model without an LM head (Step3p7TextModel: the published architecture is not a
+    transformers class), the name of the untied, bias-free Linear from hidden_size to vocab_size that the binding
+    adds beside it ("lm_head"), the text model then sitting under "model"; empty: model_class has its head."""
 
 
 class Family:
