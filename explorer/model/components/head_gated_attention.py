@@ -41,7 +41,6 @@ from explorer.model.components.rope import RopeOptions, rope, rotate
 from explorer.model.components.serving import layer_memory
 from explorer.spec.types import Citation, Component, Dim, IndexRange, Port, Step
 
-
 GATE = r"g^{\mathrm{head}}"
 """The head gates' logits (g^head_h for head h): named apart from a SwiGLU's gate g, which the same block shows."""
 
