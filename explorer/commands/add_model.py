@@ -104,7 +104,7 @@ def prepare_model(content_dir: Path, slug: str, config_path: Path, repo: str, re
     published = {k: v for k, v in config.items() if v is not None}
     spec = family.build_spec(slug, without_unused(config, unused), str(config_path))  # raises on a bad config
     text = model_toml(slug, family.name, published, nulls, sha256, repo, revision, released, config_path.name,
-                      order=list(config), values_sha256=config_values_digest(config), unused=recorded(published, unused),
+                      order=list(config), values_sha256=config_values_digest(config), unused=recorded(config, unused),
                       config_lines=cited_config_lines(spec, source, str(config_path)),
                       defaulted=family.defaulted_keys(config), provenance=provenance)
     return ModelRecord(content_dir / "models" / slug, text, spec)
@@ -150,13 +150,14 @@ def cited_config_lines(spec: ModelSpec, text: str, where: str) -> dict[str, tupl
 
 def recorded(config: dict[str, Any], keys: tuple[str, ...]) -> tuple[str, ...]:
     """The keys of `keys` that content records: a null inside a nested table is not written (TOML has no null, and
-    only top-level nulls are listed in config_nulls), so an unused key published as one is not listed either."""
+    only top-level nulls are listed in config_nulls), so an unused nested key published as one is not listed either;
+    a top-level key is recorded whatever its value (a null one in config_nulls)."""
     def holds(table: Any, dotted: str) -> bool:
         head, dot, rest = dotted.partition(".")
         if not isinstance(table, dict) or table.get(head) is None:
             return False
         return holds(table[head], rest) if dot else True
-    return tuple(k for k in keys if holds(config, k))
+    return tuple(k for k in keys if "." not in k or holds(config, k))
 
 
 def model_toml(slug: str, family: str, config: dict[str, Any], nulls: list[str], sha256: str, repo: str,
