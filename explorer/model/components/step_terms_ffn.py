@@ -7,7 +7,7 @@ names the programs that apply it, so that each component shows what its own prog
 
 from __future__ import annotations
 
-from explorer.model.components.base import fmt_eps
+from explorer.model.components.base import fmt_eps, fmt_num
 from explorer.model.components.embedding import HeadOptions
 from explorer.model.components.gemma4_vision import Gemma4VisionOptions
 from explorer.model.components.linear import LinearOptions
@@ -46,13 +46,20 @@ def _mlp(o: MLPOptions) -> tuple[Term, ...]:
     if o.limit is None:  # a plain MLP names its activation step "gelu" whatever the activation
         return (_act("silu" if o.gated and o.act == "silu" else "gelu", o.act),)
     lim = f"{o.limit:g}"  # the clamped SwiGLU: min(g, limit) for the gate, clamp(u, -limit, limit) for the up value
-    return (_act("glu", "silu"), Term("limit", "clamp", rf",{lim}),\quad"), Term("limit", "clamp", f",-{lim},{lim})"))
+    terms = (_act("glu", "silu"), Term("limit", "clamp", rf",{lim}),\quad"), Term("limit", "clamp", f",-{lim},{lim})"))
+    if o.alpha != 1.0:  # the gate's sigmoid gain (SwiGLU-OAI's 1.702)
+        terms += (Term("alpha", "glu", rf"\sigma({o.alpha:g}\,"),)
+    if o.up_shift:  # the up value shifted before the product
+        terms += (Term("up_shift", "product", f"+{o.up_shift:g})"),)
+    return terms
 
 
-@registers(MoEOptions)
+@registers(MoEOptions, structural=("clamped",))  # clamped: the experts' step names (their own options apply it)
 def _moe(o: MoEOptions) -> tuple[Term, ...]:
-    act = _act("expert-silu" if o.act == "silu" else "expert-gelu", o.act)
-    return (act, Term("shared", "moe-out", r"+y^{\mathrm{shared}}")) if o.shared else (act,)
+    act = (_act("expert-glu" if o.clamped else "expert-silu" if o.act == "silu" else "expert-gelu", o.act),)
+    if o.routed_scaling != 1.0:  # the routed sum's scale, applied by the MoE block (MiniMax-M3)
+        act += (Term("routed_scaling", "routed-sum", fmt_num(o.routed_scaling) + r"\,\sum"),)
+    return (*act, Term("shared", "moe-out", r"+y^{\mathrm{shared}}")) if o.shared else act
 
 
 @registers(HalvesExpertsOptions, structural=("experts",))
@@ -160,6 +167,6 @@ def _gemma4_vision(o: Gemma4VisionOptions) -> tuple[Term, ...]:
     return tuple(out)
 
 
-for cls, names in ((MLPOptions, ("limit",)), (MoEOptions, ("shared",)), (LinearOptions, ("bias",)),
+for cls, names in ((MLPOptions, ("limit", "alpha", "up_shift")), (MoEOptions, ("shared", "routed_scaling")), (LinearOptions, ("bias",)),
                    (Gemma4VisionOptions, ("standardize",))):
     switched_by(cls, *names)
