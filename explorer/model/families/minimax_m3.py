@@ -39,6 +39,12 @@ from explorer.model.components.moe import RouterOptions, moe, routed_experts, ro
 from explorer.model.components.norms import NormOptions, rmsnorm
 from explorer.model.components.rope import RopeOptions
 from explorer.model.families.base import DIM_LABELS, PublishedMetadata, ReferenceBinding, rule_problems, stored_dtype
+from explorer.model.families.block_fp8 import (
+    FP8QuantizationConfig,
+    fp8_block_storage,
+    fp8_problems,
+    keep_named_modules_dense,
+)
 from explorer.model.families.minimax_m2 import BUFFER_NOTE, MiniMaxM2
 from explorer.spec.types import Component, Dim
 
@@ -101,6 +107,8 @@ class MiniMaxM3Hyperparameters(PublishedMetadata):
     rms_norm_eps: float = 1e-6
     tie_word_embeddings: bool = False
     torch_dtype: str = "bfloat16"
+    quantization_config: FP8QuantizationConfig | None = None
+    """Block-wise FP8, read as MiniMax-M2's (the published text config has none)."""
     sparse_attention_config: SparseAttentionConfig | None = None
     moe_layer_freq: tuple[int, ...] | None = None
     """1: a mixture of experts, 0: a dense MLP; one per layer (transformers reads it into mlp_layer_types)."""
@@ -233,9 +241,10 @@ class MiniMaxM3(MiniMaxM2):
     def defaulted_keys(self, raw: dict[str, Any]) -> tuple[str, ...]:
         """The base's list without the flat keys the published nested ones decide: an index_* key that
         sparse_attention_config gives, layer_types beside sparse_attention_freq, mlp_layer_types beside
-        moe_layer_freq (transformers derives each from the published one)."""
+        moe_layer_freq (transformers derives each from the published one); nor quantization_config, a storage block
+        no config class defaults (absent: the weights are stored unquantized)."""
         nested = raw.get("sparse_attention_config") or {}
-        decided = {key for key, legacy in INDEX_KEYS.items() if legacy in nested}
+        decided = {key for key, legacy in INDEX_KEYS.items() if legacy in nested} | {"quantization_config"}
         decided |= {"layer_types"} if "sparse_attention_freq" in nested else set()
         decided |= {"mlp_layer_types"} if "moe_layer_freq" in raw else set()
         return tuple(k for k in super().defaulted_keys(raw) if k not in decided)
@@ -284,12 +293,13 @@ class MiniMaxM3(MiniMaxM2):
              f"transformers sizes the experts by intermediate_size ({c.intermediate_size})"),
             (c.first_k_dense_replace is None or mlp[:c.first_k_dense_replace] == (DENSE_LAYER,) * c.first_k_dense_replace,
              "first_k_dense_replace", "disagrees with moe_layer_freq, which transformers reads"),
-        ])
+        ]) + fp8_problems(c.quantization_config)
 
     # ------------------------------------------------------------------------------------------------ build
 
     def build(self, c: Any, values: dict[str, int | float]) -> Component:
-        ctx = Ctx(values, LABELS, REFERENCE, stored_dtype(c.torch_dtype))
+        dtype = stored_dtype(c.torch_dtype)
+        ctx = Ctx(values, LABELS, REFERENCE, dtype, fp8_block_storage(c.quantization_config))
         L, att, mlp = c.num_hidden_layers, attention_kinds(c), mlp_kinds(c)
         kinds: dict[tuple[str, str], list[int]] = {}
         for i in range(L):
@@ -320,7 +330,7 @@ class MiniMaxM3(MiniMaxM2):
                                         "they are not described: MiniMaxM3VLForCausalLM does not build them (it "
                                         "ignores mtp.* tensors on load) and no tensor listing of the checkpoint is "
                                         "recorded here.",))
-        return root
+        return keep_named_modules_dense(root, c.quantization_config, dtype, reference_module, "minimax_m3 config")
 
     def m3_block(self, ctx: Ctx, c: Any, pair: tuple[str, str], indices: tuple[int, ...]) -> Component:
         att_kind, mlp_kind = pair
@@ -451,7 +461,7 @@ class MiniMaxM3(MiniMaxM2):
                 "sparse_attention_config": {"use_sparse_attention": True, "sparse_attention_freq": list(layers_),
                                             "sparse_block_size": 2, "sparse_topk_blocks": 2, "sparse_local_block": 1,
                                             "sparse_num_index_heads": 2, "sparse_index_dim": 16},
-                "torch_dtype": "float32", "bos_token_id": 0, "eos_token_id": 1}
+                "torch_dtype": "float32", "bos_token_id": 0, "eos_token_id": 1, "quantization_config": None}
 
     def facts(self, c: Any) -> tuple[tuple[str, str], ...]:
         att = attention_kinds(c)
