@@ -250,9 +250,9 @@ def routed_experts(ctx: Ctx, *, prefix: str, ranges: tuple[IndexRange, ...], x: 
     """One routed SwiGLU expert of width `width` (a config key), repeated `experts` times, stored per expert; `clamp`:
     the clamped SwiGLU's limit, gain and up shift (MiniMax-M3's SwiGLU-OAI experts)."""
     expert_ranges = ranges + (IndexRange("expert", tuple(range(experts))),)
-    clamped = {} if clamp is None else {"limit": clamp.limit, "alpha": clamp.alpha, "up_shift": clamp.up_shift}
+    o = clamp or MLPOptions(act)
     e = gated_mlp(ctx, "expert", "Routed expert", "Routed expert", prefix=prefix + "{expert}.", ranges=expert_ranges,
-                  d_ff=ctx.sym(width), ff_dim=ctx.dim(width), x=x, **clamped,
+                  d_ff=ctx.sym(width), ff_dim=ctx.dim(width), x=x, limit=o.limit, alpha=o.alpha, up_shift=o.up_shift,
                   y=Port("E_i", x.shape, "expert_out"), names=names, act=act, sub="i",
                   description=f"One of {experts} SwiGLU experts of width {ctx.size(width):,}; each "
                               f"token runs {k} of them.", code=code, citations=citations)

@@ -46,7 +46,8 @@ def _mlp(o: MLPOptions) -> tuple[Term, ...]:
     if o.limit is None:  # a plain MLP names its activation step "gelu" whatever the activation
         return (_act("silu" if o.gated and o.act == "silu" else "gelu", o.act),)
     lim = f"{o.limit:g}"  # the clamped SwiGLU: min(g, limit) for the gate, clamp(u, -limit, limit) for the up value
-    terms = (_act("glu", "silu"), Term("limit", "clamp", rf",{lim}),\quad"), Term("limit", "clamp", f",-{lim},{lim})"))
+    terms: tuple[Term, ...] = (_act("glu", "silu"), Term("limit", "clamp", rf",{lim}),\quad"),
+                               Term("limit", "clamp", f",-{lim},{lim})"))
     if o.alpha != 1.0:  # the gate's sigmoid gain (SwiGLU-OAI's 1.702)
         terms += (Term("alpha", "glu", rf"\sigma({o.alpha:g}\,"),)
     if o.up_shift:  # the up value shifted before the product
@@ -56,7 +57,7 @@ def _mlp(o: MLPOptions) -> tuple[Term, ...]:
 
 @registers(MoEOptions, structural=("clamped",))  # clamped: the experts' step names (their own options apply it)
 def _moe(o: MoEOptions) -> tuple[Term, ...]:
-    act = (_act("expert-glu" if o.clamped else "expert-silu" if o.act == "silu" else "expert-gelu", o.act),)
+    act: tuple[Term, ...] = (_act("expert-glu" if o.clamped else "expert-silu" if o.act == "silu" else "expert-gelu", o.act),)
     if o.routed_scaling != 1.0:  # the routed sum's scale, applied by the MoE block (MiniMax-M3)
         act += (Term("routed_scaling", "routed-sum", fmt_num(o.routed_scaling) + r"\,\sum"),)
     return (*act, Term("shared", "moe-out", r"+y^{\mathrm{shared}}")) if o.shared else act

@@ -227,9 +227,10 @@ class MiniMaxM3(MiniMaxM2):
     config_class: ClassVar[type] = MiniMaxM3Hyperparameters
     reference = ReferenceBinding("MiniMaxM3VLTextConfig", "MiniMaxM3VLForCausalLM", renames=to_checkpoint_names)
     ref = REFERENCE
-    symbols = ("vocab_size", "hidden_size", "intermediate_size", "dense_intermediate_size", "shared_intermediate_size",
-               "num_attention_heads", "num_key_value_heads", "head_dim", "num_local_experts", "num_experts_per_tok",
-               "index_n_heads", "index_head_dim")
+    symbols: ClassVar[tuple[str, ...]] = (
+        "vocab_size", "hidden_size", "intermediate_size", "dense_intermediate_size", "shared_intermediate_size",
+        "num_attention_heads", "num_key_value_heads", "head_dim", "num_local_experts", "num_experts_per_tok",
+        "index_n_heads", "index_head_dim")
 
     def values(self, c: Any) -> dict[str, int | float]:
         return {**{n: getattr(c, n) for n in self.symbols},
