@@ -6,6 +6,7 @@ scaling each fail; each sparse layer caches its indexer key beside K and V."""
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import replace
 
 import pytest
@@ -14,12 +15,13 @@ from conftest import ROOT
 
 from explorer.checkpoint.reconcile import reconcile
 from explorer.content.model_content import load_model_content
-from explorer.errors import ExecutionError
+from explorer.errors import ContentError, ExecutionError
 from explorer.execute.executor import check_equations, first_layer, module_prefix, tiny_spec
 from explorer.execute.reference import build_reference_model, reference_index, reference_state, tiny_reference_model
 from explorer.model.account import account
 from explorer.model.components import PROGRAMS, Run
 from explorer.model.components import block_sparse_attention as msa
+from explorer.model.components import mlp as mlp_module
 from explorer.model.components import moe as moe_module
 from explorer.model.components.attention import call_with_rotary
 from explorer.model.components.blocks import angles_for, block_layers, causal_mask
@@ -189,6 +191,20 @@ def test_dropping_the_routed_scaling_fails(tiny, spec, monkeypatch):
     build_check_fails(spec, tiny, "blocks.sparse_moe.moe: max |Δ|")
 
 
+@pytest.mark.parametrize("wrong", ["no up shift", "no sigmoid gain"])
+def test_plain_clamped_swiglu_in_place_of_swiglu_oai_fails(tiny, spec, monkeypatch, wrong):
+    """The dense MLP and the shared expert without SwiGLU-OAI's +1 on the up value, or without its 1.702 gain (the
+    tiny config's limit, 0.3, makes the clamps bite too)."""
+    real = mlp_module.clamped_glu
+
+    def plain(g, u, limit, alpha=1.0, shift=0.0, rec=None):
+        return real(g, u, limit, alpha if wrong == "no up shift" else 1.0, 0.0 if wrong == "no up shift" else shift,
+                    rec)
+
+    monkeypatch.setattr(mlp_module, "clamped_glu", plain)
+    build_check_fails(spec, tiny, "blocks.full_dense.mlp: max |Δ|")
+
+
 # ------------------------------------------------------------------------------------------- memory per token
 
 def test_each_sparse_layer_caches_its_indexer_key_beside_k_and_v(spec):
@@ -200,3 +216,39 @@ def test_each_sparse_layer_caches_its_indexer_key_beside_k_and_v(spec):
     assert sparse.formula == "2 × num_key_value_heads × head_dim + index_head_dim"
     assert figures.get("kv_cache_per_token").value == 3 * 1024 + 57 * 1152
     assert "at most 2,048 of them read by attention" in figures.get("flops_decode").formula
+
+
+# ------------------------------------------------------------------------------------------------ bad input
+
+def refused(**changes) -> str:
+    """The lines a mutated MiniMax-M3 config is refused with, each naming the file and a key."""
+    content = load_model_content(ROOT / "content/models" / SLUG)
+    with pytest.raises(ContentError) as raised:
+        load_model_spec(dataclasses.replace(content, config={**content.config, **changes}))
+    lines = raised.value.problems
+    assert lines and all(f"{content.folder / 'model.toml'}: table 'config': key" in line for line in lines)
+    return "\n".join(lines)
+
+
+def sparse(**changes) -> dict:
+    content = load_model_content(ROOT / "content/models" / SLUG)
+    return {"sparse_attention_config": {**content.config["sparse_attention_config"], **changes}}
+
+
+@pytest.mark.parametrize("changes, says", [
+    (sparse(sparse_block_size=0), "key 'sparse_attention_config.sparse_block_size': must be an integer in 1..1,000,000, got 0"),
+    (sparse(sparse_block_size=10**9), "key 'sparse_attention_config.sparse_block_size': must be an integer in 1..1,000,000"),
+    (sparse(sparse_topk_blocks=-1), "key 'sparse_attention_config.sparse_topk_blocks': must be an integer in 1.."),
+    (sparse(sparse_num_index_heads=3), "key 'index_n_heads': must divide num_attention_heads (64)"),
+    (sparse(sparse_index_dim=32), "key 'index_head_dim': must be >= the rotary width (64)"),
+    (sparse(sparse_local_block=17), "key 'index_local_blocks': must be in 0..index_topk_blocks"),
+    (sparse(sparse_attention_freq=[1] * 59), "key 'layer_types': must give 60 entries"),
+    (sparse(sparse_init_block=1), "key 'sparse_attention_config.sparse_init_block': transformers keeps no leading"),
+    (sparse(sparse_score_type="mean"), "key 'sparse_attention_config.sparse_score_type'"),
+    ({"moe_layer_freq": [1] * 61}, "key 'mlp_layer_types': must give 60 entries"),
+    ({"qk_norm_type": "per_layer"}, "key 'qk_norm_type': transformers always builds QK-norm per head"),
+    ({"rotary_dim": 32}, "key 'rotary_dim': the reference rotates int(head_dim × partial_rotary_factor) = 64"),
+    ({"dense_intermediate_size": -1}, "key 'dense_intermediate_size': must be an integer in 1.."),
+])
+def test_a_config_the_family_cannot_describe_is_refused_in_one_line_naming_the_key(changes, says):
+    assert says in refused(**changes)

@@ -450,7 +450,8 @@ class MiniMaxM3(MiniMaxM2):
     def tiny_config(self, c: Any) -> dict[str, Any]:
         """Small sizes, same structure: a full-attention dense layer, then sparse MoE layers; 4 query heads over 2
         key/value heads of 16 features, 8 rotating; 2 indexer heads keeping 2 blocks of 2 keys (so at the traced 5
-        positions the last query drops a block)."""
+        positions the last query drops a block); a SwiGLU-OAI limit of 0.3, which the tiny activations reach (at 7
+        no clamp would act)."""
         layers_ = (0, 1, 1)
         return {"architectures": ["MiniMaxM3ForCausalLM"], "model_type": "minimax_m3", "vocab_size": 97,
                 "hidden_size": 64, "intermediate_size": 32, "dense_intermediate_size": 48,
