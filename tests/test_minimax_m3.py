@@ -79,7 +79,26 @@ def test_checkpoint_names_follow_the_conversion_mapping(spec):
     assert "model.layers.0.mlp.gate_proj.weight" in names and "model.layers.0.mlp.gate_up_proj.weight" not in names
 
 
-def test_a_wrong_block_size_formula_does_not_balance(spec):
+QUANTIZED_LAYERS = {r"block_sparse_moe\.experts\.\d+\.w[123]": 21_888, r"self_attn\.[qkvo]_proj": 240,
+                    r"self_attn\.index_[qk]_proj": 114, r"block_sparse_moe\.shared_experts\.(gate|up|down)_proj": 171,
+                    r"mlp\.(gate|up|down)_proj": 9}
+"""The 22,422 Linear modules nvidia/MiniMax-M3-NVFP4's hf_quant_config.json lists as quantized_layers (under
+language_model.model.layers.N.), counted by kind from the published file: every Linear but the embedding, the LM
+head and the routers' gates, which its exclude_modules name."""
+
+
+def test_the_predicted_names_are_the_linear_modules_the_published_nvfp4_export_names(spec):
+    import re
+
+    modules = {n.removesuffix(".weight") for n in reference_index(spec).index.tensors
+               if n.endswith(".weight") and n.startswith("model.layers.") and not n.endswith("norm.weight")
+               and not n.endswith("block_sparse_moe.gate.weight")}
+    counts = {kind: sum(1 for m in modules if re.fullmatch(rf"model\.layers\.\d+\.{kind}", m))
+              for kind in QUANTIZED_LAYERS}
+    assert counts == QUANTIZED_LAYERS and sum(counts.values()) == len(modules) == 22_422
+
+
+def test_a_wrong_indexer_width_does_not_balance(spec):
     bad = replace(spec, values={**spec.values, "index_head_dim": 64})
     rec = reconcile(bad, reference_index(spec).index, reference=True)
     assert not rec.balanced and any("index_k_proj.weight" in m.name for m in rec.shape_mismatch)
