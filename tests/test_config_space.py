@@ -32,7 +32,7 @@ BASE = {"llama": "llama-3.1-8b", "qwen3": "qwen3-8b", "gpt2": "gpt2", "gemma3_te
         "kimi_k25": "kimi-k2.5", "minimax_m2": "minimax-m2.5", "mimo_v2_flash": "mimo-v2-flash",
         "llama4": "llama-4-scout-17b-16e", "gemma4": "gemma-4-26b-a4b", "qwen3_5": "qwen3.5-27b",
         "qwen3_5_moe": "qwen3.5-35b-a3b", "nemotron_h": "nemotron-3-nano-30b-a3b", "deepseek_v4": "deepseek-v4-flash",
-        "step3p7": "step-3.7-flash"}
+        "step3p7": "step-3.7-flash", "minimax_m3": "minimax-m3"}
 """The site model whose tiny config each family's draws start from."""
 
 
@@ -175,6 +175,22 @@ def v4_layers(r: random.Random, t: dict[str, Any]) -> None:
              mlp_layer_types=["hash_moe"] * hashed + ["moe"] * (n - hashed))
 
 
+def m3_layers(r: random.Random, t: dict[str, Any]) -> None:
+    """MiniMax-M3's per-layer lists (dense or MoE, full or block-sparse attention), its rotary share, and its
+    indexer: heads that divide the query heads, at least as wide as the rotated features, blocks of 1 to 4 keys."""
+    n, heads = t["num_hidden_layers"], t["num_attention_heads"]
+    factor = r.choice([0.5, 1.0])
+    rotated = int(t["head_dim"] * factor)
+    t.update(moe_layer_freq=[r.choice((0, 1)) for _ in range(n)], partial_rotary_factor=factor, rotary_dim=rotated,
+             dense_intermediate_size=r.choice([16, 48]), shared_intermediate_size=r.choice([8, 24]))
+    topk = r.randint(1, 4)
+    t["sparse_attention_config"] = {
+        **t["sparse_attention_config"], "sparse_attention_freq": [r.choice((0, 1)) for _ in range(n)],
+        "sparse_num_index_heads": r.choice([d for d in (1, 2, 3, 4, 6) if heads % d == 0]),
+        "sparse_index_dim": r.choice([w for w in (8, 16, 24) if w >= rotated]), "sparse_block_size": r.choice([1, 2, 4]),
+        "sparse_topk_blocks": topk, "sparse_local_block": r.randint(0, topk)}
+
+
 SPACE: dict[str, tuple[Draw, ...]] = {
     "gpt2": (gpt2_sizes,),
     "gemma3": (depth(), gqa, mlp),
@@ -200,6 +216,7 @@ SPACE: dict[str, tuple[Draw, ...]] = {
                     layer_list("layer_types", ("linear_attention", "full_attention"))),
     "llama4": (depth(), gqa, experts("num_local_experts", "num_experts_per_tok", "intermediate_size")),
     "step3p7": (depth(), gqa, mlp, experts("n_routed_experts", "num_experts_per_tok"), step_layers),
+    "minimax_m3": (depth(), gqa, experts("num_local_experts", "num_experts_per_tok", "intermediate_size"), m3_layers),
 }
 """Per family, the draws applied in order (the depth first: per-layer lists follow it). Families beside a text
 config (Qwen3.5, Llama 4) draw inside text_config."""

@@ -155,6 +155,13 @@ SYMBOLS: tuple[Symbol, ...] = (
     _s(r"I", "computed", "indexer scores per key position (I_{t,s})", _ATT),
     _s(r"M^{\mathrm{sel}}", "computed", "sparse attention: the mask that keeps the selected keys", _ATT),
     _s(r"M^{\mathrm{DSA}}", "computed", "sparse attention: the causal mask plus the selection mask", _ATT),
+    _s(r"\hat Q^{I}", "computed", "block indexer: its queries, normalised per head", _ATT),
+    _s(r"I^{\mathrm{blk}}", "computed", "block indexer: a key block's score, the best of its keys' (I^{blk}_{h,t,j})",
+       _ATT),
+    _s(r"\hat I^{\mathrm{blk}}", "computed", "block indexer: the block scores with the query's local blocks forced "
+       "to +∞", _ATT),
+    _s(r"M^{\mathrm{MSA}}", "computed", "MiniMax sparse attention: the causal mask plus each key block's selection, "
+       "per head", _ATT),
     _s(r"C^{\mathrm{kv}}", "computed", "compressed attention: projected entries before pooling", _ATT),
     _s(r"C", "computed", "Mamba-2: the read-out vector C_t", _REC),
     _s(r"Z", "computed", "compressed attention: pooling logits", _ATT),
@@ -223,7 +230,8 @@ SYMBOLS: tuple[Symbol, ...] = (
     _s(r"h", "index", "indexes a head (Q_h, A_h, O_h)", _IDX),
     _s(r"i", "index", "indexes a routed expert (G_i, E_i), a patch (row(i), col(i): its row and column in the "
        "image), a position in a chunk, or a key head's group of fused projections (π^{qkvz}_i)", _IDX),
-    _s(r"j", "index", "indexes a feature pair (θ_j), the experts a sum runs over, or a head group (O^{A}_j)", _IDX),
+    _s(r"j", "index", "indexes a feature pair (θ_j), the experts a sum runs over, a head group (O^{A}_j) or a key block "
+       "(I^{blk}_{h,t,j})", _IDX),
     _s(r"n", "index", "indexes a block (x_n enters block n)", _IDX),
     _s(r"s", "index", "indexes a key position (M_{ts}: query t, key s)", _IDX),
     _s(r"t", "index", "indexes a position (R_t, x^{pos}_t, t = 0, …, T − 1); in attention, the query's (M_{ts}: query "

@@ -94,11 +94,16 @@ FREE_SIZES = {"B": 2, "T": 5}
 
 def free_size(symbol: str, free: dict[str, int] = FREE_SIZES) -> int:
     """The traced size of a free dimension: "T" -> 5; "T/4" (one per closed window of 4 positions) -> 1;
-    "T+T/4" (positions and compressed entries side by side) -> 6."""
+    "T+T/4" (positions and compressed entries side by side) -> 6; "⌈T/2⌉" (blocks of 2 positions, the last one
+    partial) -> 3."""
     total = 0
     for term in symbol.split("+"):
-        base, _, ratio = term.partition("/")
-        total += free[base] // int(ratio) if ratio else free[base]
+        ceil = term.startswith("⌈") and term.endswith("⌉")
+        base, _, ratio = term.strip("⌈⌉").partition("/")
+        if not ratio:
+            total += free[base]
+        else:
+            total += -(-free[base] // int(ratio)) if ceil else free[base] // int(ratio)
     return total
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 from explorer.model.components import (  # noqa: F401  (registration)
     activated_clamp,
     attention,
+    block_sparse_attention,
     blocks,
     compressed_attention,
     compressed_attention_memory,

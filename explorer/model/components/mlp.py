@@ -44,6 +44,10 @@ class MLPOptions:
     gated: bool = True
     limit: float | None = None
     """Clamp the gate from above and the up value on both sides at this value (DeepSeek-V4's swiglu_limit)."""
+    alpha: float = 1.0
+    """The clamped SwiGLU's sigmoid gain: a = ĝ σ(α ĝ) (MiniMax-M3's swiglu_alpha, 1.702)."""
+    up_shift: float = 0.0
+    """Added to the clamped up value before the product (1 in MiniMax-M3's SwiGLU-OAI, as in gpt-oss)."""
 
 
 def activation(g: torch.Tensor, act: Activation) -> torch.Tensor:
@@ -67,9 +71,11 @@ def clamped_glu(g: torch.Tensor, u: torch.Tensor, limit: float, alpha: float = 1
 def gated_mlp(ctx: Ctx, key: str, title: str, crumb: str, *, prefix: str, ranges: tuple[IndexRange, ...],
               d_ff: sympy.Expr, ff_dim: Dim, x: Port, y: Port, description: str, code: str,
               citations: tuple[Citation, ...], act: Activation = "silu", names: tuple[str, str, str] = (
-                  "gate_proj", "up_proj", "down_proj"), sub: str = "", limit: float | None = None) -> Component:
+                  "gate_proj", "up_proj", "down_proj"), sub: str = "", limit: float | None = None,
+              alpha: float = 1.0, up_shift: float = 0.0) -> Component:
     """down(act(gate x) ⊙ up x): three bias-free projections; `names` are their module names in the checkpoint,
-    `sub` an index on every symbol (the routed expert i, the shared expert "sh")."""
+    `sub` an index on every symbol (the routed expert i, the shared expert "sh"); with `limit`, the clamped SwiGLU
+    (ĝ = min(g, limit), û = clamp(u, ±limit), a = ĝ σ(α ĝ), m = a ⊙ (û + up_shift))."""
     gs, us, as_, ms, ws = _indexed(sub)
     g = Port(gs, ctx.tokens(ff_dim), "g")
     h = Port(ms, ctx.tokens(ff_dim), "h")
@@ -95,8 +101,9 @@ def gated_mlp(ctx: Ctx, key: str, title: str, crumb: str, *, prefix: str, ranges
         steps = (gate.steps[0], up.steps[0],
                  Step(rf"\hat {gs}=\min({gs},{lim}),\quad \hat {us}=\operatorname{{clamp}}({us},-{lim},{lim})", g.shape,
                       "clamp"),
-                 Step(rf"{as_}=\hat {gs}\,\sigma(\hat {gs})", g.shape, "glu"),
-                 Step(rf"{ms}={as_}\odot \hat {us}", h.shape, "product"), down.steps[0])
+                 Step(clamped_glu_latex(as_, gs, alpha), g.shape, "glu"),
+                 Step(rf"{ms}={as_}\odot " + (rf"(\hat {us}+{up_shift:g})" if up_shift else rf"\hat {us}"), h.shape,
+                      "product"), down.steps[0])
     glu = "SiLU" if act == "silu" else "GELU"
     return Component(
         key=key, title=title, crumb=crumb, kind="learned", code=code, description=description, inputs=(x,),
@@ -104,8 +111,14 @@ def gated_mlp(ctx: Ctx, key: str, title: str, crumb: str, *, prefix: str, ranges
         equations=(Step(rf"{y.latex}=\left(\operatorname{{{glu}}}({x.latex}W_1)\odot {x.latex}W_3\right)W_2", y.shape,
                         "swiglu"),),
         steps=steps, children=(gate, up, down), citations=citations, program="gated_mlp",
-        options=MLPOptions(act, limit=limit),
+        options=MLPOptions(act, limit=limit, alpha=alpha, up_shift=up_shift),
     )
+
+
+def clamped_glu_latex(a: str, g: str, alpha: float) -> str:
+    """a = ĝ σ(ĝ), or a = ĝ σ(α ĝ) where the gate's sigmoid has a gain."""
+    gain = f"{alpha:g}" + r"\," if alpha != 1.0 else ""
+    return rf"{a}=\hat {g}\,\sigma({gain}\hat {g})"
 
 
 def gated(run: Run, comp: Component, x: torch.Tensor, act: Activation) -> torch.Tensor:
@@ -113,9 +126,9 @@ def gated(run: Run, comp: Component, x: torch.Tensor, act: Activation) -> torch.
     gate_c, up_c, down_c = comp.children
     g = run_child(comp, gate_c.key, run, x)
     u = run_child(comp, up_c.key, run, x)
-    limit = options(comp, MLPOptions).limit
-    if limit is not None:
-        return run_child(comp, down_c.key, run, clamped_glu(g, u, limit, rec=run.rec))
+    o = options(comp, MLPOptions)
+    if o.limit is not None:
+        return run_child(comp, down_c.key, run, clamped_glu(g, u, o.limit, o.alpha, o.up_shift, rec=run.rec))
     a = run.rec("silu" if act == "silu" else "gelu", activation(g, act))
     h = run.rec("product", a * u)
     return run_child(comp, down_c.key, run, h)

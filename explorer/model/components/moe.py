@@ -32,7 +32,7 @@ from explorer.model.components.base import (
     run_child,
     worked_example,
 )
-from explorer.model.components.mlp import Activation, activation, gated_mlp
+from explorer.model.components.mlp import Activation, MLPOptions, activation, clamped_glu, gated_mlp
 from explorer.spec.results import RoutingExample
 from explorer.spec.storage import Dense
 from explorer.spec.types import Citation, Component, Dim, IndexRange, Port, Step, TensorRole, TensorSpec
@@ -235,16 +235,24 @@ def call_router(comp: Component, ref, model, inputs, run: Run, ours: torch.Tenso
 class MoEOptions:
     act: Activation
     shared: bool
+    routed_scaling: float = 1.0
+    """The routed experts' sum is multiplied by this before the shared expert's output is added (MiniMax-M3's
+    routed_scaling_factor, applied in the MoE block, not by the router)."""
+    clamped: bool = False
+    """The experts are clamped SwiGLUs (their MLPOptions' limit): their steps are clamp, glu and product."""
 
 
 def routed_experts(ctx: Ctx, *, prefix: str, ranges: tuple[IndexRange, ...], x: Port, experts: int, k: int,
                    code: str, citations: tuple[Citation, ...], names: tuple[str, str, str] = (
                        "gate_proj", "up_proj", "down_proj"), act: Activation = "silu",
-                   experts_sym: str = "n_routed_experts", width: str = "moe_intermediate_size") -> Component:
-    """One routed SwiGLU expert of width `width` (a config key), repeated `experts` times, stored per expert."""
+                   experts_sym: str = "n_routed_experts", width: str = "moe_intermediate_size",
+                   clamp: MLPOptions | None = None) -> Component:
+    """One routed SwiGLU expert of width `width` (a config key), repeated `experts` times, stored per expert; `clamp`:
+    the clamped SwiGLU's limit, gain and up shift (MiniMax-M3's SwiGLU-OAI experts)."""
     expert_ranges = ranges + (IndexRange("expert", tuple(range(experts))),)
+    o = clamp or MLPOptions(act)
     e = gated_mlp(ctx, "expert", "Routed expert", "Routed expert", prefix=prefix + "{expert}.", ranges=expert_ranges,
-                  d_ff=ctx.sym(width), ff_dim=ctx.dim(width), x=x,
+                  d_ff=ctx.sym(width), ff_dim=ctx.dim(width), x=x, limit=o.limit, alpha=o.alpha, up_shift=o.up_shift,
                   y=Port("E_i", x.shape, "expert_out"), names=names, act=act, sub="i",
                   description=f"One of {experts} SwiGLU experts of width {ctx.size(width):,}; each "
                               f"token runs {k} of them.", code=code, citations=citations)
@@ -263,11 +271,12 @@ def shared_expert(ctx: Ctx, *, prefix: str, ranges: tuple[IndexRange, ...], x: P
 
 
 def moe(ctx: Ctx, *, x: Port, y_latex: str, router_c: Component, expert: Component, shared: Component | None,
-        code: str, citations: tuple[Citation, ...]) -> Component:
-    """Route each token to k experts and sum their gated outputs (plus the shared experts')."""
+        code: str, citations: tuple[Citation, ...], routed_scaling: float = 1.0) -> Component:
+    """Route each token to k experts and sum their gated outputs (times routed_scaling), plus the shared experts'."""
     E, kk = expert.repeat, options(router_c, RouterOptions).k
+    scale = fmt_num(routed_scaling) + r"\," if routed_scaling != 1.0 else ""
     steps = [*router_c.steps, *prefixed(expert.steps, "expert-"),
-             Step(rf"y^{{\mathrm{{routed}}}}=\sum_{{i=1}}^{{{E}}}G_i\,E_i", x.shape, "routed-sum")]
+             Step(rf"y^{{\mathrm{{routed}}}}={scale}\sum_{{i=1}}^{{{E}}}G_i\,E_i", x.shape, "routed-sum")]
     if shared is not None:
         steps += [*prefixed(shared.steps, "shared-"),
                   Step(rf"{y_latex}=y^{{\mathrm{{routed}}}}+y^{{\mathrm{{shared}}}}", x.shape, "moe-out")]
@@ -280,7 +289,8 @@ def moe(ctx: Ctx, *, x: Port, y_latex: str, router_c: Component, expert: Compone
         inputs=(x,), outputs=(Port(y_latex, x.shape, "delta_ffn"),),
         equations=tuple(s for s in steps if s.name in ("routed-sum", "moe-out")), steps=tuple(steps),
         children=(router_c, expert) + ((shared,) if shared is not None else ()), citations=citations, program="moe",
-        options=MoEOptions(options(expert, type(expert.options)).act, shared is not None),
+        options=MoEOptions(options(expert, MLPOptions).act, shared is not None, routed_scaling,
+                           options(expert, MLPOptions).limit is not None),
     )
 
 
@@ -296,12 +306,16 @@ def run_moe(comp: Component, run: Run, x: torch.Tensor) -> list[torch.Tensor]:
     g = torch.einsum("btd,eid->ebti", x, W1)
     u = torch.einsum("btd,eid->ebti", x, W3)
     ex.rec(expert.children[0].key, g[0]), ex.rec(expert.children[1].key, u[0])
-    a = activation(g, o.act)
-    h = a * u
-    ex.rec("silu" if o.act == "silu" else "gelu", a[0]), ex.rec("product", h[0])
+    eo = options(expert, MLPOptions)
+    if eo.limit is not None:  # the clamped SwiGLU, recorded as the expert's own steps
+        h = clamped_glu(g, u, eo.limit, eo.alpha, eo.up_shift, rec=lambda name, t: (ex.rec(name, t[0]), t)[1])
+    else:
+        a = activation(g, o.act)
+        h = a * u
+        ex.rec("silu" if o.act == "silu" else "gelu", a[0]), ex.rec("product", h[0])
     E_out = torch.einsum("ebti,edi->ebtd", h, W2)                                       # [E, B, T, d]
     ex.rec(expert.children[2].key, E_out[0])
-    y = run.rec("routed-sum", torch.einsum("bte,ebtd->btd", G.to(E_out.dtype), E_out))
+    y = run.rec("routed-sum", o.routed_scaling * torch.einsum("bte,ebtd->btd", G.to(E_out.dtype), E_out))
     if o.shared:
         y = y + run_child(comp, "shared", run, x, prefix="shared-")
     return [run.rec("moe-out", y)]

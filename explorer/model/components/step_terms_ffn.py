@@ -48,7 +48,13 @@ def _mlp(o: MLPOptions) -> tuple[Term, ...]:
     if o.limit is None:  # a plain MLP names its activation step "gelu" whatever the activation
         return (_act("silu" if o.gated and o.act == "silu" else "gelu", o.act),)
     lim = f"{o.limit:g}"  # the clamped SwiGLU: min(g, limit) for the gate, clamp(u, -limit, limit) for the up value
-    return (_act("glu", "silu"), Term("limit", "clamp", rf",{lim}),\quad"), Term("limit", "clamp", f",-{lim},{lim})"))
+    terms: tuple[Term, ...] = (_act("glu", "silu"), Term("limit", "clamp", rf",{lim}),\quad"),
+                               Term("limit", "clamp", f",-{lim},{lim})"))
+    if o.alpha != 1.0:  # the gate's sigmoid gain (SwiGLU-OAI's 1.702)
+        terms += (Term("alpha", "glu", rf"\sigma({o.alpha:g}\,"),)
+    if o.up_shift:  # the up value shifted before the product
+        terms += (Term("up_shift", "product", f"+{o.up_shift:g})"),)
+    return terms
 
 
 def _activated_clamp(limit: float) -> tuple[Term, ...]:
@@ -72,10 +78,12 @@ def _scaled_routed_moe(o: ScaledRoutedMoEOptions) -> tuple[Term, ...]:
     return (Term("scale", "moe-out", fmt_num(o.scale) + r"\,y^{\mathrm{routed}}"),) if o.scale != 1.0 else ()
 
 
-@registers(MoEOptions)
+@registers(MoEOptions, structural=("clamped",))  # clamped: the experts' step names (their own options apply it)
 def _moe(o: MoEOptions) -> tuple[Term, ...]:
-    act = _act("expert-silu" if o.act == "silu" else "expert-gelu", o.act)
-    return (act, Term("shared", "moe-out", r"+y^{\mathrm{shared}}")) if o.shared else (act,)
+    act: tuple[Term, ...] = (_act("expert-glu" if o.clamped else "expert-silu" if o.act == "silu" else "expert-gelu", o.act),)
+    if o.routed_scaling != 1.0:  # the routed sum's scale, applied by the MoE block (MiniMax-M3)
+        act += (Term("routed_scaling", "routed-sum", fmt_num(o.routed_scaling) + r"\,\sum"),)
+    return (*act, Term("shared", "moe-out", r"+y^{\mathrm{shared}}")) if o.shared else act
 
 
 @registers(HalvesExpertsOptions, structural=("experts",))
@@ -183,6 +191,6 @@ def _gemma4_vision(o: Gemma4VisionOptions) -> tuple[Term, ...]:
     return tuple(out)
 
 
-for cls, names in ((MLPOptions, ("limit",)), (MoEOptions, ("shared",)), (LinearOptions, ("bias",)),
-                   (Gemma4VisionOptions, ("standardize",)), (ScaledRoutedMoEOptions, ("scale",))):
+for cls, names in ((MLPOptions, ("limit", "alpha", "up_shift")), (MoEOptions, ("shared", "routed_scaling")),
+                   (LinearOptions, ("bias",)), (Gemma4VisionOptions, ("standardize",)), (ScaledRoutedMoEOptions, ("scale",))):
     switched_by(cls, *names)

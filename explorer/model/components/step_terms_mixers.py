@@ -12,6 +12,7 @@ from __future__ import annotations
 from explorer.model.components import dsa
 from explorer.model.components.attention import AttentionOptions
 from explorer.model.components.base import fmt_eps, fmt_num, k, options, q, v
+from explorer.model.components.block_sparse_attention import BlockIndexerOptions
 from explorer.model.components.blocks import BlockOptions
 from explorer.model.components.compressed_attention import CompressorOptions, IndexerOptions, V4AttentionOptions
 from explorer.model.components.fused_attention import FusedAttentionOptions
@@ -53,6 +54,7 @@ NESTED_NORMS: dict[type, dict[str, tuple[str, ...]]] = {
     LayerAttentionOptions: {"norm": ("q_norm", "k_norm")},
     V4AttentionOptions: {"eps": ("q_a_norm", "kv_norm")},
     dsa.IndexerOptions: {"norm_eps": ("k_norm",)},
+    BlockIndexerOptions: {"norm": ("q_norm", "k_norm")},
 }
 """Options class -> its norm field (a NormOptions, or an eps) -> the children whose own steps show that norm's eps
 (the program applies the field, or builds the child from it; the page shows the child: they must agree)."""
@@ -262,6 +264,19 @@ def _dsa_indexer(o: dsa.IndexerOptions) -> tuple[Term, ...]:
             Term("heads", "idx-weights", rf"/\sqrt{{{o.heads}}}"),
             Term("head_dim", "idx-relu", rf"/\sqrt{{{o.head_dim}}}"),
             Term("topk", "idx-select", rf"\operatorname{{top}}_{{{o.topk}}}"))
+
+
+@registers(BlockIndexerOptions, structural=("heads", "head_dim", "query_heads"))
+def _block_indexer(o: BlockIndexerOptions) -> tuple[Term, ...]:
+    """heads and head_dim only reshape; query_heads is the attention's (its msa-mask step spreads each indexer head
+    over its group). The angles are the layer's; the indexer rotates the first rope.dim features of its own vectors;
+    norm is applied as its q_norm and k_norm children show it (nested_mismatches)."""
+    r, gain = o.rope.dim, GAIN_SUBSCRIPT[o.norm.gain]
+    return (*[Term("rope", s, f"_{{t,:{r}}}") for s in ("idx-q-rotate", "idx-k-rotate")],
+            *[Term("norm", s, rf"\operatorname{{RMSNorm}}{gain}(") for s in ("idx-q-norm", "idx-k-norm")],
+            Term("block_size", "idx-pool", rf"{o.block_size}j\le s<{o.block_size}(j+1)"),
+            Term("local_blocks", "idx-local", rf"\lfloor t/{o.block_size}\rfloor" if o.local_blocks else "no local"),
+            Term("topk_blocks", "idx-select", rf"\operatorname{{top}}_{{{o.topk_blocks}}}"))
 
 
 # ---------------------------------------------------------------------------------------------- hyper-connections

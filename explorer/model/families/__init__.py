@@ -26,6 +26,7 @@ from explorer.model.families.llama import FAMILY as LLAMA
 from explorer.model.families.llama4 import FAMILY as LLAMA4
 from explorer.model.families.mimo_v2_flash import FAMILY as MIMO_V2_FLASH
 from explorer.model.families.minimax_m2 import FAMILY as MINIMAX_M2
+from explorer.model.families.minimax_m3 import FAMILY as MINIMAX_M3
 from explorer.model.families.mixtral import FAMILY as MIXTRAL
 from explorer.model.families.nemotron_h import FAMILY as NEMOTRON_H
 from explorer.model.families.olmo2 import FAMILY as OLMO2
@@ -43,7 +44,7 @@ FAMILIES: dict[str, Family] = {f.name: f for f in (DEEPSEEK_V3, LLAMA, QWEN3, GP
                                                     QWEN3_MOE, GPT_OSS, DEEPSEEK_V32, GLM_MOE_DSA, KIMI_K25,
                                                     MINIMAX_M2, MIMO_V2_FLASH, LLAMA4, GEMMA4, DEEPSEEK_V4, NEMOTRON_H,
                                                     QWEN3_5, QWEN3_5_MOE, KIMI_LINEAR, GLM4_MOE, GLM4_MOE_LITE, OLMO2, PHI3, QWEN3_NEXT,
-                                                    STEP3P7)}
+                                                    STEP3P7, MINIMAX_M3)}
 """Family name (content's model.family) -> family."""
 
 

@@ -61,7 +61,11 @@ LIMITS = {
     "mamba_head_dim": 100_000, "ssm_state_size": 100_000, "n_groups": 10_000, "conv_kernel": 1_024,
     "moe_latent_size": 1_000_000, "rotary_dim": 100_000, "qk_head_dim": 100_000, "first_k_dense_replace": 1_000,
     "decoder_sparse_step": 1_000, "full_attention_interval": 1_000, "mtp_num_hidden_layers": 16,
-    "num_mtp_modules": 16, "mtp_transformer_layers": 16,
+    "num_mtp_modules": 16, "mtp_transformer_layers": 16, "dense_intermediate_size": 10_000_000,
+    # MiniMax-M3's block indexer, flat and as sparse_attention_config names it
+    "index_block_size": 1_000_000, "index_topk_blocks": 1_000_000, "index_local_blocks": 1_000_000,
+    "sparse_block_size": 1_000_000, "sparse_topk_blocks": 1_000_000, "sparse_local_block": 1_000_000,
+    "sparse_num_index_heads": 10_000, "sparse_index_dim": 100_000, "sparse_init_block": 1_000_000,
     # vision towers (depth and widths: a tower of 10^6 blocks was accepted and its build ran out of memory)
     "depth": 1_000, "num_heads": 10_000, "out_hidden_size": 1_000_000, "num_position_embeddings": 10_000_000,
     "patch_size": 10_000, "spatial_merge_size": 64, "temporal_patch_size": 64, "in_channels": 64,
@@ -80,7 +84,8 @@ the reference is built module by module on the meta device, and each sizes withi
 the machine's memory (1,000 layers of 4,096 experts: 12 million modules)."""
 MAY_BE_ZERO = ("num_nextn_predict_layers", "n_shared_experts", "sliding_window", "num_hash_layers",
                "first_k_dense_replace", "mtp_num_hidden_layers", "num_mtp_modules", "mtp_transformer_layers",
-               "shared_expert_intermediate_size", "moe_shared_expert_intermediate_size", "shared_intermediate_size")
+               "shared_expert_intermediate_size", "moe_shared_expert_intermediate_size", "shared_intermediate_size",
+               "index_local_blocks", "sparse_local_block", "sparse_init_block")
 """Size keys for which 0 means "none"."""
 
 POSITIVE_FLOATS = ("rms_norm_eps", "layer_norm_epsilon", "rope_theta", "routed_scaling_factor", "factor",

@@ -119,8 +119,8 @@ class MiniMaxM2(Family):
     # into gate_up_proj, w2 stacked into down_proj) plus the correction bias's rename: to_checkpoint_names undoes it.
     reference = ReferenceBinding("MiniMaxM2Config", "MiniMaxM2ForCausalLM", renames=to_checkpoint_names)
     ref = REFERENCE
-    symbols = ("vocab_size", "hidden_size", "intermediate_size", "num_attention_heads", "num_key_value_heads",
-               "head_dim", "num_local_experts", "num_experts_per_tok")
+    symbols: ClassVar[tuple[str, ...]] = ("vocab_size", "hidden_size", "intermediate_size", "num_attention_heads",
+                                          "num_key_value_heads", "head_dim", "num_local_experts", "num_experts_per_tok")
 
     def check(self, c: Any) -> list[str]:
         return rule_problems([
