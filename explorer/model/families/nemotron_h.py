@@ -142,12 +142,23 @@ class NemotronHHyperparameters(PublishedMetadata):
     auto_map: dict[str, str] | None = None
 
 
-def split_stacked_experts(state: dict[str, Any]) -> dict[str, Any]:
-    """transformers stacks each layer's routed experts into mixer.experts.up_proj [E, I, d] and down_proj [E, d, I]
-    (conversion_mapping.py, MergeModulelist over mixer.experts.*.up_proj.weight); name them as the checkpoint's
-    per-expert weights, still stacked on the leading axis: mixer.experts.up_proj.weight."""
-    return {(f"{name}.weight" if name.endswith((".experts.up_proj", ".experts.down_proj")) else name): t
-            for name, t in state.items()}
+def to_checkpoint_names(state: dict[str, Any]) -> dict[str, Any]:
+    """The reference's state dict under the checkpoint's names, undoing transformers' conversion mapping for
+    nemotron_h (conversion_mapping.py): WeightRenaming("backbone.", "model.") back to backbone.*, and the routed
+    experts that MergeModulelist stacked into mixer.experts.up_proj [E, I, d] and down_proj [E, d, I] named as the
+    checkpoint's per-expert weights (mixer.experts.{e}.up_proj.weight), still stacked on the leading axis here:
+    mixer.experts.up_proj.weight. lm_head.weight keeps its name (it is outside the backbone)."""
+    out = {}
+    for name, tensor in state.items():
+        if name.endswith((".experts.up_proj", ".experts.down_proj")):
+            name += ".weight"
+        out[CHECKPOINT_PREFIX + name.removeprefix(REFERENCE_PREFIX) if name.startswith(REFERENCE_PREFIX)
+            else name] = tensor
+    return out
+
+
+REFERENCE_PREFIX, CHECKPOINT_PREFIX = "model.", "backbone."
+"""transformers names the stack model.*, the published checkpoints (and their quantizers' module lists) backbone.*."""
 
 
 def pattern_key(c: NemotronHHyperparameters) -> str:
@@ -191,9 +202,9 @@ class NemotronH(Family):
     model_types = ("nemotron_h",)
     config_class: ClassVar[type] = NemotronHHyperparameters
     # transformers' conversion mapping for nemotron_h renames the checkpoint's backbone.* to model.* and stacks
-    # mixer.experts.{e}.up_proj/down_proj into 3-D tensors; split_stacked_experts names them per expert again.
-    # The spec uses transformers' model.* names (the published files say backbone.*).
-    reference = ReferenceBinding("NemotronHConfig", "NemotronHForCausalLM", renames=split_stacked_experts)
+    # mixer.experts.{e}.up_proj/down_proj into 3-D tensors; the spec names tensors as the checkpoint does
+    # (backbone.*, one tensor per expert), and to_checkpoint_names maps the reference's state dict to them.
+    reference = ReferenceBinding("NemotronHConfig", "NemotronHForCausalLM", renames=to_checkpoint_names)
     symbols = ("vocab_size", "hidden_size", "intermediate_size", "moe_intermediate_size",
                "moe_shared_expert_intermediate_size", "num_attention_heads", "num_key_value_heads", "head_dim",
                "n_routed_experts", "num_experts_per_tok", "mamba_num_heads", "mamba_head_dim", "n_groups",
@@ -254,10 +265,10 @@ class NemotronH(Family):
                             description=f"{L} layers in the order {pattern_key(c)} spells "
                                         f"({pattern.spelled}): {counts}.")
         children = (
-            embedding(ctx, "embed", "Token embedding", weight="model.embeddings.weight", citations=(model_cite,)),
+            embedding(ctx, "embed", "Token embedding", weight="backbone.embeddings.weight", citations=(model_cite,)),
             replace(layer_stack, title="Hybrid layers", crumb=f"{L} hybrid layers", inputs=(x_in, MASK),
                     code="nn.ModuleList(NemotronHBlock(config, layer_idx=i) for i in range(num_hidden_layers))"),
-            rmsnorm(ctx, "norm", "Final RMSNorm", weight="model.norm_f.weight", ranges=(), size="hidden_size", x=x,
+            rmsnorm(ctx, "norm", "Final RMSNorm", weight="backbone.norm_f.weight", ranges=(), size="hidden_size", x=x,
                     y=Port(r"\hat x", x.shape, "x_hat"), code="self.norm_f(hidden_states)", eps=c.layer_norm_epsilon),
             head(ctx, "lm_head", "LM head", weight="lm_head.weight", citations=(
                 REFERENCE.cite("lm_head is a separate bias-free Linear from hidden_size to vocab_size.",
@@ -271,7 +282,7 @@ class NemotronH(Family):
 
     def block(self, ctx: Ctx, c: NemotronHHyperparameters, kind: str, indices: tuple[int, ...]) -> Component:
         """One layer kind: RMSNorm, then that kind's mixer, added to the residual stream; over `indices`."""
-        ranges, p = layers(indices), "model.layers.{layer}."
+        ranges, p = layers(indices), "backbone.layers.{layer}."
         x, x_mix, delta = mixer_ports(ctx)
         norm = rmsnorm(ctx, "norm", "RMSNorm", weight=p + "norm.weight", ranges=ranges, size="hidden_size", x=x,
                        y=x_mix, code="self.norm(hidden_states)", eps=c.layer_norm_epsilon)
@@ -345,10 +356,10 @@ class NemotronH(Family):
 
     # ------------------------------------------------------------------------------------------ tiny, facts
 
-    def variant_module_name(self, name: str) -> str:
-        """Quantizers saw the published module names: "model.layers.4.mixer.in_proj" is "backbone.layers.4...."
-        (ModelOpt's exclude_modules for Nemotron 3 Nano name backbone.* modules)."""
-        return "backbone." + name.removeprefix("model.") if name.startswith("model.") else name
+    def reference_module(self, name: str) -> str:
+        """The checkpoint's backbone.layers.4.mixer is transformers' model.layers.4.mixer."""
+        return (REFERENCE_PREFIX + name.removeprefix(CHECKPOINT_PREFIX) if name.startswith(CHECKPOINT_PREFIX)
+                else name)
 
     def tiny_config(self, c: NemotronHHyperparameters) -> dict[str, Any]:
         """Small sizes, same structure: every layer kind of the pattern once, in order of first appearance, then its
