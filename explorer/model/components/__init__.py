@@ -23,6 +23,7 @@ from explorer.model.components import (  # noqa: F401  (registration)
     hybrid_block,
     hyper_connections,
     kda,
+    latent_moe,
     layer_attention,
     layer_attention_reference,
     layer_blocks,
