@@ -1,7 +1,9 @@
-"""The Nemotron-H family (Nemotron 3 Nano 30B-A3B, Nemotron-H): a hybrid stack whose layers are, by the letters of
-hybrid_override_pattern, Mamba-2 mixers (M), grouped-query attention without positional encoding (*), mixtures of
-squared-ReLU experts under a sigmoid router with a correction bias (E), or squared-ReLU MLPs (-). Every layer is one
-pre-norm residual branch; only the attention layers keep a cache that grows with the context.
+"""The Nemotron-H family (Nemotron 3 Nano, Super and Ultra, Nemotron-H): a hybrid stack whose layers are, by the
+letters of hybrid_override_pattern, Mamba-2 mixers (M), grouped-query attention without positional encoding (*),
+mixtures of squared-ReLU experts under a sigmoid router with a correction bias (E), or squared-ReLU MLPs (-). Every
+layer is one pre-norm residual branch; only the attention layers keep a cache that grows with the context. Where
+moe_latent_size is set (Super, Ultra), the routed experts run in that latent width (latent_moe.py). The MTP modules
+a config declares are not built by transformers and are noted, not described.
 
 References: "Nemotron-H: A Family of Accurate and Efficient Hybrid Mamba-Transformer Models" (arXiv:2504.03624);
 "Nemotron 3 Nano: Open, Efficient Mixture-of-Experts Hybrid Mamba-Transformer Model for Agentic Reasoning"
