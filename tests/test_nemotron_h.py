@@ -338,13 +338,14 @@ def loaded_names(names: list[str]) -> dict[str, list[str]]:
     return out
 
 
-def test_predicted_names_load_into_the_reference_by_its_own_rules(nano):
+@pytest.mark.parametrize("slug", [SLUG, "nemotron-3-super-120b-a12b"])  # Super: latent projections too
+def test_predicted_names_load_into_the_reference_by_its_own_rules(slug):
     """Issue 35 item 3: the predicted layout names tensors as the published files do (backbone.*, one tensor per
     routed expert). Fed through transformers' loading rules (not the family's renames), they land on exactly the
     reference model's state dict, each routed-expert tensor from one checkpoint tensor per expert."""
     from explorer.checkpoint.reconcile import predicted_index
 
-    _, tiny = nano
+    tiny = tiny_spec(spec_of(slug))
     names = [n for g in predicted_index(tiny).groups for n in g.box.names()]
     assert all(n.startswith(("backbone.", "lm_head.")) for n in names)
     loaded = loaded_names(names)
