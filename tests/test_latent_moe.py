@@ -17,6 +17,7 @@ from explorer.execute.executor import check_equations, tiny_spec
 from explorer.execute.reference import build_reference_model, reference_index, reference_state, tiny_reference_model
 from explorer.model.account import account
 from explorer.model.components import PROGRAMS, Run, latent_moe
+from explorer.model.components.check_words import OWN_ROUTING
 from explorer.model.families import FAMILIES, load_model_spec
 from explorer.model.families.nemotron_h import pattern_of
 from explorer.spec.types import ModelSpec
@@ -115,6 +116,7 @@ def test_the_latent_moe_is_checked_against_transformers(super_tiny):
                  "blocks.moe.moe.router", "blocks.moe.moe.shared"):
         assert checks[path].status == "checked", path
     assert checks["blocks.moe.moe.expert"].status == "part"
+    assert checks["blocks.moe.moe"].detail == OWN_ROUTING  # no expert choice handed to either side
 
 
 def test_the_program_equals_the_reference_module(super_tiny):

@@ -24,7 +24,17 @@ if TYPE_CHECKING:
 else:  # imported on first use: a build whose torch stages are cached never needs it
     from explorer.torch_on_first_use import torch
 
-from explorer.model.components.base import Ctx, Run, options, prefixed, program, relative_module, run_child
+from explorer.model.components.base import (
+    Ctx,
+    Run,
+    options,
+    prefixed,
+    program,
+    reference_call,
+    relative_module,
+    run_child,
+)
+from explorer.model.components.check_words import OWN_ROUTING
 from explorer.model.components.linear import linear
 from explorer.model.components.moe import RouterOptions, route
 from explorer.model.components.relu2_experts import routed_relu2_sum
@@ -106,3 +116,10 @@ def into_latent(comp: Component, run: Run, x: torch.Tensor) -> torch.Tensor:
 def out_of_latent(comp: Component, run: Run, y_lat: torch.Tensor) -> torch.Tensor:
     """y_lat W_lat,out: the routed experts' sum back at the model's width."""
     return run_child(comp, "fc2_latent_proj", run, y_lat)
+
+
+@reference_call("latent_relu2_moe")
+def call_latent_moe(comp: Component, ref, model, inputs, run: Run, ours: torch.Tensor):
+    """NemotronHMoE on the same normalised token: it routes, projects and sums on its own."""
+    (x,) = inputs
+    return ours, ref(x), OWN_ROUTING
