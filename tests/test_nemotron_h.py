@@ -215,7 +215,8 @@ def test_wrong_pattern_letter_fails(nano, monkeypatch):
 
 @st.composite
 def nemotron_configs(draw) -> dict:
-    """Small configs of the family that transformers accepts: any pattern over M, *, E and -."""
+    """Small configs of the family that transformers accepts: any pattern over M, *, E and -, with latent experts
+    (moe_latent_size) or without."""
     pattern = "".join(draw(st.lists(st.sampled_from("M*E-"), min_size=1, max_size=5)))
     heads = draw(st.sampled_from([2, 4]))
     n_group = draw(st.sampled_from([1, 2]))
@@ -229,7 +230,8 @@ def nemotron_configs(draw) -> dict:
             "use_conv_bias": draw(st.booleans()), "use_bias": draw(st.booleans()),
             "intermediate_size": 40, "moe_intermediate_size": 16, "moe_shared_expert_intermediate_size": 24,
             "n_routed_experts": experts, "num_experts_per_tok": draw(st.integers(1, experts // n_group)),
-            "n_group": n_group, "topk_group": 1, "routed_scaling_factor": 1.5}
+            "n_group": n_group, "topk_group": 1, "routed_scaling_factor": 1.5,
+            "moe_latent_size": draw(st.sampled_from([None, 8, 24]))}
 
 
 @settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
