@@ -181,3 +181,16 @@ def test_a_non_positive_latent_width_is_refused_naming_the_key():
     raw = {**load_model_content(ROOT / "content/models" / SUPER).config, "moe_latent_size": 0}
     with pytest.raises(ContentError, match="key 'moe_latent_size': must be an integer in 1..1,000,000, got 0"):
         FAMILY.validate(raw, "test")
+
+
+def test_nano_with_an_mtp_module_and_no_latent_width_builds_as_nano():
+    """Nemotron-3.5-Lightning-30B-A3B's recorded config is Nano's architecture with a null moe_latent_size, one MTP
+    module (attention, MoE) and 1,048,576 positions: the same 31,577,937,344 parameters as transformers counts, the
+    MTP module noted and not built."""
+    raw = {**load_model_content(ROOT / "content/models/nemotron-3-nano-30b-a3b").config, "moe_latent_size": None,
+           "num_nextn_predict_layers": 1, "mtp_layers_block_type": ["attention", "moe"],
+           "max_position_embeddings": 1_048_576}
+    spec = FAMILY.build_spec("lightning", raw, "test")
+    assert account(spec).total == sum(p.numel() for p in build_reference_model(spec).parameters()) == 31_577_937_344
+    assert any("1 multi-token-prediction module" in n for n in spec.root.notes)
+    assert reconcile(spec, reference_index(spec).index, reference=True).balanced
