@@ -135,6 +135,14 @@ def nemotron_pattern(r: random.Random, t: dict[str, Any]) -> None:
              mamba_head_dim=r.choice([4, 8]), n_groups=r.choice([1, 2]), ssm_state_size=r.choice([4, 8]))
 
 
+def nemotron_experts(r: random.Random, t: dict[str, Any]) -> None:
+    """Nemotron 3 Super's latent experts on or off (moe_latent_size), and the MTP modules the class declares but
+    transformers does not build (num_nextn_predict_layers, with their kinds)."""
+    t["moe_latent_size"] = r.choice([None, 16, 40])
+    t["num_nextn_predict_layers"] = r.choice([0, 1])
+    t["mtp_layers_block_type"] = r.choice([None, ["full_attention", "moe"], ["mamba", "attention", "moe"]])
+
+
 def gpt2_sizes(r: random.Random, t: dict[str, Any]) -> None:
     """GPT-2 names its sizes its own way; its MLP width is 4 × n_embd unless n_inner says otherwise."""
     heads = r.choice([1, 2, 4])
@@ -210,7 +218,7 @@ SPACE: dict[str, tuple[Draw, ...]] = {
     "deepseek_v3": (depth(), mla, mlp),
     "deepseek_v32": (depth(), mla_with_indexer, mlp),
     "glm_moe_dsa": (depth(), mla_with_indexer, mlp, glm_schedule),
-    "nemotron_h": (depth(1, 6), nemotron_pattern, mlp),
+    "nemotron_h": (depth(1, 6), nemotron_pattern, mlp, nemotron_experts),
     "qwen3_5": (depth(), gqa, mlp, layer_list("layer_types", ("linear_attention", "full_attention"))),
     "qwen3_5_moe": (depth(), gqa, experts("num_experts", "num_experts_per_tok"),
                     layer_list("layer_types", ("linear_attention", "full_attention"))),

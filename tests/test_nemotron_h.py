@@ -67,7 +67,7 @@ def test_total_equals_transformers_on_meta_and_buffers_are_named():
     assert by_role == {"parameter": (6_220, 31_577_937_344), "buffer": (23, 2_944)}
     router = spec.root.child("blocks").child("moe").child("moe").child("router")
     (bias,) = [t for t in router.tensors if t.role == "buffer"]
-    assert bias.template == "model.layers.{layer}.mixer.gate.e_score_correction_bias"
+    assert bias.template == "backbone.layers.{layer}.mixer.gate.e_score_correction_bias"
 
 
 def test_pattern_is_read_once_into_layer_kinds():
@@ -76,7 +76,7 @@ def test_pattern_is_read_once_into_layer_kinds():
     assert (pattern.count("mamba"), pattern.count("moe"), pattern.count("attention")) == (23, 23, 6)
     blocks = {b.key: b for b in spec.root.child("blocks").children}
     assert {k: b.repeat for k, b in blocks.items()} == {"mamba": 23, "moe": 23, "attention": 6}
-    assert runs(pattern.indices("attention")) == "5, 12, 19, 26, 33, 42"  # counted from 0, as model.layers.N
+    assert runs(pattern.indices("attention")) == "5, 12, 19, 26, 33, 42"  # counted from 0, as backbone.layers.N
     assert pattern_problems("MEX*", NEMOTRON_H_LETTERS, "hybrid_override_pattern", 5) == [
         "key 'hybrid_override_pattern': symbol 'X' at layer 2 is not one of 'M', '*', 'E', '-'",
         "key 'hybrid_override_pattern': has 4 layers but num_hidden_layers is 5"]
@@ -109,14 +109,14 @@ def test_mixer_equals_the_reference_over_several_chunks(nano, tiny_reference):
     model, weights = tiny_reference
     x = torch.randn(2, 37, 64, generator=torch.Generator().manual_seed(5))
     with torch.no_grad():
-        (ours,) = PROGRAMS["mamba2"](mixer_of(tiny), Run(weights, module="model.layers.0.mixer."), x)
+        (ours,) = PROGRAMS["mamba2"](mixer_of(tiny), Run(weights, module="backbone.layers.0.mixer."), x)
         theirs = model.model.layers[0].mixer(x)
     assert theirs.abs().max() > 1e-2  # a signal large enough for the tolerance to mean something
     torch.testing.assert_close(ours, theirs, atol=1e-5, rtol=1e-4)
 
 
 def mixer_weights(weights: dict, layer: int = 0) -> dict:
-    prefix = f"model.layers.{layer}.mixer."
+    prefix = f"backbone.layers.{layer}.mixer."
     return {k.removeprefix(prefix): v for k, v in weights.items() if k.startswith(prefix)}
 
 
@@ -130,7 +130,7 @@ def test_recurrent_form_equals_chunked_form_and_the_reference_decoding(nano, tin
     comp = mixer_of(tiny)
     o = comp.options
     x = torch.randn(2, 11, 64, generator=torch.Generator().manual_seed(6))
-    run = Run(weights, module="model.layers.0.mixer.")
+    run = Run(weights, module="backbone.layers.0.mixer.")
     with torch.no_grad():
         (chunked,) = PROGRAMS["mamba2"](comp, run, x)
         recurrent, conv_state, S = mamba2.mamba2_recurrent(o, mixer_weights(weights), x)
@@ -196,7 +196,7 @@ def test_conv_state_shifted_wrongly_breaks_recurrent_against_chunked(nano, tiny_
                         lambda state, x_t: torch.cat([state[..., :-1], x_t[..., None]], dim=-1))
     x = torch.randn(1, 6, 64, generator=torch.Generator().manual_seed(8))
     with torch.no_grad():
-        (chunked,) = PROGRAMS["mamba2"](mixer_of(tiny), Run(weights, module="model.layers.0.mixer."), x)
+        (chunked,) = PROGRAMS["mamba2"](mixer_of(tiny), Run(weights, module="backbone.layers.0.mixer."), x)
         recurrent, _, _ = mamba2.mamba2_recurrent(mixer_of(tiny).options, mixer_weights(weights), x)
     assert not torch.allclose(recurrent, chunked, atol=1e-4)
 
@@ -206,7 +206,7 @@ def test_wrong_pattern_letter_fails(nano, monkeypatch):
     monkeypatch.setattr(nemotron_h, "NEMOTRON_H_LETTERS", {**NEMOTRON_H_LETTERS, "*": "mamba"})
     spec = spec_of()
     rec = reconcile(spec, reference_index(spec).index, reference=True)
-    assert not rec.balanced and "model.layers.5.mixer.q_proj.weight" in rec.unowned
+    assert not rec.balanced and "backbone.layers.5.mixer.q_proj.weight" in rec.unowned
     with pytest.raises(ExecutionError):
         check_equations(spec, tiny_spec(spec))
 
@@ -215,7 +215,8 @@ def test_wrong_pattern_letter_fails(nano, monkeypatch):
 
 @st.composite
 def nemotron_configs(draw) -> dict:
-    """Small configs of the family that transformers accepts: any pattern over M, *, E and -."""
+    """Small configs of the family that transformers accepts: any pattern over M, *, E and -, with latent experts
+    (moe_latent_size) or without."""
     pattern = "".join(draw(st.lists(st.sampled_from("M*E-"), min_size=1, max_size=5)))
     heads = draw(st.sampled_from([2, 4]))
     n_group = draw(st.sampled_from([1, 2]))
@@ -229,7 +230,8 @@ def nemotron_configs(draw) -> dict:
             "use_conv_bias": draw(st.booleans()), "use_bias": draw(st.booleans()),
             "intermediate_size": 40, "moe_intermediate_size": 16, "moe_shared_expert_intermediate_size": 24,
             "n_routed_experts": experts, "num_experts_per_tok": draw(st.integers(1, experts // n_group)),
-            "n_group": n_group, "topk_group": 1, "routed_scaling_factor": 1.5}
+            "n_group": n_group, "topk_group": 1, "routed_scaling_factor": 1.5,
+            "moe_latent_size": draw(st.sampled_from([None, 8, 24]))}
 
 
 @settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -317,3 +319,64 @@ def test_a_config_saved_by_transformers_5_spells_layers_by_name():
     rec = reconcile(spec, reference_index(spec).index, reference=True)
     assert rec.balanced, rec.differences(5)
     assert account(spec).total == sum(p.numel() for p in build_reference_model(spec).parameters())
+
+
+# ----------------------------------------------------------------------------------- the checkpoint's names
+
+def loaded_names(names: list[str]) -> dict[str, list[str]]:
+    """transformers' own loading rules for nemotron_h (conversion_mapping.py: WeightRenaming backbone. -> model.,
+    then MergeModulelist over mixer.experts.*.up_proj.weight and down_proj.weight), applied name by name: each
+    model key -> the checkpoint names that load into it."""
+    from transformers.conversion_mapping import get_checkpoint_conversion_mapping
+    from transformers.core_model_loading import WeightConverter, WeightRenaming, rename_source_key
+
+    rules = get_checkpoint_conversion_mapping("nemotron_h")
+    renamings = [r for r in rules if isinstance(r, WeightRenaming)]
+    converters = [r for r in rules if isinstance(r, WeightConverter)]
+    out: dict[str, list[str]] = {}
+    for name in names:
+        key, _ = rename_source_key(name, renamings, converters)
+        out.setdefault(key, []).append(name)
+    return out
+
+
+@pytest.mark.parametrize("slug", [SLUG, "nemotron-3-super-120b-a12b"])  # Super: latent projections too
+def test_predicted_names_load_into_the_reference_by_its_own_rules(slug):
+    """Issue 35 item 3: the predicted layout names tensors as the published files do (backbone.*, one tensor per
+    routed expert). Fed through transformers' loading rules (not the family's renames), they land on exactly the
+    reference model's state dict, each routed-expert tensor from one checkpoint tensor per expert."""
+    from explorer.checkpoint.reconcile import predicted_index
+
+    tiny = tiny_spec(spec_of(slug))
+    names = [n for g in predicted_index(tiny).groups for n in g.box.names()]
+    assert all(n.startswith(("backbone.", "lm_head.")) for n in names)
+    loaded = loaded_names(names)
+    model = tiny_reference_model(tiny)
+    assert set(loaded) == set(model.state_dict())
+    experts = tiny.values["n_routed_experts"]
+    stacked = {k: v for k, v in loaded.items() if k.endswith((".experts.up_proj", ".experts.down_proj"))}
+    assert stacked and all(len(v) == experts for v in stacked.values())
+    assert all(len(v) == 1 for k, v in loaded.items() if k not in stacked)
+
+
+def test_the_published_module_lists_name_predicted_modules():
+    """The published NVFP4 export's exclude list (recorded from its hf_quant_config.json) names backbone.* modules;
+    every one that is not a glob is a module of the predicted layout, as named there."""
+    from explorer.checkpoint.reconcile import predicted_index
+    from explorer.checkpoint.variants import load_variants
+
+    spec = spec_of()
+    (variant,) = load_variants(ROOT / "content/models" / SLUG)
+    modules = {n.rsplit(".", 1)[0] for g in predicted_index(spec).groups for n in g.box.names()}
+    named = [m for m in variant.modelopt.exclude_modules if "*" not in m]
+    assert len(named) > 20 and all(m in modules for m in named), [m for m in named if m not in modules][:3]
+
+
+def test_the_reference_layout_does_not_load_as_a_checkpoint_by_its_rules(nano):
+    """The mutation: tensors laid out as transformers holds them (model.*, each layer's routed experts in one
+    stacked tensor) are not a checkpoint its loader reads: the stacked experts match no loading rule."""
+    _, tiny = nano
+    model = tiny_reference_model(tiny)
+    as_held = [n + ".weight" if n.endswith((".experts.up_proj", ".experts.down_proj")) else n
+               for n in model.state_dict()]
+    assert set(loaded_names(as_held)) != set(model.state_dict())

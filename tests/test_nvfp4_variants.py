@@ -92,14 +92,14 @@ def test_nemotron_excludes_in_proj_at_some_mamba_layers_only():
     in_proj = {p: st for p, st in storages.items() if p.endswith("mixer.in_proj.weight")}
     assert len(in_proj) == 2  # one family per set of layers
     excluded = next(p for p, st in in_proj.items() if isinstance(st, Dense))
-    assert excluded == "model.layers.4,11,18,25,32,41.mixer.in_proj.weight"  # backbone.layers.N in the globs
+    assert excluded == "backbone.layers.4,11,18,25,32,41.mixer.in_proj.weight"  # as the globs name them
     assert not any(isinstance(st, NVFP4) for p, st in storages.items()
                    if any(f".mixer.{x}_proj." in p for x in "qkvo") or p.startswith("lm_head"))
     assert isinstance(storages[next(p for p in storages if ".experts." in p and "up_proj" in p)], NVFP4)
     mamba = [r for p in in_proj for r in p.split(".")[2].split(",")]
     assert len(mamba) >= 20  # every Mamba layer, in one family or the other
     assert s.parameters == account(spec).total
-    assert any("model.embeddings.weight is backbone.embeddings.weight" in n for n in s.notes)
+    assert not any("original names" in n for n in s.notes)  # the layout names tensors as the published files do
 
 
 def test_deepseek_v32_keeps_no_fp8_blocks_and_leaves_excluded_attention_and_mtp_in_bf16():
@@ -181,7 +181,8 @@ def _write(tiny, folder, exclude: list[str], quantize, mutate=None, dense=None, 
             for e in range(value.shape[0]):
                 for p, w in zip(parts, value[e].chunk(len(parts), dim=0)):
                     store(f"{owner}.experts.{e}.{p}", w)
-        elif name.endswith(".weight") and name.removesuffix(".weight") in linears and not skip(name[:-7]):
+        elif (name.endswith(".weight") and FAMILIES[tiny.family].reference_module(name[:-7]) in linears
+              and not skip(name[:-7])):
             store(name.removesuffix(".weight"), value)
         else:
             dtype = dense(name) if callable(dense) else dense
@@ -326,18 +327,18 @@ def test_synthetic_nemotron_nvfp4_checkpoint_with_exclusions_at_some_layers(tmp_
     tiny = tiny_spec(load_model_spec(load_model_content(ROOT / "content/models/nemotron-3-nano-30b-a3b")))
     exclude = ["lm_head", "backbone.layers.3.mixer.in_proj", "backbone.layers.3.mixer.out_proj",
                *(f"backbone.layers.2.mixer.{x}_proj" for x in "qkvo"), "backbone.layers.*.mixer.conv1d"]
-    published = lambda n: "backbone." + n.removeprefix("model.") if n.startswith("model.") else n  # noqa: E731
     dense = lambda n: torch.float32 if n.endswith("e_score_correction_bias") else torch.bfloat16  # noqa: E731
     variant = _variant_file(tmp_path, "NVFP4", exclude)
     spec = variant_spec(tiny, variant, FAMILIES["nemotron_h"].variant_module_name)
-    index = read_local_checkpoint(_write(tiny, tmp_path / "good", exclude, _nvfp4, dense=dense, module_name=published))
-    assert index.tensors["model.layers.0.mixer.in_proj.weight"].dtype == "U8"
-    assert index.tensors["model.layers.3.mixer.in_proj.weight"].dtype == "BF16"
+    index = read_local_checkpoint(_write(tiny, tmp_path / "good", exclude, _nvfp4, dense=dense))
+    assert index.tensors["backbone.layers.0.mixer.in_proj.weight"].dtype == "U8"
+    assert index.tensors["backbone.layers.3.mixer.in_proj.weight"].dtype == "BF16"
     rec = reconcile(spec, index)
     assert rec.balanced, rec.differences(5)
     assert sum(t.parameters for t in rec.totals) == account(tiny).total
 
-    monkey = variant_spec(tiny, variant)  # globs matched against model.* names: nothing is excluded
+    # globs matched against transformers' model.* module names: nothing is excluded
+    monkey = variant_spec(tiny, variant, FAMILIES["nemotron_h"].reference_module)
     assert not reconcile(monkey, index).balanced
 
 

@@ -218,6 +218,9 @@ SYMBOLS: tuple[Symbol, ...] = (
     _s(r"E", "computed", "the output of routed expert i (E_i)", _EXP),
     _s(r"y^{\mathrm{routed}}", "computed", "the routed experts' weighted sum", _EXP),
     _s(r"\bar y^{\mathrm{routed}}", "computed", "the routed sum after its post-norm", _EXP),
+    _s(r"x^{\mathrm{lat}}", "computed", "latent MoE: the token projected into the routed experts' latent width", _EXP),
+    _s(r"y^{\mathrm{lat}}", "computed", "latent MoE: the routed experts' weighted sum in the latent width, before "
+       "the projection back", _EXP),
     _s(r"y^{\mathrm{shared}}", "computed", "the shared expert's output", _EXP),
     _s(r"E_{\mathrm{sh}}", "computed", "the shared expert's output before its sigmoid gate", _EXP),
     _s(r"\eta", "computed", "the shared expert's gate logit", _EXP),

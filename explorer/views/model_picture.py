@@ -17,7 +17,7 @@ from html import escape
 from typing import Any
 
 from explorer.execute.picture_routing import PictureRouting, is_router
-from explorer.model.components.base import COMPARISON_ROLES
+from explorer.model.components.base import COMPARISON_ROLES, tensor_prefix
 from explorer.model.components.blocks import block_layers
 from explorer.model.components.layer_pattern import runs
 from explorer.model.components.part_facts import BlockView, facts
@@ -68,6 +68,8 @@ class ModelPicture:
     """The multi-token prediction module's title ("" where there is none)."""
     routing: PictureRouting | None
     caption: str
+    first_layer: str = "model.layers.0"
+    """The first layer's module as the tensor names spell it (backbone.layers.0 for Nemotron-H, h.0 for GPT-2)."""
 
     def layer_kinds(self) -> list[BlockKind]:
         """The block kind of every layer, in depth order."""
@@ -87,8 +89,15 @@ def describe(spec: ModelSpec, name: str, routing: PictureRouting | None = None) 
     vision = tuple(c.title for c in spec.root.children if any(w in c.key or w in c.program for w in VISION_WORDS))
     mtp = next((c.title for c in spec.root.children if facts(c.program).mtp), "")
     layers = sum(len(k.layers) for k in kinds)
-    picture = ModelPicture(name, layers, kinds, experts, active, shared, vision, mtp, routing, "")
+    picture = ModelPicture(name, layers, kinds, experts, active, shared, vision, mtp, routing, "",
+                           first_layer_module(blocks))
     return replace(picture, caption=caption(picture))  # the caption says in words what the rest of it holds
+
+
+def first_layer_module(blocks: tuple[Component, ...]) -> str:
+    """The module of layer 0 as the checkpoint names it: the common prefix of its block's tensor names."""
+    first = min(blocks, key=lambda b: min(block_layers(b), default=0))
+    return tensor_prefix(first).format(layer=min(block_layers(first), default=0)).rstrip(".")
 
 
 def _programs(block: Component) -> dict[str, Component]:
@@ -167,7 +176,7 @@ def ffn_kind(block: Component) -> Kind:
 def caption(p: ModelPicture) -> str:
     """The picture in words: every kind with its layer numbers, the vision tower, MTP and the routing shown."""
     parts = [f"{p.layers} layers, numbered 0–{p.layers - 1} from the embedding up, as the tensor names count them "
-             "(model.layers.0 is the first)."]
+             f"({p.first_layer} is the first)."]
     for side in ("mixer", "ffn"):
         for kind, layers in _by_label(p, side).items():
             if kind.css != "none" or side == "mixer":

@@ -28,6 +28,7 @@ from explorer.model.components import (  # noqa: F401  (registration)
     hyper_connections,
     index_share,
     kda,
+    latent_moe,
     layer_attention,
     layer_attention_reference,
     layer_blocks,

@@ -10,6 +10,8 @@ GIVEN_ANGLES = ("rotary angles computed by our program and handed to the referen
                 "so these angles are not checked here)")
 NO_ROTARY = "no rotary angles passed"
 NO_MASK = "no mask: bidirectional"
+OWN_ROUTING = ("routing computed by each side: ours by our router program, the reference's by its own router module "
+               "(no expert choice is handed over)")
 
 
 def given_mask(window: str = "") -> str:
@@ -23,4 +25,4 @@ def covered(*parts: str) -> str:
     return "; ".join(p for p in parts if p)
 
 
-__all__ = ["OWN_ANGLES", "GIVEN_ANGLES", "NO_ROTARY", "NO_MASK", "given_mask", "covered"]
+__all__ = ["OWN_ANGLES", "GIVEN_ANGLES", "NO_ROTARY", "NO_MASK", "OWN_ROUTING", "given_mask", "covered"]

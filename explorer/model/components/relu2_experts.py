@@ -37,18 +37,19 @@ def relu2(u: torch.Tensor) -> torch.Tensor:
 
 def relu2_mlp(ctx: Ctx, key: str, title: str, crumb: str, *, prefix: str, ranges: tuple[IndexRange, ...],
               width: sympy.Expr, width_dim: Dim, x: Port, y: Port, description: str, code: str,
-              citations: tuple[Citation, ...], sub: str = "") -> Component:
+              citations: tuple[Citation, ...], sub: str = "", model_width: str = "hidden_size") -> Component:
     """down(ReLU(x W_up)²): two bias-free projections named up_proj and down_proj; `sub` indexes every symbol (the
-    routed expert i, the shared expert "sh")."""
+    routed expert i, the shared expert "sh"); `model_width` is the config key of the width it reads and writes
+    (hidden_size, or a latent MoE's moe_latent_size)."""
     us, hs, ws = (f"u_{{{sub}}}", f"m_{{{sub}}}", f",{sub}") if sub else ("u", "m", "")
-    d = ctx.size("hidden_size")
+    d = ctx.size(model_width)
     u = Port(us, ctx.tokens(width_dim), "u")
     h = Port(hs, ctx.tokens(width_dim), "h")
-    up = linear(ctx, "up_proj", "Up projection", weight=prefix + "up_proj.weight", ranges=ranges, d_in="hidden_size",
+    up = linear(ctx, "up_proj", "Up projection", weight=prefix + "up_proj.weight", ranges=ranges, d_in=model_width,
                 d_out=width, out_dim=width_dim, x=x, y=u, equation=rf"{us}={x.latex}W_{{\mathrm{{up}}{ws}}}",
                 code="self.up_proj(x)", description=f"Project {d:,} features to {width_dim.size:,}.")
     down = linear(ctx, "down_proj", "Down projection", weight=prefix + "down_proj.weight", ranges=ranges,
-                  d_in=width, d_out="hidden_size", out_dim=ctx.dim("hidden_size"), x=h, y=y,
+                  d_in=width, d_out=model_width, out_dim=ctx.dim(model_width), x=h, y=y,
                   equation=rf"{y.latex}={hs}W_{{\mathrm{{down}}{ws}}}", code="self.down_proj(self.act_fn(...))",
                   description=f"Map {width_dim.size:,} activated features back to {d:,}.")
     act = Step(rf"{hs}=\max({us},0)^{{2}}", h.shape, "relu2")
@@ -69,13 +70,15 @@ def run_relu2_mlp(comp: Component, run: Run, x: torch.Tensor) -> list[torch.Tens
 
 
 def relu2_experts(ctx: Ctx, *, prefix: str, ranges: tuple[IndexRange, ...], x: Port, experts: int, k: int,
-                  width: str, experts_sym: str, code: str, citations: tuple[Citation, ...]) -> Component:
-    """One routed squared-ReLU expert of width `width` (a config key), repeated `experts` times."""
+                  width: str, experts_sym: str, code: str, citations: tuple[Citation, ...],
+                  model_width: str = "hidden_size") -> Component:
+    """One routed squared-ReLU expert of width `width` (a config key), repeated `experts` times, reading and writing
+    `model_width` features (x's width)."""
     expert_ranges = ranges + (IndexRange("expert", tuple(range(experts))),)
     e = relu2_mlp(ctx, "expert", "Routed expert", "Routed expert", prefix=prefix + "{expert}.", ranges=expert_ranges,
                   width=ctx.sym(width), width_dim=ctx.dim(width), x=x, y=Port("E_i", x.shape, "expert_out"), sub="i",
                   description=f"One of {experts} squared-ReLU experts of width {ctx.size(width):,}; each token runs "
-                              f"{k} of them.", code=code, citations=citations)
+                              f"{k} of them.", code=code, citations=citations, model_width=model_width)
     return replace(e, repeat=experts, repeat_label="routed experts", repeat_formula=experts_sym,
                    row_label="Routed experts")
 
@@ -98,17 +101,22 @@ def relu2_moe(ctx: Ctx, *, x: Port, y: Port, router_c: Component, expert: Compon
 
 @program("relu2_moe", role="Mixture of experts", routed_experts="expert")
 def run_relu2_moe(comp: Component, run: Run, x: torch.Tensor) -> list[torch.Tensor]:
-    router_c, expert = comp.child("router"), comp.child("expert")
+    router_c = comp.child("router")
     G, _ = route(run.child(relative_module(comp, router_c)), options(router_c, RouterOptions), x)
-    stacked = relative_module(comp, expert).replace("{expert}.", "")
+    y = run.rec("routed-sum", routed_relu2_sum(comp, run, x, G))
+    y = y + run_child(comp, "shared", run, x, prefix="shared-")
+    return [run.rec("moe-out", y)]
+
+
+def routed_relu2_sum(comp: Component, run: Run, x: torch.Tensor, G: torch.Tensor) -> torch.Tensor:
+    """Σ_i G_i down_i(ReLU(up_i x)²) over the child "expert"'s stacked weights, in x's width (the model's, or a
+    latent MoE's latent width); records the first sequence's expert steps under "expert-"."""
+    stacked = relative_module(comp, comp.child("expert")).replace("{expert}.", "")
     W_up, W_down = run.w(stacked + "up_proj.weight"), run.w(stacked + "down_proj.weight")   # [E, I, d], [E, d, I]
     ex = run.child(prefix="expert-")
-    u = ex.rec("up_proj", torch.einsum("btd,eid->ebti", x, W_up))
+    u = torch.einsum("btd,eid->ebti", x, W_up)
     h = relu2(u)
     ex.rec("relu2", h[0])
     E_out = torch.einsum("ebti,edi->ebtd", h, W_down)                                   # [E, B, T, d]
     ex.rec("up_proj", u[0]), ex.rec("down_proj", E_out[0])
-    y = run.rec("routed-sum", torch.einsum("bte,ebtd->btd", G.to(E_out.dtype), E_out))
-    y = y + run_child(comp, "shared", run, x, prefix="shared-")
-    return [run.rec("moe-out", y)]
-
+    return torch.einsum("bte,ebtd->btd", G.to(E_out.dtype), E_out)

@@ -1,7 +1,9 @@
-"""The Nemotron-H family (Nemotron 3 Nano 30B-A3B, Nemotron-H): a hybrid stack whose layers are, by the letters of
-hybrid_override_pattern, Mamba-2 mixers (M), grouped-query attention without positional encoding (*), mixtures of
-squared-ReLU experts under a sigmoid router with a correction bias (E), or squared-ReLU MLPs (-). Every layer is one
-pre-norm residual branch; only the attention layers keep a cache that grows with the context.
+"""The Nemotron-H family (Nemotron 3 Nano, Super and Ultra, Nemotron-H): a hybrid stack whose layers are, by the
+letters of hybrid_override_pattern, Mamba-2 mixers (M), grouped-query attention without positional encoding (*),
+mixtures of squared-ReLU experts under a sigmoid router with a correction bias (E), or squared-ReLU MLPs (-). Every
+layer is one pre-norm residual branch; only the attention layers keep a cache that grows with the context. Where
+moe_latent_size is set (Super, Ultra), the routed experts run in that latent width (latent_moe.py). The MTP modules
+a config declares are not built by transformers and are noted, not described.
 
 References: "Nemotron-H: A Family of Accurate and Efficient Hybrid Mamba-Transformer Models" (arXiv:2504.03624);
 "Nemotron 3 Nano: Open, Efficient Mixture-of-Experts Hybrid Mamba-Transformer Model for Agentic Reasoning"
@@ -22,6 +24,7 @@ from explorer.model.components.base import layers
 from explorer.model.components.blocks import model_root, stack
 from explorer.model.components.embedding import embedding, head
 from explorer.model.components.hybrid_block import mixer_block, mixer_ports
+from explorer.model.components.latent_moe import LATENT, latent_ports, latent_projections, latent_relu2_moe
 from explorer.model.components.layer_pattern import (
     NEMOTRON_H_LETTERS,
     NEMOTRON_H_TYPES,
@@ -55,7 +58,8 @@ from explorer.spec.types import Component, Dim, ModelSpec, Port, Shape
 
 REFERENCE = Reference("models/nemotron_h/modeling_nemotron_h.py", "NemotronH")
 LABELS = {**DIM_LABELS, "moe_shared_expert_intermediate_size": "d_shared", "mamba_num_heads": "ssm_heads",
-          "mamba_head_dim": "d_ssm_head", "n_groups": "groups", "ssm_state_size": "d_state", "conv_kernel": "kernel"}
+          "mamba_head_dim": "d_ssm_head", "n_groups": "groups", "ssm_state_size": "d_state", "conv_kernel": "kernel",
+          LATENT: "d_latent"}
 KIND_TITLES = {"mamba": ("Mamba-2 layer", "Mamba-2", "Mamba-2 mixer"),
                "attention": ("Attention layer", "attention", "Attention (no RoPE)"),
                "moe": ("MoE layer", "MoE", "Mixture of experts"), "mlp": ("MLP layer", "MLP", "Squared-ReLU MLP")}
@@ -83,6 +87,10 @@ class NemotronHHyperparameters(PublishedMetadata):
     num_hidden_layers: int | None = None
     """Published beside the pattern; the reference derives the depth from the pattern and ignores it."""
     mtp_layers_block_type: tuple[str, ...] | None = None
+    """The layer kinds of each multi-token-prediction module (NemotronHConfig's default: attention, then MoE); read
+    only to validate them: transformers builds no MTP module."""
+    mtp_hybrid_override_pattern: str | None = None
+    """The same as letters (Nemotron 3 Super's config), which NemotronHConfig converts to mtp_layers_block_type."""
     n_groups: int = 8
     conv_kernel: int = 4
     chunk_size: int = 128
@@ -101,6 +109,8 @@ class NemotronHHyperparameters(PublishedMetadata):
     topk_group: int = 1
     norm_topk_prob: bool = True
     moe_latent_size: int | None = None
+    """Set: the routed experts run in this latent width, between a projection into it and one out of it
+    (fc1_latent_proj, fc2_latent_proj); None: at hidden_size, with no projections."""
     mlp_hidden_act: str = "relu2"
     mamba_hidden_act: str = "silu"
     use_conv_bias: bool = True
@@ -142,12 +152,23 @@ class NemotronHHyperparameters(PublishedMetadata):
     auto_map: dict[str, str] | None = None
 
 
-def split_stacked_experts(state: dict[str, Any]) -> dict[str, Any]:
-    """transformers stacks each layer's routed experts into mixer.experts.up_proj [E, I, d] and down_proj [E, d, I]
-    (conversion_mapping.py, MergeModulelist over mixer.experts.*.up_proj.weight); name them as the checkpoint's
-    per-expert weights, still stacked on the leading axis: mixer.experts.up_proj.weight."""
-    return {(f"{name}.weight" if name.endswith((".experts.up_proj", ".experts.down_proj")) else name): t
-            for name, t in state.items()}
+def to_checkpoint_names(state: dict[str, Any]) -> dict[str, Any]:
+    """The reference's state dict under the checkpoint's names, undoing transformers' conversion mapping for
+    nemotron_h (conversion_mapping.py): WeightRenaming("backbone.", "model.") back to backbone.*, and the routed
+    experts that MergeModulelist stacked into mixer.experts.up_proj [E, I, d] and down_proj [E, d, I] named as the
+    checkpoint's per-expert weights (mixer.experts.{e}.up_proj.weight), still stacked on the leading axis here:
+    mixer.experts.up_proj.weight. lm_head.weight keeps its name (it is outside the backbone)."""
+    out = {}
+    for name, tensor in state.items():
+        if name.endswith((".experts.up_proj", ".experts.down_proj")):
+            name += ".weight"
+        out[CHECKPOINT_PREFIX + name.removeprefix(REFERENCE_PREFIX) if name.startswith(REFERENCE_PREFIX)
+            else name] = tensor
+    return out
+
+
+REFERENCE_PREFIX, CHECKPOINT_PREFIX = "model.", "backbone."
+"""transformers names the stack model.*, the published checkpoints (and their quantizers' module lists) backbone.*."""
 
 
 def pattern_key(c: NemotronHHyperparameters) -> str:
@@ -186,14 +207,53 @@ def experts_kept_problems(c: NemotronHHyperparameters) -> list[str]:
             "NemotronHConfig does not define)"]
 
 
+DEFAULT_MTP_TYPES = ("full_attention", "moe")
+"""NemotronHConfig's mtp_layers_block_type where the config gives neither it nor mtp_hybrid_override_pattern."""
+
+
+def mtp_kinds(c: NemotronHHyperparameters) -> tuple[str, ...]:
+    """The layer kinds of one MTP module, as nouns ("attention", "MoE"), spelled as NemotronHConfig reads them."""
+    if c.mtp_layers_block_type is not None:
+        kinds = [NEMOTRON_H_TYPES.get(LEGACY_TYPES.get(t, t), t) for t in c.mtp_layers_block_type]
+    elif c.mtp_hybrid_override_pattern is not None:
+        kinds = [NEMOTRON_H_LETTERS.get(letter, letter) for letter in c.mtp_hybrid_override_pattern]
+    else:
+        kinds = [NEMOTRON_H_TYPES[t] for t in DEFAULT_MTP_TYPES]
+    return tuple(KIND_TITLES[k][1] if k in KIND_TITLES else k for k in kinds)
+
+
+MTP_KINDS = frozenset(NEMOTRON_H_TYPES) | frozenset(LEGACY_TYPES)
+"""The layer kinds an MTP module may list (NemotronHConfig.validate_layer_type, old spellings included)."""
+
+
+def mtp_kind_problems(c: NemotronHHyperparameters) -> list[str]:
+    """NemotronHConfig refuses MTP layer kinds it does not know when num_nextn_predict_layers > 0."""
+    if not c.num_nextn_predict_layers:
+        return []
+    if c.mtp_layers_block_type is not None:
+        bad = sorted(set(c.mtp_layers_block_type) - MTP_KINDS)
+        return [f"key 'mtp_layers_block_type': {bad[0]!r} is not one of {', '.join(sorted(NEMOTRON_H_TYPES))}"
+                ] if bad else []
+    if c.mtp_hybrid_override_pattern is not None:
+        bad = sorted(set(c.mtp_hybrid_override_pattern) - set(NEMOTRON_H_LETTERS))
+        return [f"key 'mtp_hybrid_override_pattern': symbol {bad[0]!r} is not one of "
+                f"{', '.join(repr(k) for k in NEMOTRON_H_LETTERS)}"] if bad else []
+    return []
+
+
 class NemotronH(Family):
     name = "nemotron_h"
     model_types = ("nemotron_h",)
     config_class: ClassVar[type] = NemotronHHyperparameters
     # transformers' conversion mapping for nemotron_h renames the checkpoint's backbone.* to model.* and stacks
-    # mixer.experts.{e}.up_proj/down_proj into 3-D tensors; split_stacked_experts names them per expert again.
-    # The spec uses transformers' model.* names (the published files say backbone.*).
-    reference = ReferenceBinding("NemotronHConfig", "NemotronHForCausalLM", renames=split_stacked_experts)
+    # mixer.experts.{e}.up_proj/down_proj into 3-D tensors; the spec names tensors as the checkpoint does
+    # (backbone.*, one tensor per expert), and to_checkpoint_names maps the reference's state dict to them.
+    # mtp_hybrid_override_pattern is not handed over: NemotronHConfig converts it whenever the key is given, so an
+    # unset one would fail there, and it only spells the MTP module's kinds, which transformers never builds
+    # (check() validates them; tests/test_nemotron_h.py shows the tree does not change with it).
+    reference = ReferenceBinding("NemotronHConfig", "NemotronHForCausalLM", renames=to_checkpoint_names,
+                                 config_skip=("quantization_config", "auto_map", "architectures",
+                                              "mtp_hybrid_override_pattern"))
     symbols = ("vocab_size", "hidden_size", "intermediate_size", "moe_intermediate_size",
                "moe_shared_expert_intermediate_size", "num_attention_heads", "num_key_value_heads", "head_dim",
                "n_routed_experts", "num_experts_per_tok", "mamba_num_heads", "mamba_head_dim", "n_groups",
@@ -225,15 +285,13 @@ class NemotronH(Family):
             (c.conv_kernel >= 1, "conv_kernel", f"must be >= 1, got {c.conv_kernel}"),
             (c.mlp_hidden_act == "relu2", "mlp_hidden_act", f"must be 'relu2' (squared ReLU), got {c.mlp_hidden_act!r}"),
             (c.mamba_hidden_act == "silu", "mamba_hidden_act", f"must be 'silu', got {c.mamba_hidden_act!r}"),
-            (c.moe_latent_size is None, "moe_latent_size",
-             "must be null: latent expert projections are not in this family yet"),
             (not c.mlp_bias, "mlp_bias", "must be false: biased squared-ReLU projections are not in the library yet"),
             (not c.attention_bias, "attention_bias", "must be false: the reference's attention has no biases"),
             (not c.tie_word_embeddings, "tie_word_embeddings",
              "must be false: NemotronHForCausalLM never ties lm_head to the embedding"),
-            (c.num_nextn_predict_layers == 0, "num_nextn_predict_layers",
-             "must be 0: multi-token-prediction layers are not built by this family yet"),
-        ]) + fp8_problems(c.quantization_config) + experts_kept_problems(c)
+            (c.num_nextn_predict_layers >= 0, "num_nextn_predict_layers",
+             f"must be >= 0, got {c.num_nextn_predict_layers}"),
+        ]) + mtp_kind_problems(c) + fp8_problems(c.quantization_config) + experts_kept_problems(c)
 
     # ------------------------------------------------------------------------------------------------ build
 
@@ -254,10 +312,10 @@ class NemotronH(Family):
                             description=f"{L} layers in the order {pattern_key(c)} spells "
                                         f"({pattern.spelled}): {counts}.")
         children = (
-            embedding(ctx, "embed", "Token embedding", weight="model.embeddings.weight", citations=(model_cite,)),
+            embedding(ctx, "embed", "Token embedding", weight="backbone.embeddings.weight", citations=(model_cite,)),
             replace(layer_stack, title="Hybrid layers", crumb=f"{L} hybrid layers", inputs=(x_in, MASK),
                     code="nn.ModuleList(NemotronHBlock(config, layer_idx=i) for i in range(num_hidden_layers))"),
-            rmsnorm(ctx, "norm", "Final RMSNorm", weight="model.norm_f.weight", ranges=(), size="hidden_size", x=x,
+            rmsnorm(ctx, "norm", "Final RMSNorm", weight="backbone.norm_f.weight", ranges=(), size="hidden_size", x=x,
                     y=Port(r"\hat x", x.shape, "x_hat"), code="self.norm_f(hidden_states)", eps=c.layer_norm_epsilon),
             head(ctx, "lm_head", "LM head", weight="lm_head.weight", citations=(
                 REFERENCE.cite("lm_head is a separate bias-free Linear from hidden_size to vocab_size.",
@@ -266,12 +324,20 @@ class NemotronH(Family):
         root = model_root(ctx, children, code="NemotronHForCausalLM(config)", layers=L, citations=(model_cite,),
                           description=f"Token embedding, {L} hybrid layers ({counts}), a final RMSNorm and an "
                                       "untied LM head.")
-        return keep_named_modules_dense(root, c.quantization_config, stored_dtype(c.torch_dtype),
+        root = keep_named_modules_dense(root, c.quantization_config, stored_dtype(c.torch_dtype),
                                         self.reference_module, f"{self.name} config")
+        if not c.num_nextn_predict_layers:
+            return root
+        return replace(root, notes=root.notes + (
+            f"The config declares {c.num_nextn_predict_layers} multi-token-prediction module"
+            f"{'s' if c.num_nextn_predict_layers > 1 else ''} (num_nextn_predict_layers; layers "
+            f"{', '.join(mtp_kinds(c))}); transformers does not build them (NemotronHPreTrainedModel ignores "
+            "the checkpoint's mtp.* tensors when loading) and no tensor listing of the checkpoint is recorded "
+            "here, so they are not described or counted.",))
 
     def block(self, ctx: Ctx, c: NemotronHHyperparameters, kind: str, indices: tuple[int, ...]) -> Component:
         """One layer kind: RMSNorm, then that kind's mixer, added to the residual stream; over `indices`."""
-        ranges, p = layers(indices), "model.layers.{layer}."
+        ranges, p = layers(indices), "backbone.layers.{layer}."
         x, x_mix, delta = mixer_ports(ctx)
         norm = rmsnorm(ctx, "norm", "RMSNorm", weight=p + "norm.weight", ranges=ranges, size="hidden_size", x=x,
                        y=x_mix, code="self.norm(hidden_states)", eps=c.layer_norm_epsilon)
@@ -310,6 +376,11 @@ class NemotronH(Family):
             REFERENCE.cite("repeat_kv shares each key/value head with num_key_value_groups query heads.", "repeat_kv",
                            prefixed=False)))
 
+    def values(self, c: NemotronHHyperparameters) -> dict[str, int | float]:
+        """The sizes, and the experts' latent width where the config sets one."""
+        values = super().values(c)
+        return values if c.moe_latent_size is None else {**values, LATENT: c.moe_latent_size}
+
     def moe(self, ctx: Ctx, c: NemotronHHyperparameters, prefix: str, ranges, x: Port, y: Port) -> Component:
         ro = RouterOptions(c.n_routed_experts, c.num_experts_per_tok, "sigmoid", c.norm_topk_prob,
                            c.routed_scaling_factor, correction_bias=True, n_group=c.n_group, topk_group=c.topk_group)
@@ -318,11 +389,16 @@ class NemotronH(Family):
                       bias_role="buffer", citations=(REFERENCE.cite("The router scores experts with a sigmoid, adds "
                                                 "e_score_correction_bias for selection only, takes the top k, "
                                                 "normalises and scales by routed_scaling_factor.", "TopkRouter"),))
-        experts = relu2_experts(ctx, prefix=prefix + "experts.", ranges=ranges, x=x, experts=c.n_routed_experts,
+        latent = c.moe_latent_size is not None
+        x_lat, y_lat = latent_ports(ctx) if latent else (x, x)
+        experts = relu2_experts(ctx, prefix=prefix + "experts.", ranges=ranges, x=x_lat, experts=c.n_routed_experts,
                                 k=c.num_experts_per_tok, width="moe_intermediate_size", experts_sym="n_routed_experts",
-                                code="NemotronHExperts(config)", citations=(
+                                code="NemotronHExperts(config)", model_width=LATENT if latent else "hidden_size",
+                                citations=(
                                     REFERENCE.cite("Each expert is down_proj(relu2(up_proj x)) with no gate; "
-                                                   "transformers stacks the experts into 3-D tensors.", "Experts"),))
+                                                   "transformers stacks the experts into 3-D tensors"
+                                                   + (" of input width moe_latent_size." if latent else "."),
+                                                   "Experts"),))
         width = ctx.size("moe_shared_expert_intermediate_size")
         shared = relu2_mlp(ctx, "shared", "Shared expert", "Shared expert", prefix=prefix + "shared_experts.",
                            ranges=ranges, width=ctx.sym("moe_shared_expert_intermediate_size"),
@@ -332,9 +408,19 @@ class NemotronH(Family):
                            code="NemotronHMLP(config, intermediate_size=moe_shared_expert_intermediate_size)",
                            citations=(REFERENCE.cite("The shared expert is one squared-ReLU MLP of width "
                                                      "moe_shared_expert_intermediate_size.", "MoE.__init__"),))
-        return relu2_moe(ctx, x=x, y=y, router_c=gate, expert=experts, shared=shared, code="NemotronHMoE(config)",
-                         citations=(REFERENCE.cite("The MoE layer sums the routed experts' outputs weighted by the "
-                                                   "router and adds the shared expert's.", "MoE.forward"),))
+        if not latent:
+            return relu2_moe(ctx, x=x, y=y, router_c=gate, expert=experts, shared=shared, code="NemotronHMoE(config)",
+                             citations=(REFERENCE.cite("The MoE layer sums the routed experts' outputs weighted by "
+                                                       "the router and adds the shared expert's.", "MoE.forward"),))
+        into, out = latent_projections(ctx, prefix=prefix, ranges=ranges, x=x, x_lat=x_lat, y_lat=y_lat,
+                                       bias=c.mlp_bias)
+        return latent_relu2_moe(ctx, x=x, y=y, router_c=gate, into=into, expert=experts, out=out, shared=shared,
+                                code="NemotronHMoE(config)", citations=(
+                                    REFERENCE.cite("With moe_latent_size set, the MoE layer routes on the token, "
+                                                   "projects it with fc1_latent_proj, runs the experts, projects "
+                                                   "their weighted sum back with fc2_latent_proj and adds the shared "
+                                                   "expert's output (computed from the token at full width).",
+                                                   "MoE.forward"),))
 
     def mlp(self, ctx: Ctx, c: NemotronHHyperparameters, prefix: str, ranges, x: Port, y: Port) -> Component:
         return relu2_mlp(ctx, "mlp", "Squared-ReLU MLP", "MLP", prefix=prefix, ranges=ranges,
@@ -345,10 +431,10 @@ class NemotronH(Family):
 
     # ------------------------------------------------------------------------------------------ tiny, facts
 
-    def variant_module_name(self, name: str) -> str:
-        """Quantizers saw the published module names: "model.layers.4.mixer.in_proj" is "backbone.layers.4...."
-        (ModelOpt's exclude_modules for Nemotron 3 Nano name backbone.* modules)."""
-        return "backbone." + name.removeprefix("model.") if name.startswith("model.") else name
+    def reference_module(self, name: str) -> str:
+        """The checkpoint's backbone.layers.4.mixer is transformers' model.layers.4.mixer."""
+        return (REFERENCE_PREFIX + name.removeprefix(CHECKPOINT_PREFIX) if name.startswith(CHECKPOINT_PREFIX)
+                else name)
 
     def tiny_config(self, c: NemotronHHyperparameters) -> dict[str, Any]:
         """Small sizes, same structure: every layer kind of the pattern once, in order of first appearance, then its
@@ -370,7 +456,8 @@ class NemotronH(Family):
                    chunk_size=2, intermediate_size=96, moe_intermediate_size=32,
                    moe_shared_expert_intermediate_size=48, n_routed_experts=n_group * per_group,
                    num_experts_per_tok=k, n_group=n_group, topk_group=topk_group, max_position_embeddings=64,
-                   bos_token_id=0, eos_token_id=1, pad_token_id=None, quantization_config=None)
+                   bos_token_id=0, eos_token_id=1, pad_token_id=None, quantization_config=None,
+                   moe_latent_size=None if c.moe_latent_size is None else 48)
         return raw
 
     def tiny_label_parts(self, tiny: ModelSpec) -> tuple[str, ...]:
@@ -381,9 +468,11 @@ class NemotronH(Family):
 
     def facts(self, c: NemotronHHyperparameters) -> tuple[tuple[str, str], ...]:
         pattern = pattern_of(c)
+        latent = () if c.moe_latent_size is None else (("experts' latent width", f"{c.moe_latent_size:,} "
+                                                         f"(of {c.hidden_size:,})"),)
         return (("layers", f"{len(pattern)}: " + ", ".join(f"{pattern.count(k)} {KIND_TITLES[k][1]}"
                                                             for k in pattern.present())),
-                ("routed experts", f"{c.n_routed_experts} (top {c.num_experts_per_tok}) + 1 shared"),
+                ("routed experts", f"{c.n_routed_experts} (top {c.num_experts_per_tok}) + 1 shared"), *latent,
                 ("SSM state per Mamba layer", f"{c.mamba_num_heads} × {c.mamba_head_dim} × {c.ssm_state_size}"),
                 ("vocabulary", f"{c.vocab_size:,}"))
 
