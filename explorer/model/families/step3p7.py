@@ -474,8 +474,12 @@ class Step3p7(Family):
 
     def tiny_label_parts(self, tiny: Any) -> tuple[str, ...]:
         c = tiny.config
-        return (f"{sliding_heads(c)} query heads on sliding layers", "SwiGLU clamps 0.5 (routed) and 0.4 (shared, "
-                "dense) on two layers")
+        routed, shared = limits(c.swiglu_limits, c), limits(c.swiglu_limits_shared, c)
+        clamps = [f"{what} at {fmt_num(v)} in layer {i}" for what, values in (("routed experts", routed),
+                                                                                ("shared or dense MLP", shared))
+                  for i, v in enumerate(values) if v is not None]
+        return (f"{sliding_heads(c)} query heads on sliding layers",
+                "SwiGLU clamped after the activation: " + "; ".join(clamps) if clamps else "no SwiGLU clamp")
 
     def facts(self, c: Any) -> tuple[tuple[str, str], ...]:
         kinds = layer_types(c)
