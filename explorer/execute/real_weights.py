@@ -60,13 +60,13 @@ def reference_layer(spec: ModelSpec, weights: dict[str, Any], layer: int) -> Any
     """transformers' model of this config (float32, eager), with the layer's weights loaded into its decoder layer."""
     import torch
 
-    from explorer.execute.reference import _classes, transformers_config
+    from explorer.execute.reference import _classes, instantiate, transformers_config
 
     config_class, model_class = _classes(spec)
     config = config_class(**{**transformers_config(spec), "num_hidden_layers": layer + 1})
     config._attn_implementation = "eager"
     with torch.device("meta"):
-        model = model_class(config)
+        model = instantiate(spec, model_class, config)  # a text model gets the binding's head, as everywhere
     prefix = f"model.layers.{layer}."
     block = model.get_submodule(prefix.rstrip("."))
     block.to_empty(device="cpu")

@@ -183,6 +183,12 @@ def limits(values: tuple[Limit, ...] | None, c: Any) -> tuple[Limit, ...]:
     return tuple(v or None for v in kept)
 
 
+def unclamped(key: str) -> str:
+    """The note of a SwiGLU the config leaves unclamped at its layers."""
+    return (f"Not clamped: {key} gives these layers no limit (0, null or no list). transformers implements a clamp "
+            "after the activation, set layer by layer; the config does not switch it on here.")
+
+
 def sliding_heads(c: Any) -> int:
     if c.num_sliding_attention_heads is not None:
         return int(c.num_sliding_attention_heads)
@@ -397,7 +403,8 @@ class Step3p7(Family):
                       citations=cite, description=f"A dense SwiGLU feed-forward network of width "
                                                   f"{c.intermediate_size:,}.")
         if limit is None:
-            return gated_mlp(ctx, "mlp", "SwiGLU MLP", "SwiGLU", **common)  # type: ignore[arg-type]
+            plain = gated_mlp(ctx, "mlp", "SwiGLU MLP", "SwiGLU", **common)  # type: ignore[arg-type]
+            return replace(plain, notes=plain.notes + (unclamped("swiglu_limits_shared"),))
         return activated_clamp_mlp(ctx, "mlp", "SwiGLU MLP (clamped)", "SwiGLU", limit=limit,
                                    **common)  # type: ignore[arg-type]
 
@@ -419,7 +426,8 @@ class Step3p7(Family):
                                      width="moe_intermediate_size", code="Step3p7Experts(config)", citations=cite)
             experts = replace(experts, title="Routed experts (fused SwiGLU)",
                               description=f"{E} SwiGLU experts of width {c.moe_intermediate_size:,}, stored as one "
-                                          "gate_up and one down tensor per layer (gate rows first, then up rows).")
+                                          "gate_up and one down tensor per layer (gate rows first, then up rows).",
+                              notes=experts.notes + (unclamped("swiglu_limits"),))
         else:
             experts = activated_clamp_experts(ctx, prefix=p + "experts.", ranges=ranges, x=x, gates=gates,
                                               o=ActivatedClampExpertsOptions(E, routed_limit),
@@ -442,7 +450,8 @@ class Step3p7(Family):
                       citations=(REFERENCE.cite("The shared expert is the MLP at share_expert_dim, clamped at "
                                                 "swiglu_limits_shared's entry for its layer.", "MLP"),))
         if limit is None:
-            return gated_mlp(ctx, "shared", "Shared expert", "Shared expert", **common)  # type: ignore[arg-type]
+            plain = gated_mlp(ctx, "shared", "Shared expert", "Shared expert", **common)  # type: ignore[arg-type]
+            return replace(plain, notes=plain.notes + (unclamped("swiglu_limits_shared"),))
         return activated_clamp_mlp(ctx, "shared", "Shared expert (clamped)", "Shared expert", limit=limit,
                                    **common)  # type: ignore[arg-type]
 
@@ -474,8 +483,12 @@ class Step3p7(Family):
 
     def tiny_label_parts(self, tiny: Any) -> tuple[str, ...]:
         c = tiny.config
-        return (f"{sliding_heads(c)} query heads on sliding layers", "SwiGLU clamps 0.5 (routed) and 0.4 (shared, "
-                "dense) on two layers")
+        routed, shared = limits(c.swiglu_limits, c), limits(c.swiglu_limits_shared, c)
+        clamps = [f"{what} at {fmt_num(v)} in layer {i}" for what, values in (("routed experts", routed),
+                                                                                ("shared or dense MLP", shared))
+                  for i, v in enumerate(values) if v is not None]
+        return (f"{sliding_heads(c)} query heads on sliding layers",
+                "SwiGLU clamped after the activation: " + "; ".join(clamps) if clamps else "no SwiGLU clamp")
 
     def facts(self, c: Any) -> tuple[tuple[str, str], ...]:
         kinds = layer_types(c)
