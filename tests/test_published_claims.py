@@ -17,7 +17,11 @@ from explorer.errors import ContentError
 from explorer.figures.published_claims import HEADLINE_CONVENTION, PublishedClaim, reconcile_claims, states
 
 NONE_RECORDED = {"step-3.7-flash": "no parameter figure of StepFun's is recorded offline: the aiconfigurator-core "
-                                    "README and the config it holds carry none"}
+                                    "README and the config it holds carry none",
+                 **{slug: "recorded from NVIDIA's NVFP4 repack config alone; no figure of the lab's is recorded offline "
+                          "and the name carries none" for slug in ("kimi-k2.6", "kimi-k2.7-code")},
+                 **{slug: "no figure of Z.ai's for this release is recorded offline; the config carries none"
+                    for slug in ("glm-5.2", "glm-5.3")}}
 """Models whose lab's figures are recorded nowhere this project can read: no claim is written from memory, and the
 page says none is recorded."""
 
