@@ -3,8 +3,9 @@ or by a third party), each predicted from its quantization config and explained 
 
 A variant lives beside its base model, content/models/<base>/variants/<name>.toml, written by
 `build.py --add-variant BASE --quant-config PATH --repo OWNER/NAME --revision REV` (or by hand): where it is
-published, and its quantization config as recorded (ModelOpt's hf_quant_config.json "quantization" table, or a
-config.json "quantization_config" of compressed-tensors). Pointing the explorer at a new variant is that one file.
+published, and its quantization config as recorded (ModelOpt's hf_quant_config.json "quantization" table, a
+config.json "quantization_config" of compressed-tensors, or a config.json's block-wise FP8 "quantization_config",
+recorded as table "block_fp8"). Pointing the explorer at a new variant is that one file.
 
 What a variant's section states, all computed here from the base model's spec and the variant's config:
 - the predicted tensor layout: every stored tensor (name pattern, dtype, shape, bytes) with the exclude or ignore
@@ -28,6 +29,7 @@ from typing import Any
 from explorer.checkpoint.reconcile import expected_groups, predicted_index, reconcile
 from explorer.content.model_content import SLUG, parse_table
 from explorer.errors import ContentError
+from explorer.model.families.block_fp8 import FP8QuantizationConfig, fp8_block_storage, fp8_problems, naming_any
 from explorer.model.quantization import (
     CompressedTensorsConfig,
     compressed_tensors_problems,
@@ -82,6 +84,8 @@ class PublishedVariant:
     meta: VariantMeta
     modelopt: ModelOptQuantization | None = None
     compressed_tensors: CompressedTensorsConfig | None = None
+    block_fp8: FP8QuantizationConfig | None = None
+    """A block-wise FP8 release (GLM-5.2-FP8): every Linear its modules_to_not_convert does not name."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,18 +169,21 @@ def variant_from_toml(raw: dict[str, Any], path: Path) -> PublishedVariant:
                 if "quantization" in raw else None)
     ct = (parse_table(raw["quantization_config"], CompressedTensorsConfig, f"{path}: table 'quantization_config'",
                       problems) if "quantization_config" in raw else None)
-    unknown = sorted(set(raw) - {"variant", "quantization", "quantization_config"})
+    fp8 = (parse_table(raw["block_fp8"], FP8QuantizationConfig, f"{path}: table 'block_fp8'", problems)
+           if "block_fp8" in raw else None)
+    unknown = sorted(set(raw) - {"variant", "quantization", "quantization_config", "block_fp8"})
     problems += [f"{path}: table '{k}': unknown (a variant has [variant] and one quantization table)" for k in unknown]
-    if (modelopt is None) == (ct is None) and not problems:
-        problems.append(f"{path}: expected one of table 'quantization' (ModelOpt) or 'quantization_config' "
-                        "(compressed-tensors)")
+    if sum(q is not None for q in (modelopt, ct, fp8)) != 1 and not problems:
+        problems.append(f"{path}: expected one of table 'quantization' (ModelOpt), 'quantization_config' "
+                        "(compressed-tensors) or 'block_fp8' (block-wise FP8)")
     if modelopt is not None and modelopt.quant_algo not in ("NVFP4", "FP8"):
         problems.append(f"{path}: key 'quantization.quant_algo': must be 'NVFP4' or 'FP8', got {modelopt.quant_algo!r}")
     problems += [f"{path}: {p}" for p in compressed_tensors_problems(ct, "quantization_config")]
+    problems += [f"{path}: {p.replace('quantization_config.', 'block_fp8.', 1)}" for p in fp8_problems(fp8)]
     problems += _meta_problems(meta, path)
     if problems:
         raise ContentError(problems)
-    variant = PublishedVariant(path.stem, meta, modelopt, ct)
+    variant = PublishedVariant(path.stem, meta, modelopt, ct, fp8)
     try:  # the scheme's own rule on every number it takes (group_size), as every family's storage is held to
         variant_storage(variant)
     except SchemeError as e:
@@ -211,7 +218,11 @@ def _meta_problems(meta: VariantMeta | None, path: Path) -> list[str]:
     return out
 
 
-def variant_storage(v: PublishedVariant) -> NVFP4 | FP8PerTensor | PackQuantized:
+def variant_storage(v: PublishedVariant) -> NVFP4 | FP8PerTensor | PackQuantized | Storage:
+    if v.block_fp8 is not None:
+        storage = fp8_block_storage(v.block_fp8)
+        assert storage is not None
+        return storage
     if v.modelopt is not None:
         return NVFP4(v.modelopt.group_size) if v.modelopt.quant_algo == "NVFP4" else FP8PerTensor()
     assert v.compressed_tensors is not None
@@ -220,8 +231,11 @@ def variant_storage(v: PublishedVariant) -> NVFP4 | FP8PerTensor | PackQuantized
     return PackQuantized(w.num_bits, w.group_size, v.meta.weight_dtype)
 
 
-def variant_spec(base: ModelSpec, v: PublishedVariant, module_name=lambda n: n) -> ModelSpec:
-    """The base model's spec with the variant's storage on every projection its config does not exclude."""
+def variant_spec(base: ModelSpec, v: PublishedVariant, module_name=lambda n: n,
+                 fp8_kept: tuple[str, ...] = ()) -> ModelSpec:
+    """The base model's spec with the variant's storage on every projection its config does not exclude;
+    `fp8_kept`: the modules a block-wise FP8 conversion keeps whatever the config says (the family's
+    fp8_kept_modules)."""
     storage = variant_storage(v)
     root, fused = base.root, None
     if v.modelopt is not None:
@@ -230,6 +244,12 @@ def variant_spec(base: ModelSpec, v: PublishedVariant, module_name=lambda n: n) 
         source = f"hf_quant_config.json of {v.meta.repo_id}"
         # ModelOpt exports from the weights in the variant's dtype: what it leaves out is stored in that dtype,
         # whatever scheme the base checkpoint used (DeepSeek's FP8 blocks), and fused experts are split per expert
+        root, fused = dequantized(root, Dense(v.meta.weight_dtype)), base.values
+    elif v.block_fp8 is not None:
+        kept = (*(v.block_fp8.modules_to_not_convert or ()), *fp8_kept)
+        skip = naming_any(kept)
+        source = f"quantization_config of {v.meta.repo_id}"
+        # as the ModelOpt export: from the weights in the variant's dtype, the experts stored one per file tensor
         root, fused = dequantized(root, Dense(v.meta.weight_dtype)), base.values
     else:
         patterns = v.compressed_tensors.ignore  # type: ignore[union-attr]
@@ -240,9 +260,10 @@ def variant_spec(base: ModelSpec, v: PublishedVariant, module_name=lambda n: n) 
     return replace(base, root=quantize_linears(root, storage, skip, citation, module_name, fused))
 
 
-def stored_as(base: ModelSpec, v: PublishedVariant, module_name=lambda n: n) -> StoredAs:
+def stored_as(base: ModelSpec, v: PublishedVariant, module_name=lambda n: n,
+              fp8_kept: tuple[str, ...] = ()) -> StoredAs:
     """The variant's predicted layout, its bytes, its logical parameters and its header count."""
-    spec = variant_spec(base, v, module_name)
+    spec = variant_spec(base, v, module_name, fp8_kept)
     _group_divides_widths(spec, variant_storage(v), v)
     expected = expected_groups(spec)
     rec = reconcile(spec, predicted_index(spec, expected), expected=expected)

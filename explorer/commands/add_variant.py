@@ -1,5 +1,6 @@
 """--add-variant: record a published quantized variant of a model (content/models/BASE/variants/NAME.toml) from its
-hf_quant_config.json, or a config.json with a compressed-tensors quantization_config, through the guarded writer."""
+hf_quant_config.json, or a config.json with a compressed-tensors or block-wise FP8 quantization_config, through the
+guarded writer."""
 
 from __future__ import annotations
 
@@ -76,6 +77,8 @@ def variant_toml(data: dict[str, Any], quant_config: Path, repo: str, revision: 
                                                 if isinstance(text_config, dict) else None)
         if q is None:
             raise ContentError([f"{quant_config}: no 'quantization' or 'quantization_config' table"])
+        if isinstance(q, dict) and q.get("quant_method") == "fp8":  # block-wise FP8, not compressed-tensors
+            table = "block_fp8"
     if not isinstance(q, dict):
         raise ContentError([f"{quant_config}: key '{table}': expected a JSON object"])
     lines += [f"[{table}]"] + [f"{toml_key(k)} = {toml_value(v)}" for k, v in sorted(q.items()) if v is not None]
@@ -90,7 +93,8 @@ def _predictable(folder: Path, variant: PublishedVariant, where: Path) -> None:
 
     base = load_model_spec(load_model_content(folder))
     try:
-        stored_as(base, variant, FAMILIES[base.family].variant_module_name)
+        family = FAMILIES[base.family]
+        stored_as(base, variant, family.variant_module_name, family.fp8_kept_modules)
     except ContentError as e:
         raise ContentError([p if p.startswith(str(where)) else f"{where}: {p}" for p in e.problems]) from None
 
