@@ -218,10 +218,10 @@ def _meta_problems(meta: VariantMeta | None, path: Path) -> list[str]:
     return out
 
 
-def variant_storage(v: PublishedVariant) -> NVFP4 | FP8PerTensor | PackQuantized | Storage:
+def variant_storage(v: PublishedVariant) -> NVFP4 | FP8PerTensor | PackQuantized | BlockFP8:
     if v.block_fp8 is not None:
         storage = fp8_block_storage(v.block_fp8)
-        assert storage is not None
+        assert isinstance(storage, BlockFP8)
         return storage
     if v.modelopt is not None:
         return NVFP4(v.modelopt.group_size) if v.modelopt.quant_algo == "NVFP4" else FP8PerTensor()

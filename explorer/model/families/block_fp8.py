@@ -71,7 +71,7 @@ def naming_any(patterns: tuple[str, ...]) -> Callable[[str], bool]:
     """names_module over all `patterns`, each compiled once and each module's answer kept: a list of hundreds of
     patterns (GLM-5.2-FP8 names 541) outgrows the re module's cache of compiled expressions, and the layout asks
     about every layer's every projection."""
-    compiled = []
+    compiled: list[tuple[str, re.Pattern[str] | None]] = []
     for p in patterns:
         try:
             compiled.append((p, re.compile(rf"(?:{p}){BOUNDARY}")))
