@@ -79,7 +79,8 @@ def prepare_model(content: ModelContent, fetch_sources: bool = False,
     claim = match_claim(figures, meta.active_claim, meta.active_claim_source, meta.active_claim_definition,
                         meta.active_claim_rounding, meta.active_claim_evidence) if meta.active_claim else None
     predicted = reconcile(spec, predicted_index(spec, expected), expected=expected) if index is None else None
-    variants = tuple(stored_as(spec, v, FAMILIES[spec.family].variant_module_name)
+    family = FAMILIES[spec.family]
+    variants = tuple(stored_as(spec, v, family.variant_module_name, family.fp8_kept_modules)
                      for v in load_variants(content.folder))
     return PreparedModel(content, spec, ledger, citations, ckpt_check, index, figures, claim, predicted,
                          stated_config_differences(index, content), variants, claims=claims,

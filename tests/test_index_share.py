@@ -213,3 +213,30 @@ def test_the_published_keys_nothing_reads_are_listed():
     toml = load_model_content(ROOT / "content/models/glm-5.2")
     assert set(toml.checkpoint.config_unused) == {"index_share_for_mtp_iteration", "moe_router_dtype"}
     assert json.loads(json.dumps(toml.config["indexer_types"]))[:4] == ["full", "full", "full", "shared"]
+
+
+# ------------------------------------------------------------------------------------------ the FP8 release
+
+def test_the_block_fp8_release_keeps_what_its_list_and_the_reference_keep():
+    """zai-org's GLM-5.2-FP8: every Linear in FP8 blocks but the modules its modules_to_not_convert names (the MTP
+    layer's eh_proj, ...) and the indexer's weights_proj, which the reference keeps in full precision
+    (_keep_in_fp32_modules) and transformers' FP8 quantizer therefore never converts. Mutation: without that, the
+    head weights are predicted in FP8."""
+    from explorer.checkpoint.variants import load_variants, variant_spec
+    from explorer.spec.types import walk
+
+    spec = spec_of("glm-5.2")
+    (fp8,) = [v for v in load_variants(ROOT / "content/models/glm-5.2") if v.block_fp8 is not None]
+    assert GLM.fp8_kept_modules == tuple(build_reference_model(spec)._keep_in_fp32_modules)
+
+    def dtypes(kept: tuple[str, ...]) -> dict[str, set[str]]:
+        out: dict[str, set[str]] = {}
+        for _, comp in walk(variant_spec(spec, fp8, GLM.variant_module_name, kept).root):
+            for t in comp.tensors:
+                out.setdefault(t.template.rsplit(".", 2)[-2], set()).add(t.dtype)
+        return out
+    stored = dtypes(GLM.fp8_kept_modules)
+    assert stored["weights_proj"] == {"BF16"} and stored["eh_proj"] == {"BF16"}
+    assert stored["wq_b"] == stored["q_a_proj"] == stored["kv_b_proj"] == {"F8_E4M3"}
+    assert all(d == {"F8_E4M3"} for k, d in stored.items() if k in ("gate_proj", "up_proj", "down_proj"))
+    assert dtypes(())["weights_proj"] == {"F8_E4M3"}

@@ -153,3 +153,18 @@ def test_an_unused_nested_key_published_as_null_is_not_listed(tmp_path):
     toml = add_model(tmp_path / "content", "generated", path, "org/generated", "unpinned")
     written = load_model_content(toml.parent)
     assert "text_config.expert_intermediate_size" not in written.checkpoint.config_unused
+
+
+def test_a_block_fp8_variant_file_is_checked_as_a_models_fp8_config(tmp_path):
+    from explorer.checkpoint.variants import variant_from_toml
+    from explorer.content.model_content import load_toml
+
+    path = ROOT / "content/models/glm-5.2/variants/glm-5.2-fp8.toml"
+    raw = load_toml(path, path.parent.parent)
+    assert variant_from_toml(raw, path).block_fp8.weight_block_size == (128, 128)
+    bad = {**raw, "quantization_config": {**raw["quantization_config"], "fmt": "e3m4"}}
+    with pytest.raises(ContentError, match=r"key 'quantization_config.fmt': must be one of"):
+        variant_from_toml(bad, tmp_path / "glm-5.2-fp8.toml")
+    both = {**raw, "quantization": {"quant_algo": "NVFP4"}}
+    with pytest.raises(ContentError, match="expected one of table"):
+        variant_from_toml(both, tmp_path / "glm-5.2-fp8.toml")

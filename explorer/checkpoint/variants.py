@@ -31,7 +31,7 @@ from typing import Any
 from explorer.checkpoint.reconcile import expected_groups, predicted_index, reconcile
 from explorer.content.model_content import SLUG, parse_table
 from explorer.errors import ContentError
-from explorer.model.families.block_fp8 import FP8QuantizationConfig, fp8_block_storage, fp8_problems
+from explorer.model.families.block_fp8 import FP8QuantizationConfig, fp8_block_storage, fp8_problems, naming_any
 from explorer.model.quantization import (
     CompressedTensorsConfig,
     compressed_tensors_problems,
@@ -235,9 +235,13 @@ def variant_storage(v: PublishedVariant) -> NVFP4 | FP8PerTensor | PackQuantized
     return PackQuantized(w.num_bits, w.group_size, v.meta.weight_dtype)
 
 
-def variant_spec(base: ModelSpec, v: PublishedVariant, module_name=lambda n: n) -> ModelSpec:
-    """The base model's spec with the variant's storage on every projection its config does not exclude."""
-    if v.block_fp8 is not None:
+def variant_spec(base: ModelSpec, v: PublishedVariant, module_name=lambda n: n,
+                 fp8_kept: tuple[str, ...] = ()) -> ModelSpec:
+    """The base model's spec with the variant's storage on every projection its config does not exclude. A
+    block-wise FP8 variant of a family that reads such a quantization_config itself is laid out by the family;
+    of one that does not (DeepSeek's own FP8 scheme), every Linear but those modules_to_not_convert and `fp8_kept`
+    (the family's fp8_kept_modules, which transformers' FP8 quantizer never converts) name."""
+    if v.block_fp8 is not None and _reads_block_fp8(base):
         return _block_fp8_spec(base, v)
     storage = variant_storage(v)
     root, fused = base.root, None
@@ -248,6 +252,11 @@ def variant_spec(base: ModelSpec, v: PublishedVariant, module_name=lambda n: n) 
         # ModelOpt exports from the weights in the variant's dtype: what it leaves out is stored in that dtype,
         # whatever scheme the base checkpoint used (DeepSeek's FP8 blocks), and fused experts are split per expert
         root, fused = dequantized(root, Dense(v.meta.weight_dtype)), base.values
+    elif v.block_fp8 is not None:
+        skip = naming_any((*(v.block_fp8.modules_to_not_convert or ()), *fp8_kept))
+        source = f"quantization_config of {v.meta.repo_id}"
+        # as the ModelOpt export: from the weights in the variant's dtype, the experts stored one per file tensor
+        root, fused = dequantized(root, Dense(v.meta.weight_dtype)), base.values
     else:
         patterns = v.compressed_tensors.ignore  # type: ignore[union-attr]
         skip = lambda name: ignored(name, patterns)  # noqa: E731
@@ -257,16 +266,18 @@ def variant_spec(base: ModelSpec, v: PublishedVariant, module_name=lambda n: n) 
     return replace(base, root=quantize_linears(root, storage, skip, citation, module_name, fused))
 
 
+def _reads_block_fp8(base: ModelSpec) -> bool:
+    """Whether the base model's family types its quantization_config as block-wise FP8 (FP8QuantizationConfig)."""
+    field = next((f for f in dataclasses.fields(base.config) if f.name == "quantization_config"), None)
+    return field is not None and "FP8QuantizationConfig" in str(field.type)
+
+
 def _block_fp8_spec(base: ModelSpec, v: PublishedVariant) -> ModelSpec:
     """The base model built by its family with the variant's quantization_config in its config: the layout the
     family predicts for its own FP8 checkpoints, modules_to_not_convert applied as transformers applies it."""
     from explorer.model.families import FAMILIES
 
     typed: Any = base.config  # a family's frozen dataclass of config keys
-    field = next((f for f in dataclasses.fields(typed) if f.name == "quantization_config"), None)
-    if field is None or "FP8QuantizationConfig" not in str(field.type):
-        raise ContentError([f"variant {v.slug}: key 'quantization_config': the {base.family} family reads no "
-                            "block-wise FP8 quantization_config"])
     family = FAMILIES[base.family]
     config = replace(typed, quantization_config=v.block_fp8)
     problems = family.check(config)  # a family may refuse the block (GPT-2: transformers converts nothing)
@@ -275,9 +286,10 @@ def _block_fp8_spec(base: ModelSpec, v: PublishedVariant) -> ModelSpec:
     return replace(base, config=config, root=family.build(config, dict(base.values)))
 
 
-def stored_as(base: ModelSpec, v: PublishedVariant, module_name=lambda n: n) -> StoredAs:
+def stored_as(base: ModelSpec, v: PublishedVariant, module_name=lambda n: n,
+              fp8_kept: tuple[str, ...] = ()) -> StoredAs:
     """The variant's predicted layout, its bytes, its logical parameters and its header count."""
-    spec = variant_spec(base, v, module_name)
+    spec = variant_spec(base, v, module_name, fp8_kept)
     _group_divides_widths(spec, variant_storage(v), v)
     expected = expected_groups(spec)
     rec = reconcile(spec, predicted_index(spec, expected), expected=expected)

@@ -1,5 +1,6 @@
 """--add-variant: record a published quantized variant of a model (content/models/BASE/variants/NAME.toml) from its
-hf_quant_config.json, or a config.json with a compressed-tensors quantization_config, through the guarded writer."""
+hf_quant_config.json, or a config.json with a compressed-tensors or block-wise FP8 quantization_config, through the
+guarded writer."""
 
 from __future__ import annotations
 
@@ -90,7 +91,8 @@ def _predictable(folder: Path, variant: PublishedVariant, where: Path) -> None:
 
     base = load_model_spec(load_model_content(folder))
     try:
-        stored_as(base, variant, FAMILIES[base.family].variant_module_name)
+        family = FAMILIES[base.family]
+        stored_as(base, variant, family.variant_module_name, family.fp8_kept_modules)
     except ContentError as e:
         raise ContentError([p if p.startswith(str(where)) else f"{where}: {p}" for p in e.problems]) from None
 

@@ -140,6 +140,9 @@ class Family:
     reference: ClassVar[ReferenceBinding]
     symbols: ClassVar[tuple[str, ...]]
     """Config keys that appear in formulas and shapes (sympy symbols)."""
+    fp8_kept_modules: ClassVar[tuple[str, ...]] = ()
+    """The reference model's _keep_in_fp32_modules: transformers' FP8 quantizer adds them to a config's
+    modules_to_not_convert, so a block-wise FP8 release keeps them in its dtype (explorer/checkpoint/variants.py)."""
 
     # ------------------------------------------------------------------------------------- hooks to override
 

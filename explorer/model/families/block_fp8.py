@@ -11,6 +11,7 @@ boundary, or as a suffix of the name.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -53,14 +54,34 @@ def fp8_block_storage(q: FP8QuantizationConfig | None) -> Storage | None:
     return None if q is None else BlockFP8(FORMATS.get(q.fmt, "F8_E4M3"), tuple(q.weight_block_size))
 
 
+BOUNDARY = r"(?:(?<=\.)|(?=\.|$))"
+"""Where a pattern's match must end: after a dot, or before one or the end of the name."""
+
+
 def names_module(pattern: str, module: str) -> bool:
     """Whether a modules_to_not_convert pattern names `module` (prefix or regex up to a module boundary, or suffix)."""
-    boundary = r"(?:(?<=\.)|(?=\.|$))"
     try:
-        matched = re.match(rf"(?:{pattern}){boundary}", module) is not None
+        matched = re.match(rf"(?:{pattern}){BOUNDARY}", module) is not None
     except re.error:
         matched = False
     return matched or module.endswith(pattern)
+
+
+def naming_any(patterns: tuple[str, ...]) -> Callable[[str], bool]:
+    """names_module over all `patterns`, each compiled once and each module's answer kept: a list of hundreds of
+    patterns (GLM-5.2-FP8 names 541) outgrows the re module's cache of compiled expressions, and the layout asks
+    about every layer's every projection."""
+    compiled: list[tuple[str, re.Pattern[str] | None]] = []
+    for p in patterns:
+        try:
+            compiled.append((p, re.compile(rf"(?:{p}){BOUNDARY}")))
+        except re.error:
+            compiled.append((p, None))
+
+    @functools.cache
+    def names(module: str) -> bool:
+        return any((c is not None and c.match(module) is not None) or module.endswith(p) for p, c in compiled)
+    return names
 
 
 def keep_named_modules_dense(root: Component, q: FP8QuantizationConfig | None, dtype: str,
@@ -76,10 +97,11 @@ def keep_named_modules_dense(root: Component, q: FP8QuantizationConfig | None, d
     if not patterns:
         return root
 
+    names = naming_any(tuple(patterns))
+
     def named(template: str, layers: tuple[int, ...]) -> bool:
         module = template.rsplit(".", 1)[0].replace("{expert}", "0")
-        hits = {any(names_module(p, reference_module(module.format(layer=i))) for p in patterns)
-                for i in layers or (0,)}
+        hits = {names(reference_module(module.format(layer=i))) for i in layers or (0,)}
         if len(hits) > 1:
             raise ContentError([f"{where}: key 'quantization_config.modules_to_not_convert': names {module} at some "
                                 "of its layers but not all, which this family does not lay out"])

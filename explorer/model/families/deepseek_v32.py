@@ -60,6 +60,7 @@ class DeepseekV32(DeepseekV3):
     """How the indexer pairs its rotary features: the two halves in DeepSeek-V3.2 (the main attention pairs
     adjacent features)."""
     symbols = (*DeepseekV3.symbols, "index_n_heads", "index_head_dim")
+    fp8_kept_modules: ClassVar[tuple[str, ...]] = ("indexer.weights_proj",)
     cited_lines: ClassVar[dict[str, tuple[int, int]]] = {"Indexer.forward": (212, 241),
                                                           "Attention.forward": (435, 456)}
     """The lines of the reference file that make each point: the indexer's scoring and selection, and the attention
