@@ -268,7 +268,8 @@ def variant_spec(base: ModelSpec, v: PublishedVariant, module_name=lambda n: n,
 
 def _reads_block_fp8(base: ModelSpec) -> bool:
     """Whether the base model's family types its quantization_config as block-wise FP8 (FP8QuantizationConfig)."""
-    field = next((f for f in dataclasses.fields(base.config) if f.name == "quantization_config"), None)
+    typed: Any = base.config  # a family's frozen dataclass of config keys
+    field = next((f for f in dataclasses.fields(typed) if f.name == "quantization_config"), None)
     return field is not None and "FP8QuantizationConfig" in str(field.type)
 
 
