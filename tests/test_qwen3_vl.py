@@ -28,6 +28,10 @@ TOTALS = {
     # slug: (every parameter, the vision tower with its mergers, the DeepStack mergers alone), as transformers 5.23.0
     # counts them on the meta device (Qwen3VLForConditionalGeneration, its model.visual, model.visual.deepstack_merger_list)
     "qwen3-vl-8b": (8_767_123_696, 576_388_336, 120_377_856),
+    "qwen3-vl-2b": (2_127_532_032, 406_957_056, 75_540_480),
+    "qwen3-vl-4b": (4_437_815_808, 415_347_712, 81_833_472),
+    "qwen3-vl-32b": (33_357_390_064, 595_266_800, 134_536_704),
+    "qwen3-vl-32b-thinking": (33_357_390_064, 595_266_800, 134_536_704),
 }
 
 
@@ -71,6 +75,21 @@ def test_8b_text_model_is_qwen3_8b_in_size():
     """The text side counts what Qwen3-8B counts (same sizes, untied head): the difference is all vision."""
     vl, text = account(spec_of("qwen3-vl-8b")), account(spec_of("qwen3-8b"))
     assert vl.total - sum(r.value for r in vl.accounts["visual"].rows) == text.total == 8_190_735_360
+
+
+def test_small_models_tie_the_head_by_the_top_level_key():
+    """The 2B and 4B files tie the head (top-level tie_word_embeddings, the key transformers ties by): the head holds
+    no tensor of its own; the 8B's does."""
+    for slug, tied in (("qwen3-vl-2b", True), ("qwen3-vl-4b", True), ("qwen3-vl-8b", False)):
+        head = spec_of(slug).root.child("lm_head")
+        assert bool(head.tensors[0].tied_to) is tied, slug
+
+
+def test_the_full_32b_file_gives_the_sections_the_trimmed_ones_default_to():
+    recorded = load_model_content(ROOT / "content/models/qwen3-vl-32b").config["text_config"]["rope_scaling"]
+    assert recorded["mrope_section"] == [24, 20, 20]
+    assert "text_config.rope_scaling" not in load_model_content(
+        ROOT / "content/models/qwen3-vl-32b").checkpoint.config_defaulted
 
 
 def test_trimmed_config_lists_every_defaulted_key_with_the_rotary_default():
