@@ -32,7 +32,7 @@ BASE = {"llama": "llama-3.1-8b", "qwen3": "qwen3-8b", "gpt2": "gpt2", "gemma3_te
         "kimi_k25": "kimi-k2.5", "minimax_m2": "minimax-m2.5", "mimo_v2_flash": "mimo-v2-flash",
         "llama4": "llama-4-scout-17b-16e", "gemma4": "gemma-4-26b-a4b", "qwen3_5": "qwen3.5-27b",
         "qwen3_5_moe": "qwen3.5-35b-a3b", "nemotron_h": "nemotron-3-nano-30b-a3b", "deepseek_v4": "deepseek-v4-flash",
-        "qwen3_vl": "qwen3-vl-8b"}
+        "qwen3_vl": "qwen3-vl-8b", "qwen3_vl_moe": "qwen3-vl-30b-a3b"}
 """The site model whose tiny config each family's draws start from."""
 
 
@@ -193,6 +193,7 @@ SPACE: dict[str, tuple[Draw, ...]] = {
                     layer_list("layer_types", ("linear_attention", "full_attention"))),
     "llama4": (depth(), gqa, experts("num_local_experts", "num_experts_per_tok", "intermediate_size")),
     "qwen3_vl": (depth(), gqa, mlp, mrope_sections),
+    "qwen3_vl_moe": (depth(), gqa, experts("num_experts", "num_experts_per_tok"), mrope_sections),
 }
 """Per family, the draws applied in order (the depth first: per-layer lists follow it). Families beside a text
 config (Qwen3.5, Llama 4) draw inside text_config."""
@@ -201,7 +202,7 @@ NOT_YET = {"mixtral": ("tie_word_embeddings", True, "must be false: the family s
            "kimi_k25": ("text_config.q_lora_rank", None, "must be set: a text config without a query latent")}
 """Part of a family's space it cannot model yet: the key, a value the class accepts, and the family's refusal."""
 NESTED = {"qwen3_5": "text_config", "qwen3_5_moe": "text_config", "llama4": "text_config", "gemma3": "text_config",
-          "kimi_k25": "text_config", "gemma4": "text_config", "qwen3_vl": "text_config"}
+          "kimi_k25": "text_config", "gemma4": "text_config", "qwen3_vl": "text_config", "qwen3_vl_moe": "text_config"}
 
 
 def draw(family: str, seed: int) -> dict[str, Any]:
@@ -217,7 +218,7 @@ def draw(family: str, seed: int) -> dict[str, Any]:
         config["vision_config"]["text_hidden_size"] = table["hidden_size"]
     if family in ("qwen3", "qwen3_moe"):
         table["max_window_layers"] = table["num_hidden_layers"]
-    if family == "qwen3_vl":
+    if family in ("qwen3_vl", "qwen3_vl_moe"):
         deepstack_tower(r, config)
     return config
 

@@ -32,6 +32,8 @@ TOTALS = {
     "qwen3-vl-4b": (4_437_815_808, 415_347_712, 81_833_472),
     "qwen3-vl-32b": (33_357_390_064, 595_266_800, 134_536_704),
     "qwen3-vl-32b-thinking": (33_357_390_064, 595_266_800, 134_536_704),
+    "qwen3-vl-30b-a3b": (31_070_754_032, 538_631_408, 92_060_160),
+    "qwen3-vl-235b-a22b": (235_670_022_896, 576_388_336, 120_377_856),
 }
 
 
@@ -42,6 +44,13 @@ def spec_of(slug: str):
 @pytest.fixture(scope="module")
 def tiny_dense():
     tiny = tiny_spec(spec_of("qwen3-vl-8b"))
+    model = tiny_reference_model(tiny)
+    return tiny, model, reference_state(tiny, model)
+
+
+@pytest.fixture(scope="module")
+def tiny_moe():
+    tiny = tiny_spec(spec_of("qwen3-vl-30b-a3b"))
     model = tiny_reference_model(tiny)
     return tiny, model, reference_state(tiny, model)
 
@@ -184,3 +193,36 @@ def test_deepstack_features_from_the_wrong_vision_blocks_fail(tiny_dense):
 def options_of(comp) -> DeepStackOptions:
     assert isinstance(comp.options, DeepStackOptions)
     return comp.options
+
+
+# ----------------------------------------------------------------------------------------- the MoE family
+
+def test_moe_text_models_are_qwen3_moe_in_size():
+    """The MoE models' text sides count what Qwen3-30B-A3B and Qwen3-235B-A22B count: the difference is all vision."""
+    for vl, text in (("qwen3-vl-30b-a3b", "qwen3-30b-a3b"), ("qwen3-vl-235b-a22b", "qwen3-235b-a22b")):
+        ledger = account(spec_of(vl))
+        assert ledger.total - sum(r.value for r in ledger.accounts["visual"].rows) == account(spec_of(text)).total
+
+
+def test_moe_stack_rope_and_experts_match_the_reference_on_an_image_prompt(tiny_moe):
+    for path in ("blocks", "blocks.moe.attn.rope", "blocks.moe.moe", "visual"):
+        assert within_tolerance(component_error(tiny_moe, path)), path
+
+
+def test_moe_deepstack_after_the_wrong_layers_and_blocked_sections_fail(tiny_moe, monkeypatch):
+    with monkeypatch.context() as m:
+        m.setattr(deepstack_module, "injection_layers", lambda o: tuple(range(1, o.levels + 1)))
+        assert not within_tolerance(component_error(tiny_moe, "blocks"))
+    monkeypatch.setattr(mrope_module, "pair_axes", _blocked)
+    assert not within_tolerance(component_error(tiny_moe, "blocks.moe.attn.rope"))
+
+
+def test_moe_family_requires_the_renormalised_router():
+    """transformers 5.23 always renormalises the selected experts' probabilities: a file that says otherwise is
+    refused, naming the key."""
+    from explorer.errors import ContentError
+
+    content = load_model_content(ROOT / "content/models/qwen3-vl-30b-a3b")
+    config = {**content.config, "text_config": {**content.config["text_config"], "norm_topk_prob": False}}
+    with pytest.raises(ContentError, match="key 'text_config.norm_topk_prob': must be true"):
+        FAMILIES["qwen3_vl_moe"].validate(config, "test")

@@ -156,7 +156,7 @@ class Llama(Family):
             embedding(ctx, "embed", "Token embedding", weight=p + "embed_tokens.weight",
                       citations=(self.ref.cite("The model embeds token ids, runs the decoder layers and a final "
                                                "RMSNorm.", "Model.__init__"),)),
-            self.blocks(ctx, c, (block,)),
+            self.blocks(ctx, c, (block,), f"{L} identical decoder layers."),
             rmsnorm(ctx, "norm", "Final RMSNorm", weight=p + "norm.weight", ranges=(), size="hidden_size", x=x,
                     y=Port(r"\hat x", x.shape, "x_hat"), code="self.norm(hidden_states)", eps=t.rms_norm_eps),
             head(ctx, "lm_head", "LM head", weight="lm_head.weight", tied_to=tied,
@@ -174,10 +174,9 @@ class Llama(Family):
     labels: ClassVar[dict[str, str]] = DIM_LABELS
     """Short names of the sizes in shapes."""
 
-    def blocks(self, ctx: Ctx, c: Any, blocks: tuple[Component, ...]) -> Component:
+    def blocks(self, ctx: Ctx, c: Any, blocks: tuple[Component, ...], description: str) -> Component:
         """The decoder layers in order (a family whose layers take more than the residual stream overrides it)."""
-        L = self.text(c).num_hidden_layers
-        return stack(ctx, blocks, layers=L, description=f"{L} identical decoder layers.",
+        return stack(ctx, blocks, layers=self.text(c).num_hidden_layers, description=description,
                      citations=blocks[0].citations[:1])
 
     def block(self, ctx: Ctx, c: Any, indices: tuple[int, ...]) -> Component:

@@ -24,6 +24,7 @@ from explorer.model.components.qwen_vision import LABELS as VISION_LABELS
 from explorer.model.components.qwen_vision import VisionOptions, qwen_vision_tower
 from explorer.model.families.base import (
     DIM_LABELS,
+    Family,
     Hyperparameters,
     ReferenceBinding,
     RopeScaling,
@@ -122,22 +123,20 @@ class Qwen3VLHyperparameters(Hyperparameters):
     transformers_version: str = ""
 
 
-class Qwen3VL(Qwen3):
-    """Qwen3VLForConditionalGeneration: Qwen3's text model with interleaved MRoPE and DeepStack, a vision tower."""
+class VisionLanguage:
+    """What the Qwen3-VL families add to a text family (Qwen3's dense one, Qwen3-MoE's): the text model under
+    model.language_model read from text_config, multimodal RoPE in every layer, DeepStack in the stack of layers,
+    the vision tower beside them, and the keys of all three configs a trimmed file may omit. Mixed in before the
+    text family, whose hooks (text, blocks, towers, ...) it fills."""
 
-    name = "qwen3_vl"
-    model_types = ("qwen3_vl",)
-    config_class: ClassVar[type] = Qwen3VLHyperparameters
-    reference = ReferenceBinding("Qwen3VLConfig", "Qwen3VLForConditionalGeneration")
-    ref = Reference(FILE, "Qwen3VLText")
-    vision_ref: ClassVar[Reference] = Reference(FILE, "Qwen3VL")
+    reference: ClassVar[ReferenceBinding]
+    ref: ClassVar[Reference]
+    vision_ref: ClassVar[Reference]
     """The vision tower's and the wrapper's classes (Qwen3VLVisionModel, Qwen3VLForConditionalGeneration)."""
-    symbols: ClassVar[tuple[str, ...]] = TEXT_SYMBOLS + tuple(VISION_LABELS)
-    labels: ClassVar[dict[str, str]] = {**DIM_LABELS, **VISION_LABELS}
+    text_class: ClassVar[type]
+    """The text_config dataclass (the defaulted keys are read from its fields)."""
     text_prefix: ClassVar[str] = "model.language_model."
     text_key: ClassVar[str] = "text_config."
-
-    # ----------------------------------------------------------------- hooks: the text model and what is beside it
 
     def text(self, c: Any) -> Any:
         return c.text_config
@@ -148,14 +147,14 @@ class Qwen3VL(Qwen3):
     def tied(self, c: Any) -> bool:
         return bool(c.tie_word_embeddings)
 
-    def head_citation(self, tied: bool) -> Citation:
+    def head_citation(self, tied: bool = False) -> Citation:
         return self.vision_ref.cite("lm_head is a bias-free Linear from the text width to the vocabulary"
                                     + (", tied to the token embedding when tie_word_embeddings is set." if tied
                                        else "."), "ForConditionalGeneration.__init__")
 
     def values(self, c: Any) -> dict[str, int | float]:
         v = c.vision_config
-        return {**self.text_values(self.text(c)),
+        return {**self.text_values(self.text(c)),  # type: ignore[attr-defined]  # the text family's
                 "vit_hidden_size": v.hidden_size, "vit_intermediate_size": v.intermediate_size,
                 "vit_patch_values": v.in_channels * v.temporal_patch_size * v.patch_size ** 2,
                 "vit_positions": v.num_position_embeddings, "vit_merged_size": v.hidden_size * v.spatial_merge_size ** 2,
@@ -167,6 +166,9 @@ class Qwen3VL(Qwen3):
         given = t.rope_scaling.mrope_section if t.rope_scaling is not None else None
         return tuple(given) if given else MROPE_SECTION
 
+    def head_dim(self, t: Any) -> int:
+        return int(t.head_dim or t.hidden_size // t.num_attention_heads)
+
     def deepstack(self, c: Any) -> DeepStackOptions | None:
         """The DeepStack taps, or None where the config lists none (the class accepts an empty list: no mergers)."""
         v = c.vision_config
@@ -175,12 +177,13 @@ class Qwen3VL(Qwen3):
 
     # ------------------------------------------------------------------------------------------------ check
 
-    def check(self, c: Any) -> list[str]:
+    def vision_language_problems(self, c: Any) -> list[str]:
+        """The rotary sections, the tower and the DeepStack taps (the text family checks the rest)."""
         t, v = self.text(c), c.vision_config
-        sections, pairs = self.sections(t), t.head_dim // 2
+        sections, pairs = self.sections(t), self.head_dim(t) // 2
         side = round(v.num_position_embeddings ** 0.5)
         taps = tuple(v.deepstack_visual_indexes)
-        return Llama.check(self, c) + rule_problems([
+        return rule_problems([
             (len(sections) == 3 and sum(sections) == pairs and min(sections) > 0,
              "text_config.rope_scaling.mrope_section",
              f"must give three positive sections (time, height, width) summing to head_dim / 2 ({pairs}), got "
@@ -204,12 +207,12 @@ class Qwen3VL(Qwen3):
 
     # ------------------------------------------------------------------------------------------------ build
 
-    def block(self, ctx: Ctx, c: Any, indices: tuple[int, ...]) -> Component:
-        """Qwen3's block with the multimodal rotary module in place of the plain one."""
-        block = super().block(ctx, c, indices)
+    def block(self, ctx: Ctx, c: Any, *kind: Any) -> Component:
+        """The text family's block with the multimodal rotary module in place of the plain one."""
+        block: Component = super().block(ctx, c, *kind)  # type: ignore[misc]  # the text family's
         attn = block.child("attn")
         plain = attn.child("rope")
-        o = MRopeOptions("default", c.rope_theta, c.head_dim, "half", sections=self.sections(c))
+        o = MRopeOptions("default", c.rope_theta, self.head_dim(c), "half", sections=self.sections(c))
         rotary = mrope(ctx, o, code=f"{self.ref.prefix}RotaryEmbedding(config)", reference=self.text_prefix + "rotary_emb",
                        citations=(self.ref.cite("The rotary module computes the angles of each axis's positions and "
                                                 "takes pair j from the height positions where j ≡ 1 (mod 3), from the "
@@ -218,12 +221,12 @@ class Qwen3VL(Qwen3):
         attn = dataclasses.replace(attn, children=tuple(rotary if ch is plain else ch for ch in attn.children))
         return dataclasses.replace(block, children=tuple(attn if ch.key == "attn" else ch for ch in block.children))
 
-    def blocks(self, ctx: Ctx, c: Any, blocks: tuple[Component, ...]) -> Component:
+    def blocks(self, ctx: Ctx, c: Any, blocks: tuple[Component, ...], description: str) -> Component:
         L, o = self.text(c).num_hidden_layers, self.deepstack(c)
         if o is None:
-            return super().blocks(ctx, c, blocks)
+            return super().blocks(ctx, c, blocks, description)  # type: ignore[misc]  # the text family's
         return deepstack_stack(ctx, blocks, o=o, layers=L, reference=self.text_prefix.rstrip("."),
-                               description=f"{L} identical decoder layers; after each of the first {o.levels}, the "
+                               description=f"{description.rstrip('.')}; after each of the first {o.levels}, the "
                                            "matching DeepStack feature is added at the image tokens.",
                                citations=blocks[0].citations[:1] + (self.ref.cite(
                                    "After decoder layer k, for k below the number of DeepStack features, the text "
@@ -248,11 +251,12 @@ class Qwen3VL(Qwen3):
     def defaulted_keys(self, raw: dict[str, Any]) -> tuple[str, ...]:
         """Every key of the wrapper, its text_config and its vision_config that the file omits, dotted below the
         nested configs; exempt keys (what the file says of itself) never."""
-        out = [n for n in super().defaulted_keys(raw) if n not in ("text_config", "vision_config")]
-        for table, cls in (("text_config", Qwen3VLTextHyperparameters), ("vision_config", Qwen3VLVisionHyperparameters)):
+        out = [n for n in super().defaulted_keys(raw)  # type: ignore[misc]  # Family's, for the wrapper's keys
+               if n not in ("text_config", "vision_config")]
+        for table, cls in (("text_config", self.text_class), ("vision_config", Qwen3VLVisionHyperparameters)):
             given = raw.get(table) or {}
             out += [f"{table}.{f.name}" for f in dataclasses.fields(cls)
-                    if f.name not in given and f.name not in self.defaulted_exempt]
+                    if f.name not in given and f.name not in Family.defaulted_exempt]
         return tuple(sorted(out))
 
     def defaulted_value(self, config: Any, key: str) -> Any:
@@ -270,23 +274,17 @@ class Qwen3VL(Qwen3):
         return self.vision_ref.prefix + nested if nested else self.reference.config_class
 
     def build_spec(self, slug: str, raw: dict[str, Any], where: str) -> ModelSpec:
-        return dataclasses.replace(super().build_spec(slug, raw, where), defaulted=self.defaulted_keys(raw))
+        spec: ModelSpec = super().build_spec(slug, raw, where)  # type: ignore[misc]  # Family's
+        return dataclasses.replace(spec, defaulted=self.defaulted_keys(raw))
 
     # ------------------------------------------------------------------------------------------ tiny, facts
 
-    def tiny_config(self, c: Any) -> dict[str, Any]:
-        """Small sizes, same structure: 3 decoder layers, 4 query heads over 2 KV heads of 24 (12 rotary pairs
-        sectioned 6, 3, 3, so the sections' bounds matter), and a three-block vision tower over a 4×4 patch grid
-        merged 2×2 whose first two blocks feed DeepStack features into the first two layers."""
-        raw = as_published(c)
-        raw["text_config"].update(vocab_size=97, hidden_size=64, intermediate_size=96, num_hidden_layers=3,
-                                  num_attention_heads=4, num_key_value_heads=2, head_dim=24,
-                                  max_position_embeddings=256, dtype="float32", bos_token_id=0, eos_token_id=1,
-                                  rope_scaling={"rope_type": "default", "mrope_section": [6, 3, 3],
-                                                "mrope_interleaved": True})
+    def tiny_vision(self, raw: dict[str, Any]) -> dict[str, Any]:
+        """The tiny config's tower and token ids: three blocks over a 4×4 patch grid merged 2×2, the first two
+        feeding DeepStack features into the first two layers (raw: the tiny config, changed in place)."""
         raw["vision_config"].update(depth=3, hidden_size=32, intermediate_size=48, num_heads=4, patch_size=2,
                                     temporal_patch_size=2, spatial_merge_size=2, num_position_embeddings=16,
-                                    out_hidden_size=64, deepstack_visual_indexes=[0, 1])
+                                    out_hidden_size=raw["text_config"]["hidden_size"], deepstack_visual_indexes=[0, 1])
         raw.update(image_token_id=90, video_token_id=91, vision_start_token_id=92, vision_end_token_id=93)
         raw.pop("quantization_config", None)
         return raw
@@ -299,11 +297,44 @@ class Qwen3VL(Qwen3):
         return (tower_label(tiny, "vit_hidden_size", tower_key="visual", blocks_key="blocks")
                 + f", DeepStack from blocks {taps}",)
 
-    def facts(self, c: Any) -> tuple[tuple[str, str], ...]:
+    def vision_facts(self, c: Any) -> tuple[tuple[str, str], ...]:
         v = c.vision_config
         taps = ", ".join(str(i) for i in v.deepstack_visual_indexes)
         stacked = f"; DeepStack from blocks {taps}" if taps else "; no DeepStack"
-        return super().facts(c) + (("vision tower", f"{v.depth} blocks of {v.hidden_size:,}{stacked}"),)
+        return (("vision tower", f"{v.depth} blocks of {v.hidden_size:,}{stacked}"),)
+
+
+TINY_TEXT = dict(vocab_size=97, hidden_size=64, num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=2,
+                 head_dim=24, max_position_embeddings=256, dtype="float32", bos_token_id=0, eos_token_id=1,
+                 rope_scaling={"rope_type": "default", "mrope_section": [6, 3, 3], "mrope_interleaved": True})
+"""The tiny text model both families share: 3 decoder layers, 4 query heads over 2 KV heads of 24 (12 rotary pairs
+sectioned 6, 3, 3, so the sections' bounds matter)."""
+
+
+class Qwen3VL(VisionLanguage, Qwen3):
+    """Qwen3VLForConditionalGeneration: Qwen3's text model with interleaved MRoPE and DeepStack, a vision tower."""
+
+    name = "qwen3_vl"
+    model_types = ("qwen3_vl",)
+    config_class: ClassVar[type] = Qwen3VLHyperparameters
+    text_class: ClassVar[type] = Qwen3VLTextHyperparameters
+    reference = ReferenceBinding("Qwen3VLConfig", "Qwen3VLForConditionalGeneration")
+    ref = Reference(FILE, "Qwen3VLText")
+    vision_ref: ClassVar[Reference] = Reference(FILE, "Qwen3VL")
+    symbols: ClassVar[tuple[str, ...]] = TEXT_SYMBOLS + tuple(VISION_LABELS)
+    labels: ClassVar[dict[str, str]] = {**DIM_LABELS, **VISION_LABELS}
+
+    def check(self, c: Any) -> list[str]:
+        return Llama.check(self, c) + self.vision_language_problems(c)
+
+    def tiny_config(self, c: Any) -> dict[str, Any]:
+        """TINY_TEXT with a SwiGLU width of 96, and the tower of tiny_vision."""
+        raw = as_published(c)
+        raw["text_config"].update(TINY_TEXT, intermediate_size=96)
+        return self.tiny_vision(raw)
+
+    def facts(self, c: Any) -> tuple[tuple[str, str], ...]:
+        return super().facts(c) + self.vision_facts(c)
 
 
 FAMILY = Qwen3VL()
