@@ -240,7 +240,8 @@ def qwen_vision_tower(ctx: Ctx, o: VisionOptions, *, prefix: str, depth: int, re
     encoder = Step(rf"\psi_1=\operatorname{{Block}}_0(\psi^{{+}}),\quad \psi_{{n+1}}=\operatorname{{Block}}_n(\psi_n),\ "
                    rf"n=1,\dots,{depth - 1},\quad \psi_{{\mathrm{{out}}}}=\psi_{{{depth}}}", z0.shape, "encoder")
     steps = (embed.steps[0], pos, encoder, *merge.steps)
-    children, outputs, described = (embed, positions, blocks, merge), merge.outputs, ""
+    children: tuple[Component, ...] = (embed, positions, blocks, merge)
+    outputs, described = merge.outputs, ""
     if deepstack is not None:
         stacked = deepstack_mergers(ctx, deepstack, prefix=prefix + "deepstack_merger_list.", patches=o.patches,
                                     classes=classes, cite=ref.cite(

@@ -75,7 +75,7 @@ class Llama(Family):
     config_class: ClassVar[type] = LlamaHyperparameters
     reference = ReferenceBinding("LlamaConfig", "LlamaForCausalLM")
     ref = Reference("models/llama/modeling_llama.py", "Llama")
-    symbols = ("vocab_size", "hidden_size", "intermediate_size", "num_attention_heads", "num_key_value_heads",
+    symbols: ClassVar[tuple[str, ...]] = ("vocab_size", "hidden_size", "intermediate_size", "num_attention_heads", "num_key_value_heads",
                "head_dim")
     qk_norm: ClassVar[bool] = False
     width_in_heads: ClassVar[bool] = True

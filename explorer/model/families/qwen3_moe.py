@@ -79,7 +79,7 @@ class Qwen3Moe(SparseMoE):
     experts_key = "num_experts"
     width_key = "moe_intermediate_size"
     qk_norm = True
-    symbols = ("vocab_size", "hidden_size", "moe_intermediate_size", "num_attention_heads", "num_key_value_heads",
+    symbols: ClassVar[tuple[str, ...]] = ("vocab_size", "hidden_size", "moe_intermediate_size", "num_attention_heads", "num_key_value_heads",
                "head_dim", "num_experts", "num_experts_per_tok")
 
     def check(self, c: Any) -> list[str]:

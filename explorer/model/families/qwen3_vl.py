@@ -130,13 +130,17 @@ class VisionLanguage:
     text family, whose hooks (text, blocks, towers, ...) it fills."""
 
     reference: ClassVar[ReferenceBinding]
-    ref: ClassVar[Reference]
     vision_ref: ClassVar[Reference]
     """The vision tower's and the wrapper's classes (Qwen3VLVisionModel, Qwen3VLForConditionalGeneration)."""
     text_class: ClassVar[type]
     """The text_config dataclass (the defaulted keys are read from its fields)."""
     text_prefix: ClassVar[str] = "model.language_model."
     text_key: ClassVar[str] = "text_config."
+
+    @property
+    def text_ref(self) -> Reference:
+        """The text model's classes: the text family's ref (Qwen3VLTextAttention, ...)."""
+        return self.ref  # type: ignore[attr-defined,no-any-return]  # each text family declares its own
 
     def text(self, c: Any) -> Any:
         return c.text_config
@@ -213,8 +217,8 @@ class VisionLanguage:
         attn = block.child("attn")
         plain = attn.child("rope")
         o = MRopeOptions("default", c.rope_theta, self.head_dim(c), "half", sections=self.sections(c))
-        rotary = mrope(ctx, o, code=f"{self.ref.prefix}RotaryEmbedding(config)", reference=self.text_prefix + "rotary_emb",
-                       citations=(self.ref.cite("The rotary module computes the angles of each axis's positions and "
+        rotary = mrope(ctx, o, code=f"{self.text_ref.prefix}RotaryEmbedding(config)", reference=self.text_prefix + "rotary_emb",
+                       citations=(self.text_ref.cite("The rotary module computes the angles of each axis's positions and "
                                                 "takes pair j from the height positions where j ≡ 1 (mod 3), from the "
                                                 "width positions where j ≡ 2, each below 3 × its mrope_section, and "
                                                 "from time otherwise.", "RotaryEmbedding.recomposition_frequencies"),))
@@ -228,7 +232,7 @@ class VisionLanguage:
         return deepstack_stack(ctx, blocks, o=o, layers=L, reference=self.text_prefix.rstrip("."),
                                description=f"{description.rstrip('.')}; after each of the first {o.levels}, the "
                                            "matching DeepStack feature is added at the image tokens.",
-                               citations=blocks[0].citations[:1] + (self.ref.cite(
+                               citations=blocks[0].citations[:1] + (self.text_ref.cite(
                                    "After decoder layer k, for k below the number of DeepStack features, the text "
                                    "model adds feature k to the hidden states at the visual positions.",
                                    "Model._deepstack_process"),))
@@ -269,7 +273,7 @@ class VisionLanguage:
 
     def default_source(self, key: str) -> str:
         if key == "text_config.rope_scaling":
-            return f"{self.ref.prefix}RotaryEmbedding"
+            return f"{self.text_ref.prefix}RotaryEmbedding"
         nested = {"text_config": "TextConfig", "vision_config": "VisionConfig"}.get(key.split(".")[0])
         return self.vision_ref.prefix + nested if nested else self.reference.config_class
 
@@ -293,7 +297,8 @@ class VisionLanguage:
         return (f"mrope_section {list(self.sections(self.text(tiny.config)))}",)
 
     def tiny_label_towers(self, tiny: ModelSpec) -> tuple[str, ...]:
-        taps = list(tiny.config.vision_config.deepstack_visual_indexes)
+        config: Any = tiny.config
+        taps = list(config.vision_config.deepstack_visual_indexes)
         return (tower_label(tiny, "vit_hidden_size", tower_key="visual", blocks_key="blocks")
                 + f", DeepStack from blocks {taps}",)
 
