@@ -166,6 +166,7 @@ def deepstack_tower(r: random.Random, config: dict[str, Any]) -> None:
     levels = r.randint(0, min(vision["depth"], text["num_hidden_layers"]))
     vision.update(deepstack_visual_indexes=sorted(r.sample(range(vision["depth"]), levels)),
                   out_hidden_size=text["hidden_size"])
+    config["tie_word_embeddings"] = r.random() < 0.5 if "num_experts" not in text else False  # the key ties the head
 
 
 SPACE: dict[str, tuple[Draw, ...]] = {
