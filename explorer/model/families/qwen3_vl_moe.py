@@ -12,10 +12,12 @@ MoE decoder; transformers' models/qwen3_vl_moe/modeling_qwen3_vl_moe.py (the ref
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from explorer.model.components import Reference
+from explorer.model.components import Ctx, Reference
+from explorer.model.components.base import Port
 from explorer.model.components.qwen_vision import LABELS as VISION_LABELS
 from explorer.model.families.base import Hyperparameters, ReferenceBinding, as_published, rule_problems
 from explorer.model.families.block_fp8 import FP8QuantizationConfig
@@ -23,6 +25,7 @@ from explorer.model.families.qwen3_moe import Qwen3Moe
 from explorer.model.families.qwen3_vl import TINY_TEXT, MRopeScaling, Qwen3VLVisionHyperparameters, VisionLanguage
 from explorer.model.families.renames import split_fused_experts
 from explorer.model.families.sparse import LABELS
+from explorer.spec.types import Component
 
 FILE = "models/qwen3_vl_moe/modeling_qwen3_vl_moe.py"
 
@@ -115,6 +118,16 @@ class Qwen3VLMoe(VisionLanguage, Qwen3Moe):
             (self.text(c).norm_topk_prob, "text_config.norm_topk_prob",
              "must be true: transformers 5.23 always renormalises the selected experts' probabilities"),
         ])
+
+    def moe(self, ctx: Ctx, c: Any, prefix: str, ranges, x: Port, y_latex: str) -> Component:
+        """Qwen3-MoE's mixture of experts, its experts' page saying how the published checkpoint lays them out."""
+        block = super().moe(ctx, c, prefix, ranges, x, y_latex)
+        stored = ("The published checkpoint stores each layer's experts as two fused tensors, mlp.experts.gate_up_proj "
+                  "[experts, hidden_size, 2 × moe_intermediate_size] and mlp.experts.down_proj [experts, "
+                  "moe_intermediate_size, hidden_size], which transformers transposes on loading (its conversion "
+                  "mapping for qwen3_vl_moe); this page lists them per expert, with the same counts.")
+        return dataclasses.replace(block, children=tuple(
+            dataclasses.replace(ch, notes=ch.notes + (stored,)) if ch.key == "expert" else ch for ch in block.children))
 
     def tiny_config(self, c: Any) -> dict[str, Any]:
         """The dense family's tiny text model with 4 experts of width 32, top 2, and its tower."""
