@@ -86,7 +86,7 @@ QUANTIZED = {family: c.slug for family, c in originals().items()
 INT4, a GGUF mix): test_a_config_with_unknown_keys_adds_and_builds... adds and builds it as published."""
 FP8_FAMILIES = ("gemma3", "gemma4", "glm4_moe", "glm4_moe_lite", "glm_moe_dsa", "kimi_linear", "llama", "llama4",
                 "minimax_m3", "mixtral", "nemotron_h", "olmo2", "phi3", "qwen3", "qwen3_5", "qwen3_5_moe", "qwen3_moe",
-                "qwen3_next", "step3p7")
+                "qwen3_next", "qwen3_vl", "qwen3_vl_moe", "step3p7")
 """Families that read a block-wise FP8 quantization_config although their first model publishes none (their stored
 layouts checked against transformers' FP8 quantizer in test_fp8_every_family.py)."""
 FP8_BLOCKS = {"nemotron_h": {**FP8_BLOCK, "modules_to_not_convert": ["lm_head", r"model\.layers\.\d+\.mixer\.experts"]}}
@@ -245,7 +245,7 @@ def test_gpt2_medium_keys_build_in_full_and_the_model_page_lists_them(tmp_path):
         ("n_special", "0"), ("predict_special_tokens", "true"), ("x_published_null", "null")]
 
 
-@pytest.mark.parametrize("family", ["gemma3", "kimi_k25", "qwen3_5"])
+@pytest.mark.parametrize("family", ["gemma3", "kimi_k25", "qwen3_5", "qwen3_vl", "qwen3_vl_moe"])
 def test_unknown_keys_inside_a_nested_config_are_recorded_dotted(tmp_path, family):
     """A multimodal config's text_config and vision_config are config classes of their own, which take unknown keys
     as the top-level class does."""

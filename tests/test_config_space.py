@@ -32,7 +32,8 @@ BASE = {"llama": "llama-3.1-8b", "qwen3": "qwen3-8b", "gpt2": "gpt2", "gemma3_te
         "kimi_k25": "kimi-k2.5", "minimax_m2": "minimax-m2.5", "mimo_v2_flash": "mimo-v2-flash",
         "llama4": "llama-4-scout-17b-16e", "gemma4": "gemma-4-26b-a4b", "qwen3_5": "qwen3.5-27b",
         "qwen3_5_moe": "qwen3.5-35b-a3b", "nemotron_h": "nemotron-3-nano-30b-a3b", "deepseek_v4": "deepseek-v4-flash",
-        "step3p7": "step-3.7-flash", "minimax_m3": "minimax-m3"}
+        "step3p7": "step-3.7-flash", "minimax_m3": "minimax-m3", "qwen3_vl": "qwen3-vl-8b",
+        "qwen3_vl_moe": "qwen3-vl-30b-a3b"}
 """The site model whose tiny config each family's draws start from."""
 
 
@@ -199,6 +200,24 @@ def m3_layers(r: random.Random, t: dict[str, Any]) -> None:
         "sparse_topk_blocks": topk, "sparse_local_block": r.randint(0, topk)}
 
 
+def mrope_sections(r: random.Random, t: dict[str, Any]) -> None:
+    """Qwen3-VL's multimodal sections, any split of the drawn head's rotary pairs into time, height and width."""
+    pairs = t["head_dim"] // 2
+    h, w = r.randint(1, pairs // 3), r.randint(1, pairs // 3)
+    t["rope_scaling"] = {"rope_type": "default", "mrope_section": [pairs - h - w, h, w], "mrope_interleaved": True}
+
+
+def deepstack_tower(r: random.Random, config: dict[str, Any]) -> None:
+    """Qwen3-VL's tower depth and the blocks its DeepStack mergers read, at most one per text layer; the merger's
+    output at the drawn text width."""
+    text, vision = config["text_config"], config["vision_config"]
+    vision["depth"] = r.randint(1, 3)
+    levels = r.randint(0, min(vision["depth"], text["num_hidden_layers"]))
+    vision.update(deepstack_visual_indexes=sorted(r.sample(range(vision["depth"]), levels)),
+                  out_hidden_size=text["hidden_size"])
+    config["tie_word_embeddings"] = r.random() < 0.5 if "num_experts" not in text else False  # the key ties the head
+
+
 SPACE: dict[str, tuple[Draw, ...]] = {
     "gpt2": (gpt2_sizes,),
     "gemma3": (depth(), gqa, mlp),
@@ -225,6 +244,8 @@ SPACE: dict[str, tuple[Draw, ...]] = {
     "llama4": (depth(), gqa, experts("num_local_experts", "num_experts_per_tok", "intermediate_size")),
     "step3p7": (depth(), gqa, mlp, experts("n_routed_experts", "num_experts_per_tok"), step_layers),
     "minimax_m3": (depth(), gqa, experts("num_local_experts", "num_experts_per_tok", "intermediate_size"), m3_layers),
+    "qwen3_vl": (depth(), gqa, mlp, mrope_sections),
+    "qwen3_vl_moe": (depth(), gqa, experts("num_experts", "num_experts_per_tok"), mrope_sections),
 }
 """Per family, the draws applied in order (the depth first: per-layer lists follow it). Families beside a text
 config (Qwen3.5, Llama 4) draw inside text_config."""
@@ -233,7 +254,7 @@ NOT_YET = {"mixtral": ("tie_word_embeddings", True, "must be false: the family s
            "kimi_k25": ("text_config.q_lora_rank", None, "must be set: a text config without a query latent")}
 """Part of a family's space it cannot model yet: the key, a value the class accepts, and the family's refusal."""
 NESTED = {"qwen3_5": "text_config", "qwen3_5_moe": "text_config", "llama4": "text_config", "gemma3": "text_config",
-          "kimi_k25": "text_config", "gemma4": "text_config"}
+          "kimi_k25": "text_config", "gemma4": "text_config", "qwen3_vl": "text_config", "qwen3_vl_moe": "text_config"}
 
 
 def draw(family: str, seed: int) -> dict[str, Any]:
@@ -249,6 +270,8 @@ def draw(family: str, seed: int) -> dict[str, Any]:
         config["vision_config"]["text_hidden_size"] = table["hidden_size"]
     if family in ("qwen3", "qwen3_moe"):
         table["max_window_layers"] = table["num_hidden_layers"]
+    if family in ("qwen3_vl", "qwen3_vl_moe"):
+        deepstack_tower(r, config)
     return config
 
 

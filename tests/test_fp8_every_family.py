@@ -108,6 +108,8 @@ EXCLUDING = {
     "qwen3_next": ["lm_head", r"model\.layers\.\d+\.linear_attn", "shared_expert_gate"],
     "qwen3_moe": [r"model\.layers\.\d+\.self_attn", "lm_head"],
     "step3p7": ["lm_head", r"model\.layers\.\d+\.mlp\.shared_experts", "g_proj"],
+    "qwen3_vl": [r"model\.visual", "lm_head"],
+    "qwen3_vl_moe": [r"model\.visual", "lm_head", r"model\.language_model\.layers\.\d+\.self_attn"],
 }
 """modules_to_not_convert patterns a published checkpoint might give: the vision tower, a shared expert, the routed
 experts, the linear-attention mixers, a one-row gate, the attention (and lm_head, which an explicit list must name to

@@ -82,6 +82,6 @@ def test_index_groups_by_lab_and_lineage_newest_first(builds):
     assert meta["Meta"]["Llama 3.1"] == ["Llama 3.1 8B", "Llama 3.1 70B", "Llama 3.1 405B"]  # one month: content order
     assert list(meta["Meta"]) == ["Llama 4", "Llama 3.3", "Llama 3.1"]  # the newer lineage first
     assert meta["DeepSeek"]["DeepSeek-V3"] == ["DeepSeek-V3.2", "DeepSeek-R1", "DeepSeek-V3"]
-    assert list(meta["Qwen"]) == ["Qwen3.5", "Qwen3-Next", "Qwen3"]
+    assert list(meta["Qwen"]) == ["Qwen3.5", "Qwen3-VL", "Qwen3-Next", "Qwen3"]
     newest = [max(c.released for ln in g.lineages for c in ln.cards) for g in groups]
     assert newest == sorted(newest, reverse=True)

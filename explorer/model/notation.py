@@ -190,6 +190,14 @@ SYMBOLS: tuple[Symbol, ...] = (
        "(YaRN's ramp, Llama 3's smoothing factor)", _POS),
     _s(r"j_{\mathrm{low}}", "computed", "YaRN: the last frequency kept as is", _POS),
     _s(r"j_{\mathrm{high}}", "computed", "YaRN: the first frequency fully interpolated", _POS),
+    _s(r"p^{\mathrm{t}}", "computed", "multimodal RoPE: a token's time position (p^t_t)", _POS),
+    _s(r"p^{\mathrm{h}}", "computed", "multimodal RoPE: a token's height position, its row added for an image token",
+       _POS),
+    _s(r"p^{\mathrm{w}}", "computed", "multimodal RoPE: a token's width position, its column added for an image token",
+       _POS),
+    _s(r"p^{\mathrm{pair}}", "computed", "multimodal RoPE: the position rotary pair j of token t turns with (p^pair_{t,j}), "
+       "from the axis the pair is dealt to", _POS),
+    _s(r"t_{\mathrm{img}}", "constant", "multimodal RoPE: the position at which an image starts", _POS),
     # ---------------------------------------------------------------- experts and MLPs
     _s(r"z", "computed", "router logits, one per routed expert (z_i), from the router matrix W_r", _EXP),
     _s(r"\psi", "computed", "vision: the patch stream, a vision tower's own residual stream (ψ_i: patch i's "
@@ -211,6 +219,13 @@ SYMBOLS: tuple[Symbol, ...] = (
     _s(r"\hat \psi^{\mathrm{grp}}", "computed", "vision: a group's patch vectors, each normalised", _VIS),
     _s(r"\psi^{\mathrm{pool}}", "computed", "vision: the patch grid average-pooled to the image's tokens", _VIS),
     _s(r"\hat \psi^{\mathrm{pool}}", "computed", "vision: the pooled image tokens, normalised", _VIS),
+    _s(r"\psi^{\mathrm{cat}}", "computed", "vision: a group of neighbouring patch vectors concatenated before their "
+       "norm (a DeepStack merger's input)", _VIS),
+    _s(r"\hat \psi^{\mathrm{cat}}", "computed", "vision: a concatenated group of patch vectors, normalised as one "
+       "vector", _VIS),
+    _s(r"F", "computed", "DeepStack: the features a DeepStack merger makes of a vision block's output (F_k), added at the "
+       "image tokens after text layer k", _VIS),
+    _s(r"m^{\mathrm{img}}", "computed", "DeepStack: 1 at an image token, 0 at a text token (m^img_t)", _VIS),
     _s(r"x_{\mathrm{img}}", "computed", "vision: the image tokens a vision tower hands to the language model, in its "
        "width", _VIS),
     _s(r"E^{\mathrm{sel}}", "computed", "1 for the experts selected for a token, 0 for the rest", _EXP),

@@ -36,6 +36,7 @@ from explorer.model.components.base import (
 from explorer.model.components.check_words import NO_ROTARY, OWN_ANGLES, covered, given_mask
 from explorer.model.components.linear import linear
 from explorer.model.components.norms import GAIN_SUBSCRIPT, Gain, NormOptions, apply_norm, rmsnorm
+from explorer.model.components.part_facts import facts
 from explorer.model.components.rope import RopeOptions, reference_rotary, rope, rotate
 from explorer.model.components.serving import LayerKind, kv_heads_formula, layer_memory, scores_child
 from explorer.spec.types import Citation, Component, Dim, IndexRange, Port, Shape, Step
@@ -340,7 +341,7 @@ def call_with_rotary(comp: Component, ref, model, inputs, run: Run, ours: torch.
     x, M = inputs[0], inputs[-1]
     mask, window = _mask_for(ref, comp, M)
     kwargs = {"attention_mask": mask[None, None]}
-    ropes = [c for c in _walk(comp) if c.program == "rope"]
+    ropes = [c for c in _walk(comp) if facts(c.program).rotary]
     if ropes:
         T_ = x.shape[1]
         rotary, rope_o = getattr(model.model, "rotary_emb", None), options(ropes[0], RopeOptions)

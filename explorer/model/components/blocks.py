@@ -145,8 +145,8 @@ def layer_order(stack_c: Component) -> list[tuple[int, Component]]:
 
 
 def rope_of(comp: Component) -> Component | None:
-    """The rotary component a block (or model) uses: the first one inside it."""
-    return next((c for c in _walk(comp) if c.program == "rope"), None)
+    """The rotary component a block (or model) uses: the first part inside it that declares itself rotary."""
+    return next((c for c in _walk(comp) if facts(c.program).rotary), None)
 
 
 def angles_for(block: Component, positions: torch.Tensor) -> torch.Tensor:

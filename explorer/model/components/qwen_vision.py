@@ -24,6 +24,7 @@ else:  # imported on first use: a build whose torch stages are cached never need
     from explorer.torch_on_first_use import F, torch
 
 from explorer.model.components.base import (
+    PROGRAMS,
     Ctx,
     Reference,
     Run,
@@ -34,6 +35,7 @@ from explorer.model.components.base import (
     run_child,
 )
 from explorer.model.components.check_words import GIVEN_ANGLES, covered
+from explorer.model.components.deepstack import DeepStackOptions, deepstack_mergers
 from explorer.model.components.linear import linear
 from explorer.model.components.mlp import tower_mlp
 from explorer.model.components.norms import layernorm
@@ -95,7 +97,7 @@ def _patches(ctx: Ctx, o: VisionOptions, width: str = "vit_hidden_size") -> Shap
 
 
 def vision_attention(ctx: Ctx, o: VisionOptions, *, prefix: str, ranges: tuple[IndexRange, ...], x: Port,
-                     cite: Citation) -> Component:
+                     cite: Citation, classes: str = "Qwen3_5") -> Component:
     D = ctx.sym("vit_hidden_size")
     d = ctx.size("vit_hidden_size")
     qkv = linear(ctx, "qkv", "Fused query, key and value projection", weight=prefix + "qkv.weight", ranges=ranges,
@@ -118,7 +120,7 @@ def vision_attention(ctx: Ctx, o: VisionOptions, *, prefix: str, ranges: tuple[I
              proj.steps[0])
     return Component(
         key="attn", title="Bidirectional attention with 2-D rotary", kind="learned",
-        code="Qwen3_5VisionAttention(config)",
+        code=f"{classes}VisionAttention(config)",
         description=f"{o.heads} heads of {o.head_dim}; half of each head's rotary pairs turn with the patch's row, "
                     "half with its column; every patch of an image attends to every other (no mask).",
         inputs=(x,), outputs=(out,), equations=(steps[2],), steps=steps, children=(qkv, proj), citations=(cite,),
@@ -127,15 +129,15 @@ def vision_attention(ctx: Ctx, o: VisionOptions, *, prefix: str, ranges: tuple[I
 
 
 def vision_mlp(ctx: Ctx, o: VisionOptions, *, prefix: str, ranges: tuple[IndexRange, ...], x: Port,
-               y: Port, cite: Citation) -> Component:
+               y: Port, cite: Citation, classes: str = "Qwen3_5") -> Component:
     return tower_mlp(ctx, prefix=prefix, ranges=ranges, x=x, y=y, hidden=_patches(ctx, o, "vit_intermediate_size"),
                      sizes=("vit_hidden_size", "vit_intermediate_size"), names=("linear_fc1", "linear_fc2"),
-                     calls=("self.linear_fc1(hidden_state)", "self.linear_fc2(...)"), code="Qwen3_5VisionMLP(config)",
+                     calls=("self.linear_fc1(hidden_state)", "self.linear_fc2(...)"), code=f"{classes}VisionMLP(config)",
                      citations=(cite,))
 
 
 def vision_block(ctx: Ctx, o: VisionOptions, *, prefix: str, depth: int, cite: Citation,
-                 mlp_cite: Citation) -> Component:
+                 mlp_cite: Citation, classes: str = "Qwen3_5") -> Component:
     ranges = (IndexRange("layer", tuple(range(depth))),)
     p = prefix + "blocks.{layer}."
     shape = _patches(ctx, o)
@@ -147,13 +149,13 @@ def vision_block(ctx: Ctx, o: VisionOptions, *, prefix: str, depth: int, cite: C
                          y=yp, code=f"self.{key}(hidden_states)", eps=LN_EPS, citations=(cite,))
 
     n1, n2 = ln("norm1", "Attention LayerNorm", x, xa), ln("norm2", "MLP LayerNorm", xm, xf)
-    attn = vision_attention(ctx, o, prefix=p + "attn.", ranges=ranges, x=xa, cite=cite)
+    attn = vision_attention(ctx, o, prefix=p + "attn.", ranges=ranges, x=xa, cite=cite, classes=classes)
     mlp = vision_mlp(ctx, o, prefix=p + "mlp.", ranges=ranges, x=xf, y=Port(r"\Delta_{\mathrm{ffn}}", shape, "delta"),
-                     cite=mlp_cite)
+                     cite=mlp_cite, classes=classes)
     res_a = Step(r"\psi'_n=\psi_n+\Delta_{\mathrm{attn}}", shape, "residual-attn")
     res_f = Step(r"\psi_{n+1}=\psi'_n+\Delta_{\mathrm{ffn}}", shape, "residual-ffn")
     return Component(
-        key="blocks", title="Vision encoder block", kind="learned", code="Qwen3_5VisionBlock(config)",
+        key="blocks", title="Vision encoder block", kind="learned", code=f"{classes}VisionBlock(config)",
         description=f"Bidirectional attention with 2-D rotary and a GELU MLP, each after a LayerNorm and added to the "
                     f"residual stream; {depth} blocks.",
         repeat=depth, repeat_label="vision blocks", crumb=f"{depth} vision blocks", inputs=(x,),
@@ -163,7 +165,7 @@ def vision_block(ctx: Ctx, o: VisionOptions, *, prefix: str, depth: int, cite: C
     )
 
 
-def merger(ctx: Ctx, o: VisionOptions, *, prefix: str, cite: Citation) -> Component:
+def merger(ctx: Ctx, o: VisionOptions, *, prefix: str, cite: Citation, classes: str = "Qwen3_5") -> Component:
     """LayerNorm each patch, concatenate each merge × merge neighbourhood, then fc2(GELU(fc1 u + b1)) + b2."""
     M, m2 = ctx.sym("vit_merged_size"), o.merge ** 2
     tokens = Dim("image tokens", o.patches // m2)
@@ -184,7 +186,7 @@ def merger(ctx: Ctx, o: VisionOptions, *, prefix: str, cite: Citation) -> Compon
     steps = (norm.steps[0], Step(rf"\bar \psi_i=[\hat \psi_{{{m2}i}};\dots;\hat \psi_{{{m2}i+{m2 - 1}}}]", merged, "concat"),
              fc1.steps[0], Step(r"m=\operatorname{GELU}(g)", merged, "gelu"), fc2.steps[0])
     return Component(
-        key="merger", title="Patch merger", kind="learned", code="Qwen3_5VisionPatchMerger(config)",
+        key="merger", title="Patch merger", kind="learned", code=f"{classes}VisionPatchMerger(config)",
         description=f"Normalise each patch, concatenate each {o.merge}×{o.merge} neighbourhood ({m2} patches) into one "
                     f"image token and map it through a GELU MLP to the text width: {o.patches:,} patches become "
                     f"{tokens.size:,} tokens.",
@@ -194,8 +196,11 @@ def merger(ctx: Ctx, o: VisionOptions, *, prefix: str, cite: Citation) -> Compon
     )
 
 
-def qwen_vision_tower(ctx: Ctx, o: VisionOptions, *, prefix: str, depth: int, ref: Reference) -> Component:
-    """The whole tower: patch embedding, positions, the encoder blocks and the merger."""
+def qwen_vision_tower(ctx: Ctx, o: VisionOptions, *, prefix: str, depth: int, ref: Reference,
+                      deepstack: DeepStackOptions | None = None) -> Component:
+    """The whole tower: patch embedding, positions, the encoder blocks and the merger; with `deepstack` (Qwen3-VL),
+    the DeepStack mergers of the listed blocks' outputs too, a second output. `ref` names the reference's classes."""
+    classes = ref.prefix
     D = ctx.sym("vit_hidden_size")
     d, P = ctx.size("vit_hidden_size"), ctx.size("vit_patch_values")
     pixels = Port(r"\mathcal{P}", Shape((Dim("patches", o.patches), ctx.dim("vit_patch_values"))), "pixels")
@@ -204,7 +209,7 @@ def qwen_vision_tower(ctx: Ctx, o: VisionOptions, *, prefix: str, depth: int, re
                    d_in="vit_patch_values", d_out=D, out_dim=ctx.dim("vit_hidden_size"), x=pixels, y=z0,
                    equation=r"\psi_0=\mathcal{P}\,W_{\mathrm{patch}}+b_{\mathrm{patch}}", bias=True,
                    quantize=False,  # a Conv3d: FP8 quantizers convert only nn.Linear
-                   code="Qwen3_5VisionPatchEmbed(config)",
+                   code=f"{classes}VisionPatchEmbed(config)",
                    description=f"A Conv3d whose kernel equals its stride: each patch's {P:,} pixel values (channels × "
                                f"frames × rows × columns) map to {d:,} features.",
                    citations=(ref.cite("The patch embedding is a Conv3d with kernel and stride (temporal_patch_size, "
@@ -226,20 +231,37 @@ def qwen_vision_tower(ctx: Ctx, o: VisionOptions, *, prefix: str, depth: int, re
                "it by bilinear interpolation. At the native grid shown here each patch takes its own row.",),
     )
     blocks = vision_block(ctx, o, prefix=prefix, depth=depth, cite=cite, mlp_cite=ref.cite(
-        "The vision MLP is linear_fc2(act(linear_fc1(x))), with biases and the tanh-approximated GELU.", "VisionMLP"))
+        "The vision MLP is linear_fc2(act(linear_fc1(x))), with biases and the tanh-approximated GELU.", "VisionMLP"),
+        classes=classes)
     merge = merger(ctx, o, prefix=prefix + "merger.", cite=ref.cite(
         "The merger applies a LayerNorm per patch, views spatial_merge_size² patches as one vector and maps it "
-        "through fc1, GELU and fc2 to out_hidden_size.", "VisionPatchMerger"))
+        "through fc1, GELU and fc2 to out_hidden_size.", "VisionPatchMerger"), classes=classes)
     # the blocks start from the positioned patches ψ^+ and the merger reads the last block's output
     encoder = Step(rf"\psi_1=\operatorname{{Block}}_0(\psi^{{+}}),\quad \psi_{{n+1}}=\operatorname{{Block}}_n(\psi_n),\ "
                    rf"n=1,\dots,{depth - 1},\quad \psi_{{\mathrm{{out}}}}=\psi_{{{depth}}}", z0.shape, "encoder")
     steps = (embed.steps[0], pos, encoder, *merge.steps)
+    children: tuple[Component, ...] = (embed, positions, blocks, merge)
+    outputs, described = merge.outputs, ""
+    if deepstack is not None:
+        stacked = deepstack_mergers(ctx, deepstack, prefix=prefix + "deepstack_merger_list.", patches=o.patches,
+                                    classes=classes, cite=ref.cite(
+                                        "After each block listed in deepstack_visual_indexes, a patch merger of its "
+                                        "own (use_postshuffle_norm: the LayerNorm over the merged vector) maps the "
+                                        "block's output to a DeepStack feature.", "VisionModel.forward"))
+        levels = Shape((Dim("levels", deepstack.levels), *stacked.outputs[0].shape.dims))
+        feats = Step(r",\ ".join(rf"F_{k}=\operatorname{{Merger}}'_{k}(\psi_{{{i + 1}}})"
+                                   for k, i in enumerate(deepstack.vision_layers)), levels, "deepstack")
+        steps += (feats,)
+        children += (stacked,)
+        outputs += (Port("F", levels, "deepstack"),)
+        described = (f"; the outputs of blocks {', '.join(str(i) for i in deepstack.vision_layers)} pass through "
+                     f"{deepstack.levels} DeepStack mergers of their own")
     return Component(
-        key="visual", title="Vision tower and merger", kind="learned", code="Qwen3_5VisionModel(vision_config)",
+        key="visual", title="Vision tower and merger", kind="learned", code=f"{classes}VisionModel(vision_config)",
         description=f"Encode an image ({o.side}×{o.side} patches here) with {depth} bidirectional blocks and merge each "
-                    f"{o.merge}×{o.merge} neighbourhood into one token of the text width.",
-        inputs=(pixels,), outputs=merge.outputs, equations=(steps[2], steps[-1]), steps=steps,
-        children=(embed, positions, blocks, merge), program="qwen_vision_tower", options=o,
+                    f"{o.merge}×{o.merge} neighbourhood into one token of the text width{described}.",
+        inputs=(pixels,), outputs=outputs, equations=(steps[2], steps[-1]), steps=steps,
+        children=children, program="qwen_vision_tower", options=o,
         citations=(ref.cite("The vision model embeds patches, adds learned positions resampled (bilinear) to the "
                             "image's grid, runs the blocks with 2-D rotary angles and merges.", "VisionModel"),),
         notes=("Patches arrive in merge order: each 2 × 2 neighbourhood that the merger joins is consecutive.",),
@@ -305,11 +327,19 @@ def run_vision_tower(comp: Component, run: Run, pixels: torch.Tensor) -> list[to
     z = run_child(comp, "patch_embed", run, pixels)
     z = run_child(comp, "pos_embed", run, z)
     block = comp.child("blocks")
+    stacked = next((c for c in comp.children if c.key == "deepstack_merger_list"), None)
+    taps = options(stacked, DeepStackOptions).vision_layers if stacked is not None else ()
+    features = []
     for layer in range(block.repeat):
         (z,) = run_vision_block(block, run.child(relative_module(comp, block).format(layer=layer), "_"), z)
+        if stacked is not None and layer in taps:  # a DeepStack merger of its own reads this block's output
+            module = relative_module(comp, stacked).format(layer=taps.index(layer))
+            features += PROGRAMS[stacked.program](stacked, run.child(module, "_"), z)
     run.rec("encoder", z)
     (out,) = run_merger(comp.child("merger"), run.child("merger."), z)
-    return [out]
+    if stacked is None:
+        return [out]
+    return [out, run.rec("deepstack", torch.stack(features))]
 
 
 def _reference_rotary(o: VisionOptions, x: torch.Tensor):
@@ -335,7 +365,13 @@ def call_vision_layer(comp: Component, ref, model, inputs, run: Run, ours: torch
 def call_vision_tower(comp: Component, ref, model, inputs, run: Run, ours: torch.Tensor):
     (pixels,) = inputs
     o = options(comp, VisionOptions)
-    return ours, ref(pixels, grid_thw=_grid(o)).pooler_output, f"merged tokens of one {o.side}×{o.side}-patch image"
+    out = ref(pixels, grid_thw=_grid(o))
+    if len(comp.outputs) == 1:
+        return ours, out.pooler_output, f"merged tokens of one {o.side}×{o.side}-patch image"
+    mine = torch.cat([ours[None], run.recorded["deepstack"]])  # the merged tokens, then each DeepStack feature
+    theirs = torch.cat([out.pooler_output[None], torch.stack(list(out.deepstack_features))])
+    return mine, theirs, (f"merged tokens and the {len(out.deepstack_features)} DeepStack features of one "
+                          f"{o.side}×{o.side}-patch image")
 
 
 __all__ = ["VisionOptions", "qwen_vision_tower", "LABELS"]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from explorer.model.components.activated_clamp import ActivatedClampExpertsOptions, ActivatedClampOptions
 from explorer.model.components.base import fmt_eps, fmt_num
+from explorer.model.components.deepstack import DeepStackOptions
 from explorer.model.components.embedding import HeadOptions
 from explorer.model.components.gemma4_vision import Gemma4VisionOptions
 from explorer.model.components.linear import LinearOptions
@@ -194,3 +195,10 @@ def _gemma4_vision(o: Gemma4VisionOptions) -> tuple[Term, ...]:
 for cls, names in ((MLPOptions, ("limit", "alpha", "up_shift")), (MoEOptions, ("shared", "routed_scaling")),
                    (LinearOptions, ("bias",)), (Gemma4VisionOptions, ("standardize",)), (ScaledRoutedMoEOptions, ("scale",))):
     switched_by(cls, *names)
+
+
+@registers(DeepStackOptions)
+def _deepstack(o: DeepStackOptions) -> tuple[Term, ...]:
+    """A merger concatenates merge² patches; the stack adds one feature after each of the first levels layers."""
+    return (Term("merge", "concat", rf"\psi_{{n+1,{o.merge ** 2}i}}", programs=("deepstack_merger",)),
+            Term("vision_layers", "inject", rf"n=0,\dots,{o.levels - 1}", programs=("deepstack_stack",)))

@@ -27,10 +27,11 @@ from explorer.model.components.layer_attention import LayerAttentionOptions, sco
 from explorer.model.components.layer_blocks import LayerBlockOptions
 from explorer.model.components.mamba2 import Mamba2Options
 from explorer.model.components.mla import MLAOptions
+from explorer.model.components.mrope import MRopeOptions
 from explorer.model.components.norms import GAIN_SUBSCRIPT, NormOptions
 from explorer.model.components.post_norm_block import PostNormBlockOptions
 from explorer.model.components.rope import RopeOptions
-from explorer.model.components.step_terms import TERMS, Term, for_programs, registers
+from explorer.model.components.step_terms import SWITCHES, TERMS, Term, for_programs, registers
 from explorer.spec.types import Component
 
 
@@ -404,3 +405,12 @@ def _mamba2(o: Mamba2Options) -> tuple[Term, ...]:
             *for_programs(("mamba2", "mamba_causal_conv"), _mamba_conv(o)),
             *for_programs(("mamba2", "ssd"), _mamba_scan(o)),
             *for_programs(("mamba2", "mamba_gated_rmsnorm"), _mamba_norm(o)))
+
+
+@registers(MRopeOptions, structural=("kind", "layer_type"), switches=SWITCHES[RopeOptions])
+def _mrope(o: MRopeOptions) -> tuple[Term, ...]:
+    """The plain rotary terms, and the height and width sections' bounds in the step that deals the pairs out (the
+    time section is what they leave)."""
+    rope_fn, _ = TERMS[RopeOptions]
+    return (*rope_fn(o), Term("sections", "axes", rf"j<{3 * o.sections[1]}"),
+            Term("sections", "axes", rf"j<{3 * o.sections[2]}"))

@@ -35,7 +35,7 @@ from explorer.model.families.block_fp8 import (
     fp8_problems,
     keep_named_modules_dense,
 )
-from explorer.spec.types import Component
+from explorer.spec.types import Citation, Component
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,74 +75,121 @@ class Llama(Family):
     config_class: ClassVar[type] = LlamaHyperparameters
     reference = ReferenceBinding("LlamaConfig", "LlamaForCausalLM")
     ref = Reference("models/llama/modeling_llama.py", "Llama")
-    symbols = ("vocab_size", "hidden_size", "intermediate_size", "num_attention_heads", "num_key_value_heads",
+    symbols: ClassVar[tuple[str, ...]] = ("vocab_size", "hidden_size", "intermediate_size", "num_attention_heads", "num_key_value_heads",
                "head_dim")
     qk_norm: ClassVar[bool] = False
     width_in_heads: ClassVar[bool] = True
     """LlamaConfig refuses a width that is no multiple of the head count even where head_dim is given (its
     validate_architecture); Qwen3Config has no such rule."""
 
+    # ----------------------------------------------------------------- hooks: where the text model sits
+
+    text_prefix: ClassVar[str] = "model."
+    """The text model's module path in the reference and the checkpoint ("model.language_model." where a vision
+    model wraps it, as Qwen3-VL does)."""
+    text_key: ClassVar[str] = ""
+    """Where the text model's keys are in the config ("text_config."), for the problems check() names."""
+
+    def text(self, c: Any) -> Any:
+        """The text model's config: the whole config here, a nested text_config in a vision-language family."""
+        return c
+
+    def text_dtype(self, t: Any) -> str:
+        """The text model's stored dtype as published."""
+        return t.torch_dtype
+
+    def tied(self, c: Any) -> bool:
+        """Whether the LM head is the token embedding (the key transformers ties the weights by)."""
+        return bool(self.text(c).tie_word_embeddings)
+
+    def towers(self, ctx: Ctx, c: Any) -> tuple[Component, ...]:
+        """The modules beside the text model (a vision tower); none here."""
+        return ()
+
+    def beside_words(self, c: Any) -> str:
+        """What the root's description adds after the text model (the vision tower)."""
+        return ""
+
+    def head_citation(self, tied: bool) -> Citation:
+        return self.ref.cite("lm_head is a bias-free Linear from hidden_size to vocab_size"
+                             + (", tied to the token embedding when tie_word_embeddings is set." if tied else "."),
+                             "ForCausalLM.__init__")
+
     def values(self, c: Any) -> dict[str, int | float]:
-        return {"vocab_size": c.vocab_size, "hidden_size": c.hidden_size, "intermediate_size": c.intermediate_size,
-                "num_attention_heads": c.num_attention_heads,
-                "num_key_value_heads": c.num_key_value_heads or c.num_attention_heads,
-                "head_dim": c.head_dim or c.hidden_size // c.num_attention_heads}
+        return self.text_values(self.text(c))
+
+    def text_values(self, t: Any) -> dict[str, int | float]:
+        """The text model's symbol values (block() reads them from the text config it is given)."""
+        return {"vocab_size": t.vocab_size, "hidden_size": t.hidden_size, "intermediate_size": t.intermediate_size,
+                "num_attention_heads": t.num_attention_heads,
+                "num_key_value_heads": t.num_key_value_heads or t.num_attention_heads,
+                "head_dim": t.head_dim or t.hidden_size // t.num_attention_heads}
 
     def check(self, c: Any) -> list[str]:
-        kv = c.num_key_value_heads or c.num_attention_heads
-        head_dim = c.head_dim or c.hidden_size // c.num_attention_heads
+        t, key = self.text(c), self.text_key
+        kv = t.num_key_value_heads or t.num_attention_heads
+        head_dim = t.head_dim or t.hidden_size // t.num_attention_heads
         return rule_problems([
-            (c.num_attention_heads % kv == 0, "num_key_value_heads",
-             f"must divide num_attention_heads ({c.num_attention_heads}), got {kv}"),
-            ((c.head_dim is not None and not self.width_in_heads) or c.hidden_size % c.num_attention_heads == 0,
-             "num_attention_heads", f"must divide hidden_size ({c.hidden_size})"
+            (t.num_attention_heads % kv == 0, key + "num_key_value_heads",
+             f"must divide num_attention_heads ({t.num_attention_heads}), got {kv}"),
+            ((t.head_dim is not None and not self.width_in_heads) or t.hidden_size % t.num_attention_heads == 0,
+             key + "num_attention_heads", f"must divide hidden_size ({t.hidden_size})"
              + (f" ({self.reference.config_class} refuses it otherwise)" if self.width_in_heads
                 else " when head_dim is not given")),
-            (head_dim % 2 == 0, "head_dim", f"must be even (rotary pairs), got {head_dim}"),
-            (c.hidden_act == "silu", "hidden_act", f"must be 'silu' (SwiGLU), got {c.hidden_act!r}"),
-            (not getattr(c, "mlp_bias", False), "mlp_bias",
+            (head_dim % 2 == 0, key + "head_dim", f"must be even (rotary pairs), got {head_dim}"),
+            (t.hidden_act == "silu", key + "hidden_act", f"must be 'silu' (SwiGLU), got {t.hidden_act!r}"),
+            (not getattr(t, "mlp_bias", False), key + "mlp_bias",
              "must be false: biased SwiGLU projections are not in the library yet"),
-        ]) + rope_scaling_problems(c.rope_scaling) + fp8_problems(c.quantization_config)
+        ]) + rope_scaling_problems(t.rope_scaling, key + "rope_scaling") + fp8_problems(c.quantization_config)
 
     # ------------------------------------------------------------------------------------------------ build
 
     def build(self, c: Any, values: dict[str, int | float]) -> Component:
-        dtype = stored_dtype(c.torch_dtype)
-        ctx = Ctx(values, DIM_LABELS, self.ref, dtype, fp8_block_storage(c.quantization_config))
-        L = c.num_hidden_layers
-        block = self.block(ctx, c, tuple(range(L)))
-        tied = "model.embed_tokens.weight" if c.tie_word_embeddings else ""
+        t, p = self.text(c), self.text_prefix
+        dtype = stored_dtype(self.text_dtype(t))
+        ctx = Ctx(values, self.labels, self.ref, dtype, fp8_block_storage(c.quantization_config))
+        L = t.num_hidden_layers
+        block = self.block(ctx, t, tuple(range(L)))
+        tied = p + "embed_tokens.weight" if self.tied(c) else ""
         x = Port(r"x_{L}", ctx.tokens("hidden_size"), "x")
         children = (
-            embedding(ctx, "embed", "Token embedding", weight="model.embed_tokens.weight",
+            embedding(ctx, "embed", "Token embedding", weight=p + "embed_tokens.weight",
                       citations=(self.ref.cite("The model embeds token ids, runs the decoder layers and a final "
                                                "RMSNorm.", "Model.__init__"),)),
-            stack(ctx, (block,), layers=L, description=f"{L} identical decoder layers.",
-                  citations=block.citations[:1]),
-            rmsnorm(ctx, "norm", "Final RMSNorm", weight="model.norm.weight", ranges=(), size="hidden_size", x=x,
-                    y=Port(r"\hat x", x.shape, "x_hat"), code="self.norm(hidden_states)", eps=c.rms_norm_eps),
-            head(ctx, "lm_head", "LM head", weight="lm_head.weight", tied_to=tied, citations=(
-                self.ref.cite("lm_head is a bias-free Linear from hidden_size to vocab_size"
-                              + (", tied to the token embedding when tie_word_embeddings is set." if tied else "."),
-                              "ForCausalLM.__init__"),)),
+            self.blocks(ctx, c, (block,), f"{L} identical decoder layers."),
+            rmsnorm(ctx, "norm", "Final RMSNorm", weight=p + "norm.weight", ranges=(), size="hidden_size", x=x,
+                    y=Port(r"\hat x", x.shape, "x_hat"), code="self.norm(hidden_states)", eps=t.rms_norm_eps),
+            head(ctx, "lm_head", "LM head", weight="lm_head.weight", tied_to=tied,
+                 citations=(self.head_citation(bool(tied)),)),
         )
         root = model_root(ctx, children, code=f"{self.reference.model_class}(config)", layers=L,
                           citations=children[0].citations,
                           description=f"Token embedding, {L} transformer blocks, a final RMSNorm and "
-                                      f"{'an LM head tied to the embedding' if tied else 'an untied LM head'}.")
+                                      f"{'an LM head tied to the embedding' if tied else 'an untied LM head'}"
+                                      f"{self.beside_words(c)}.")
+        root = dataclasses.replace(root, children=root.children + self.towers(ctx, c))
         return keep_named_modules_dense(root, c.quantization_config, dtype, self.reference_module,
                                         f"{self.name} config")
 
+    labels: ClassVar[dict[str, str]] = DIM_LABELS
+    """Short names of the sizes in shapes."""
+
+    def blocks(self, ctx: Ctx, c: Any, blocks: tuple[Component, ...], description: str) -> Component:
+        """The decoder layers in order (a family whose layers take more than the residual stream overrides it)."""
+        return stack(ctx, blocks, layers=self.text(c).num_hidden_layers, description=description,
+                     citations=blocks[0].citations[:1])
+
     def block(self, ctx: Ctx, c: Any, indices: tuple[int, ...]) -> Component:
-        ranges, p = layers(indices), "model.layers.{layer}."
+        ranges, p = layers(indices), self.text_prefix + "layers.{layer}."
         x, x_attn, x_mid, x_ffn, _, delta = block_ports(ctx)
-        eps, v = c.rms_norm_eps, self.values(c)
+        eps, v = c.rms_norm_eps, self.text_values(c)
         heads, kv = int(v["num_attention_heads"]), int(v["num_key_value_heads"])
         attn = attention(ctx, prefix=p + "self_attn.", ranges=ranges, x=x_attn,
                          rope_options=rope_options(c.rope_theta, int(v["head_dim"]), c.rope_scaling, "half",
                                                    c.max_position_embeddings),
                          scores_options=ScoresOptions(heads, kv, int(v["head_dim"]) ** -0.5),
                          bias=c.attention_bias, o_bias=c.attention_bias, qk_norm_eps=eps if self.qk_norm else None,
+                         rope_reference=self.text_prefix + "rotary_emb",
                          citations=(self.ref.cite("Attention projects queries, keys and values, applies RoPE, repeats "
                                                   "each key/value head over its group and attends.", "Attention"),
                                     self.ref.cite("repeat_kv shares each key/value head with num_key_value_groups "
@@ -181,10 +228,10 @@ class Llama(Family):
         return raw
 
     def facts(self, c: Any) -> tuple[tuple[str, str], ...]:
-        v = self.values(c)
-        return (("transformer blocks", f"{c.num_hidden_layers:,}"),
-                ("attention heads", f"{c.num_attention_heads} query, {v['num_key_value_heads']} key/value"),
-                ("vocabulary", f"{c.vocab_size:,}"))
+        t, v = self.text(c), self.values(c)
+        return (("transformer blocks", f"{t.num_hidden_layers:,}"),
+                ("attention heads", f"{t.num_attention_heads} query, {v['num_key_value_heads']} key/value"),
+                ("vocabulary", f"{t.vocab_size:,}"))
 
 
 FAMILY = Llama()

@@ -79,17 +79,20 @@ class Qwen3Moe(SparseMoE):
     experts_key = "num_experts"
     width_key = "moe_intermediate_size"
     qk_norm = True
-    symbols = ("vocab_size", "hidden_size", "moe_intermediate_size", "num_attention_heads", "num_key_value_heads",
+    symbols: ClassVar[tuple[str, ...]] = ("vocab_size", "hidden_size", "moe_intermediate_size", "num_attention_heads", "num_key_value_heads",
                "head_dim", "num_experts", "num_experts_per_tok")
 
     def check(self, c: Any) -> list[str]:
+        t, key = self.text(c), self.text_key
         return super().check(c) + rule_problems([
-            (not c.mlp_only_layers, "mlp_only_layers", "must be empty: dense layers between MoE layers are not built "
-             "by this family yet"),
-            (c.decoder_sparse_step == 1, "decoder_sparse_step", f"must be 1 (every layer MoE), got {c.decoder_sparse_step}"),
-            (c.sliding_window is None, "sliding_window", "must be null: the published Qwen3-MoE configs attend over "
-             "the whole context"),
-        ]) + rope_scaling_problems(c.rope_scaling)
+            (not t.mlp_only_layers, key + "mlp_only_layers", "must be empty: dense layers between MoE layers are not "
+             "built by this family yet"),
+            (t.decoder_sparse_step == 1, key + "decoder_sparse_step",
+             f"must be 1 (every layer MoE), got {t.decoder_sparse_step}"),
+            # Qwen3-VL-MoE's text config has no sliding_window key (its class sets it to None)
+            (getattr(t, "sliding_window", None) is None, key + "sliding_window", "must be null: the published "
+             "Qwen3-MoE configs attend over the whole context"),
+        ]) + rope_scaling_problems(t.rope_scaling, key + "rope_scaling")
 
     def moe(self, ctx: Ctx, c: Any, prefix: str, ranges, x: Port, y_latex: str) -> Component:
         p = prefix + "mlp."
@@ -97,19 +100,19 @@ class Qwen3Moe(SparseMoE):
         renorm = ("divides the k selected probabilities by their sum (norm_topk_prob)" if c.norm_topk_prob
                   else "keeps the k selected probabilities as they are (norm_topk_prob false)")
         gate = router(ctx, weight=p + "gate.weight", ranges=ranges, x=x,
-                      o=RouterOptions(E, k, "softmax", c.norm_topk_prob), code="Qwen3MoeTopKRouter(config)",
+                      o=RouterOptions(E, k, "softmax", c.norm_topk_prob), code=f"{self.ref.prefix}TopKRouter(config)",
                       experts_sym="num_experts", citations=(
-                          REFERENCE.cite(f"The router takes a softmax over all experts' logits, keeps the top k and "
+                          self.ref.cite(f"The router takes a softmax over all experts' logits, keeps the top k and "
                                          f"{renorm}.", "TopKRouter"),))
         experts = routed_experts(ctx, prefix=p + "experts.", ranges=ranges, x=x, experts=E, k=k,
-                                 code="Qwen3MoeExperts(config)", experts_sym="num_experts",
+                                 code=f"{self.ref.prefix}Experts(config)", experts_sym="num_experts",
                                  width="moe_intermediate_size", citations=(
-                                     REFERENCE.cite("Each expert is a SwiGLU MLP of width moe_intermediate_size; "
+                                     self.ref.cite("Each expert is a SwiGLU MLP of width moe_intermediate_size; "
                                                     "transformers fuses the gate and up weights into gate_up_proj.",
                                                     "Experts"),))
         return moe(ctx, x=x, y_latex=y_latex, router_c=gate, expert=experts, shared=None,
-                   code="Qwen3MoeSparseMoeBlock(config)", citations=(
-                       REFERENCE.cite("The sparse MoE block routes each token to its top-k experts and sums their "
+                   code=f"{self.ref.prefix}SparseMoeBlock(config)", citations=(
+                       self.ref.cite("The sparse MoE block routes each token to its top-k experts and sums their "
                                       "outputs weighted by the router; there is no shared expert.", "SparseMoeBlock"),))
 
     def tiny_config(self, c: Any) -> dict[str, Any]:

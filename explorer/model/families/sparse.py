@@ -47,27 +47,68 @@ class SparseMoE(Family):
     """The config key of one expert's hidden width."""
     qk_norm: ClassVar[bool] = False
     sinks: ClassVar[bool] = False
+    labels: ClassVar[dict[str, str]] = LABELS
+    """Short names of the sizes in shapes."""
+    text_prefix: ClassVar[str] = "model."
+    """The text model's module path in the reference and the checkpoint ("model.language_model." where a vision
+    model wraps it, as Qwen3-VL-MoE does)."""
+    text_key: ClassVar[str] = ""
+    """Where the text model's keys are in the config ("text_config."), for the problems check() names."""
 
     def values(self, c: Any) -> dict[str, int | float]:
-        out = {n: getattr(c, n) for n in self.symbols if getattr(c, n, None) is not None}
-        out["num_key_value_heads"] = c.num_key_value_heads or c.num_attention_heads
-        out["head_dim"] = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
+        return self.text_values(self.text(c))
+
+    def text_values(self, t: Any) -> dict[str, int | float]:
+        """The text model's symbol values (block() reads them from the text config it is given)."""
+        out = {n: getattr(t, n) for n in self.symbols if getattr(t, n, None) is not None}
+        out["num_key_value_heads"] = t.num_key_value_heads or t.num_attention_heads
+        out["head_dim"] = getattr(t, "head_dim", None) or t.hidden_size // t.num_attention_heads
         return out
 
     def check(self, c: Any) -> list[str]:
-        v = self.values(c)
-        experts = getattr(c, self.experts_key)
+        t, key = self.text(c), self.text_key
+        v = self.text_values(t)
+        experts = getattr(t, self.experts_key)
         return rule_problems([
-            (c.num_attention_heads % int(v["num_key_value_heads"]) == 0, "num_key_value_heads",
-             f"must divide num_attention_heads ({c.num_attention_heads}), got {v['num_key_value_heads']}"),
-            (int(v["head_dim"]) % 2 == 0, "head_dim", f"must be even (rotary pairs), got {v['head_dim']}"),
-            (c.num_experts_per_tok <= experts, "num_experts_per_tok",
-             f"must be <= {self.experts_key} ({experts}), got {c.num_experts_per_tok}"),
-            (c.hidden_act == "silu", "hidden_act", f"must be 'silu' (SwiGLU experts), got {c.hidden_act!r}"),
-            (not c.tie_word_embeddings, "tie_word_embeddings", "must be false: the family stores lm_head separately"),
+            (t.num_attention_heads % int(v["num_key_value_heads"]) == 0, key + "num_key_value_heads",
+             f"must divide num_attention_heads ({t.num_attention_heads}), got {v['num_key_value_heads']}"),
+            (int(v["head_dim"]) % 2 == 0, key + "head_dim", f"must be even (rotary pairs), got {v['head_dim']}"),
+            (t.num_experts_per_tok <= experts, key + "num_experts_per_tok",
+             f"must be <= {self.experts_key} ({experts}), got {t.num_experts_per_tok}"),
+            (t.hidden_act == "silu", key + "hidden_act", f"must be 'silu' (SwiGLU experts), got {t.hidden_act!r}"),
+            (not self.tied(c), "tie_word_embeddings", "must be false: the family stores lm_head separately"),
         ]) + fp8_problems(block_fp8(c))
 
     # ------------------------------------------------------------------------------------------- hooks
+
+    def text(self, c: Any) -> Any:
+        """The text model's config: the whole config here, a nested text_config in a vision-language family."""
+        return c
+
+    def text_dtype(self, t: Any) -> str:
+        """The text model's stored dtype as published."""
+        return t.torch_dtype
+
+    def tied(self, c: Any) -> bool:
+        """Whether the config asks for the LM head tied to the token embedding (refused: check())."""
+        return bool(self.text(c).tie_word_embeddings)
+
+    def towers(self, ctx: Ctx, c: Any) -> tuple[Component, ...]:
+        """The modules beside the text model (a vision tower); none here."""
+        return ()
+
+    def beside_words(self, c: Any) -> str:
+        """What the root's description adds after the text model (the vision tower)."""
+        return ""
+
+    def head_citation(self) -> Any:
+        return self.ref.cite("lm_head is a separate bias-free Linear from hidden_size to vocab_size.",
+                             "ForCausalLM.__init__")
+
+    def blocks(self, ctx: Ctx, c: Any, blocks: tuple[Component, ...], description: str) -> Component:
+        """The decoder layers in order (a family whose layers take more than the residual stream overrides it)."""
+        return stack(ctx, blocks, layers=self.text(c).num_hidden_layers, description=description,
+                     citations=blocks[0].citations[:1])
 
     def layer_types(self, c: Any) -> tuple[str, ...]:
         return ("full_attention",) * c.num_hidden_layers
@@ -84,11 +125,12 @@ class SparseMoE(Family):
     # ------------------------------------------------------------------------------------------- build
 
     def build(self, c: Any, values: dict[str, int | float]) -> Component:
-        dtype = stored_dtype(c.torch_dtype)
-        ctx = Ctx(values, LABELS, self.ref, dtype, fp8_block_storage(block_fp8(c)))
-        L = c.num_hidden_layers
-        types = self.layer_types(c)
-        blocks = tuple(self.block(ctx, c, t, tuple(i for i in range(L) if types[i] == t))
+        text, p = self.text(c), self.text_prefix
+        dtype = stored_dtype(self.text_dtype(text))
+        ctx = Ctx(values, self.labels, self.ref, dtype, fp8_block_storage(block_fp8(c)))
+        L = text.num_hidden_layers
+        types = self.layer_types(text)
+        blocks = tuple(self.block(ctx, text, t, tuple(i for i in range(L) if types[i] == t))
                        for t in dict.fromkeys(types))
         model_cite = (self.ref.cite("The model embeds token ids, runs the decoder layers and a final RMSNorm.",
                                     "Model.__init__"),)
@@ -96,24 +138,22 @@ class SparseMoE(Family):
         kinds = (f"{len(blocks)} block kinds alternating as layer_types lists them" if len(blocks) > 1
                  else "every block with a mixture of experts")
         children = (
-            embedding(ctx, "embed", "Token embedding", weight="model.embed_tokens.weight", citations=model_cite),
-            stack(ctx, blocks, layers=L, description=f"{L} decoder layers, {kinds}.",
-                  citations=blocks[0].citations[:1]),
-            rmsnorm(ctx, "norm", "Final RMSNorm", weight="model.norm.weight", ranges=(), size="hidden_size", x=x,
-                    y=Port(r"\hat x", x.shape, "x_hat"), code="self.norm(hidden_states)", eps=c.rms_norm_eps),
-            head(ctx, "lm_head", "LM head", weight="lm_head.weight", citations=(
-                self.ref.cite("lm_head is a separate bias-free Linear from hidden_size to vocab_size.",
-                              "ForCausalLM.__init__"),)),
+            embedding(ctx, "embed", "Token embedding", weight=p + "embed_tokens.weight", citations=model_cite),
+            self.blocks(ctx, c, blocks, f"{L} decoder layers, {kinds}."),
+            rmsnorm(ctx, "norm", "Final RMSNorm", weight=p + "norm.weight", ranges=(), size="hidden_size", x=x,
+                    y=Port(r"\hat x", x.shape, "x_hat"), code="self.norm(hidden_states)", eps=text.rms_norm_eps),
+            head(ctx, "lm_head", "LM head", weight="lm_head.weight", citations=(self.head_citation(),)),
         )
         root = model_root(ctx, children, code=f"{self.reference.model_class}(config)", layers=L,
                           citations=model_cite, description=f"Token embedding, {L} transformer blocks ({kinds}), a "
-                                                            "final RMSNorm and an untied LM head.")
+                                                            f"final RMSNorm and an untied LM head{self.beside_words(c)}.")
+        root = dataclasses.replace(root, children=root.children + self.towers(ctx, c))
         return keep_named_modules_dense(root, block_fp8(c), dtype, self.reference_module, f"{self.name} config")
 
     def block(self, ctx: Ctx, c: Any, layer_type: str, indices: tuple[int, ...]) -> Component:
-        ranges, p = layers(indices), "model.layers.{layer}."
+        ranges, p = layers(indices), self.text_prefix + "layers.{layer}."
         x, x_attn, x_mid, x_ffn, _, delta = block_ports(ctx)
-        eps, v = c.rms_norm_eps, self.values(c)
+        eps, v = c.rms_norm_eps, self.text_values(c)
         window = self.window(c, layer_type)
         so = ScoresOptions(c.num_attention_heads, int(v["num_key_value_heads"]), int(v["head_dim"]) ** -0.5,
                            window=window, sinks=self.sinks)
@@ -122,6 +162,7 @@ class SparseMoE(Family):
                          rope_options=rope_options(c.rope_theta, int(v["head_dim"]), c.rope_scaling, "half",
                                                    c.max_position_embeddings),
                          scores_options=so, bias=bias, o_bias=bias, qk_norm_eps=eps if self.qk_norm else None,
+                         rope_reference=self.text_prefix + "rotary_emb",
                          citations=self.attention_citations(c))
         key, title = KINDS[layer_type] if len(set(self.layer_types(c))) > 1 else ("moe", "MoE transformer block")
         what = f"sliding-window attention ({window:,} positions)" if window else "attention"
@@ -160,9 +201,9 @@ class SparseMoE(Family):
         return raw
 
     def facts(self, c: Any) -> tuple[tuple[str, str], ...]:
-        v = self.values(c)
-        return (("transformer blocks", f"{c.num_hidden_layers:,}"),
-                ("routed experts", f"{getattr(c, self.experts_key)} (top {c.num_experts_per_tok})"),
-                ("attention heads", f"{c.num_attention_heads} query, {v['num_key_value_heads']} key/value"),
-                ("vocabulary", f"{c.vocab_size:,}"))
+        t, v = self.text(c), self.values(c)
+        return (("transformer blocks", f"{t.num_hidden_layers:,}"),
+                ("routed experts", f"{getattr(t, self.experts_key)} (top {t.num_experts_per_tok})"),
+                ("attention heads", f"{t.num_attention_heads} query, {v['num_key_value_heads']} key/value"),
+                ("vocabulary", f"{t.vocab_size:,}"))
 
