@@ -572,5 +572,7 @@ WRITERS: dict[str, Callable[[Path, Any], None]] = {
 
 def write_tiny_gguf(tiny: ModelSpec, path: Path) -> Path:
     """Write `tiny`'s config as a random GGUF checkpoint llama.cpp loads; returns `path`."""
-    WRITERS[tiny.family](path, tiny.config)
+    from tiny_gguf_linear import WRITERS as LINEAR
+
+    {**WRITERS, **LINEAR}[tiny.family](path, tiny.config)
     return path
