@@ -44,7 +44,7 @@ def test_padding_and_a_wrong_rule_fail():
 
 
 def test_kinds_llama_cpp_allocates_otherwise_get_no_figure():
-    for slug, why in (("deepseek-v4-flash", "compressed caches"), ("deepseek-v3.2", "indexer cache")):
+    for slug, why in (("deepseek-v4-flash", "compressed caches"),):
         s = prepared(slug).figures.serving
         assert why in engines.unsupported(s.kinds)
         assert "llama-cpp" not in [line.key for line in evaluate(s, 4_096).lines]
@@ -117,3 +117,12 @@ def test_a_unified_cache_is_one_stream_admitting_every_window():
     assert engines.cells(sliding, 8_192, 4, swa_full=False, kv_unified=True) == 2_560
     assert engines.cells(sliding, 8_192, 4, swa_full=False) == 4 * 1_024
     assert engines.cells(sliding, 300, 4, swa_full=False, kv_unified=True) == 1_280  # the stream is shorter
+
+
+def test_sparse_attention_caches_the_latent_and_the_indexer_key_at_f16():
+    """DeepSeek-V3.2 from its config: 61 layers, each cell the 512-wide latent and 64-wide rotary key in the main
+    cache and the indexer's 128-wide key in the indexer cache (src/llama-kv-cache-dsa.cpp), all F16: 61 × (512 + 64
+    + 128) × 4,096 × 2 at 4,096 tokens. The indexer left out, or at vLLM's 132 bytes (FP8 with a scale), misses."""
+    kinds = prepared("deepseek-v3.2").figures.serving.kinds
+    assert engines.total_bytes(kinds, 4_096, 1) == 61 * (512 + 64 + 128) * 4_096 * 2 == 351_797_248
+    assert engines.total_bytes(kinds, 4_096, 1) not in (61 * 576 * 4_096 * 2, 61 * (576 * 2 + 132) * 4_096)

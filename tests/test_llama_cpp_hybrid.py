@@ -17,6 +17,9 @@ from dataclasses import fields
 import pytest
 from test_llama_cpp_oracle import (  # noqa: F401 (checkpoints: the fixture the tests take)
     HYBRID,
+    SETTINGS,
+    SPARSE,
+    Logged,
     Setting,
     _logged,
     allocate,
@@ -103,11 +106,13 @@ def test_wrong_recurrent_rules_disagree_with_the_engine(checkpoints):  # noqa: F
 
 def test_the_oracle_configs_differ_from_the_tiny_ones_only_where_llama_cpp_needs():
     """Qwen3.5's and Qwen3-Next's oracle configs have d_v = d_k, Kimi Linear's as many KDA heads as attention
-    heads; every other key is the tiny config's (test_serving_reference's `tiny`)."""
+    heads, DeepSeek-V3.2's and GLM-5's a 64-wide indexer key; every other key is the tiny config's
+    (test_serving_reference's `tiny`)."""
     from test_serving_reference import tiny
 
     for slug, keys in (("qwen3.5-27b", {"linear_value_head_dim"}), ("qwen3-next-80b-a3b", {"linear_value_head_dim"}),
-                       ("kimi-linear-48b-a3b", {"linear_num_heads"})):
+                       ("kimi-linear-48b-a3b", {"linear_num_heads"}), ("deepseek-v3.2", {"index_head_dim"}),
+                       ("glm-5", {"index_head_dim"})):
         a, b = tiny(slug)[0].config, oracle_tiny(slug)[0].config
         a, b = getattr(a, "text_config", a), getattr(b, "text_config", b)
         assert {f.name for f in fields(a) if getattr(a, f.name) != getattr(b, f.name)} == keys, slug
@@ -165,3 +170,39 @@ def test_one_stream_per_sequence_disagrees_with_a_unified_cache(checkpoints):  #
         missed = [str(s) for s in UNIFIED if list(_logged(checkpoints[slug], s, UNIFIED))
                   != expected(engine_kinds(slug), s, cells=streams_apart)]
         assert missed, f"{slug}: one stream per sequence matches the engine everywhere"
+
+
+def sparse_expected(kinds: tuple[LayerKind, ...], s: Setting, indexer_bytes: int = engines.F16) -> list[Logged]:
+    """What the explorer says llama.cpp logs for DeepSeek Sparse Attention: the main cache (latent and rotary key)
+    then the indexer cache (`indexer_bytes` an element: F16, or a wrong rule's), the same cells; the two sum to
+    engines.kind_bytes."""
+    streams = 1 if s.kv_unified else s.sequences
+    cells = {engines.cells(k, s.context, s.sequences, s.n_ubatch, s.swa_full, s.kv_unified) for k in kinds}
+    assert len(cells) == 1, "one cell count for both caches"
+    n, layers = cells.pop(), sum(k.layers for k in kinds)
+    main = sum(k.layers * (k.per_token - k.indexer) for k in kinds) * n * engines.F16
+    index = sum(k.layers * k.indexer for k in kinds) * n * indexer_bytes
+    if indexer_bytes == engines.F16:
+        assert main + index == sum(engines.kind_bytes(k, s.context, s.sequences, s.n_ubatch, s.swa_full, kinds,
+                                                      True, s.kv_unified) for k in kinds)
+    return [Logged("", n // streams, layers, s.sequences, streams, printed_mib(b)) for b in (main, index)]
+
+
+@pytest.mark.parametrize("s", SETTINGS, ids=str)
+@pytest.mark.parametrize("slug", SPARSE)
+def test_sparse_attention_keeps_the_latent_and_the_indexer_keys_in_two_caches(slug, s, checkpoints):  # noqa: F811
+    """DeepSeek-V3.2's and GLM-5's tiny checkpoints (deepseek32, glm-dsa): llama_kv_cache_dsa logs a main cache of
+    the latent and rotary key and an indexer cache of one index_head_dim-wide key head, both K alone at F16 over the
+    same cells (src/llama-kv-cache-dsa.cpp), at all nine settings of the plain models; their sum is
+    engines.total_bytes."""
+    kinds = engine_kinds(slug)
+    assert list(_logged(checkpoints[slug], s)) == sparse_expected(kinds, s)
+    assert engines.total_bytes(kinds, s.context, s.sequences, s.n_ubatch, s.swa_full) is not None
+
+
+def test_an_fp8_indexer_disagrees_with_the_engine(checkpoints):  # noqa: F811 (the fixture)
+    """Wrong: the indexer's keys at one byte (vLLM's and SGLang's FP8 layout) where llama.cpp keeps them at type_k."""
+    for slug in SPARSE:
+        missed = [str(s) for s in SETTINGS if list(_logged(checkpoints[slug], s))
+                  != sparse_expected(engine_kinds(slug), s, indexer_bytes=1)]
+        assert missed, slug

@@ -67,6 +67,8 @@ MODELS = [  # one site model per family llama.cpp loads here, with the layer kin
     pytest.param("kimi-k2.5", id="kimi_k25 (deepseek2, the text tower): MLA"),
 ]
 HYBRID = ["nemotron-h-56b", "qwen3.5-27b", "qwen3-next-80b-a3b", "kimi-linear-48b-a3b"]
+SPARSE = ["deepseek-v3.2", "glm-5"]
+"""DeepSeek Sparse Attention: the MLA latent and the indexer's keys in two caches (tests/test_llama_cpp_hybrid.py)."""
 """Models with recurrent layers beside attention: their attention cache is checked, their recurrent state recorded
 (test_recurrent_states_...), since engines.py gives them no figure."""
 LLAMA4_CHUNK = 8_192
@@ -196,7 +198,7 @@ def allocate(path: Path, s: Setting, batch: tuple[Setting, ...]) -> str:
 def checkpoints(tmp_path_factory) -> dict[str, Path]:
     llama_cpp()
     folder = tmp_path_factory.mktemp("tiny_gguf")
-    slugs = [*(p.values[0] for p in MODELS), *HYBRID]
+    slugs = [*(p.values[0] for p in MODELS), *HYBRID, *SPARSE]
     return {slug: write_tiny_gguf(oracle_tiny(slug)[0], folder / f"{slug}.gguf") for slug in slugs}
 
 
@@ -206,10 +208,12 @@ def _logged(path: Path, s: Setting, batch: tuple[Setting, ...] | None = None) ->
 
 # ------------------------------------------------------------------------------------------- the explorer's side
 
-ORACLE_CONFIG = {  # (the config, or its text config) -> the keys llama.cpp needs equal, the one set to the other
-    "qwen3.5-27b": (lambda raw: raw["text_config"], "linear_value_head_dim", "linear_key_head_dim"),
-    "qwen3-next-80b-a3b": (lambda raw: raw, "linear_value_head_dim", "linear_key_head_dim"),
-    "kimi-linear-48b-a3b": (lambda raw: raw, "linear_num_heads", "num_attention_heads"),
+ORACLE_CONFIG = {  # (the config, or its text config) -> the key llama.cpp needs otherwise, and its value there
+    "qwen3.5-27b": (lambda raw: raw["text_config"], "linear_value_head_dim", lambda t: t["linear_key_head_dim"]),
+    "qwen3-next-80b-a3b": (lambda raw: raw, "linear_value_head_dim", lambda t: t["linear_key_head_dim"]),
+    "kimi-linear-48b-a3b": (lambda raw: raw, "linear_num_heads", lambda t: t["num_attention_heads"]),
+    "deepseek-v3.2": (lambda raw: raw, "index_head_dim", lambda t: 64),
+    "glm-5": (lambda raw: raw, "index_head_dim", lambda t: 64),
 }
 
 
@@ -220,7 +224,9 @@ def oracle_tiny(slug: str):
     which llama.cpp cannot (one head width for both, src/models/qwen35.cpp and qwen3next.cpp), so their oracle
     configs set d_v = d_k; the tiny Kimi Linear has 2 KDA heads beside 4 attention heads, where llama.cpp's KDA
     has the attention's (src/llama-hparams.cpp, n_embd_s), so its oracle config has 4 of each. The published
-    configs have both equal."""
+    configs have both equal. DeepSeek Sparse Attention's indexer keys are rotated by a Hadamard matrix of at least
+    64 (src/llama-kv-cache.cpp, build_input_k_rot), so the oracle configs of DeepSeek-V3.2 and GLM-5 give the
+    indexer a 64-wide key (the tiny configs 16, the published 128)."""
     if slug not in ORACLE_CONFIG:
         return tiny(slug)
     from conftest import ROOT
@@ -234,9 +240,9 @@ def oracle_tiny(slug: str):
     spec = load_model_spec(load_model_content(ROOT / "content" / "models" / slug))
     family = FAMILIES[spec.family]
     raw = family.tiny_config(spec.config)
-    part, key, equal_to = ORACLE_CONFIG[slug]
-    part(raw)[key] = part(raw)[equal_to]
-    t = family.build_spec(slug, raw, f"{slug}: tiny config, {key} = {equal_to}")
+    part, key, value = ORACLE_CONFIG[slug]
+    part(raw)[key] = value(part(raw))
+    t = family.build_spec(slug, raw, f"{slug}: tiny config, {key} = {part(raw)[key]}")
     return t, tuple(layer_kinds(t, account(t)))
 
 

@@ -6,9 +6,10 @@ admission of a whole micro-batch, K and V at F16, V widened without flash attent
 short).
 
 Only what is stated here is modelled: layers that cache K and V (or MLA's K alone) per position, full or capped by a
-window or chunk, and recurrent layers (Mamba-2, Gated DeltaNet, KDA) with one state row per sequence. A model with a
-kind llama.cpp allocates by another rule (DeepSeek Sparse Attention's indexer cache, DeepSeek-V4's compressed caches)
-gets no llama.cpp figure, and the page says which kind and why.
+window or chunk, DeepSeek Sparse Attention's indexer keys beside its latent, and recurrent layers (Mamba-2, Gated
+DeltaNet, KDA) with one state row per sequence. A model with a kind llama.cpp allocates by another rule
+(DeepSeek-V4's compressed caches, src/llama-kv-cache-dsv4.cpp) gets no llama.cpp figure, and the page says which kind
+and why.
 """
 
 from __future__ import annotations
@@ -54,6 +55,11 @@ LLAMA_CPP_RULES = (
          "src/llama-kv-cache-iswa.cpp, llama_kv_cache_iswa::llama_kv_cache_iswa"),
     Rule("K and V are F16 by default (type_k, type_v), 2 bytes per element.", "include/llama.h, "
          "llama_context_default_params"),
+    Rule("DeepSeek Sparse Attention (DeepSeek-V3.2, GLM-5) keeps two caches of the same cells: the MLA latent and "
+         "rotary key, and the lightning indexer's one key head of index_head_dim, both at type_k (F16), K alone "
+         "(GLM-5 and 5.1 have an indexer in every layer: their n_ctx_train is under 1,048,576).",
+         "src/llama-kv-cache-dsa.cpp, llama_kv_cache_dsa::llama_kv_cache_dsa; src/models/glm-dsa.cpp, "
+         "load_arch_hparams"),
     Rule("A recurrent layer (Mamba-2, Gated DeltaNet, KDA) keeps max(1, n_seq) rows of F32, whatever the context: "
          "one of n_embd_s recurrent-state elements and one of n_embd_r conv-state elements, the conv's kernel − 1 "
          "columns (the oldest column is shifted out before it is read); a hybrid model's attention layers get the "
@@ -68,8 +74,6 @@ def unsupported(kinds: tuple[LayerKind, ...]) -> str:
     for k in kinds:
         if k.ratio > 1:
             return f"{k.title}: DeepSeek-V4's compressed caches (src/llama-kv-cache-dsv4.cpp) are not modelled here"
-        if k.topk:
-            return f"{k.title}: the sparse-attention indexer cache (src/llama-kv-cache-dsa.cpp) is not modelled here"
     return ""
 
 
