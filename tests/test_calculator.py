@@ -122,6 +122,20 @@ def test_gpt2_stops_at_1024():
     assert evaluate(f.serving, 131_072).get("total").value == evaluate(f.serving, 1_024).get("total").value
 
 
+def test_the_table_without_javascript_says_what_llama_cpp_allocates():
+    """The static table's llama.cpp column is evaluate()'s "llama-cpp" line at each context (Nemotron-H's attention
+    cache and Mamba-2 rows among them), and says "not modelled" where llama.cpp's rules are not (DeepSeek-V4)."""
+    for slug in ("nemotron-h-56b", "deepseek-v4-flash"):
+        f = prepared(slug).figures
+        view = calculator_view(f.serving, "max_position_embeddings")
+        column = view.table_head.index("llama.cpp allocates")
+        for row in view.table_rows:
+            e = evaluate(f.serving, int(row[0].split(" ")[0].replace(",", "")))
+            want = f"{e.get('llama-cpp').value:,}" if "llama-cpp" in e.keys() else "not modelled"
+            assert row[column] == want
+        assert (slug == "deepseek-v4-flash") == (view.table_rows[0][column] == "not modelled")
+
+
 def test_tied_lm_head_counted_in_flops():
     """Gemma 3 270M ties its head to the embedding: stored once, but every token still multiplies it."""
     p = prepared("gemma-3-270m")

@@ -126,3 +126,18 @@ def test_sparse_attention_caches_the_latent_and_the_indexer_key_at_f16():
     kinds = prepared("deepseek-v3.2").figures.serving.kinds
     assert engines.total_bytes(kinds, 4_096, 1) == 61 * (512 + 64 + 128) * 4_096 * 2 == 351_797_248
     assert engines.total_bytes(kinds, 4_096, 1) not in (61 * 576 * 4_096 * 2, 61 * (576 * 2 + 132) * 4_096)
+
+
+def test_the_json_twin_gives_a_hybrid_model_llama_cpps_figure_and_the_settings_defaults():
+    """site/api/SLUG.json's llama.cpp entry for Qwen3.5-27B: the bytes at the table's contexts for one sequence are
+    the attention cache and one sequence's state rows (worked above), and the defaults name flash attention and
+    kv_unified as llama_context_default_params makes the cache."""
+    from explorer.views import api as api_mod
+
+    s = prepared("qwen3.5-27b").figures.serving
+    entry = api_mod._llama_cpp(s.kinds, s.max_context)
+    assert entry["not_modelled"] is None
+    rows = 48 * (48 * 128 * 128 + (2 * 16 * 128 + 48 * 128) * 3) * 4
+    assert {"context": 4_096, "bytes": 16 * 2_048 * 4_096 * 2 + rows} in entry["kv_bytes_one_sequence"]
+    assert (entry["defaults"]["flash_attn"], entry["defaults"]["kv_unified"]) == (True, False)
+    assert any("llama-memory-recurrent.cpp" in r["source"] for r in entry["rules"])

@@ -485,14 +485,15 @@ class CalculatorView:
 def calculator_view(s: Serving, max_key: str) -> CalculatorView:
     contexts = sorted({c for c in TABLE_CONTEXTS if c < s.max_context} | {s.max_context})
     head = ("Context", *(f"{k.title} ({layers(k.layers)})" for k in s.kinds), "Cache", "Weights (as stored)", "Total",
-            "Engine view total", "vLLM pages", "SGLang budget")
+            "Engine view total", "llama.cpp allocates", "vLLM pages", "SGLang budget")
     rows = []
     for c in contexts:
         e = evaluate(s, c)
         kinds = (fmt(e.get(f"kind-{i}").value) for i in range(len(s.kinds)))
         rows.append((f"{fmt(c)}" + (" (maximum)" if c == s.max_context else ""), *kinds,
                      *(fmt(e.get(k).value) for k in ("cache", "weights", "total", "engine-total")),
-                     *(fmt(e.get(k).value) if k in e.keys() else "not modelled" for k in ("vllm", "sglang"))))
+                     *(fmt(e.get(k).value) if k in e.keys() else "not modelled"
+                       for k in ("llama-cpp", "vllm", "sglang"))))
     return CalculatorView(fmt(s.max_context), max_key, min(TABLE_CONTEXTS[0], s.max_context), s.max_context,
                           tuple(n for n, _ in KV_DTYPES), tuple(n for n, _ in s.weights), page_data(s),
                           tuple((f"{k.title} ({layers(k.layers)})", kind_formula(k)) for k in s.kinds), head,
