@@ -63,16 +63,25 @@
   var SIZE = { 4: "2 bytes", 2: "1 byte", 1: "0.5 byte" };
 
   // As explorer/calculator.py's evaluate: the same lines, labels and equations.
-  // As explorer/figures/engines.py: llama.cpp's cells per layer, one padded stream per sequence, a sliding or chunked
-  // layer admitting its window plus one micro-batch in each stream unless swa_full.
+  // As explorer/figures/engines/llama_cpp.py: llama.cpp's cells per layer, one padded stream per sequence (or one for
+  // all, kv_unified), a sliding or chunked layer admitting its window(s) plus one micro-batch unless swa_full; V
+  // widened to the widest layer's without flash attention; a recurrent kind's F32 rows, one per sequence.
   function pad(n) { return ceilDiv(n, B(d.ll.pad)) * B(d.ll.pad); }
-  function cells(k, c, seqs, ubatch, swaFull) {
-    var perSeq = pad(pad(c * seqs) / seqs), cap = k.w || k.c;
-    if (cap && !swaFull) perSeq = pad(min(perSeq, B(cap) + ubatch));
-    return perSeq * seqs;
+  function cells(k, c, seqs, ll) {
+    if (!cached(k)) return 0n;
+    var streams = ll.unified ? 1n : seqs, per = pad(pad(c * seqs) / streams), cap = k.w || k.c;
+    if (cap && !ll.swaFull) per = pad(min(per, B(cap) * (seqs / streams) + ll.ubatch));
+    return per * streams;
   }
+  function widestV() { var v = 0; d.kinds.forEach(function (k) { if (k.v > v) v = k.v; }); return B(v); }
+  function cellElements(k, ll) { return ll.flash || !k.v ? B(k.p) : B(k.p) - B(k.v) + widestV(); }
+  function llKind(k, c, seqs, ll) {
+    if (!cached(k)) return B(k.n) * B(k.lr) * (seqs > 1n ? seqs : 1n) * B(d.ll.rb);
+    return B(k.n) * cellElements(k, ll) * cells(k, c, seqs, ll) * B(d.ll.bytes);
+  }
+  function onOff(b) { return b ? "on" : "off"; }
 
-  function evaluate(c, batch, kv, wname, ubatch, swaFull, vs, gs) {
+  function evaluate(c, batch, kv, wname, ll, vs, gs) {
     var half = 0n, w = 0n, i;
     d.kv.forEach(function (x) { if (x[0] === kv) half = B(x[1]); });
     d.weights.forEach(function (x) { if (x[0] === wname) w = B(x[1]); });
@@ -116,18 +125,18 @@
     lines.push(["prefill", "FLOPs, prefill of " + fmt(c) + " tokens (one sequence)", c * 2n * m + sum(pre),
                 fmt(c) + " × 2 × " + fmt(m) + " + " + (pre.map(fmt).join(" + ") || "0")]);
     if (!d.ll.why) {
-      var ll = 0n, llParts = [];
+      var llTotal = 0n, llParts = [], states = false;
       d.kinds.forEach(function (k) {
-        var n = cells(k, c, batch, ubatch, swaFull);
-        ll += B(k.n) * B(k.p) * n * B(d.ll.bytes);
-        llParts.push(k.n + " × " + fmt(B(k.p)) + " × " + fmt(n) + " × " + d.ll.bytes);
+        llTotal += llKind(k, c, batch, ll);
+        if (!cached(k)) { states = true; llParts.push(k.n + " × " + fmt(B(k.lr)) + " × " + (batch > 1n ? batch : 1n) + " × " + d.ll.rb); }
+        else llParts.push(k.n + " × " + fmt(cellElements(k, ll)) + " × " + fmt(cells(k, c, batch, ll)) + " × " + d.ll.bytes);
       });
-      lines.push(["llama-cpp", "llama.cpp allocates: K and V at F16 in cells padded to " + d.ll.pad + " (" + batch +
-                  " × " + fmt(c) + " tokens, swa_full " + (swaFull ? "on" : "off") + ", n_ubatch " + fmt(ubatch) + ")",
-                  ll, llParts.join(" + ")]);
+      lines.push(["llama-cpp", "llama.cpp allocates: K and V at F16 in cells padded to " + d.ll.pad +
+                  (states ? " and recurrent states at F32" : "") + " (" + batch + " × " + fmt(c) + " tokens, swa_full " +
+                  onOff(ll.swaFull) + ", n_ubatch " + fmt(ll.ubatch) + ", flash_attn " + onOff(ll.flash) + ", kv_unified " +
+                  onOff(ll.unified) + ")", llTotal, llParts.join(" + ")]);
     }
-    var r = { lines: lines, half: half, w: w, c: c, batch: batch, kv: kv, wname: wname, ubatch: ubatch, swaFull: swaFull,
-              vs: vs, gs: gs };
+    var r = { lines: lines, half: half, w: w, c: c, batch: batch, kv: kv, wname: wname, ll: ll, vs: vs, gs: gs };
     r.lines = r.lines.concat(vllmLines(r), sglangLines(r));
     return r;
   }
@@ -142,12 +151,8 @@
   function theoryCache(half) {
     return function (c, n) { var t = 0n; d.kinds.forEach(function (k) { t += kindBytes(k, c, n, half, 1n); }); return t; };
   }
-  function llamaCache(ubatch, swaFull) {
-    return function (c, n) {
-      var t = 0n;
-      d.kinds.forEach(function (k) { t += B(k.n) * B(k.p) * cells(k, c, n, ubatch, swaFull) * B(d.ll.bytes); });
-      return t;
-    };
+  function llamaCache(ll) {
+    return function (c, n) { var t = 0n; d.kinds.forEach(function (k) { t += llKind(k, c, n, ll); }); return t; };
   }
   function fitLines(r, gb) {
     var memory = gb * B(d.gb), w = r.w, budget = fmt(gb) + " GB", c = r.c;
@@ -159,11 +164,11 @@
     out.push(["fits-sequences", "Most sequences of " + fmt(c) + " tokens in " + budget + ", theory", ms(th),
               "largest B with " + fmt(w) + " + cache(" + fmt(c) + ", B) ≤ " + fmt(memory)]);
     if (!d.ll.why) {
-      var ll = llamaCache(r.ubatch, r.swaFull);
+      var ll = llamaCache(r.ll);
       out.push(["fits-llama-context", "Longest context of one sequence in " + budget + ", llama.cpp's allocation", mc(ll),
-                "largest C ≤ " + fmt(MAX) + " with " + fmt(w) + " + llama.cpp's K and V(C, 1) ≤ " + fmt(memory)]);
+                "largest C ≤ " + fmt(MAX) + " with " + fmt(w) + " + llama.cpp's allocation(C, 1) ≤ " + fmt(memory)]);
       out.push(["fits-llama-sequences", "Most sequences of " + fmt(c) + " tokens in " + budget + ", llama.cpp's allocation",
-                ms(ll), "largest n_seq with " + fmt(w) + " + llama.cpp's K and V(" + fmt(c) + ", n_seq) ≤ " + fmt(memory)]);
+                ms(ll), "largest n_seq with " + fmt(w) + " + llama.cpp's allocation(" + fmt(c) + ", n_seq) ≤ " + fmt(memory)]);
     }
     return out;
   }
@@ -411,8 +416,9 @@
     var vs = { bs: atLeastOne(whole(form.elements.vblock), d.vl.bs), mnbt: atLeastOne(whole(form.elements.vmnbt), d.vl.mnbt),
                ut: within(milliOf(form.elements.vutil, d.vl.ut), 1000n) };
     var gs = { sr: within(milliOf(form.elements.sswa, d.sg.sr), 1000n), mr: within(milliOf(form.elements.smamba, d.sg.mr), 0n) };
-    var r = evaluate(c, batch, form.elements.kv.value, form.elements.weights.value, ub === null ? B(d.ll.ubatch) : ub < 1n ? 1n : ub,
-                     form.elements.swafull.checked, vs, gs);
+    var ll = { ubatch: ub === null ? B(d.ll.ubatch) : ub < 1n ? 1n : ub, swaFull: form.elements.swafull.checked,
+               flash: form.elements.flashattn.checked, unified: form.elements.kvunified.checked };
+    var r = evaluate(c, batch, form.elements.kv.value, form.elements.weights.value, ll, vs, gs);
     var g = whole(form.elements.gpu), preset = null;
     d.gpus.forEach(function (x) { if (x[0] === form.elements.preset.value) preset = x; });
     if ((g === null || g < 1n) && preset) g = B(preset[1]) / B(d.gb);
@@ -445,7 +451,8 @@
       page: document.title,
       inputs: { context: r.c.toString(), batch: r.batch.toString(), kv_cache_dtype: r.kv, weights: r.wname,
                 gpu: shown.preset, gpu_memory_gb: shown.gb === null ? null : shown.gb.toString(),
-                llama_cpp: { n_ubatch: r.ubatch.toString(), swa_full: r.swaFull },
+                llama_cpp: { n_ubatch: r.ll.ubatch.toString(), swa_full: r.ll.swaFull, flash_attn: r.ll.flash,
+                             kv_unified: r.ll.unified },
                 vllm: { block_size: r.vs.bs.toString(), max_num_batched_tokens: r.vs.mnbt.toString(),
                         gpu_memory_utilization: ratioText(r.vs.ut) },
                 sglang: { swa_full_tokens_ratio: ratioText(r.gs.sr), mamba_full_memory_ratio: ratioText(r.gs.mr) } },

@@ -39,6 +39,11 @@ BROWSER_CASES = {  # one model per layer kind, each with inputs that are not mul
     # the engines' settings: vLLM's block_size, max_num_batched_tokens, gpu_memory_utilization, SGLang's two ratios
     "gpt-oss-120b": [(50_001, 5, "FP8", "as stored", 141, "512", True, "32", "2048", "0.85", "0.5", "0.9")],
     "qwen3-next-80b-a3b": [(30_000, 3, "BF16", "as stored", 200, "512", True, "64", "4096", "0.95", "0.8", "1.5")],
+    # llama.cpp's flash attention off (every V as wide as the widest) and kv_unified on (one stream)
+    "mimo-v2-flash": [(10_001, 3, "BF16", "as stored", 80, "300", False, "16", "8192", "0.9", "0.8", "0.9", False,
+                       True)],
+    "nemotron-h-56b": [(7_000, 5, "FP8", "as stored", 80, "512", True, "16", "8192", "0.9", "0.8", "0.9", False,
+                        True)],  # Mamba-2 rows beside attention, flash attention off and a unified stream
 }
 TYPED = {"1e5": 100_000, "100,000": 100_000, "2": 2, "0": 0}
 """What a reader types, and the number the page must read it as (the script once read "1e5" as 1)."""
@@ -117,6 +122,20 @@ def test_gpt2_stops_at_1024():
     assert evaluate(f.serving, 131_072).get("total").value == evaluate(f.serving, 1_024).get("total").value
 
 
+def test_the_table_without_javascript_says_what_llama_cpp_allocates():
+    """The static table's llama.cpp column is evaluate()'s "llama-cpp" line at each context (Nemotron-H's attention
+    cache and Mamba-2 rows among them), and says "not modelled" where llama.cpp's rules are not (DeepSeek-V4)."""
+    for slug in ("nemotron-h-56b", "deepseek-v4-flash"):
+        f = prepared(slug).figures
+        view = calculator_view(f.serving, "max_position_embeddings")
+        column = view.table_head.index("llama.cpp allocates")
+        for row in view.table_rows:
+            e = evaluate(f.serving, int(row[0].split(" ")[0].replace(",", "")))
+            want = f"{e.get('llama-cpp').value:,}" if "llama-cpp" in e.keys() else "not modelled"
+            assert row[column] == want
+        assert (slug == "deepseek-v4-flash") == (view.table_rows[0][column] == "not modelled")
+
+
 def test_tied_lm_head_counted_in_flops():
     """Gemma 3 270M ties its head to the embedding: stored once, but every token still multiplies it."""
     p = prepared("gemma-3-270m")
@@ -179,7 +198,8 @@ def _shown_and_wanted(tabs, site: Path, slug: str, case, preset: str = "") -> tu
     """What the page shows after a reader enters `case` (and picks the GPU `preset`), and what evaluate() says."""
     c, batch, kv, weights, gpu, *engine = case
     ubatch, swa_full, *paged = engine or ("512", True)
-    vblock, vmnbt, vutil, sswa, smamba = paged or ("16", "8192", "0.9", "0.8", "0.9")
+    vblock, vmnbt, vutil, sswa, smamba, *ll = paged or ("16", "8192", "0.9", "0.8", "0.9")
+    flash, unified = ll or (True, False)
     with tabs.open(site, f"models/{slug}.html", 1280) as page:
         page.fill("form.calc input[name=context]", str(c))
         page.fill("form.calc input[name=batch]", str(batch))
@@ -188,6 +208,8 @@ def _shown_and_wanted(tabs, site: Path, slug: str, case, preset: str = "") -> tu
         page.fill("form.calc input[name=gpu]", str(gpu) if gpu else "")
         page.fill("form.calc input[name=ubatch]", ubatch)
         page.set_checked("form.calc input[name=swafull]", swa_full)
+        page.set_checked("form.calc input[name=flashattn]", flash)
+        page.set_checked("form.calc input[name=kvunified]", unified)
         for name, value in (("vblock", vblock), ("vmnbt", vmnbt), ("vutil", vutil), ("sswa", sswa),
                             ("smamba", smamba)):
             page.fill(f"form.calc input[name={name}]", value)
@@ -202,7 +224,7 @@ def _shown_and_wanted(tabs, site: Path, slug: str, case, preset: str = "") -> tu
     want = evaluate(prepared(slug).figures.serving, TYPED.get(c, c), TYPED.get(batch, batch), kv, weights, gpu or None,
                     swa_full, int(ubatch), preset,
                     vllm.Settings(int(vblock), int(vmnbt), milli(float(vutil))),
-                    sglang.Settings(milli(float(sswa)), milli(float(smamba))))
+                    sglang.Settings(milli(float(sswa)), milli(float(smamba))), flash, unified)
     expected = [[line.key, line.label, f"{line.value:,}",
                  "" if line.key in ("decode", "decode-absorbed", "prefill") or
                  line.key.startswith(("fits", "bound", "count")) else size(line.value), line.equation]
@@ -226,11 +248,18 @@ def test_a_wrong_script_formula_is_caught(tabs, tmp_path):  # noqa: F811 (the fi
     site = _render_pages(tmp_path / "site", wrong, ["deepseek-v4-flash"])
     shown, expected, _ = _shown_and_wanted(tabs, site, "deepseek-v4-flash", BROWSER_CASES["deepseek-v4-flash"][0])
     assert shown != expected
-    no_ubatch = script.replace("B(cap) + ubatch", "B(cap)")  # llama.cpp's sliding admission
+    no_ubatch = script.replace("(seqs / streams) + ll.ubatch", "(seqs / streams)")  # llama.cpp's sliding admission
     assert no_ubatch != script
     site = _render_pages(tmp_path / "ll", no_ubatch, ["gemma-3-270m"])
     shown, expected, _ = _shown_and_wanted(tabs, site, "gemma-3-270m", BROWSER_CASES["gemma-3-270m"][0])
     assert shown != expected
+    for n, (slug, wrong) in enumerate((  # V left at its own width without flash attention; one state row in all
+            ("mimo-v2-flash", script.replace("B(k.p) - B(k.v) + widestV()", "B(k.p)")),
+            ("nemotron-h-56b", script.replace("* (seqs > 1n ? seqs : 1n) * B(d.ll.rb)", "* B(d.ll.rb)")))):
+        assert wrong != script
+        site = _render_pages(tmp_path / f"ll{n}", wrong, [slug])
+        shown, expected, _ = _shown_and_wanted(tabs, site, slug, BROWSER_CASES[slug][0])
+        assert shown != expected
     window_alone = script.replace("ceilDiv(min(x.span - 1n + vs.mnbt, c), x.block) + 1n", "ceilDiv(min(x.span, c), x.block)")
     no_split = script.replace("full * gs.sr / 1000n", "full")  # SGLang's sliding pool as large as the full one
     for n, wrong in enumerate((window_alone, no_split)):
@@ -267,6 +296,8 @@ def test_save_plan_downloads_the_inputs_and_every_figure(tabs, calculator_pages)
     assert plan["inputs"]["vllm"] == {"block_size": vblock, "max_num_batched_tokens": vmnbt,
                                       "gpu_memory_utilization": vutil}
     assert plan["inputs"]["sglang"] == {"swa_full_tokens_ratio": sswa, "mamba_full_memory_ratio": smamba}
+    assert plan["inputs"]["llama_cpp"] == {"n_ubatch": ubatch, "swa_full": swa_full, "flash_attn": True,
+                                           "kv_unified": False}
     assert plan["fits"] == want.fits_text
 
 

@@ -44,8 +44,7 @@ def test_padding_and_a_wrong_rule_fail():
 
 
 def test_kinds_llama_cpp_allocates_otherwise_get_no_figure():
-    for slug, why in (("qwen3.5-27b", "recurrent state"), ("deepseek-v4-flash", "compressed caches"),
-                      ("deepseek-v3.2", "indexer cache")):
+    for slug, why in (("deepseek-v4-flash", "compressed caches"),):
         s = prepared(slug).figures.serving
         assert why in engines.unsupported(s.kinds)
         assert "llama-cpp" not in [line.key for line in evaluate(s, 4_096).lines]
@@ -67,3 +66,78 @@ def test_each_sequence_gets_its_own_padded_stream():
     assert engines.cells(sliding, 32_768, 4, swa_full=False) == 4 * 1_024  # pad(512 + 512) per stream
     assert engines.cells(sliding, 200, 4, swa_full=False) == 4 * 256  # the stream is shorter than the window
     assert engines.cells(sliding, 32_768, 4, swa_full=True) == 4 * 32_768
+
+
+def test_a_hybrid_model_gets_its_attention_cache_and_f32_state_rows_per_sequence():
+    """Qwen3.5-27B, worked from its config: 16 gated-attention layers of 4 K/V heads × 256 (2 × 4 × 256 = 2,048
+    elements a cell) and 48 Gated DeltaNet layers, each sequence one F32 row of the recurrent state (48 value heads ×
+    128 × 128 = 786,432) and one of the conv state with kernel − 1 = 3 of its 4 columns ((2 × 16 × 128 + 48 × 128) ×
+    3 = 30,720), src/llama-memory-recurrent.cpp. Two sequences of 4,096 tokens: 16 × 2,048 × 8,192 × 2 +
+    48 × 817,152 × 2 × 4. The full kernel (the theory's conv state) or the conv state at its own dtype misses."""
+    s = prepared("qwen3.5-27b").figures.serving
+    attention = 16 * 2_048 * 2 * 4_096 * 2
+    rows = 48 * (48 * 128 * 128 + (2 * 16 * 128 + 48 * 128) * 3) * 2 * 4
+    assert engines.total_bytes(s.kinds, 4_096, 2) == attention + rows == 850_657_280
+    assert evaluate(s, 4_096, 2).get("llama-cpp").value == attention + rows
+    full_kernel = 48 * (48 * 128 * 128 + (2 * 16 * 128 + 48 * 128) * 4) * 2 * 4
+    assert engines.total_bytes(s.kinds, 4_096, 2) != attention + full_kernel
+    assert engines.total_bytes(s.kinds, 8_192, 1) == 16 * 2_048 * 8_192 * 2 + rows // 2  # rows per sequence, not cell
+    nemotron = prepared("nemotron-h-56b").figures.serving.kinds  # Mamba-2, its conv state BF16 in the reference: F32
+    mamba = next(k for k in nemotron if k.state)
+    conv = next(p for p in mamba.state if p.name == "conv state")
+    assert (conv.dtype, engines.state_row(mamba)) == ("bfloat16", 256 * 64 * 256 + (256 * 64 + 2 * 8 * 256) * 3)
+
+
+def test_flash_attention_off_widens_every_v_to_the_widest():
+    """MiMo-V2-Flash, from its config: global layers cache 4 K/V heads of 192-wide keys and 128-wide values
+    (768 + 512 a cell), sliding layers 8 heads (1,536 + 1,024). Without flash attention V is stored transposed at
+    n_embd_v_gqa_max() = 1,024 in every layer (src/llama-kv-cache.cpp), so a global cell holds 768 + 1,024; the
+    sliding layers and MLA (K alone) are unchanged."""
+    kinds = prepared("mimo-v2-flash").figures.serving.kinds
+    glob = [k for k in kinds if not k.window]
+    sliding = next(k for k in kinds if k.window)
+    assert {engines.cell_elements(k, kinds, flash_attn=True) for k in glob} == {4 * (192 + 128)}
+    assert {engines.cell_elements(k, kinds, flash_attn=False) for k in glob} == {4 * 192 + 8 * 128}
+    assert engines.cell_elements(sliding, kinds, flash_attn=False) == 8 * (192 + 128)
+    on = engines.total_bytes(kinds, 4_096, 1)
+    off = engines.total_bytes(kinds, 4_096, 1, flash_attn=False)
+    assert off - on == sum(k.layers for k in glob) * (8 - 4) * 128 * 4_096 * 2
+    kimi = prepared("kimi-k2").figures.serving.kinds
+    assert engines.total_bytes(kimi, 4_096, 1, flash_attn=False) == engines.total_bytes(kimi, 4_096, 1)
+
+
+def test_a_unified_cache_is_one_stream_admitting_every_window():
+    """kv_unified on (llama-server's choice when it picks the slots): one stream of pad256(n_ctx) cells, three
+    sequences of 100 tokens in 512 cells where three streams take 768; a sliding layer (Gemma 3 270M's 512-token
+    window, swa_full off) admits every sequence's window plus a micro-batch: pad256(min(n_ctx, 512 × 4 + 512)) =
+    2,560 cells for four sequences of 8,192, where four streams take 4 × 1,024."""
+    smol = next(iter(prepared("smollm2-135m").figures.serving.kinds))
+    assert engines.cells(smol, 100, 3, kv_unified=True) == 512
+    sliding = next(k for k in prepared("gemma-3-270m").figures.serving.kinds if k.window)
+    assert engines.cells(sliding, 8_192, 4, swa_full=False, kv_unified=True) == 2_560
+    assert engines.cells(sliding, 8_192, 4, swa_full=False) == 4 * 1_024
+    assert engines.cells(sliding, 300, 4, swa_full=False, kv_unified=True) == 1_280  # the stream is shorter
+
+
+def test_sparse_attention_caches_the_latent_and_the_indexer_key_at_f16():
+    """DeepSeek-V3.2 from its config: 61 layers, each cell the 512-wide latent and 64-wide rotary key in the main
+    cache and the indexer's 128-wide key in the indexer cache (src/llama-kv-cache-dsa.cpp), all F16: 61 × (512 + 64
+    + 128) × 4,096 × 2 at 4,096 tokens. The indexer left out, or at vLLM's 132 bytes (FP8 with a scale), misses."""
+    kinds = prepared("deepseek-v3.2").figures.serving.kinds
+    assert engines.total_bytes(kinds, 4_096, 1) == 61 * (512 + 64 + 128) * 4_096 * 2 == 351_797_248
+    assert engines.total_bytes(kinds, 4_096, 1) not in (61 * 576 * 4_096 * 2, 61 * (576 * 2 + 132) * 4_096)
+
+
+def test_the_json_twin_gives_a_hybrid_model_llama_cpps_figure_and_the_settings_defaults():
+    """site/api/SLUG.json's llama.cpp entry for Qwen3.5-27B: the bytes at the table's contexts for one sequence are
+    the attention cache and one sequence's state rows (worked above), and the defaults name flash attention and
+    kv_unified as llama_context_default_params makes the cache."""
+    from explorer.views import api as api_mod
+
+    s = prepared("qwen3.5-27b").figures.serving
+    entry = api_mod._llama_cpp(s.kinds, s.max_context)
+    assert entry["not_modelled"] is None
+    rows = 48 * (48 * 128 * 128 + (2 * 16 * 128 + 48 * 128) * 3) * 4
+    assert {"context": 4_096, "bytes": 16 * 2_048 * 4_096 * 2 + rows} in entry["kv_bytes_one_sequence"]
+    assert (entry["defaults"]["flash_attn"], entry["defaults"]["kv_unified"]) == (True, False)
+    assert any("llama-memory-recurrent.cpp" in r["source"] for r in entry["rules"])

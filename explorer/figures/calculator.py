@@ -65,7 +65,8 @@ class Evaluation:
 def evaluate(s: Serving, context: int, batch: int = 1, kv_dtype: str = "BF16", weights: str = "as stored",
              gpu_gb: int | None = None, swa_full: bool = engines.SWA_FULL, n_ubatch: int = engines.N_UBATCH,
              gpu: str = "", vllm_settings: vllm.Settings = vllm.DEFAULTS,
-             sglang_settings: sglang.Settings = sglang.DEFAULTS) -> Evaluation:
+             sglang_settings: sglang.Settings = sglang.DEFAULTS, flash_attn: bool = engines.FLASH_ATTN,
+             kv_unified: bool = engines.KV_UNIFIED) -> Evaluation:
     """The calculator's figures at `context` tokens for `batch` sequences; the context is capped at the maximum
     and both are at least 1, each clamp said in the note. Each engine's settings default to the engine's own."""
     note = clamp_note(s, context, batch)
@@ -105,21 +106,14 @@ def evaluate(s: Serving, context: int, batch: int = 1, kv_dtype: str = "BF16", w
              context * 2 * s.matmul + sum(prefill),
              f"{fmt(context)} × 2 × {fmt(s.matmul)} + " + (" + ".join(fmt(v) for v in prefill) or "0")),
     ]
-    why_not = engines.unsupported(s.kinds)
-    n_ubatch = max(1, n_ubatch)
-    if not why_not:
-        parts = [f"{k.layers} × {fmt(k.per_token)} × {fmt(engines.cells(k, context, batch, n_ubatch, swa_full))} × "
-                 f"{engines.F16}" for k in s.kinds]
-        lines.append(Line("llama-cpp", f"llama.cpp allocates: K and V at F16 in cells padded to {engines.PAD} "
-                                       f"({batch} × {fmt(context)} tokens, swa_full {'on' if swa_full else 'off'}, "
-                                       f"n_ubatch {fmt(n_ubatch)})",
-                          engines.total_bytes(s.kinds, context, batch, n_ubatch, swa_full) or 0, " + ".join(parts)))
+    ll = LlamaCpp(max(1, n_ubatch), swa_full, flash_attn, kv_unified)
+    lines += llama_cpp_lines(s, context, batch, ll)
     lines += vllm_lines(s, context, batch, half, vllm_settings) + sglang_lines(s, context, batch, half, sglang_settings)
     preset = fits_mod.gpu(gpu)
     if (gpu_gb is None or gpu_gb < 1) and preset is not None:  # as the page reads an empty or zero field
         gpu_gb = preset.memory // GB
     if gpu_gb is not None:
-        lines += fit_lines(s, context, half, weights, gpu_gb, n_ubatch, swa_full)
+        lines += fit_lines(s, context, half, weights, gpu_gb, ll)
         lines += engine_fit_lines(s, context, half, weights, gpu_gb, vllm_settings, sglang_settings)
     if preset is not None:
         lines += bound_lines(s, preset, context, batch, half, weights,
@@ -128,15 +122,52 @@ def evaluate(s: Serving, context: int, batch: int = 1, kv_dtype: str = "BF16", w
     return Evaluation(tuple(lines), fits, _fits_text(s, fits, gpu_gb, batch), note)
 
 
-def fit_lines(s: Serving, context: int, half: int, weights: str, gpu_gb: int, n_ubatch: int, swa_full: bool
-              ) -> list[Line]:
+@dataclass(frozen=True, slots=True)
+class LlamaCpp:
+    """llama.cpp's context parameters as the reader set them (llama_context_default_params' by default)."""
+
+    n_ubatch: int = engines.N_UBATCH
+    swa_full: bool = engines.SWA_FULL
+    flash_attn: bool = engines.FLASH_ATTN
+    kv_unified: bool = engines.KV_UNIFIED
+
+    def total(self, kinds: tuple[LayerKind, ...], context: int, sequences: int) -> int:
+        return engines.total_bytes(kinds, context, sequences, self.n_ubatch, self.swa_full, self.flash_attn,
+                                   self.kv_unified) or 0
+
+    def text(self) -> str:
+        on = {True: "on", False: "off"}
+        return (f"swa_full {on[self.swa_full]}, n_ubatch {fmt(self.n_ubatch)}, flash_attn {on[self.flash_attn]}, "
+                f"kv_unified {on[self.kv_unified]}")
+
+
+def llama_cpp_lines(s: Serving, context: int, batch: int, ll: LlamaCpp) -> list[Line]:
+    """What llama.cpp allocates for `batch` sequences of `context` tokens, each kind's term in the equation: layers
+    × elements per cell × cells × 2 bytes, or a recurrent kind's layers × row elements × rows × 4 bytes."""
+    if engines.unsupported(s.kinds):
+        return []
+    parts = []
+    for k in s.kinds:
+        if k.state:
+            parts.append(f"{k.layers} × {fmt(engines.state_row(k))} × {max(1, batch)} × {engines.F32}")
+        else:
+            cells = engines.cells(k, context, batch, ll.n_ubatch, ll.swa_full, ll.kv_unified)
+            parts.append(f"{k.layers} × {fmt(engines.cell_elements(k, s.kinds, ll.flash_attn))} × {fmt(cells)} × "
+                         f"{engines.F16}")
+    states = " and recurrent states at F32" if any(k.state for k in s.kinds) else ""
+    return [Line("llama-cpp", f"llama.cpp allocates: K and V at F16 in cells padded to {engines.PAD}{states} "
+                              f"({batch} × {fmt(context)} tokens, {ll.text()})",
+                 ll.total(s.kinds, context, batch), " + ".join(parts))]
+
+
+def fit_lines(s: Serving, context: int, half: int, weights: str, gpu_gb: int, ll: LlamaCpp) -> list[Line]:
     """What fits in `gpu_gb` GB: the longest context of one sequence and the most sequences at `context`, in theory
     and, where its rules are modelled, as llama.cpp allocates."""
     memory, w = gpu_gb * GB, dict(s.weights)[weights]
     def theory(c: int, n: int) -> int:
         return sum(_kind_bytes(k, c, n, half) for k in s.kinds)
     def llama(c: int, n: int) -> int:
-        return engines.total_bytes(s.kinds, c, n, n_ubatch, swa_full) or 0
+        return ll.total(s.kinds, c, n)
     budget = f"{fmt(gpu_gb)} GB"
     out = [Line("fits-context", f"Longest context of one sequence in {budget}, theory (weights + cache only)",
                 fits_mod.max_context(theory, w, memory, s.max_context),
@@ -147,10 +178,10 @@ def fit_lines(s: Serving, context: int, half: int, weights: str, gpu_gb: int, n_
     if not engines.unsupported(s.kinds):
         out += [Line("fits-llama-context", f"Longest context of one sequence in {budget}, llama.cpp's allocation",
                      fits_mod.max_context(llama, w, memory, s.max_context),
-                     f"largest C ≤ {fmt(s.max_context)} with {fmt(w)} + llama.cpp's K and V(C, 1) ≤ {fmt(memory)}"),
+                     f"largest C ≤ {fmt(s.max_context)} with {fmt(w)} + llama.cpp's allocation(C, 1) ≤ {fmt(memory)}"),
                 Line("fits-llama-sequences", f"Most sequences of {fmt(context)} tokens in {budget}, llama.cpp's "
                      "allocation", fits_mod.max_sequences(llama, w, memory, context),
-                     f"largest n_seq with {fmt(w)} + llama.cpp's K and V({fmt(context)}, n_seq) ≤ {fmt(memory)}")]
+                     f"largest n_seq with {fmt(w)} + llama.cpp's allocation({fmt(context)}, n_seq) ≤ {fmt(memory)}")]
     return out
 
 
@@ -313,9 +344,10 @@ def page_data(s: Serving) -> str:
                    "r": k.ratio, "w": k.window or 0, "c": k.chunk or 0, "k": k.topk or 0, "q": k.flops_per_key,
                    "x": k.index_flops_per_key, "s": k.state_bytes, "f": kind_formula(k),
                    "a": k.absorbed_flops_per_key, "g": int(k.grows), "fx": k.fixed_elements(s.max_context),
-                   "b": k.pending, "o": k.overlap, "sv": vllm.state_bytes(k), "ix": k.indexer} for k in s.kinds],
+                   "b": k.pending, "o": k.overlap, "sv": vllm.state_bytes(k), "ix": k.indexer, "v": k.values,
+                   "lr": engines.state_row(k)} for k in s.kinds],
         "mla": [MLA_UNABSORBED, MLA_ABSORBED],
-        "ll": {"pad": engines.PAD, "bytes": engines.F16, "why": engines.unsupported(s.kinds),
+        "ll": {"pad": engines.PAD, "bytes": engines.F16, "rb": engines.F32, "why": engines.unsupported(s.kinds),
                "ubatch": engines.N_UBATCH},
         "vl": {"bs": vllm.BLOCK_SIZE, "mnbt": vllm.MAX_NUM_BATCHED_TOKENS, "ut": vllm.DEFAULTS.utilization,
                "al": vllm.KERNEL_ALIGNMENT, "iq": vllm.INDEXER_QUANT_BLOCK, "ds": FP8_DS_MLA, "dsw": FP8_DS_MLA_LATENT,
@@ -428,8 +460,10 @@ class CalculatorView:
     engine_version: str = engines.LLAMA_CPP_VERSION
     engine_rules: tuple[tuple[str, str], ...] = tuple((r.text, r.source) for r in engines.LLAMA_CPP_RULES)
     """(rule, the file and function it is read from) of llama.cpp's allocation."""
-    engine_defaults: tuple[int, bool] = (engines.N_UBATCH, engines.SWA_FULL)
-    """n_ubatch and swa_full as llama_context_default_params sets them."""
+    engine_defaults: tuple[int, bool, bool, bool] = (engines.N_UBATCH, engines.SWA_FULL, engines.FLASH_ATTN,
+                                                     engines.KV_UNIFIED)
+    """n_ubatch, swa_full, flash attention (auto, counted on) and kv_unified as llama_context_default_params sets
+    them."""
     engine_note: str = ""
     """Why llama.cpp's allocation is not modelled for this model ("" where it is)."""
     gpus: tuple[tuple[str, str], ...] = tuple((g.name, g.source) for g in fits_mod.GPUS)
@@ -451,14 +485,15 @@ class CalculatorView:
 def calculator_view(s: Serving, max_key: str) -> CalculatorView:
     contexts = sorted({c for c in TABLE_CONTEXTS if c < s.max_context} | {s.max_context})
     head = ("Context", *(f"{k.title} ({layers(k.layers)})" for k in s.kinds), "Cache", "Weights (as stored)", "Total",
-            "Engine view total", "vLLM pages", "SGLang budget")
+            "Engine view total", "llama.cpp allocates", "vLLM pages", "SGLang budget")
     rows = []
     for c in contexts:
         e = evaluate(s, c)
         kinds = (fmt(e.get(f"kind-{i}").value) for i in range(len(s.kinds)))
         rows.append((f"{fmt(c)}" + (" (maximum)" if c == s.max_context else ""), *kinds,
                      *(fmt(e.get(k).value) for k in ("cache", "weights", "total", "engine-total")),
-                     *(fmt(e.get(k).value) if k in e.keys() else "not modelled" for k in ("vllm", "sglang"))))
+                     *(fmt(e.get(k).value) if k in e.keys() else "not modelled"
+                       for k in ("llama-cpp", "vllm", "sglang"))))
     return CalculatorView(fmt(s.max_context), max_key, min(TABLE_CONTEXTS[0], s.max_context), s.max_context,
                           tuple(n for n, _ in KV_DTYPES), tuple(n for n, _ in s.weights), page_data(s),
                           tuple((f"{k.title} ({layers(k.layers)})", kind_formula(k)) for k in s.kinds), head,

@@ -143,7 +143,8 @@ def _llama_cpp(kinds: tuple[LayerKind, ...], maximum: int) -> dict[str, Any]:
     return {"version": engines.LLAMA_CPP_VERSION,
             "rules": [{"rule": r.text, "source": r.source} for r in engines.LLAMA_CPP_RULES],
             "defaults": {"n_ubatch": engines.N_UBATCH, "swa_full": engines.SWA_FULL, "pad": engines.PAD,
-                         "type_k": "f16", "type_v": "f16"},
+                         "type_k": "f16", "type_v": "f16", "flash_attn": engines.FLASH_ATTN,
+                         "kv_unified": engines.KV_UNIFIED, "type_r": "f32", "type_s": "f32"},
             "not_modelled": why or None,
             "kv_bytes_one_sequence": None if why else
             [{"context": c, "bytes": engines.total_bytes(kinds, c, 1)} for c in contexts]}

@@ -5,18 +5,24 @@ the calculator, the JSON twin and the tests have always read them."""
 
 from explorer.figures.engines.llama_cpp import (
     F16,
+    F32,
+    FLASH_ATTN,
+    KV_UNIFIED,
     LLAMA_CPP_RULES,
     LLAMA_CPP_VERSION,
     N_UBATCH,
     PAD,
     SWA_FULL,
+    cell_elements,
     cells,
     kind_bytes,
     pad,
+    state_row,
     total_bytes,
     unsupported,
 )
 from explorer.figures.engines.rule import Rule
 
-__all__ = ["F16", "LLAMA_CPP_RULES", "LLAMA_CPP_VERSION", "N_UBATCH", "PAD", "SWA_FULL", "Rule", "cells", "kind_bytes",
-           "pad", "total_bytes", "unsupported"]
+__all__ = ["F16", "F32", "FLASH_ATTN", "KV_UNIFIED", "LLAMA_CPP_RULES", "LLAMA_CPP_VERSION", "N_UBATCH", "PAD",
+           "SWA_FULL", "Rule", "cell_elements", "cells", "kind_bytes", "pad", "state_row", "total_bytes",
+           "unsupported"]

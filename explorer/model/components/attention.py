@@ -369,5 +369,6 @@ def plain_memory(comp: Component, values: Mapping[str, Any]) -> tuple[LayerKind,
     spends 2 × 2 × heads × head_dim FLOPs per key (scores, then the weighted values)."""
     so = scores_child(comp)
     d = int(values["head_dim"])
-    return (LayerKind(2 * so.kv_heads * d, kv_heads_formula(values), flops_per_key=2 * so.heads * 2 * d,
+    return (LayerKind(2 * so.kv_heads * d, kv_heads_formula(values), values=so.kv_heads * d,
+                      flops_per_key=2 * so.heads * 2 * d,
                       mha_per_token=2 * so.heads * d, window=so.window),)

@@ -541,5 +541,5 @@ def layer_memory_entry(comp: Component, values: Mapping[str, Any]) -> tuple[Laye
     s = o.shape
     full = s.heads * (s.qk_head_dim + s.v_head_dim)
     cached = s.kv_heads * (s.qk_head_dim + s.v_head_dim)
-    return (LayerKind(cached, o.cache_formula, flops_per_key=2 * full, mha_per_token=full, window=o.window,
-                      chunk=o.chunk, by_kind=True),)
+    return (LayerKind(cached, o.cache_formula, values=s.kv_heads * s.v_head_dim, flops_per_key=2 * full,
+                      mha_per_token=full, window=o.window, chunk=o.chunk, by_kind=True),)

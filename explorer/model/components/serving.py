@@ -45,6 +45,9 @@ class LayerKind:
     """Elements cached per token of context (a compressed stream: entry / ratio, floored); 0 for a recurrent kind."""
     formula: str
     """`per_token` (or the fixed state) in config keys."""
+    values: int = 0
+    """Elements of V within `per_token`, where K and V are cached apart (an engine may widen V: llama.cpp without
+    flash attention); 0 where no V is cached apart (MLA's latent, a recurrent kind)."""
     flops_per_key: int = 0
     """2 × multiply-adds one query spends per cached entry it reads: scores and the weighted sum, every head."""
     mha_per_token: int = 0
