@@ -143,9 +143,10 @@ def run_deepstack_merger(comp: Component, run: Run, z: torch.Tensor) -> list[tor
 
 @program("deepstack_stack", whole_model=True)
 def run_deepstack_stack(comp: Component, run: Run, x: torch.Tensor, angles: torch.Tensor, M: torch.Tensor,
-                        image: torch.Tensor, features: torch.Tensor) -> list[torch.Tensor]:
+                        image: torch.Tensor | None = None, features: torch.Tensor | None = None) -> list[torch.Tensor]:
     """angles: the rotary angles of every position (from the three-axis positions); image [B, T]; features
-    [levels, B, T, d], one per injection layer."""
+    [levels, B, T, d], one per injection layer. Without them (a prompt of text alone, as the whole text model runs
+    it) nothing is added: DeepStack adds features at image tokens only."""
     o = options(comp, DeepStackOptions)
     after = injection_layers(o)
     order = layer_order(comp)
@@ -153,7 +154,7 @@ def run_deepstack_stack(comp: Component, run: Run, x: torch.Tensor, angles: torc
         order = [next(p for p in order if p[1] is b) for b in comp.children]
     for layer, block in order:
         (x,) = PROGRAMS[block.program](block, run.child(tensor_prefix(block).format(layer=layer), "_"), x, angles, M)
-        if layer in after:
+        if layer in after and image is not None and features is not None:
             x = run.rec("inject", add_at_image_tokens(x, image, features[after.index(layer)]))
     return [run.rec("stack", x)]
 
