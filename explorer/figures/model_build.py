@@ -13,7 +13,7 @@ from explorer.content.model_content import ModelContent
 from explorer.execute.picture_routing import PictureRouting
 from explorer.execute.reference import ReferenceModel
 from explorer.figures.model_figures import DerivedFigures
-from explorer.figures.published_claims import ClaimMatch, ClaimRow
+from explorer.figures.published_claims import ClaimRow
 from explorer.model.account import Ledger
 from explorer.spec.results import EquationCheck, Execution, RealWeightCheck, ShapeTrace
 from explorer.spec.types import ModelSpec
@@ -30,7 +30,6 @@ class PreparedModel:
     checkpoint: Reconciliation | None
     index: CheckpointIndex | None
     figures: DerivedFigures
-    claim: ClaimMatch | None
     predicted: Reconciliation | None
     config_differences: tuple[str, ...]
     variants: tuple[Any, ...] = ()
@@ -76,8 +75,6 @@ class ModelBuild:
     """Each component's step program compared with transformers at a tiny config."""
     figures: DerivedFigures
     """Active parameters, KV cache, FLOPs and memory, derived from the spec and the ledger."""
-    claim: ClaimMatch | None
-    """The lab's published active-parameter figure and the definition that reproduces it."""
     predicted: Reconciliation | None = None
     """Where no checkpoint listing is recorded: the stored layout the spec's storage schemes predict."""
     real_checks: tuple[RealWeightCheck, ...] = ()

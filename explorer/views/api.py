@@ -40,9 +40,6 @@ def model_api(mb: ModelBuild) -> dict[str, Any]:
         "layer_kinds": [_layer_kind(k, mb.figures.serving.max_context) for k in mb.figures.serving.kinds],
         "engines": {"llama.cpp": _llama_cpp(mb.figures.serving.kinds, mb.figures.serving.max_context)},
         "what_fits_and_speed_bounds": calculator.plan(mb.figures.serving),
-        "published_active_claim": {"claim": mb.claim.claim, "source": mb.claim.source,
-                                   "reproduced_by": mb.claim.matched.key if mb.claim.matched else None}
-        if mb.claim is not None else None,
         "published_claims": {"headline_convention": HEADLINE_CONVENTION, "claims": [_claim(r) for r in mb.claims]},
         "components": [_component(mb, anc, comp) for anc, comp in walk(mb.spec.root)],
         "ledger": _ledger(mb.checkpoint, f"checkpoint headers of {ref.repo_id}@{ref.revision}, recorded in "

@@ -151,9 +151,6 @@ class ClaimRowView:
 @dataclass(frozen=True, slots=True)
 class FiguresView:
     rows: tuple[FigureRowView, ...]
-    claim: str
-    """How the lab's published active-parameter figure is reproduced ("" when none is recorded)."""
-    claim_matched: bool
     claims: tuple[ClaimRowView, ...] = ()
     convention: str = HEADLINE_CONVENTION
     """The headline's convention, in the same words on every model."""
@@ -230,16 +227,7 @@ def readable(value: int, unit: str) -> str:
 def figures_view(mb: ModelBuild) -> FiguresView:
     rows = tuple(FigureRowView(f.label, fmt(f.value), readable(f.value, "bytes" if "bytes" in f.key else ""),
                                f.formula, f.definition) for f in mb.figures.figures)
-    claim, matched = "", False
-    if mb.claim is not None:
-        m = mb.claim.matched
-        matched = m is not None
-        stated = ("which, cut to the precision the lab writes, is" if mb.claim.rounding == "down" else "which rounds to")
-        claim = (f"Published: {mb.claim.claim} active parameters ({mb.claim.source}). "
-                 + (f"What the lab counts: {mb.claim.evidence} " if mb.claim.evidence else "")
-                 + (f"Reproduced by “{m.label.lower()}” ({m.definition.rstrip('.')}): {fmt(m.value)}, {stated} "
-                    f"{mb.claim.claim}." if m else "No definition derived here reproduces it within its rounding."))
-    return FiguresView(rows, claim, matched, tuple(claim_row_view(r) for r in mb.claims))
+    return FiguresView(rows, tuple(claim_row_view(r) for r in mb.claims))
 
 
 def claim_row_view(r: ClaimRow) -> ClaimRowView:
