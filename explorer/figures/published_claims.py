@@ -12,9 +12,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from explorer.content.published_claims import CLAIM, UNITS, PublishedClaim
-from explorer.figures.model_figures import DerivedFigures, _paths
+from explorer.figures.model_figures import DerivedFigures
+from explorer.figures.stored import mtp_parameters
 from explorer.model.account import Ledger
-from explorer.model.components.part_facts import facts
 from explorer.spec.types import ModelSpec
 
 HEADLINE_CONVENTION = ("The site's headline figures (Parameters stored, Active parameters per token) count the input "
@@ -75,7 +75,7 @@ def conventions(figure: str, spec: ModelSpec, ledger: Ledger, figures: DerivedFi
         return (Convention("with the input embedding", active, False),
                 Convention("without the input embedding", no_embed, False))
     total = figures.get("total_parameters").value
-    mtp = sum(ledger.accounts[p].total for p, c in _paths(spec) if facts(c.program).mtp)
+    mtp = mtp_parameters(spec, ledger)
     out = [Convention("every stored parameter, with the input embedding", total, False),
            Convention("without the input embedding", total - embed, False)]
     if mtp:

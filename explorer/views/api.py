@@ -10,6 +10,7 @@ from explorer.checkpoint.reconcile import Reconciliation
 from explorer.figures import calculator, engines
 from explorer.figures.model_build import ModelBuild
 from explorer.figures.published_claims import HEADLINE_CONVENTION, ClaimRow
+from explorer.figures.stored import STORED_DEFINITION
 from explorer.model.components.serving import LayerKind
 from explorer.spec.types import Component, path_key, walk
 
@@ -28,7 +29,8 @@ def model_api(mb: ModelBuild) -> dict[str, Any]:
         "name": mb.content.meta.name,
         "family": mb.spec.family,
         "checkpoint": {"repo_id": ref.repo_id, "revision": ref.revision, "config_sha256": ref.config_sha256},
-        "total_parameters": mb.ledger.total,
+        "total_parameters": mb.figures.get("total_parameters").value,
+        "stored_definition": STORED_DEFINITION,
         "figures": [{"key": f.key, "label": f.label, "value": f.value, "formula": f.formula, "definition": f.definition}
                     for f in mb.figures.figures],
         "kv_cache_per_layer": [{"block": c.block, "layers": c.layers, "elements_per_token": c.cache_per_token,

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from explorer.content.model_content import render_markdown
 from explorer.figures.calculator import CalculatorView, calculator_view
 from explorer.figures.model_build import ModelBuild
+from explorer.figures.stored import STORED_DEFINITION
 from explorer.model.account import AccountRow, ComponentAccount, TensorAccount
 from explorer.model.components.part_facts import facts
 from explorer.model.components.rope import RopeOptions
@@ -205,6 +206,8 @@ class IndexPage(PageBase):
     filters: IndexFilters
     count: str
     """"26 models from 14 labs"."""
+    stored: str = STORED_DEFINITION
+    """What each card's parameter count counts, in the words every page with the figure uses."""
 
 
 @dataclass(frozen=True, slots=True)
