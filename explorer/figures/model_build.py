@@ -8,6 +8,7 @@ from typing import Any
 
 from explorer.checkpoint.index import CheckpointIndex
 from explorer.checkpoint.reconcile import Reconciliation, ReferenceCount
+from explorer.checkpoint.release_layout import ReleaseLayout
 from explorer.checkpoint.sources import ResolvedCitation
 from explorer.content.model_content import ModelContent
 from explorer.execute.picture_routing import PictureRouting
@@ -39,6 +40,9 @@ class PreparedModel:
     """Every figure the lab published, reconciled with the site's under each convention."""
     claim_problems: tuple[str, ...] = ()
     """Claims no convention reproduces that do not say where the difference lies (the build refuses them)."""
+    release: ReleaseLayout | None = None
+    """Where the release names its tensors otherwise than the reference and no listing is recorded: the layout
+    the release holds, predicted by undoing transformers' loading rules (explorer/checkpoint/release_layout.py)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,6 +94,8 @@ class ModelBuild:
     """Claims no convention reproduces that do not say where the difference lies (the build refuses them)."""
     reference_count: ReferenceCount | None = None
     """The reference's own count of its parameters and buffers, beside the ledger's roles for them."""
+    release: ReleaseLayout | None = None
+    """The release's own layout where it names its tensors otherwise than the reference (PreparedModel.release)."""
 
     @property
     def slug(self) -> str:

@@ -459,8 +459,7 @@ def _mtp_figures(spec: ModelSpec, ledger: Ledger, mtp: int) -> list[Figure]:
     per = ledger.declared["mtp"].per_instance
     return [Figure("mtp_parameters", "Of which multi-token-prediction layers", mtp,
                    f"{d.count} × {per:,} ({d.key} = {d.count}; one module from the family's formula)",
-                   "Counted from the config with the family's own formula, not built: transformers does not build "
-                   f"them. {d.basis} Without them the checkpoint's main model holds {ledger.total:,}.")]
+                   f"{d.basis} Without them the checkpoint's main model holds {ledger.total:,}.")]
 
 
 # --------------------------------------------------------------------------------------- recurrent state

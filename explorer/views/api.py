@@ -51,6 +51,10 @@ def model_api(mb: ModelBuild) -> dict[str, Any]:
         "predicted_storage": _ledger(mb.predicted, "predicted from the config by each weight's storage scheme; "
                                                    "no checkpoint tensor listing is recorded")
         if mb.predicted is not None else None,
+        "release_layout": None if mb.release is None else {
+            "source": mb.release.index.source, "tensors": mb.release.index.tensor_count,
+            "groups": [{"name": g.name, "tensors": g.count, "dtype": g.dtype, "shape": list(g.shape)}
+                       for g in mb.release.index.groups]},
         "reference_check": {"reference": mb.reference_label, "skipped": list(mb.reference_skips),
                             **_ledger(mb.reference, mb.reference_label), **_reference_count(mb)},
     }

@@ -103,6 +103,10 @@ class LedgerView:
     reference: str
     predicted: bool = False
     """The rows are the storage schemes' prediction, not a reconciled listing."""
+    release_summary: str = ""
+    """What the release layout below is and how it was predicted ("" where the release keeps the reference's names)."""
+    release: tuple[tuple[str, str, str, str, str], ...] = ()
+    """(name pattern, tensors, dtype, shape, bytes each) of the release's own tensors, grouped."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -190,7 +194,25 @@ def ledger_view(mb: ModelBuild) -> LedgerView:
         total_elements=fmt(sum(t.elements for t in rec.totals)), total_bytes=fmt(sum(t.bytes for t in rec.totals)),
         parameters=fmt(rec.role_total("parameter")[1]), scales=fmt(rec.role_total("quant_scale")[1]),
         buffers=fmt(rec.role_total("buffer")[1]), status=problems, balanced=rec.balanced, reference=ref,
-        predicted=rec is mb.predicted)
+        predicted=rec is mb.predicted, **_release(mb))
+
+
+def _release(mb: ModelBuild) -> dict:
+    """The release's own names, one row per group, where the spec uses the reference's (DeepSeek-V4)."""
+    r = mb.release
+    if r is None:
+        return {}
+    groups = r.index.groups
+    bytes_total = sum(g.nbytes * g.count for g in groups)
+    mtp = (f"; the multi-token-prediction layer the config declares is under {r.mtp_prefix} (transformers skips "
+           "it by that prefix)" if r.mtp_prefix else "")
+    summary = (f"The release's own layout, predicted: {fmt(r.index.tensor_count)} tensors, {fmt(bytes_total)} bytes, "
+               f"under DeepSeek's names, one tensor per routed expert and projection{mtp}. It is the table above "
+               "restated by undoing transformers' loading rules for the family (its renames, the FP8 scales "
+               "stored as .scale and the expert merge), which a test runs forward over every name here.")
+    rows = tuple((g.name, fmt(g.count), g.dtype, "[" + ", ".join(f"{d:,}" for d in g.shape) + "]", fmt(g.nbytes))
+                 for g in groups)
+    return {"release_summary": summary, "release": rows}
 
 
 def reference_sentence(mb: ModelBuild) -> str:
