@@ -175,3 +175,15 @@ def test_the_definition_is_stated_where_the_figure_appears(built_site: Path, slu
     assert data["total_parameters"] == next(f["value"] for f in data["figures"] if f["key"] == "total_parameters")
     index = html.unescape((built_site / "index.html").read_text(encoding="utf-8"))
     assert index.count(STORED_DEFINITION) == 1
+
+
+def test_glm5s_embedding_and_head_copies_are_given_both_ways():
+    """The audit's "about 1.9B" of copies GLM-5's release may lack: the MTP figure says how much they are and what
+    the module holds without them, and that no listing settles it."""
+    config, f, _ = _by_hand("glm-5")
+    copies = 2 * config["vocab_size"] * config["hidden_size"]
+    _, spec = model("glm-5")
+    definition = next(x.definition for x in derive(spec, account(spec), None).figures if x.key == "mtp_parameters")
+    assert f"({copies:,} together)" in definition and copies == 1_903_165_440
+    assert f"without the copies they hold {f['mtp_parameters'] - copies:,}" in definition
+    assert "no tensor listing recorded here settles whether this release stores them" in definition

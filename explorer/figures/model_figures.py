@@ -153,7 +153,7 @@ def derive(spec: ModelSpec, ledger: Ledger, stored: Reconciliation | None) -> De
         Figure("total_parameters", "Parameters stored (all)", total,
                f"main model {total - mtp:,} + multi-token-prediction layers {mtp:,}" if mtp else "sum of the ledger's rows",
                STORED_DEFINITION),
-        *_mtp_figures(spec, ledger, mtp),
+        *_mtp_figures(spec, ledger, mtp, stored is not None),
         Figure("stored_buffers", "Persistent buffers stored beside the parameters (elements)",
                *stored_buffers(ledger, stored), _buffers_definition(spec, ledger)),
         Figure("active_parameters", "Active parameters per token", active,
@@ -447,19 +447,31 @@ def _correction_biases_counted_as_parameters(spec: ModelSpec, ledger: Ledger) ->
     return out
 
 
-def _mtp_figures(spec: ModelSpec, ledger: Ledger, mtp: int) -> list[Figure]:
+def _mtp_figures(spec: ModelSpec, ledger: Ledger, mtp: int, listed: bool) -> list[Figure]:
     """The stored total's multi-token-prediction part, shown apart with how it was counted."""
     if not mtp:
         return []
     d = spec.declared_mtp
     if d is None:
+        copies = _mtp_copies(spec, ledger)
+        both = (f" They hold copies of the token embedding and the LM head ({copies:,} together), as DeepSeek-V3's "
+                f"checkpoint stores them in its MTP layer; without the copies they hold {mtp - copies:,}"
+                + ("" if listed else ", and no tensor listing recorded here settles whether this release stores "
+                                     "them") + ".") if copies else ""
         return [Figure("mtp_parameters", "Of which multi-token-prediction layers", mtp, "the MTP module's rows",
                        "Described here as the checkpoint stores them (transformers skips them when it loads), and "
-                       "left out of every active figure: they are not part of the main forward pass.")]
+                       "left out of every active figure: they are not part of the main forward pass." + both)]
     per = ledger.declared["mtp"].per_instance
     return [Figure("mtp_parameters", "Of which multi-token-prediction layers", mtp,
                    f"{d.count} × {per:,} ({d.key} = {d.count}; one module from the family's formula)",
                    f"{d.basis} Without them the checkpoint's main model holds {ledger.total:,}.")]
+
+
+def _mtp_copies(spec: ModelSpec, ledger: Ledger) -> int:
+    """Parameters of the token-embedding and LM-head copies an MTP module the tree describes holds (DeepSeek-V3's
+    embed and head children)."""
+    return sum(ledger.accounts[f"{p}.{c.key}"].total for p, comp in _paths(spec) if facts(comp.program).mtp
+               for c in comp.children if c.key in ("embed", "head"))
 
 
 # --------------------------------------------------------------------------------------- recurrent state
