@@ -187,3 +187,10 @@ def test_glm5s_embedding_and_head_copies_are_given_both_ways():
     assert f"({copies:,} together)" in definition and copies == 1_903_165_440
     assert f"without the copies they hold {f['mtp_parameters'] - copies:,}" in definition
     assert "no tensor listing recorded here settles whether this release stores them" in definition
+
+
+def test_the_compare_pages_state_the_definition(built_site: Path):
+    picker = html.unescape((built_site / "compare" / "index.html").read_text(encoding="utf-8"))
+    assert picker.count(STORED_DEFINITION) == 1
+    pair = next((built_site / "compare").glob("*-vs-*.html"))
+    assert html.unescape(pair.read_text(encoding="utf-8")).count(STORED_DEFINITION) == 1

@@ -73,6 +73,8 @@ class CompareIndexPage(PageBase):
     """Every model, in site order, for the two pickers."""
     pairs: tuple[tuple[Link, Link, Link], ...]
     """The static comparisons: (followed model, model, comparison page)."""
+    stored: str = STORED_DEFINITION
+    """What the totals count, in the words every page with the figure uses."""
 
 
 def compare_path(a: str, b: str) -> str:
