@@ -162,6 +162,9 @@ def test_four_bit_experts_stack_to_what_transformers_allocates():
                                                  sf_gran_n=1, sf_gran_k=32, min_sf_out=2)
         down, _ = _alloc_expert_proj(E, d, I_, torch.int8, torch.float8_e8m0fnu, weight_k_div=2, sf_gran_n=1,
                                      sf_gran_k=32)
+    predicted = predicted_index(spec).tensors  # in the reference's names: the fused tensors themselves
+    assert predicted["model.layers.3.mlp.experts.gate_up_proj"].shape == tuple(gate_up.shape)
+    assert predicted["model.layers.3.mlp.experts.gate_up_proj_scale_inv"].shape == tuple(gate_up_sf.shape)
     assert (E, 2 * w1.shape[0], w1.shape[1]) == tuple(gate_up.shape)
     assert (E, 2 * s1.shape[0], s1.shape[1]) == tuple(gate_up_sf.shape)
     assert (E, *w2.shape) == tuple(down.shape)

@@ -55,11 +55,8 @@ RELEASE_NAMES: tuple[tuple[str, str], ...] = (
 )
 """Reference name (without the model. prefix) -> release name, applied in order."""
 
-_EXPERTS = re.compile(r"^(?P<prefix>.*\.experts)\.(?P<kind>gate_up_proj|down_proj)_(?P<part>blocks|scales)$")
+_EXPERTS = re.compile(r"^(?P<prefix>.*\.experts)\.(?P<kind>gate_up_proj|down_proj)(?P<scale>_scale_inv)?$")
 _MTP_LAYER = re.compile(r"^model\.layers\.(?P<layer>\d+)\.")
-PACKED_PER_BYTE, SCALE_EVERY = 2, 32
-"""Four-bit experts: two E2M1 values per int8 byte, one E8M0 scale per 32 values of a row (transformers'
-finegrained FP8 integration: weight_k_div 2, sf_gran_n 1, sf_gran_k 32)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,23 +77,15 @@ def release_name(reference: str) -> str:
 
 
 def release_tensors(t: TensorInfo) -> list[TensorInfo]:
-    """The release's tensors for one predicted tensor: renamed, and a fused four-bit expert tensor split into one
-    value tensor and one scale tensor per expert and projection (gate_up_proj into w1 and w3, down_proj into w2)."""
+    """The release's tensors for one predicted tensor: renamed, and a fused expert tensor (values or scales, stacked
+    over experts) split into one per expert and projection (gate_up_proj's rows into w1 then w3, down_proj into w2)."""
     m = _EXPERTS.match(t.name)
     if m is None:
         return [TensorInfo(release_name(t.name), t.dtype, t.shape)]
-    experts, rows, groups = t.shape[0], t.shape[1], t.shape[2]
-    cols = groups * SCALE_EVERY
-    prefix = release_name(m["prefix"])
+    experts, rows, width = t.shape
+    prefix, leaf = release_name(m["prefix"]), "scale" if m["scale"] else "weight"
     projections = (("w1", rows // 2), ("w3", rows // 2)) if m["kind"] == "gate_up_proj" else (("w2", rows),)
-    out = []
-    for e in range(experts):
-        for w, n in projections:
-            if m["part"] == "blocks":
-                out.append(TensorInfo(f"{prefix}.{e}.{w}.weight", "I8", (n, cols // PACKED_PER_BYTE)))
-            else:
-                out.append(TensorInfo(f"{prefix}.{e}.{w}.scale", "F8_E8M0", (n, cols // SCALE_EVERY)))
-    return out
+    return [TensorInfo(f"{prefix}.{e}.{w}.{leaf}", t.dtype, (n, width)) for e in range(experts) for w, n in projections]
 
 
 def release_layout(predicted: CheckpointIndex, mtp: CheckpointIndex | None, main_layers: int) -> ReleaseLayout:

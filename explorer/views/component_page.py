@@ -16,7 +16,7 @@ from explorer.model.account import AccountRow, ComponentAccount, TensorAccount
 from explorer.model.components.part_facts import facts
 from explorer.model.components.rope import RopeOptions
 from explorer.model.families import FAMILIES
-from explorer.spec.storage import MXFP4, BlockFP8
+from explorer.spec.storage import MXFP4, BlockFP8, FP4Rows
 from explorer.spec.types import Component, Port, Shape, Step, TensorSpec, path_key, walk
 from explorer.views.basics import Link, PageBase, crumb_texts, fmt, month, page_href
 from explorer.views.diagrams import FlowNode, flow_svg
@@ -316,7 +316,7 @@ def _plural_label(label: str) -> str:
     return label if label.endswith("s") else label + "s"
 
 
-SCALE_NAMES = {BlockFP8: "FP8 block scales", MXFP4: "MXFP4 block scales"}
+SCALE_NAMES = {BlockFP8: "FP8 block scales", MXFP4: "MXFP4 block scales", FP4Rows: "FP4 row scales"}
 """What a storage scheme stores beside the values, named as the count's provenance names it."""
 
 

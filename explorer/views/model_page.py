@@ -166,13 +166,21 @@ STORED_AS = {("parameter", "U8"): "MXFP4 blocks: packed FP4 values, two per byte
              ("parameter", "I32"): "INT4 packed words: eight 4-bit values per int32 (compressed-tensors)",
              ("quant_scale", "BF16"): "INT4 group scales: one per group of input values",
              ("quant_scale", "I64"): "shapes of the packed weights (weight_shape, two integers each)",
-             ("quant_scale", "F8_E4M3"): "NVFP4 block scales: one FP8 E4M3 per 16 values"}
+             ("quant_scale", "F8_E4M3"): "NVFP4 block scales: one FP8 E4M3 per 16 values",
+             ("parameter", "I8"): "FP4 values: two E2M1 per int8 byte (DeepSeek-V4's experts)"}
 """Ledger row labels where a dtype says what the bytes hold (U8 stores MXFP4, the only U8 scheme)."""
+
+
+FP4_ROW_SCALES = "E8M0 scales: one per FP8 block, and one per 32 four-bit values of an expert's row"
+"""The E8M0 scales row where four-bit experts (I8) share the dtype with the FP8 weights' block scales."""
 
 
 def ledger_view(mb: ModelBuild) -> LedgerView:
     rec = mb.checkpoint or mb.predicted or mb.reference
-    rows = tuple(LedgerRowView(STORED_AS.get((t.role, t.dtype), ROLE_NAMES[t.role]), t.dtype, fmt(t.tensors),
+    labels = dict(STORED_AS)
+    if any((t.role, t.dtype) == ("parameter", "I8") for t in rec.totals):
+        labels[("quant_scale", "F8_E8M0")] = FP4_ROW_SCALES
+    rows = tuple(LedgerRowView(labels.get((t.role, t.dtype), ROLE_NAMES[t.role]), t.dtype, fmt(t.tensors),
                                fmt(t.parameters) if t.parameters else "—", fmt(t.elements), fmt(t.bytes))
                  for t in rec.totals)
     problems = (f"{len(rec.unowned)} unowned, {len(rec.owned_twice)} owned twice, {len(rec.missing)} missing, "

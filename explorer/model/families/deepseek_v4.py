@@ -49,7 +49,7 @@ from explorer.model.families.base import (
     stored_dtype,
 )
 from explorer.model.families.declared_mtp import declared_mtp, mtp_norm, mtp_projection
-from explorer.spec.storage import MXFP4, BlockFP8, Dense, Storage
+from explorer.spec.storage import BlockFP8, Dense, FP4Rows, Storage
 from explorer.spec.types import Citation, Component, DeclaredMTP, ModelSpec, Shape
 
 FILE = "models/deepseek_v4/modeling_deepseek_v4.py"
@@ -211,8 +211,9 @@ class DeepseekV4(Family):
         return BlockFP8(dtype, tuple(q.weight_block_size), scale_dtype="F8_E8M0" if q.scale_fmt == "ue8m0" else "F32")
 
     def expert_storage(self, c: DeepseekV4Hyperparameters, ctx: Ctx) -> Storage:
-        if c.expert_dtype == "fp4":
-            return MXFP4()
+        if c.expert_dtype == "fp4":  # as transformers' FP8 integration holds them, scales in the config's format
+            q = c.quantization_config
+            return FP4Rows("F8_E8M0" if q is not None and q.scale_fmt == "ue8m0" else "F32")
         return ctx.quantized or Dense(ctx.dtype)
 
     # ------------------------------------------------------------------------------------------------ build
