@@ -12,6 +12,7 @@ from typing import Any, TypeVar
 from explorer.checkpoint.index import CheckpointIndex
 from explorer.checkpoint.manifest import MANIFEST_FILE, read_manifest
 from explorer.checkpoint.reconcile import expected_groups, predicted_index, reconcile, reference_count
+from explorer.checkpoint.release_layout import predicted_release
 from explorer.checkpoint.sources import absent_files, check_recorded_config, resolve_citations
 from explorer.checkpoint.variants import load_variants, stored_as
 from explorer.content.model_content import ModelContent, check_prose_paths, load_all_models, read_content_text
@@ -20,7 +21,7 @@ from explorer.execute import cache
 from explorer.execute.picture_routing import picture_routing
 from explorer.figures.model_build import ModelBuild, PreparedModel, TorchResults
 from explorer.figures.model_figures import derive
-from explorer.figures.published_claims import match_claim, reconcile_claims
+from explorer.figures.published_claims import reconcile_claims
 from explorer.model.account import account
 from explorer.model.families import FAMILIES, load_model_spec
 from explorer.parallel import run_in_order, started_in_order
@@ -75,16 +76,15 @@ def prepare_model(content: ModelContent, fetch_sources: bool = False,
     # a changed config value breaks both, and the tensors say why
     claims, claim_problems = reconcile_claims(content.published, spec, ledger, figures,
                                               str(content.folder / "model.toml"))
-    meta = content.meta
-    claim = match_claim(figures, meta.active_claim, meta.active_claim_source, meta.active_claim_definition,
-                        meta.active_claim_rounding, meta.active_claim_evidence) if meta.active_claim else None
-    predicted = reconcile(spec, predicted_index(spec, expected), expected=expected) if index is None else None
+    layout = predicted_index(spec, expected) if index is None else None
+    predicted = reconcile(spec, layout, expected=expected) if layout is not None else None
+    release = predicted_release(spec, layout) if layout is not None else None
     family = FAMILIES[spec.family]
     variants = tuple(stored_as(spec, v, family.variant_module_name, family.fp8_kept_modules)
                      for v in load_variants(content.folder))
-    return PreparedModel(content, spec, ledger, citations, ckpt_check, index, figures, claim, predicted,
+    return PreparedModel(content, spec, ledger, citations, ckpt_check, index, figures, predicted,
                          stated_config_differences(index, content), variants, claims=claims,
-                         claim_problems=tuple(claim_problems))
+                         claim_problems=tuple(claim_problems), release=release)
 
 
 def torch_stages(spec: ModelSpec, content: ModelContent, cache_dir: Path | None,
@@ -111,10 +111,11 @@ def finish_model(p: PreparedModel, torch: TorchResults) -> ModelBuild:
     skips = FAMILIES[p.spec.family].reference.not_built
     ref_check = reconcile(p.spec, torch.reference.index, reference=True, skip_owners=skips)
     return ModelBuild(p.content, p.spec, p.ledger, p.citations, ref_check, torch.reference.label, skips, p.checkpoint,
-                      p.index, torch.execution.trace, torch.execution.checks, p.figures, p.claim, p.predicted,
+                      p.index, torch.execution.trace, torch.execution.checks, p.figures, p.predicted,
                       real_checks=torch.real_checks, config_differences=p.config_differences, variants=p.variants,
                       picture_routing=torch.routing, claims=p.claims, claim_problems=p.claim_problems,
-                      reference_count=reference_count(p.spec, torch.reference.index, torch.reference.buffers))
+                      reference_count=reference_count(p.spec, torch.reference.index, torch.reference.buffers),
+                      release=p.release)
 
 
 def real_weight_checks(content: ModelContent, spec: ModelSpec, cache_dir: Path | None,

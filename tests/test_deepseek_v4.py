@@ -207,9 +207,12 @@ def test_stored_layout_is_predicted_from_the_config(specs):
     assert (q.dtype, q.shape) == ("F8_E4M3", (32768, 1024))
     scale = stored["model.layers.0.self_attn.q_b_proj.weight_scale_inv"]
     assert (scale.dtype, scale.shape) == ("F8_E8M0", (256, 8))  # ue8m0: one power-of-two scale per 128 × 128
-    blocks = stored["model.layers.3.mlp.experts.gate_up_proj_blocks"]
-    assert (blocks.dtype, blocks.shape) == ("U8", (256, 4096, 128, 16))  # FP4, two per byte, 32 per block
-    assert stored["model.layers.3.mlp.experts.gate_up_proj_scales"].shape == (256, 4096, 128)
+    # four-bit experts as transformers' FP8 integration holds them (expert_dtype "fp4"): int8, two values a byte,
+    # and one E8M0 scale per 32 values of a row (issue 35: not gpt-oss's MXFP4 _blocks and _scales)
+    gate_up = stored["model.layers.3.mlp.experts.gate_up_proj"]
+    assert (gate_up.dtype, gate_up.shape) == ("I8", (256, 4096, 2048))
+    scales = stored["model.layers.3.mlp.experts.gate_up_proj_scale_inv"]
+    assert (scales.dtype, scales.shape) == ("F8_E8M0", (256, 4096, 128))
     for dense in ("model.layers.2.self_attn.compressor.kv_proj.weight",
                   "model.layers.2.self_attn.compressor.indexer.scorer.weights_proj.weight", "model.embed_tokens.weight"):
         assert stored[dense].dtype == "BF16", dense

@@ -213,7 +213,7 @@ def test_every_omitted_key_is_recorded_with_the_reference_default(slug):
 
 def test_glm47_defaults_include_what_changes_the_count():
     """The defaults that decide the model here: no QK-norm, no attention biases, rope_theta 10^4, half the head
-    rotated, one MTP layer declared (not built)."""
+    rotated, one MTP layer declared (not built by transformers: counted apart from the config, issue 35)."""
     content = content_of("glm-4.7")
     family = FAMILIES["glm4_moe"]
     spec = spec_of("glm-4.7")
@@ -221,7 +221,8 @@ def test_glm47_defaults_include_what_changes_the_count():
     assert shown["use_qk_norm"] is False and shown["attention_bias"] is False
     assert shown["rope_parameters"] == {"rope_theta": 10000.0, "partial_rotary_factor": 0.5, "rope_type": "default"}
     assert shown["num_nextn_predict_layers"] == 1
-    assert any("multi-token-prediction" in n for n in spec.root.notes)
+    assert spec.declared_mtp is not None and spec.declared_mtp.count == 1
+    assert "whether it stores them is not settled here" in spec.declared_mtp.basis
 
 
 def test_add_model_records_the_defaulted_keys_and_an_edited_list_is_refused(tmp_path):

@@ -576,8 +576,7 @@ def test_llama_3_1_instruct_s_list_of_end_tokens_is_accepted(tmp_path):
 
 @pytest.mark.parametrize("pattern, replacement, message", [
     (r'^family = .*$', 'family = "llama"\nactive_claim = "lots"\nactive_claim_source = "x"',
-     "key 'model.active_claim': expected a figure as published, e.g. \"32B\" or \"135M\", got 'lots'"),
-    (r'^family = .*$', 'family = "llama"\nactive_claim = "8B"', "key 'model.active_claim_source': missing"),
+     "key 'model.active_claim': retired; write the figure as a [[published]] table instead"),
     (r'^config_nulls = .*$', 'config_nulls = []\nmodeling_file = "../../etc/passwd"',
      "key 'checkpoint.modeling_file': expected a .py file's path inside the repository"),
     (r'^config_nulls = .*$', 'config_nulls = []\nmodeling_file = "/etc/passwd"',
@@ -588,8 +587,8 @@ def test_llama_3_1_instruct_s_list_of_end_tokens_is_accepted(tmp_path):
     (r'\A', 'config = 3\n', "table 'config': expected a table, got an integer"),
 ])
 def test_hostile_model_toml_values_are_one_line_each(tmp_path, pattern, replacement, message):
-    """Issue 18: a bad active_claim and a modeling_file outside the repository gave tracebacks; a reversed line
-    range passed; a 100,000-character name would be printed on every page (5 MB: a 5.9 GB site)."""
+    """Issue 18: a bad active_claim (a retired key since issue 35) and a modeling_file outside the repository gave
+    tracebacks; a reversed line range passed; a 100,000-character name would be printed on every page (5 MB: a 5.9 GB site)."""
     import re
 
     from explorer.content.model_content import load_model_content

@@ -221,24 +221,26 @@ def test_mla_decode_costs_in_both_forms():
 
 # ------------------------------------------------------------------------------ published "active" claims
 
-def _claim(slug: str, **changes):
-    from explorer.figures.published_claims import match_claim
+def _claim(slug: str, claim: str):
+    """The model's [[published]] active claim `claim`, reconciled (no torch stage needed), and its figures."""
+    from explorer.figures.published_claims import reconcile_claims
 
     content = content_of(slug)
-    meta = dataclasses.replace(content.meta, **changes)
     spec = load_model_spec(content)
-    figures = derive(spec, account(spec), None)
-    return match_claim(figures, meta.active_claim, meta.active_claim_source, meta.active_claim_definition,
-                       meta.active_claim_rounding, meta.active_claim_evidence), figures
+    ledger = account(spec)
+    figures = derive(spec, ledger, None)
+    rows, _ = reconcile_claims(content.published, spec, ledger, figures, "test")
+    return next(r for r in rows if (r.claim.figure, r.claim.claim) == ("active", claim)), figures
 
 
-@pytest.mark.parametrize("slug, lab_total", [("deepseek-v3", (671e9, 1e9)), ("kimi-k2", (1e12, 1e12))])
-def test_deepseek_and_kimi_claims_are_matched_without_the_embedding(slug, lab_total):
+@pytest.mark.parametrize("slug, claim, lab_total", [("deepseek-v3", "37B", (671e9, 1e9)),
+                                                    ("kimi-k2", "32B", (1e12, 1e12))])
+def test_deepseek_and_kimi_claims_are_matched_without_the_embedding(slug, claim, lab_total):
     """Issue 35: DeepSeek's README_WEIGHTS counts the main model's 36.6B active without the input embedding (the
     output head included): 36,625,618,432 here; rounded to the billion that is the lab's 37B (Kimi K2: 32B)."""
-    match, figures = _claim(slug)
-    assert match.matched is not None and match.matched.key == "active_parameters_no_embedding"
-    assert match.rounding == "nearest"
+    row, figures = _claim(slug, claim)
+    assert row.reproduced_by == ("without the input embedding",)
+    assert row.claim.rounding == "nearest"
     value, unit = lab_total  # "671B total parameters", "1 trillion total parameters": the main model's
     assert abs(figures.get("total_parameters").value - (13_463_426_304 if slug == "deepseek-v3" else 0) - value) <= unit / 2
     if slug == "deepseek-v3":
@@ -246,20 +248,26 @@ def test_deepseek_and_kimi_claims_are_matched_without_the_embedding(slug, lab_to
 
 
 def test_deepseek_v3_claim_with_the_embedding_is_not_reproduced_rounded_to_nearest():
-    match, _ = _claim("deepseek-v3", active_claim_definition="active_parameters",
-                      active_claim_evidence="test")
-    assert match.matched is None  # 37,552,297,472 rounds to 38B: only the count without the embedding states 37B
+    from explorer.figures.published_claims import states
+
+    row, figures = _claim("deepseek-v3", "37B")
+    with_embedding = figures.get("active_parameters").value
+    assert row.conventions[0].value == with_embedding and not row.conventions[0].reproduces
+    assert not states(with_embedding, "37B", "nearest")  # 37,552,297,472 rounds to 38B; without the embedding 37B
 
 
-def test_a_stated_definition_without_evidence_is_refused(tmp_path: Path):
+@pytest.mark.parametrize("key", ["active_claim", "active_claim_evidence"])
+def test_the_retired_active_claim_is_refused_with_what_to_write_instead(tmp_path: Path, key: str):
+    """Issue 35: one mechanism for a lab's figures; the older [model] active_claim keys are refused in one line."""
     folder = tmp_path / "kimi-k2"
     folder.mkdir()
     text = (ROOT / "content/models/kimi-k2/model.toml").read_text()
-    (folder / "model.toml").write_text(text.replace('active_claim = "32B"\n', 'active_claim = "32B"\n'
-                                                    'active_claim_definition = "active_parameters"\n'))
+    (folder / "model.toml").write_text(text.replace("[checkpoint]\n", f'{key} = "32B"\n\n[checkpoint]\n', 1))
     with pytest.raises(ContentError) as info:
         load_model_content(folder)
-    assert "active_claim_evidence" in str(info.value)
+    assert info.value.problems == (
+        f"{folder / 'model.toml'}: key 'model.{key}': retired; write the figure as a [[published]] table instead: "
+        'figure = "active", claim, source (lab_counts, rounding and difference where they apply)',)
 
 
 def test_gpt2_components_are_still_checked_one_by_one_under_the_published_names():

@@ -48,18 +48,6 @@ class ModelMeta:
     lineage: str = ""
     """The series the model belongs to within its lab ("Llama 3.1", "Qwen3.5"), by which the index groups it; where
     empty, that of the model it follows in the same lab, else its own name."""
-    active_claim: str = ""
-    """The lab's published active-parameter figure, as written ("32B"); checked against the derived figures."""
-    active_claim_source: str = ""
-    """Where it is published, e.g. "model card: 32 billion activated parameters"."""
-    active_claim_definition: str = ""
-    """What the lab counts, as the derived figure that counts the same: "active_parameters" (embedding and LM head
-    included) or "active_parameters_no_embedding"; empty where the lab does not say, and the first figure that
-    reproduces the claim is named."""
-    active_claim_rounding: str = "nearest"
-    """How the lab states its count: "nearest" (rounded) or "down" (cut to the precision it writes)."""
-    active_claim_evidence: str = ""
-    """The lab's words that show what it counts and how it states it, and what could not be verified."""
     follows: str = ""
     """The model this one follows (its predecessor in a lineage, or the smaller sibling it scales up), by slug: the
     site keeps a static comparison of the two, which readers without JavaScript can open (any other pair is
@@ -295,7 +283,8 @@ def load_model_content(folder: Path) -> ModelContent:
     problems: list[str] = []
     for key in sorted(set(data) - _MODEL_TABLES):
         problems.append(f"{path}: table '{key}': unknown{did_you_mean(key, _MODEL_TABLES)}")
-    meta = parse_table(data.get("model", {}), ModelMeta, f"{path}: table 'model'", problems)
+    meta = parse_table(_without_retired(data.get("model", {}), path, problems), ModelMeta, f"{path}: table 'model'",
+                       problems)
     checkpoint = parse_table(data.get("checkpoint", {}), CheckpointRef, f"{path}: table 'checkpoint'", problems)
     if "config" not in data:
         problems.append(f"{path}: table 'config': missing (the published config.json values)")
@@ -317,7 +306,6 @@ def load_model_content(folder: Path) -> ModelContent:
                             "recorded as published)")
     for key in sorted(set(checkpoint.config_nulls if checkpoint else ()) & set(data.get("config", {}))):
         problems.append(f"{path}: key 'checkpoint.config_nulls': '{key}' is listed as null but has a value in [config]")
-    problems += _claim_problems(path, meta)
     published = _published(data.get("published", []), path, problems)
     if meta is not None and meta.released and not RELEASED.fullmatch(meta.released):
         problems.append(f"{path}: key 'model.released': expected a month as \"YYYY-MM\" (or \"\" if not recorded), "
@@ -329,6 +317,23 @@ def load_model_content(folder: Path) -> ModelContent:
         config={**data["config"], **{k: None for k in checkpoint.config_nulls}},
         prose=load_prose(folder / "prose", folder), published=published,
     )
+
+
+RETIRED_CLAIM_KEYS = ("active_claim", "active_claim_source", "active_claim_definition", "active_claim_rounding",
+                      "active_claim_evidence")
+"""[model] keys of the single active claim, folded into the [[published]] tables (issue 35): one mechanism."""
+
+
+def _without_retired(table: Any, path: Path, problems: list[str]) -> Any:
+    """The [model] table less the retired claim keys, with one line saying what to write instead where any is set."""
+    if not isinstance(table, dict):
+        return table
+    found = [k for k in RETIRED_CLAIM_KEYS if k in table]
+    if found:
+        problems.append(f"{path}: key 'model.{found[0]}': retired; write the figure as a [[published]] table "
+                        f"instead: figure = \"active\", claim, source (lab_counts, rounding and difference where they "
+                        f"apply){'; also remove ' + ', '.join(found[1:]) if found[1:] else ''}")
+    return {k: v for k, v in table.items() if k not in RETIRED_CLAIM_KEYS}
 
 
 def _published(tables: Any, path: Path, problems: list[str]) -> tuple[PublishedClaim, ...]:
@@ -351,8 +356,6 @@ def _has_key(config: dict[str, Any], dotted: str) -> bool:
     return isinstance(config.get(head), dict) and _has_key(config[head], rest)
 
 
-CLAIM = re.compile(r"[0-9]{1,6}(\.[0-9]{1,3})?[BM]")
-"""A published parameter figure as written: "32B", "12.9B", "135M"."""
 MODELING_FILE = re.compile(r"[A-Za-z0-9_\-]+(\.[A-Za-z0-9_\-]+)*(/[A-Za-z0-9_\-]+(\.[A-Za-z0-9_\-]+)*)*\.py")
 """A file inside the checkpoint's repository: relative, no '..' or '.' segment."""
 MAX_TEXT = 300
@@ -366,36 +369,12 @@ def _text_problems(path: Path, meta: ModelMeta | None, ref: CheckpointRef | None
         for key in ("name", "lab", "tagline"):
             if len(getattr(meta, key)) > MAX_TEXT:
                 problems.append(f"{path}: key 'model.{key}': longer than {MAX_TEXT} characters")
-        if meta.active_claim and not CLAIM.fullmatch(meta.active_claim):
-            problems.append(f"{path}: key 'model.active_claim': expected a figure as published, e.g. \"32B\" or "
-                            f"\"135M\", got {meta.active_claim[:40]!r}")
-        if meta.active_claim and not meta.active_claim_source:
-            problems.append(f"{path}: key 'model.active_claim_source': missing (where active_claim is published)")
     if ref is not None and ref.modeling_file and not MODELING_FILE.fullmatch(ref.modeling_file):
         problems.append(f"{path}: key 'checkpoint.modeling_file': expected a .py file's path inside the repository "
                         f"(no '..', not absolute), got {ref.modeling_file[:80]!r}")
     return problems
 
 
-CLAIM_DEFINITIONS = ("active_parameters", "active_parameters_no_embedding")
-CLAIM_ROUNDINGS = ("nearest", "down")
-
-
-def _claim_problems(path: Path, meta: ModelMeta | None) -> list[str]:
-    """A claim's definition is a derived figure's, its rounding known, and a stated definition says why."""
-    if meta is None:
-        return []
-    out = []
-    if meta.active_claim_definition and meta.active_claim_definition not in CLAIM_DEFINITIONS:
-        out.append(f"{path}: key 'model.active_claim_definition': must be one of {', '.join(CLAIM_DEFINITIONS)}, got "
-                   f"{meta.active_claim_definition!r}")
-    if meta.active_claim_rounding not in CLAIM_ROUNDINGS:
-        out.append(f"{path}: key 'model.active_claim_rounding': must be one of {', '.join(CLAIM_ROUNDINGS)}, got "
-                   f"{meta.active_claim_rounding!r}")
-    if (meta.active_claim_definition or meta.active_claim_rounding != "nearest") and not meta.active_claim_evidence:
-        out.append(f"{path}: key 'model.active_claim_evidence': missing (say which of the lab's words show what it "
-                   "counts and how it states it)")
-    return out
 
 
 def _revision_problems(path: Path, ref: CheckpointRef | None) -> list[str]:

@@ -2,7 +2,8 @@
 experts, norms, head, ...), so that for any two models the rows' deltas sum exactly to the totals' difference.
 
 Each stored parameter tensor belongs to exactly one component, and each component to the role of its nearest
-classified ancestor-or-self, so a model's role totals add up to its ledger total by construction.
+classified ancestor-or-self, so a model's role totals add up to its ledger total by construction; the multi-token-prediction layers a config
+declares beside the tree (ModelSpec.declared_mtp) are that role's too, so the roles add up to what is stored.
 """
 
 from __future__ import annotations
@@ -56,7 +57,8 @@ def role_totals(spec: ModelSpec, ledger: Ledger) -> RoleTotals:
         role = _BY_PROGRAM.get(comp.program)
         if role in NAMED_ROLES and not any(_BY_PROGRAM.get(a.program) for a in ancestors):
             mechanisms.setdefault(role, {})[comp.title] = None
-    return RoleTotals(spec.slug, values, ledger.total, {r: tuple(t) for r, t in mechanisms.items()})
+    values["Multi-token prediction"] += ledger.declared_mtp  # declared, not built: outside the tree, one role
+    return RoleTotals(spec.slug, values, ledger.stored_total, {r: tuple(t) for r, t in mechanisms.items()})
 
 
 NAMED_ROLES = ("Attention", "Feed-forward (dense)", "Mixture of experts", "LM head")

@@ -8,12 +8,13 @@ from typing import Any
 
 from explorer.checkpoint.index import CheckpointIndex
 from explorer.checkpoint.reconcile import Reconciliation, ReferenceCount
+from explorer.checkpoint.release_layout import ReleaseLayout
 from explorer.checkpoint.sources import ResolvedCitation
 from explorer.content.model_content import ModelContent
 from explorer.execute.picture_routing import PictureRouting
 from explorer.execute.reference import ReferenceModel
 from explorer.figures.model_figures import DerivedFigures
-from explorer.figures.published_claims import ClaimMatch, ClaimRow
+from explorer.figures.published_claims import ClaimRow
 from explorer.model.account import Ledger
 from explorer.spec.results import EquationCheck, Execution, RealWeightCheck, ShapeTrace
 from explorer.spec.types import ModelSpec
@@ -30,7 +31,6 @@ class PreparedModel:
     checkpoint: Reconciliation | None
     index: CheckpointIndex | None
     figures: DerivedFigures
-    claim: ClaimMatch | None
     predicted: Reconciliation | None
     config_differences: tuple[str, ...]
     variants: tuple[Any, ...] = ()
@@ -40,6 +40,9 @@ class PreparedModel:
     """Every figure the lab published, reconciled with the site's under each convention."""
     claim_problems: tuple[str, ...] = ()
     """Claims no convention reproduces that do not say where the difference lies (the build refuses them)."""
+    release: ReleaseLayout | None = None
+    """Where the release names its tensors otherwise than the reference and no listing is recorded: the layout
+    the release holds, predicted by undoing transformers' loading rules (explorer/checkpoint/release_layout.py)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,8 +79,6 @@ class ModelBuild:
     """Each component's step program compared with transformers at a tiny config."""
     figures: DerivedFigures
     """Active parameters, KV cache, FLOPs and memory, derived from the spec and the ledger."""
-    claim: ClaimMatch | None
-    """The lab's published active-parameter figure and the definition that reproduces it."""
     predicted: Reconciliation | None = None
     """Where no checkpoint listing is recorded: the stored layout the spec's storage schemes predict."""
     real_checks: tuple[RealWeightCheck, ...] = ()
@@ -93,6 +94,8 @@ class ModelBuild:
     """Claims no convention reproduces that do not say where the difference lies (the build refuses them)."""
     reference_count: ReferenceCount | None = None
     """The reference's own count of its parameters and buffers, beside the ledger's roles for them."""
+    release: ReleaseLayout | None = None
+    """The release's own layout where it names its tensors otherwise than the reference (PreparedModel.release)."""
 
     @property
     def slug(self) -> str:

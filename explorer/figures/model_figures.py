@@ -20,6 +20,7 @@ from dataclasses import dataclass, replace
 
 from explorer.checkpoint.reconcile import Reconciliation
 from explorer.figures import weights_read
+from explorer.figures.stored import STORED_DEFINITION, mtp_parameters, stored_buffers, stored_bytes
 from explorer.model.account import Ledger
 from explorer.model.components.moe import RouterOptions
 from explorer.model.components.part_facts import facts, programs_where
@@ -120,9 +121,9 @@ class DerivedFigures:
 def derive(spec: ModelSpec, ledger: Ledger, stored: Reconciliation | None) -> DerivedFigures:
     """The derived figures of one model."""
     inactive, inactive_text = _inactive_experts(spec, ledger)
-    mtp = sum(ledger.accounts[p].total for p, c in _paths(spec) if facts(c.program).mtp)
+    mtp = mtp_parameters(spec, ledger)
     embed = ledger.accounts["embed"].total if "embed" in ledger.accounts else 0
-    total = ledger.total
+    total = ledger.stored_total
     # an image encoder (Gemma 3's vision tower and projector) runs once per image, not for a text token
     vision = sum(ledger.accounts[p].total for p, c in _paths(spec) if facts(c.program).vision)
     active = total - mtp - inactive - vision
@@ -145,14 +146,16 @@ def derive(spec: ModelSpec, ledger: Ledger, stored: Reconciliation | None) -> De
     mtp_text = (" − MTP modules" if mtp else "") + (" − vision tower and projector" if vision else "")
     head_text = " (the tied LM head's vocab_size × hidden_size included: the embedding's matrix, multiplied again)" \
         if tied else ""
-    stored_bytes = _stored_bytes(ledger, stored)
-    weights = (("as stored", stored_bytes), *((name, int(total * size)) for name, size in WEIGHT_DTYPES),
+    as_stored = stored_bytes(ledger, stored)
+    weights = (("as stored", as_stored), *((name, int(total * size)) for name, size in WEIGHT_DTYPES),
                *((name, int(total * size)) for name, _, size, _ in QUANT_FORMATS))  # 4-bit formats, scales included
     figures = [
-        Figure("total_parameters", "Parameters stored (all)", total, "sum of the ledger's rows",
-               "Every learned parameter the checkpoint stores, tied tensors once."),
+        Figure("total_parameters", "Parameters stored (all)", total,
+               f"main model {total - mtp:,} + multi-token-prediction layers {mtp:,}" if mtp else "sum of the ledger's rows",
+               STORED_DEFINITION),
+        *_mtp_figures(spec, ledger, mtp, stored is not None),
         Figure("stored_buffers", "Persistent buffers stored beside the parameters (elements)",
-               *_stored_buffers(ledger, stored), _buffers_definition(spec, ledger)),
+               *stored_buffers(ledger, stored), _buffers_definition(spec, ledger)),
         Figure("active_parameters", "Active parameters per token", active,
                f"total{mtp_text} − {inactive_text}" if inactive else f"total{mtp_text}",
                "Every parameter a token's forward pass reads: all dense weights, the router, shared experts, and the "
@@ -210,7 +213,7 @@ def derive(spec: ModelSpec, ledger: Ledger, stored: Reconciliation | None) -> De
                f"{flop_context:,} × 2 × {matmul:,} + causal attention over 1..{flop_context:,} keys" + _sparse_text(costs),
                f"Every position's projections{head_text}, plus causal attention where position t sees t keys (or its "
                "window)."),
-        Figure("weight_bytes_stored", "Weight memory as stored", stored_bytes,
+        Figure("weight_bytes_stored", "Weight memory as stored", as_stored,
                "Σ stored tensor bytes" + (" (checkpoint ledger)" if stored is not None else " (predicted storage)"),
                "Bytes of every stored tensor: values, block scales and buffers, at their stored dtypes."),
         *(Figure(f"weight_bytes_{name.lower().replace('-', '')}", f"Weight memory at {name}", int(total * size),
@@ -444,27 +447,31 @@ def _correction_biases_counted_as_parameters(spec: ModelSpec, ledger: Ledger) ->
     return out
 
 
-def _stored_buffers(ledger: Ledger, stored: Reconciliation | None) -> tuple[int, str]:
-    """(elements, formula) of the buffers stored: the checkpoint ledger's where a listing is recorded (Kimi K2's
-    61 rotary tables, which another checkpoint may omit), else those every checkpoint of the spec stores."""
-    if stored is not None:
-        return stored.role_total("buffer")[1], "sum of the checkpoint ledger's stored buffers"
-    return _stored_buffer_elements(ledger), "sum of the ledger's stored buffers (those a checkpoint may omit left out)"
+def _mtp_figures(spec: ModelSpec, ledger: Ledger, mtp: int, listed: bool) -> list[Figure]:
+    """The stored total's multi-token-prediction part, shown apart with how it was counted."""
+    if not mtp:
+        return []
+    d = spec.declared_mtp
+    if d is None:
+        copies = _mtp_copies(spec, ledger)
+        both = (f" They hold copies of the token embedding and the LM head ({copies:,} together), as DeepSeek-V3's "
+                f"checkpoint stores them in its MTP layer; without the copies they hold {mtp - copies:,}"
+                + ("" if listed else ", and no tensor listing recorded here settles whether this release stores "
+                                     "them") + ".") if copies else ""
+        return [Figure("mtp_parameters", "Of which multi-token-prediction layers", mtp, "the MTP module's rows",
+                       "Described here as the checkpoint stores them (transformers skips them when it loads), and "
+                       "left out of every active figure: they are not part of the main forward pass." + both)]
+    per = ledger.declared["mtp"].per_instance
+    return [Figure("mtp_parameters", "Of which multi-token-prediction layers", mtp,
+                   f"{d.count} × {per:,} ({d.key} = {d.count}; one module from the family's formula)",
+                   f"{d.basis} Without them the checkpoint's main model holds {ledger.total:,}.")]
 
 
-def _stored_buffer_elements(ledger: Ledger) -> int:
-    """Elements of every persistent buffer the checkpoint stores (optional ones, which a checkpoint may omit, left
-    out), each counted once per instance."""
-    return sum(ta.spec.count * st.elements for acc in ledger.accounts.values() for ta in acc.tensors
-               for st in ta.stored if st.role == "buffer" and not ta.spec.optional)
-
-
-def _stored_bytes(ledger: Ledger, stored: Reconciliation | None) -> int:
-    if stored is not None:
-        return sum(t.bytes for t in stored.totals)
-    return sum(ta.spec.count * st.nbytes for acc in ledger.accounts.values() for ta in acc.tensors
-               for st in ta.stored if (st.role != "buffer" or not ta.spec.optional)  # stored buffers count
-               and not ta.spec.tied_to)  # a tied head is stored once
+def _mtp_copies(spec: ModelSpec, ledger: Ledger) -> int:
+    """Parameters of the token-embedding and LM-head copies an MTP module the tree describes holds (DeepSeek-V3's
+    embed and head children)."""
+    return sum(ledger.accounts[f"{p}.{c.key}"].total for p, comp in _paths(spec) if facts(comp.program).mtp
+               for c in comp.children if c.key in ("embed", "head"))
 
 
 # --------------------------------------------------------------------------------------- recurrent state

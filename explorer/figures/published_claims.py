@@ -12,9 +12,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from explorer.content.published_claims import CLAIM, UNITS, PublishedClaim
-from explorer.figures.model_figures import DerivedFigures, Figure, _paths
+from explorer.figures.model_figures import DerivedFigures
+from explorer.figures.stored import mtp_parameters
 from explorer.model.account import Ledger
-from explorer.model.components.part_facts import facts
 from explorer.spec.types import ModelSpec
 
 HEADLINE_CONVENTION = ("The site's headline figures (Parameters stored, Active parameters per token) count the input "
@@ -75,7 +75,7 @@ def conventions(figure: str, spec: ModelSpec, ledger: Ledger, figures: DerivedFi
         return (Convention("with the input embedding", active, False),
                 Convention("without the input embedding", no_embed, False))
     total = figures.get("total_parameters").value
-    mtp = sum(ledger.accounts[p].total for p, c in _paths(spec) if facts(c.program).mtp)
+    mtp = mtp_parameters(spec, ledger)
     out = [Convention("every stored parameter, with the input embedding", total, False),
            Convention("without the input embedding", total - embed, False)]
     if mtp:
@@ -98,43 +98,3 @@ def reconcile_claims(claims: tuple[PublishedClaim, ...], spec: ModelSpec, ledger
             problems.append(f"{where}: key 'published[{i}].difference': missing: {c.claim} ({c.figure}) is reproduced "
                             f"by no convention ({site}); say where the difference lies")
     return tuple(rows), problems
-
-
-# ------------------------------------------------------------- the single active claim (model.active_claim)
-
-@dataclass(frozen=True, slots=True)
-class ClaimMatch:
-    """A lab's published "active parameters" figure and the definition that reproduces it."""
-
-    claim: str
-    """As published, e.g. "32B"."""
-    source: str
-    matched: Figure | None
-    """The derived figure that counts what the lab counts (or, where it does not say, the first one) when it
-    states as the claim, or None."""
-    rounding: str = "nearest"
-    """How the lab states its count: "nearest" or "down" (cut to the claim's precision)."""
-    evidence: str = ""
-    """The lab's words on what it counts, and what could not be verified."""
-
-
-def parse_claim(claim: str) -> tuple[float, float]:
-    """"32B" -> (32e9, 1e9): the value and the unit of its last digit; "12.9B" -> (12.9e9, 1e8)."""
-    number = claim.strip().rstrip("BbMm")
-    scale = 1e9 if claim.strip()[-1:] in "Bb" else 1e6
-    decimals = len(number.split(".", 1)[1]) if "." in number else 0
-    return float(number) * scale, scale / 10 ** decimals
-
-
-def match_claim(figures: DerivedFigures, claim: str, source: str, definition: str = "", rounding: str = "nearest",
-                evidence: str = "") -> ClaimMatch:
-    """The figure counting what the lab counts (`definition`; where empty, the first of with or without the
-    embedding) whose value the lab would state as the claim: rounded to its precision, or cut down to it."""
-    value, unit = parse_claim(claim)
-    for key in (definition,) if definition else ("active_parameters", "active_parameters_no_embedding"):
-        figure = figures.get(key)
-        stated = (value <= figure.value < value + unit) if rounding == "down" else abs(figure.value - value) <= unit / 2
-        if stated:
-            return ClaimMatch(claim, source, figure, rounding, evidence)
-    return ClaimMatch(claim, source, None, rounding, evidence)
-

@@ -6,7 +6,7 @@ child component times its repeat count, so a page's table adds up by constructio
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 
 import sympy
@@ -73,10 +73,25 @@ class Ledger:
 
     slug: str
     accounts: dict[str, ComponentAccount]
+    declared: dict[str, ComponentAccount] = field(default_factory=dict)
+    """Accounts of the multi-token-prediction layers the config declares and the reference does not build
+    (ModelSpec.declared_mtp), by path under "mtp": outside the tree, so `total` leaves them out."""
 
     @property
     def total(self) -> int:
+        """Every parameter of the tree: what the reference builds, and an MTP module the family describes."""
         return self.accounts[""].per_instance
+
+    @property
+    def declared_mtp(self) -> int:
+        """Parameters of the declared, unbuilt MTP layers (0 where there are none)."""
+        return self.declared["mtp"].total if self.declared else 0
+
+    @property
+    def stored_total(self) -> int:
+        """Every parameter the checkpoint stores (explorer/figures/model_figures.py's STORED_DEFINITION): the tree's
+        and the declared MTP layers'."""
+        return self.total + self.declared_mtp
 
 
 def evaluate(expr: sympy.Expr, values: dict[str, int | float]) -> int:
@@ -188,4 +203,15 @@ def account(spec: ModelSpec) -> Ledger:
     """Return the exact accounting of every component of a model."""
     memo: dict[int, sympy.Expr] = {}  # the spec holds every component while it is used
     accounts = {path_key(anc, comp): account_component(anc, comp, spec.values, memo) for anc, comp in walk(spec.root)}
-    return Ledger(spec.slug, accounts)
+    return Ledger(spec.slug, accounts, _declared_accounts(spec, memo))
+
+
+def _declared_accounts(spec: ModelSpec, memo: dict[int, sympy.Expr]) -> dict[str, ComponentAccount]:
+    """The declared MTP module's accounts, under the root as if it were its child "mtp", repeated `count` times."""
+    d = spec.declared_mtp
+    if d is None:
+        return {}
+    module = replace(d.module, key="mtp", repeat=d.count, repeat_formula=d.key,
+                     repeat_label="MTP modules" if d.count != 1 else "MTP module")
+    return {path_key(anc, comp): account_component(anc, comp, spec.values, memo)
+            for anc, comp in walk(module, (spec.root,))}

@@ -182,6 +182,29 @@ class MXFP4:
 
 
 @dataclass(frozen=True, slots=True)
+class FP4Rows:
+    """Four-bit E2M1 values packed two to an int8 byte along the last axis, and one scale per `group` values of a
+    row, stored as the weight's name and `_scale_inv`: the layout transformers' fine-grained FP8 integration holds
+    DeepSeek-V4's four-bit experts in (its expert_dtype "fp4": weight_k_div 2, sf_gran_n 1, sf_gran_k 32)."""
+
+    scale_dtype: str = "F8_E8M0"
+    group: int = 32
+
+    @property
+    def stored_as(self) -> str:
+        return f"in FP4 (E2M1, two values a byte) with one scale per {self.group} values of a row"
+
+    @property
+    def label(self) -> str:
+        return f"FP4: two E2M1 values per int8 byte, one {self.scale_dtype} scale per {self.group} values of a row"
+
+    def expand(self, name: str, shape: tuple[int, ...], role: Role = "parameter") -> tuple[StoredTensor, ...]:
+        *outer, cols = shape
+        return (_stored(name, (*outer, -(-cols // 2)), "I8", "parameter", math.prod(shape)),
+                _stored(name + "_scale_inv", (*outer, -(-cols // self.group)), self.scale_dtype, "quant_scale", 0))
+
+
+@dataclass(frozen=True, slots=True)
 class GGUFQuant:
     """A llama.cpp quantization type: `block_size` values in `type_size` bytes; the element count is kept."""
 
@@ -342,7 +365,7 @@ def header_elements(tensors: tuple[StoredTensor, ...] | list[StoredTensor]) -> i
     return sum(t.elements for t in tensors)
 
 
-Storage = Dense | BlockFP8 | MXFP4 | GGUFQuant | GGUFMix | PackQuantized | NVFP4 | FP8PerTensor
+Storage = Dense | BlockFP8 | MXFP4 | FP4Rows | GGUFQuant | GGUFMix | PackQuantized | NVFP4 | FP8PerTensor
 
 
 def bytes_per_parameter(scheme: Storage, shape: tuple[int, ...] = (4096, 4096)) -> float:

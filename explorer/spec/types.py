@@ -205,6 +205,22 @@ class Component:
         raise KeyError(f"{self.key or 'model'} has no child {key!r} (children: {[c.key for c in self.children]})")
 
 
+@dataclass(frozen=True, slots=True)
+class DeclaredMTP:
+    """Multi-token-prediction layers a config declares that the reference does not build (transformers skips their
+    stored tensors when it loads): one module built with the family's own builders, counted `count` times in what the
+    checkpoint stores and shown apart from the main model. Not part of the tree: no reference runs it, so it is
+    never traced, checked or given a page of its own."""
+
+    key: str
+    """The config key that declares them: "num_nextn_predict_layers", "mtp_num_hidden_layers", "num_mtp_modules"."""
+    count: int
+    module: Component
+    """One module (repeat 1): `count` multiplies it."""
+    basis: str
+    """What one module holds and on what evidence (the family's words), with what is assumed."""
+
+
 class Hyperparameters:
     """Base of every family's typed config dataclass (config.json keys, named as published)."""
 
@@ -226,6 +242,8 @@ class ModelSpec:
     """(label, value) for the index card, chosen by the family."""
     defaulted: tuple[str, ...] = ()
     """Config keys the published config.json omits, whose values are the reference config class's defaults."""
+    declared_mtp: DeclaredMTP | None = None
+    """Multi-token-prediction layers the config declares and the reference does not build (Family.declared_mtp)."""
 
 
 def compress_indices(values: tuple[int, ...]) -> str:

@@ -11,6 +11,7 @@ from explorer.figures import calculator, engines
 from explorer.figures.engines import sglang, vllm
 from explorer.figures.model_build import ModelBuild
 from explorer.figures.published_claims import HEADLINE_CONVENTION, ClaimRow
+from explorer.figures.stored import STORED_DEFINITION
 from explorer.model.components.serving import LayerKind
 from explorer.spec.types import Component, path_key, walk
 
@@ -29,7 +30,8 @@ def model_api(mb: ModelBuild) -> dict[str, Any]:
         "name": mb.content.meta.name,
         "family": mb.spec.family,
         "checkpoint": {"repo_id": ref.repo_id, "revision": ref.revision, "config_sha256": ref.config_sha256},
-        "total_parameters": mb.ledger.total,
+        "total_parameters": mb.figures.get("total_parameters").value,
+        "stored_definition": STORED_DEFINITION,
         "figures": [{"key": f.key, "label": f.label, "value": f.value, "formula": f.formula, "definition": f.definition}
                     for f in mb.figures.figures],
         "kv_cache_per_layer": [{"block": c.block, "layers": c.layers, "elements_per_token": c.cache_per_token,
@@ -43,9 +45,6 @@ def model_api(mb: ModelBuild) -> dict[str, Any]:
                     "vLLM": _vllm(mb.figures.serving.kinds, mb.figures.serving.max_context),
                     "SGLang": _sglang(mb.figures.serving.kinds, mb.figures.serving.max_context)},
         "what_fits_and_speed_bounds": calculator.plan(mb.figures.serving),
-        "published_active_claim": {"claim": mb.claim.claim, "source": mb.claim.source,
-                                   "reproduced_by": mb.claim.matched.key if mb.claim.matched else None}
-        if mb.claim is not None else None,
         "published_claims": {"headline_convention": HEADLINE_CONVENTION, "claims": [_claim(r) for r in mb.claims]},
         "components": [_component(mb, anc, comp) for anc, comp in walk(mb.spec.root)],
         "ledger": _ledger(mb.checkpoint, f"checkpoint headers of {ref.repo_id}@{ref.revision}, recorded in "
@@ -55,6 +54,10 @@ def model_api(mb: ModelBuild) -> dict[str, Any]:
         "predicted_storage": _ledger(mb.predicted, "predicted from the config by each weight's storage scheme; "
                                                    "no checkpoint tensor listing is recorded")
         if mb.predicted is not None else None,
+        "release_layout": None if mb.release is None else {
+            "source": mb.release.index.source, "tensors": mb.release.index.tensor_count,
+            "groups": [{"name": g.name, "tensors": g.count, "dtype": g.dtype, "shape": list(g.shape)}
+                       for g in mb.release.index.groups]},
         "reference_check": {"reference": mb.reference_label, "skipped": list(mb.reference_skips),
                             **_ledger(mb.reference, mb.reference_label), **_reference_count(mb)},
     }

@@ -17,6 +17,7 @@ from explorer.figures.calculator import size
 from explorer.figures.compare_facts import ArchFact, architecture_facts, changes, facts_data
 from explorer.figures.compare_roles import NAMED_ROLES, ROLES, RoleTotals, config_differences, role_totals
 from explorer.figures.model_build import ModelBuild
+from explorer.figures.stored import STORED_DEFINITION
 from explorer.views.basics import Link, PageBase, fmt, page_href
 
 
@@ -72,6 +73,8 @@ class CompareIndexPage(PageBase):
     """Every model, in site order, for the two pickers."""
     pairs: tuple[tuple[Link, Link, Link], ...]
     """The static comparisons: (followed model, model, comparison page)."""
+    stored: str = STORED_DEFINITION
+    """What the totals count, in the words every page with the figure uses."""
 
 
 def compare_path(a: str, b: str) -> str:
@@ -102,7 +105,7 @@ def compare_data(mb: ModelBuild, totals: RoleTotals) -> dict[str, Any]:
     """What the picker needs of one model: parameters by role, derived figures, published config values."""
     return {
         "slug": mb.slug, "name": mb.content.meta.name, "href": f"../models/{mb.slug}/index.html",
-        "roles": [[role, totals.values[role]] for role in ROLES], "total": mb.ledger.total,
+        "roles": [[role, totals.values[role]] for role in ROLES], "total": totals.total,
         "mechanisms": {role: list(totals.mechanisms.get(role, ())) for role in NAMED_ROLES},
         "figures": [[f.key, f.label, f.value, f.unit] for f in mb.figures.figures],
         "config": [[key, left] for key, left, _, _ in config_differences(mb.content.config, {})],
@@ -181,7 +184,7 @@ def compare_page(a: ModelBuild, b: ModelBuild) -> ComparePage:
         tuple(_row(*r) for r in figures),  # bytes also in decimal units
         tuple(ConfigRowView(*row) for row in config_differences(a.content.config, b.content.config)),
         note=f"Each row is a role's parameters in each model; Δ is {rname} minus {lname}, and the rows' Δ add up to "
-             "the totals' Δ exactly (every stored parameter belongs to one role).")
+             "the totals' Δ exactly (every stored parameter belongs to one role). " + STORED_DEFINITION)
 
 
 def _row(label: str, left: int, right: int, is_bytes: bool = False) -> CompareRowView:

@@ -11,11 +11,12 @@ from dataclasses import dataclass
 from explorer.content.model_content import render_markdown
 from explorer.figures.calculator import CalculatorView, calculator_view
 from explorer.figures.model_build import ModelBuild
+from explorer.figures.stored import STORED_DEFINITION
 from explorer.model.account import AccountRow, ComponentAccount, TensorAccount
 from explorer.model.components.part_facts import facts
 from explorer.model.components.rope import RopeOptions
 from explorer.model.families import FAMILIES
-from explorer.spec.storage import MXFP4, BlockFP8
+from explorer.spec.storage import MXFP4, BlockFP8, FP4Rows
 from explorer.spec.types import Component, Port, Shape, Step, TensorSpec, path_key, walk
 from explorer.views.basics import Link, PageBase, crumb_texts, fmt, month, page_href
 from explorer.views.diagrams import FlowNode, flow_svg
@@ -205,6 +206,8 @@ class IndexPage(PageBase):
     filters: IndexFilters
     count: str
     """"26 models from 14 labs"."""
+    stored: str = STORED_DEFINITION
+    """What each card's parameter count counts, in the words every page with the figure uses."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -313,7 +316,7 @@ def _plural_label(label: str) -> str:
     return label if label.endswith("s") else label + "s"
 
 
-SCALE_NAMES = {BlockFP8: "FP8 block scales", MXFP4: "MXFP4 block scales"}
+SCALE_NAMES = {BlockFP8: "FP8 block scales", MXFP4: "MXFP4 block scales", FP4Rows: "FP4 row scales"}
 """What a storage scheme stores beside the values, named as the count's provenance names it."""
 
 

@@ -107,7 +107,7 @@ def index_card(mb: ModelBuild) -> IndexCard:
         any(m in ("linear", "mamba") for m in mixers))) if present)
     attention = tuple(dict.fromkeys(MIXER_FILTERS[m] for m in mixers if m in MIXER_FILTERS))
     figures = mb.figures
-    total, active = mb.ledger.total, figures.get("active_parameters").value
+    total, active = figures.get("total_parameters").value, figures.get("active_parameters").value
     cache = figures.get("kv_cache_bytes_per_token_bf16").value
     recurrent = any(k.state for k in figures.serving.kinds)
     meta = mb.content.meta

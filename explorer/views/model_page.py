@@ -103,6 +103,10 @@ class LedgerView:
     reference: str
     predicted: bool = False
     """The rows are the storage schemes' prediction, not a reconciled listing."""
+    release_summary: str = ""
+    """What the release layout below is and how it was predicted ("" where the release keeps the reference's names)."""
+    release: tuple[tuple[str, str, str, str, str], ...] = ()
+    """(name pattern, tensors, dtype, shape, bytes each) of the release's own tensors, grouped."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,9 +155,6 @@ class ClaimRowView:
 @dataclass(frozen=True, slots=True)
 class FiguresView:
     rows: tuple[FigureRowView, ...]
-    claim: str
-    """How the lab's published active-parameter figure is reproduced ("" when none is recorded)."""
-    claim_matched: bool
     claims: tuple[ClaimRowView, ...] = ()
     convention: str = HEADLINE_CONVENTION
     """The headline's convention, in the same words on every model."""
@@ -165,13 +166,21 @@ STORED_AS = {("parameter", "U8"): "MXFP4 blocks: packed FP4 values, two per byte
              ("parameter", "I32"): "INT4 packed words: eight 4-bit values per int32 (compressed-tensors)",
              ("quant_scale", "BF16"): "INT4 group scales: one per group of input values",
              ("quant_scale", "I64"): "shapes of the packed weights (weight_shape, two integers each)",
-             ("quant_scale", "F8_E4M3"): "NVFP4 block scales: one FP8 E4M3 per 16 values"}
+             ("quant_scale", "F8_E4M3"): "NVFP4 block scales: one FP8 E4M3 per 16 values",
+             ("parameter", "I8"): "FP4 values: two E2M1 per int8 byte (DeepSeek-V4's experts)"}
 """Ledger row labels where a dtype says what the bytes hold (U8 stores MXFP4, the only U8 scheme)."""
+
+
+FP4_ROW_SCALES = "E8M0 scales: one per FP8 block, and one per 32 four-bit values of an expert's row"
+"""The E8M0 scales row where four-bit experts (I8) share the dtype with the FP8 weights' block scales."""
 
 
 def ledger_view(mb: ModelBuild) -> LedgerView:
     rec = mb.checkpoint or mb.predicted or mb.reference
-    rows = tuple(LedgerRowView(STORED_AS.get((t.role, t.dtype), ROLE_NAMES[t.role]), t.dtype, fmt(t.tensors),
+    labels = dict(STORED_AS)
+    if any((t.role, t.dtype) == ("parameter", "I8") for t in rec.totals):
+        labels[("quant_scale", "F8_E8M0")] = FP4_ROW_SCALES
+    rows = tuple(LedgerRowView(labels.get((t.role, t.dtype), ROLE_NAMES[t.role]), t.dtype, fmt(t.tensors),
                                fmt(t.parameters) if t.parameters else "—", fmt(t.elements), fmt(t.bytes))
                  for t in rec.totals)
     problems = (f"{len(rec.unowned)} unowned, {len(rec.owned_twice)} owned twice, {len(rec.missing)} missing, "
@@ -193,7 +202,25 @@ def ledger_view(mb: ModelBuild) -> LedgerView:
         total_elements=fmt(sum(t.elements for t in rec.totals)), total_bytes=fmt(sum(t.bytes for t in rec.totals)),
         parameters=fmt(rec.role_total("parameter")[1]), scales=fmt(rec.role_total("quant_scale")[1]),
         buffers=fmt(rec.role_total("buffer")[1]), status=problems, balanced=rec.balanced, reference=ref,
-        predicted=rec is mb.predicted)
+        predicted=rec is mb.predicted, **_release(mb))
+
+
+def _release(mb: ModelBuild) -> dict:
+    """The release's own names, one row per group, where the spec uses the reference's (DeepSeek-V4)."""
+    r = mb.release
+    if r is None:
+        return {}
+    groups = r.index.groups
+    bytes_total = sum(g.nbytes * g.count for g in groups)
+    mtp = (f"; the multi-token-prediction layer the config declares is under {r.mtp_prefix} (transformers skips "
+           "it by that prefix)" if r.mtp_prefix else "")
+    summary = (f"The release's own layout, predicted: {fmt(r.index.tensor_count)} tensors, {fmt(bytes_total)} bytes, "
+               f"under DeepSeek's names, one tensor per routed expert and projection{mtp}. It is the table above "
+               "restated by undoing transformers' loading rules for the family (its renames, the FP8 scales "
+               "stored as .scale and the expert merge), which a test runs forward over every name here.")
+    rows = tuple((g.name, fmt(g.count), g.dtype, "[" + ", ".join(f"{d:,}" for d in g.shape) + "]", fmt(g.nbytes))
+                 for g in groups)
+    return {"release_summary": summary, "release": rows}
 
 
 def reference_sentence(mb: ModelBuild) -> str:
@@ -230,16 +257,7 @@ def readable(value: int, unit: str) -> str:
 def figures_view(mb: ModelBuild) -> FiguresView:
     rows = tuple(FigureRowView(f.label, fmt(f.value), readable(f.value, "bytes" if "bytes" in f.key else ""),
                                f.formula, f.definition) for f in mb.figures.figures)
-    claim, matched = "", False
-    if mb.claim is not None:
-        m = mb.claim.matched
-        matched = m is not None
-        stated = ("which, cut to the precision the lab writes, is" if mb.claim.rounding == "down" else "which rounds to")
-        claim = (f"Published: {mb.claim.claim} active parameters ({mb.claim.source}). "
-                 + (f"What the lab counts: {mb.claim.evidence} " if mb.claim.evidence else "")
-                 + (f"Reproduced by “{m.label.lower()}” ({m.definition.rstrip('.')}): {fmt(m.value)}, {stated} "
-                    f"{mb.claim.claim}." if m else "No definition derived here reproduces it within its rounding."))
-    return FiguresView(rows, claim, matched, tuple(claim_row_view(r) for r in mb.claims))
+    return FiguresView(rows, tuple(claim_row_view(r) for r in mb.claims))
 
 
 def claim_row_view(r: ClaimRow) -> ClaimRowView:

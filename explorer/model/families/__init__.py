@@ -82,8 +82,10 @@ def load_model_spec(content: ModelContent) -> ModelSpec:
                             f"the recorded config omits, {list(own)}, got {list(recorded)}"])
     if not content.checkpoint.storage:
         return spec
-    return dataclasses.replace(spec, root=with_storage(spec.root, content.checkpoint.storage,
-                                                       content.checkpoint.storage_evidence))
+    rules, evidence = content.checkpoint.storage, content.checkpoint.storage_evidence
+    mtp = spec.declared_mtp
+    return dataclasses.replace(spec, root=with_storage(spec.root, rules, evidence), declared_mtp=mtp and dataclasses.replace(
+        mtp, module=with_storage(mtp.module, rules, evidence)))
 
 
 def family_config(content: ModelContent) -> dict:

@@ -28,7 +28,7 @@ from explorer.errors import ContentError
 from explorer.model.components.rope import Pairing, RopeOptions
 from explorer.model.config_defaults import aliased_dtype, with_class_defaults
 from explorer.spec.storage import TORCH_DTYPES, BlockFP8, SchemeError, Storage
-from explorer.spec.types import Component, Hyperparameters, ModelSpec, walk
+from explorer.spec.types import Component, DeclaredMTP, Hyperparameters, ModelSpec, walk
 
 DIM_LABELS = {
     "hidden_size": "d", "intermediate_size": "d_ff", "moe_intermediate_size": "d_expert", "vocab_size": "vocab",
@@ -158,6 +158,12 @@ class Family:
         """A small config of the same structure for the executed checks (config.json keys)."""
         raise NotImplementedError
 
+    def declared_mtp(self, config: Any, values: dict[str, int | float]) -> DeclaredMTP | None:
+        """The multi-token-prediction layers the config declares and the reference does not build, one module built
+        with this family's own builders, so that what the checkpoint stores counts them (None: there are none, or
+        the tree describes them)."""
+        return None
+
     def facts(self, config: Any) -> tuple[tuple[str, str], ...]:
         """(label, value) pairs for the index card."""
         return (("transformer blocks", f"{config.num_hidden_layers:,}"),
@@ -232,6 +238,7 @@ class Family:
                           if f.name not in raw and f.name in self.symbols)
         try:  # a storage scheme refuses a number outside its definition, whichever family supplied it
             root = self.build(config, values)
+            mtp = self.declared_mtp(config, values)
         except SchemeError as e:
             raise ContentError([f"{where}: {p}" for p in e.problems]) from None
         if (tensors := tensor_count(root)) > MAX_MODEL_TENSORS:  # before any torch work builds them
@@ -239,7 +246,7 @@ class Family:
                                 f"over the {MAX_MODEL_TENSORS:,} a build can hold in memory (the largest model "
                                 "here has under 100,000)"])
         return ModelSpec(slug=slug, family=self.name, root=root, values=values, config=config,
-                         facts=self.facts(config), defaulted=defaulted)
+                         facts=self.facts(config), defaulted=defaulted, declared_mtp=mtp)
 
 
 def tensor_count(root: Component) -> int:

@@ -5,7 +5,9 @@ hyper-connected streams; the first num_hash_layers MoE layers route by a token-i
 scores with a correction bias; experts and the shared expert are clamped SwiGLUs.
 
 References: the DeepSeek-V4 technical report (DeepSeek-AI, 2026); transformers'
-models/deepseek_v4/modeling_deepseek_v4.py (the reference binding). The multi-token prediction layer the checkpoint ships (num_nextn_predict_layers) is not built by the reference and not modelled here.
+models/deepseek_v4/modeling_deepseek_v4.py (the reference binding). The multi-token prediction layers the
+checkpoint ships (num_nextn_predict_layers) are not built by the reference; they are counted from the config with this
+family's own block builder (`declared_mtp`), apart from the main model, and never run.
 """
 
 from __future__ import annotations
@@ -46,8 +48,9 @@ from explorer.model.families.base import (
     rule_problems,
     stored_dtype,
 )
-from explorer.spec.storage import MXFP4, BlockFP8, Dense, Storage
-from explorer.spec.types import Citation, Component, ModelSpec, Shape
+from explorer.model.families.declared_mtp import declared_mtp, mtp_norm, mtp_projection
+from explorer.spec.storage import BlockFP8, Dense, FP4Rows, Storage
+from explorer.spec.types import Citation, Component, DeclaredMTP, ModelSpec, Shape
 
 FILE = "models/deepseek_v4/modeling_deepseek_v4.py"
 REFERENCE = Reference(FILE, "DeepseekV4")
@@ -208,8 +211,9 @@ class DeepseekV4(Family):
         return BlockFP8(dtype, tuple(q.weight_block_size), scale_dtype="F8_E8M0" if q.scale_fmt == "ue8m0" else "F32")
 
     def expert_storage(self, c: DeepseekV4Hyperparameters, ctx: Ctx) -> Storage:
-        if c.expert_dtype == "fp4":
-            return MXFP4()
+        if c.expert_dtype == "fp4":  # as transformers' FP8 integration holds them, scales in the config's format
+            q = c.quantization_config
+            return FP4Rows("F8_E8M0" if q is not None and q.scale_fmt == "ue8m0" else "F32")
         return ctx.quantized or Dense(ctx.dtype)
 
     # ------------------------------------------------------------------------------------------------ build
@@ -243,6 +247,34 @@ class DeepseekV4(Family):
                         citations=model_cite,
                         description=f"Token embedding on {c.hc_mult} residual streams, {L} blocks, the "
                                     "hyper-connection head, a final RMSNorm and an untied LM head.")
+
+    def declared_mtp(self, c: DeepseekV4Hyperparameters, values: dict[str, int | float]) -> DeclaredMTP | None:
+        """num_nextn_predict_layers modules, each one decoder layer of the kind compress_ratios gives the position
+        after the main layers (score-routed: hashing is for the first layers), two hidden_size projections for the
+        embedding and the hidden state, their RMSNorms, a final RMSNorm and a hyper-connection head."""
+        ctx = Ctx(values, LABELS, REFERENCE, stored_dtype(c.torch_dtype), self.quantized(c))
+        L, eps = c.num_hidden_layers, c.rms_norm_eps
+        ratios = c.compress_ratios or ()
+        kind = KINDS[ratios[L]] if len(ratios) > L else "sliding"
+        X = Port("X_{L+1}", streams_shape(ctx, c.hc_mult), "streams")
+        parts = (mtp_norm(ctx, "enorm", "Embedding RMSNorm", "mtp.enorm.weight", eps),
+                 mtp_norm(ctx, "hnorm", "Hidden-state RMSNorm", "mtp.hnorm.weight", eps),
+                 mtp_projection(ctx, "e_proj", "Embedding projection", "mtp.e_proj.weight", 1),
+                 mtp_projection(ctx, "h_proj", "Hidden-state projection", "mtp.h_proj.weight", 1),
+                 self.block(ctx, c, (kind, False), (L,)),
+                 hyper_head(ctx, prefix="mtp.hc_head.", X=X, o=self.hyper(c), citations=()),
+                 mtp_norm(ctx, "norm", "MTP final RMSNorm", "mtp.norm.weight", eps))
+        place = (f"compress_ratios[{L}] = {ratios[L]}" if len(ratios) > L
+                 else f"compress_ratios lists no entry {L}, so sliding attention is assumed")
+        return declared_mtp("num_nextn_predict_layers", c.num_nextn_predict_layers, parts, (
+            "The checkpoint stores these layers under mtp.* (transformers' DeepSeek-V4 loader ignores every key "
+            "matching (^|\\.)mtp\\.), and transformers builds none, so they are counted from the config with this "
+            f"family's own builders: one decoder layer of the kind {place} gives, with its hyper-connections and a "
+            "score-routed MoE, plus e_proj and h_proj (hidden_size × hidden_size, for the next token's embedding and "
+            "the main model's hidden state), their two RMSNorms, a final RMSNorm and a hyper-connection head, as "
+            "DeepSeek's V4 inference code lays out its MTP block (not recorded here); the token embedding and the LM "
+            "head are the main model's, not stored again. No tensor listing of the checkpoint is recorded, so the "
+            "layout is not checked against the release."))
 
     def hyper(self, c: DeepseekV4Hyperparameters) -> HyperOptions:
         return HyperOptions(c.hc_mult, c.hc_sinkhorn_iters, c.hc_eps, c.rms_norm_eps)

@@ -7,8 +7,8 @@ rest passed through.
 
 The reference registers the routers' e_score_correction_bias as a persistent buffer, so the parameter total is
 transformers' own count and the buffers are listed beside it. The config class also declares multi-token-
-prediction layers (num_nextn_predict_layers, 1 by default), which transformers does not build; they are noted, not
-described.
+prediction layers (num_nextn_predict_layers, 1 by default), which transformers does not build; they are counted from
+the config (`declared_mtp`), apart from the main model, and never run.
 
 References: "GLM-4.5: Agentic, Reasoning, and Coding (ARC) Foundation Models" (arXiv:2508.06471); transformers'
 models/glm4_moe/modeling_glm4_moe.py (the reference binding).
@@ -43,7 +43,7 @@ from explorer.model.families.block_fp8 import (
 )
 from explorer.model.families.deepseek_v3 import DeepseekV3
 from explorer.model.families.renames import split_fused_experts
-from explorer.spec.types import Component, TensorRole
+from explorer.spec.types import Component, DeclaredMTP, TensorRole
 
 REFERENCE = Reference("models/glm4_moe/modeling_glm4_moe.py", "Glm4Moe")
 
@@ -190,13 +190,24 @@ class Glm4Moe(DeepseekV3):
         # DeepSeek-V3's composition without its MTP module: transformers builds none for this family.
         root = super().build(replace(c, num_nextn_predict_layers=0, torch_dtype=c.dtype or c.torch_dtype), values)
         root = self.with_fp8_exclusions(root, c)
-        if not c.num_nextn_predict_layers:
-            return root
-        return replace(root, notes=root.notes + (
-            f"The config declares {c.num_nextn_predict_layers} multi-token-prediction layer"
-            f"{'s' if c.num_nextn_predict_layers > 1 else ''} (num_nextn_predict_layers, Glm4MoeConfig's "
-            "num_mtp_layers); transformers does not build them (it ignores their stored tensors when loading) and no "
-            "tensor listing of the checkpoint is recorded here, so they are not described or counted.",))
+        return root
+
+    def declared_mtp(self, c: Any, values: dict[str, int | float]) -> DeclaredMTP | None:
+        """The num_nextn_predict_layers layers (Glm4MoeConfig's num_mtp_layers), built as DeepSeek-V3's MTP module
+        of this family's blocks, GLM-5's layout, outside the tree: transformers builds none for this family (GLM-4-MoE-Lite's config has
+        no such key)."""
+        if not getattr(c, "num_nextn_predict_layers", 0):
+            return None
+        whole = self.with_fp8_exclusions(super().build(replace(c, torch_dtype=c.dtype or c.torch_dtype), values), c)
+        copies = 2 * int(values["vocab_size"]) * int(values["hidden_size"])
+        return DeclaredMTP("num_nextn_predict_layers", c.num_nextn_predict_layers, replace(whole.child("mtp"), repeat=1), (
+            "transformers builds no multi-token-prediction layer for this family (it ignores their stored tensors "
+            "when loading), so they are counted from the config with the layout this project gives GLM-5's: "
+            "DeepSeek-V3's MTP module over a decoder layer of this model's MoE kind, stored as layers "
+            f"{c.num_hidden_layers}.. after the main ones. It includes the copies of the token embedding and the LM "
+            f"head that DeepSeek-V3's checkpoint stores in its MTP layer ({copies:,} together); no tensor listing of "
+            "GLM's release is recorded, so whether it stores them is not settled here, and without them the module "
+            "holds that many fewer."))
 
     def attention(self, ctx: Ctx, c: Any, prefix: str, ranges, x: Port) -> Component:
         theta, _ = rope_settings(c)

@@ -8,7 +8,8 @@ weights in block-wise FP8.
 transformers reads neither hybrid_layer_pattern, moe_layer_freq, the swa_* keys nor rope_theta, swa_rope_theta and
 partial_rotary_factor: it derives the same layouts and bases from its own defaults (MiMoV2FlashConfig), so `check`
 refuses a config whose published keys say otherwise. The checkpoint's multi-token-prediction layers (model.mtp.*)
-are skipped by transformers when it loads, and no tensor listing is recorded here, so they are not described.
+are skipped by transformers when it loads, the config declares no number of them and no tensor listing is recorded
+here, so they are not described or counted.
 
 References: "MiMo-V2-Flash Technical Report" (Xiaomi LLM-Core team, 2025); transformers'
 models/mimo_v2_flash/modeling_mimo_v2_flash.py (the reference binding).
@@ -254,9 +255,10 @@ class MiMoV2Flash(Family):
         root = model_root(ctx, children, code="MiMoV2FlashForCausalLM(config)", layers=L, citations=model_cite,
                           description=f"Token embedding, {L} transformer blocks of {len(blocks)} kinds, a final "
                                       "RMSNorm and an untied LM head.")
-        root = replace(root, notes=("The checkpoint's multi-token-prediction layers (model.mtp.*) are not described: "
-                                    "transformers skips them when it loads the model and no tensor listing of the "
-                                    "checkpoint is recorded here.",))
+        root = replace(root, notes=("The checkpoint's multi-token-prediction layers (model.mtp.*) are not described or "
+                                    "counted: transformers skips them when it loads the model, the config declares no "
+                                    "number of them (MiMoV2FlashConfig has no such key) and no tensor listing of the "
+                                    "checkpoint is recorded here, so the stored figure is the main model's.",))
         return keep_named_modules_dense(root, c.quantization_config, dtype, reference_module, "mimo_v2_flash config")
 
     def block(self, ctx: Ctx, c: Any, kind: tuple[str, str], indices: tuple[int, ...]) -> Component:

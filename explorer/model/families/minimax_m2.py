@@ -4,8 +4,9 @@ over the whole query projection and one over the whole key projection, before th
 under a sigmoid router whose correction bias, stored beside the gate in the MoE block, steers selection only; the
 weights in block-wise FP8 except the modules quantization_config names.
 
-The published config also describes multi-token-prediction modules (use_mtp, num_mtp_modules); transformers does
-not build them and no tensor listing of the checkpoint is recorded here, so they are not described.
+The published config also declares multi-token-prediction modules (use_mtp, num_mtp_modules, mtp_transformer_layers);
+transformers does not build them: they are counted from the config (`declared_mtp`), apart from the main model, on
+an assumed layout that the module's words say.
 
 References: "MiniMax-M1: Scaling Test-Time Compute Efficiently with Lightning Attention" (arXiv:2506.13585) for the
 lineage; transformers' models/minimax_m2/modeling_minimax_m2.py (the reference binding).
@@ -45,8 +46,9 @@ from explorer.model.families.block_fp8 import (
     fp8_problems,
     keep_named_modules_dense,
 )
+from explorer.model.families.declared_mtp import declared_mtp, mtp_norm, mtp_projection
 from explorer.model.families.mixtral import to_checkpoint_names
-from explorer.spec.types import Component
+from explorer.spec.types import Component, DeclaredMTP
 
 REFERENCE = Reference("models/minimax_m2/modeling_minimax_m2.py", "MiniMaxM2")
 
@@ -166,11 +168,29 @@ class MiniMaxM2(Family):
         root = model_root(ctx, children, code="MiniMaxM2ForCausalLM(config)", layers=L, citations=model_cite,
                           description=f"Token embedding, {L} transformer blocks, a final RMSNorm and an untied LM "
                                       "head.")
-        if c.use_mtp and c.num_mtp_modules:
-            root = replace(root, notes=(f"The config declares {c.num_mtp_modules} multi-token-prediction modules "
-                                        "(use_mtp); they are not described: transformers does not build them and no "
-                                        "tensor listing of the checkpoint is recorded here.",))
         return keep_named_modules_dense(root, c.quantization_config, dtype, reference_module, "minimax_m2 config")
+
+    def declared_mtp(self, c: Any, values: dict[str, int | float]) -> DeclaredMTP | None:
+        """num_mtp_modules modules of mtp_transformer_layers decoder layers each, on DeepSeek-V3's MTP layout."""
+        if not (c.use_mtp and c.mtp_transformer_layers):
+            return None
+        dtype = stored_dtype(c.torch_dtype)
+        ctx = Ctx(values, DIM_LABELS, REFERENCE, dtype, fp8_block_storage(c.quantization_config))
+        L, n, eps = c.num_hidden_layers, c.mtp_transformer_layers, c.rms_norm_eps
+        parts = (mtp_norm(ctx, "enorm", "Embedding RMSNorm", "mtp.enorm.weight", eps),
+                 mtp_norm(ctx, "hnorm", "Hidden-state RMSNorm", "mtp.hnorm.weight", eps),
+                 mtp_projection(ctx, "eh_proj", "Combining projection", "mtp.eh_proj.weight", 2),
+                 self.block(ctx, c, tuple(range(L, L + n))),
+                 mtp_norm(ctx, "head_norm", "MTP head RMSNorm", "mtp.shared_head.norm.weight", eps))
+        return declared_mtp("num_mtp_modules", c.num_mtp_modules, parts, (
+            f"The config declares {c.num_mtp_modules} multi-token-prediction modules (use_mtp) of "
+            f"{n} transformer layer{'s' if n > 1 else ''} each (mtp_transformer_layers). transformers builds none and "
+            "no file recorded here gives their layout or lists the checkpoint's tensors, so whether the release "
+            "stores them is not settled here; they are counted from the config on an assumed layout, DeepSeek-V3's "
+            "MTP module (an RMSNorm each for the next token's embedding and the hidden state, a bias-free projection "
+            "of the two concatenated back to hidden_size, the decoder layers of the main model's kind and a head "
+            "RMSNorm, the embedding and LM head shared with the main model), and the main model's figure is given "
+            "beside the total."))
 
     def block(self, ctx: Ctx, c: Any, indices: tuple[int, ...]) -> Component:
         ranges, p = layers(indices), "model.layers.{layer}."

@@ -36,8 +36,9 @@ from explorer.model.families.block_fp8 import (
     fp8_problems,
     keep_named_modules_dense,
 )
+from explorer.model.families.declared_mtp import declared_mtp, mtp_norm, mtp_projection
 from explorer.model.families.renames import split_fused_experts
-from explorer.spec.types import Citation, Component, Hyperparameters, IndexRange, ModelSpec
+from explorer.spec.types import Citation, Component, DeclaredMTP, Hyperparameters, IndexRange, ModelSpec
 
 LINEAR, FULL = "linear_attention", "full_attention"
 KINDS = {LINEAR: ("linear", "Gated DeltaNet block"), FULL: ("full", "Gated-attention block")}
@@ -319,6 +320,35 @@ class Qwen3_5(Family):
         return keep_named_modules_dense(replace(root, children=root.children + self.towers(ctx, c)),
                                         c.quantization_config, stored_dtype(self.dtype(t)), self.reference_module,
                                         f"{self.name} config")
+
+    def declared_mtp(self, c: Any, values: dict[str, int | float]) -> DeclaredMTP | None:
+        """One module of mtp_num_hidden_layers full-attention decoder layers (the main model's full-attention block,
+        its feed-forward included) behind a projection of the concatenated embedding and hidden state, with their
+        two RMSNorms and a final one."""
+        t = self.text(c)
+        n = getattr(t, "mtp_num_hidden_layers", 0)
+        if not n:
+            return None
+        ctx = Ctx(values, LABELS, self.ref, stored_dtype(self.dtype(t)), fp8_block_storage(c.quantization_config))
+        L, eps = t.num_hidden_layers, t.rms_norm_eps
+        parts = (mtp_norm(ctx, "pre_fc_norm_embedding", "Embedding RMSNorm", "mtp.pre_fc_norm_embedding.weight", eps,
+                          "1+w"),
+                 mtp_norm(ctx, "pre_fc_norm_hidden", "Hidden-state RMSNorm", "mtp.pre_fc_norm_hidden.weight", eps,
+                          "1+w"),
+                 mtp_projection(ctx, "fc", "Combining projection", "mtp.fc.weight", 2),
+                 self.block(ctx, t, FULL, tuple(range(L, L + n))),
+                 mtp_norm(ctx, "norm", "MTP final RMSNorm", "mtp.norm.weight", eps, "1+w"))
+        shared = ("the token embedding and the LM head are the main model's (mtp_use_dedicated_embeddings is false), "
+                  "not stored again" if not t.mtp_use_dedicated_embeddings else
+                  "mtp_use_dedicated_embeddings is true, but the dedicated embedding is not counted here")
+        return declared_mtp(self.text_key + "mtp_num_hidden_layers", 1, parts, (
+            "The checkpoint stores this module under mtp.* (transformers ignores every key matching ^mtp.* when it "
+            "loads) and transformers builds none, so it is counted from the config with this family's own builders: "
+            f"{n} full-attention decoder layer{'s' if n > 1 else ''} of the main model's kind (its feed-forward "
+            "included), a bias-free fc projection of the concatenated embedding and hidden state (2 × hidden_size "
+            "to hidden_size), the two RMSNorms before it and a final RMSNorm, as the inference engines that run "
+            f"Qwen's MTP lay it out (not recorded here); {shared}. No tensor listing of the checkpoint is recorded, "
+            "so the layout is not checked against the release."))
 
     def beside_words(self, c: Any) -> str:
         """What the root's description adds after the text model (the vision tower)."""
