@@ -18,6 +18,7 @@ from explorer.content.model_content import ModelContent, check_prose_paths, load
 from explorer.errors import ContentError, ReconciliationError
 from explorer.execute import cache
 from explorer.execute.picture_routing import picture_routing
+from explorer.figures.attention_patterns import attention_patterns
 from explorer.figures.model_build import ModelBuild, PreparedModel, TorchResults
 from explorer.figures.model_figures import derive
 from explorer.figures.published_claims import match_claim, reconcile_claims
@@ -102,7 +103,7 @@ def torch_stages(spec: ModelSpec, content: ModelContent, cache_dir: Path | None,
         ref, execution = reference_index(spec), execute(spec, FAMILIES[spec.family].reference.not_built)
         cache.save(cache_dir, spec, ref, execution)
     return TorchResults(ref, execution, real_weight_checks(content, spec, cache_dir, progress),
-                        picture_routing(spec, cache_dir))
+                        picture_routing(spec, cache_dir), attention_patterns(spec, cache_dir))
 
 
 def finish_model(p: PreparedModel, torch: TorchResults) -> ModelBuild:
@@ -113,7 +114,8 @@ def finish_model(p: PreparedModel, torch: TorchResults) -> ModelBuild:
                       p.index, torch.execution.trace, torch.execution.checks, p.figures, p.claim, p.predicted,
                       real_checks=torch.real_checks, config_differences=p.config_differences, variants=p.variants,
                       picture_routing=torch.routing, claims=p.claims, claim_problems=p.claim_problems,
-                      reference_count=reference_count(p.spec, torch.reference.index, torch.reference.buffers))
+                      reference_count=reference_count(p.spec, torch.reference.index, torch.reference.buffers),
+                      attention_patterns=torch.attention_patterns)
 
 
 def real_weight_checks(content: ModelContent, spec: ModelSpec, cache_dir: Path | None,

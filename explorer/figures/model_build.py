@@ -12,6 +12,7 @@ from explorer.checkpoint.sources import ResolvedCitation
 from explorer.content.model_content import ModelContent
 from explorer.execute.picture_routing import PictureRouting
 from explorer.execute.reference import ReferenceModel
+from explorer.figures.attention_patterns import AttentionPattern
 from explorer.figures.model_figures import DerivedFigures
 from explorer.figures.published_claims import ClaimMatch, ClaimRow
 from explorer.model.account import Ledger
@@ -52,6 +53,8 @@ class TorchResults:
     real_checks: tuple[RealWeightCheck, ...]
     routing: PictureRouting | None = None
     """One token routed at full size for the whole-model picture (explorer/execute/picture_routing.py)."""
+    attention_patterns: tuple[AttentionPattern, ...] = ()
+    """Each attention component's mask at small sizes (explorer/figures/attention_patterns.py)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,6 +96,8 @@ class ModelBuild:
     """Claims no convention reproduces that do not say where the difference lies (the build refuses them)."""
     reference_count: ReferenceCount | None = None
     """The reference's own count of its parameters and buffers, beside the ledger's roles for them."""
+    attention_patterns: tuple[AttentionPattern, ...] = ()
+    """Each attention component's mask at small sizes, drawn on its page (explorer/figures/attention_patterns.py)."""
 
     @property
     def slug(self) -> str:
