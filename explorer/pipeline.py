@@ -19,6 +19,7 @@ from explorer.errors import ContentError, ReconciliationError
 from explorer.execute import cache
 from explorer.execute.picture_routing import picture_routing
 from explorer.figures.attention_patterns import attention_patterns
+from explorer.figures.block_figures import block_figures
 from explorer.figures.model_build import ModelBuild, PreparedModel, TorchResults
 from explorer.figures.model_figures import derive
 from explorer.figures.published_claims import match_claim, reconcile_claims
@@ -84,7 +85,7 @@ def prepare_model(content: ModelContent, fetch_sources: bool = False,
                      for v in load_variants(content.folder))
     return PreparedModel(content, spec, ledger, citations, ckpt_check, index, figures, claim, predicted,
                          stated_config_differences(index, content), variants, claims=claims,
-                         claim_problems=tuple(claim_problems))
+                         claim_problems=tuple(claim_problems), block_figures=block_figures(spec, ledger))
 
 
 def torch_stages(spec: ModelSpec, content: ModelContent, cache_dir: Path | None,
@@ -115,7 +116,7 @@ def finish_model(p: PreparedModel, torch: TorchResults) -> ModelBuild:
                       real_checks=torch.real_checks, config_differences=p.config_differences, variants=p.variants,
                       picture_routing=torch.routing, claims=p.claims, claim_problems=p.claim_problems,
                       reference_count=reference_count(p.spec, torch.reference.index, torch.reference.buffers),
-                      attention_patterns=torch.attention_patterns)
+                      attention_patterns=torch.attention_patterns, block_figures=p.block_figures)
 
 
 def real_weight_checks(content: ModelContent, spec: ModelSpec, cache_dir: Path | None,

@@ -13,6 +13,7 @@ from explorer.content.model_content import ModelContent
 from explorer.execute.picture_routing import PictureRouting
 from explorer.execute.reference import ReferenceModel
 from explorer.figures.attention_patterns import AttentionPattern
+from explorer.figures.block_figures import BlockFigure
 from explorer.figures.model_figures import DerivedFigures
 from explorer.figures.published_claims import ClaimMatch, ClaimRow
 from explorer.model.account import Ledger
@@ -41,6 +42,8 @@ class PreparedModel:
     """Every figure the lab published, reconciled with the site's under each convention."""
     claim_problems: tuple[str, ...] = ()
     """Claims no convention reproduces that do not say where the difference lies (the build refuses them)."""
+    block_figures: tuple[BlockFigure, ...] = ()
+    """Each block kind's parts in order, in residual branches, with their parameters (explorer/figures/block_figures.py)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,6 +101,8 @@ class ModelBuild:
     """The reference's own count of its parameters and buffers, beside the ledger's roles for them."""
     attention_patterns: tuple[AttentionPattern, ...] = ()
     """Each attention component's mask at small sizes, drawn on its page (explorer/figures/attention_patterns.py)."""
+    block_figures: tuple[BlockFigure, ...] = ()
+    """Each block kind's parts in order, in residual branches, with their parameters (explorer/figures/block_figures.py)."""
 
     @property
     def slug(self) -> str:
