@@ -104,3 +104,32 @@ def test_a_wrong_count_in_the_ledger_shows_in_the_figure():
     wrong = replace(ledger, accounts={**ledger.accounts, path: replace(ledger.accounts[path],
                                                                        per_instance=ledger.accounts[path].per_instance + 1)})
     assert drawn_numbers("llama-3.1-8b", wrong) != drawn_numbers("llama-3.1-8b")
+
+
+MARKED = re.compile(r'<g class="part \w+( differs)?"><title>([^<:]+):')
+
+
+def marked(column) -> list[tuple[str, bool]]:
+    return [(title, bool(d)) for f in column.figures for d, title in MARKED.findall(f.svg)]
+
+
+def test_compare_marks_the_parts_whose_kind_differs():
+    """Kimi K2 follows DeepSeek-V3: the same blocks but 384 routed experts, not 256 (8 run per token in both)."""
+    from explorer.views.block_figure import compared_columns
+
+    sides = [(slug, *model(slug)) for slug in ("deepseek-v3", "kimi-k2")]
+    left, right = compared_columns(*((slug, spec, block_figures(spec, ledger), f"../models/{slug}/")
+                                     for slug, spec, ledger in sides))
+    for column in (left, right):
+        flags = marked(column)
+        assert ("Mixture of experts", True) in flags
+        assert all(not d for title, d in flags if title != "Mixture of experts"), flags
+    assert 'href="../models/kimi-k2/blocks.moe.moe.html"' in right.figures[-1].svg
+
+
+def test_compare_marks_nothing_between_a_model_and_itself():
+    from explorer.views.block_figure import compared_columns
+
+    spec, ledger = model("gemma-3-270m")
+    side = ("Gemma", spec, block_figures(spec, ledger), "")
+    assert not any(d for column in compared_columns(side, side) for _, d in marked(column))

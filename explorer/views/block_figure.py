@@ -136,3 +136,37 @@ def _part(out: list[str], p: BlockPart, detail: str, differs: bool, href: str | 
 
 def _arrow(y1: float, y2: float) -> str:
     return f'<line x1="{MID}" y1="{y1:.1f}" x2="{MID}" y2="{y2:.1f}" class="main"/>'
+
+
+# ------------------------------------------------------------------------------------------------ compare pages
+
+@dataclass(frozen=True, slots=True)
+class BlockColumnView:
+    """One model's block figures on a compare page."""
+
+    name: str
+    figures: tuple[BlockFigureView, ...]
+
+
+def _signatures(spec: ModelSpec, figures: tuple[BlockFigure, ...]) -> dict[str, tuple[str, str, str]]:
+    """Part path -> what the comparison matches on: its compare row, its title and its kind in words (a window, a
+    ratio, experts run of experts); not its parameters, which differ between any two sizes of one design."""
+    out: dict[str, tuple[str, str, str]] = {}
+    for f in figures:
+        words = part_words(spec, f)
+        out.update({p.path: (p.role, p.title, words.get(p.path, "")) for b in f.branches for p in b.parts})
+    return out
+
+
+def compared_columns(left: tuple[str, ModelSpec, tuple[BlockFigure, ...], str],
+                     right: tuple[str, ModelSpec, tuple[BlockFigure, ...], str]) -> tuple[BlockColumnView, ...]:
+    """Both models' block figures, each part marked that no block of the other model has in the same kind; each
+    side is (model name, spec, block figures, href prefix of its pages)."""
+    sides = (left, right)
+    sigs = [_signatures(spec, figures) for _, spec, figures, _ in sides]
+    columns = []
+    for i, (name, spec, figures, href) in enumerate(sides):
+        other = set(sigs[1 - i].values())
+        differs = frozenset(path for path, sig in sigs[i].items() if sig not in other)
+        columns.append(BlockColumnView(name, tuple(block_figure_view(spec, f, differs, href) for f in figures)))
+    return tuple(columns)

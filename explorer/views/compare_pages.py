@@ -18,6 +18,7 @@ from explorer.figures.compare_facts import ArchFact, architecture_facts, changes
 from explorer.figures.compare_roles import NAMED_ROLES, ROLES, RoleTotals, config_differences, role_totals
 from explorer.figures.model_build import ModelBuild
 from explorer.views.basics import Link, PageBase, fmt, page_href
+from explorer.views.block_figure import BlockColumnView, compared_columns
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,6 +59,8 @@ class ComparePage(PageBase):
     figures: tuple[CompareRowView, ...]
     config: tuple[ConfigRowView, ...]
     note: str
+    blocks: tuple[BlockColumnView, ...] = ()
+    """Each model's block figures side by side, the parts that differ marked."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -181,7 +184,9 @@ def compare_page(a: ModelBuild, b: ModelBuild) -> ComparePage:
         tuple(_row(*r) for r in figures),  # bytes also in decimal units
         tuple(ConfigRowView(*row) for row in config_differences(a.content.config, b.content.config)),
         note=f"Each row is a role's parameters in each model; Δ is {rname} minus {lname}, and the rows' Δ add up to "
-             "the totals' Δ exactly (every stored parameter belongs to one role).")
+             "the totals' Δ exactly (every stored parameter belongs to one role).",
+        blocks=compared_columns((lname, a.spec, a.block_figures, f"../models/{a.slug}/"),
+                                (rname, b.spec, b.block_figures, f"../models/{b.slug}/")))
 
 
 def _row(label: str, left: int, right: int, is_bytes: bool = False) -> CompareRowView:
