@@ -114,22 +114,40 @@ def marked(column) -> list[tuple[str, bool]]:
 
 
 def test_compare_marks_the_parts_whose_kind_differs():
-    """Kimi K2 follows DeepSeek-V3: the same blocks but 384 routed experts, not 256 (8 run per token in both)."""
+    """Kimi K2 follows DeepSeek-V3: the same blocks but 384 routed experts, not 256 (8 run per token in both), and
+    64 attention heads, not 128; the norms and the dense MLP match."""
     from explorer.views.block_figure import compared_columns
 
     sides = [(slug, *model(slug)) for slug in ("deepseek-v3", "kimi-k2")]
-    left, right = compared_columns(*((slug, spec, block_figures(spec, ledger), f"../models/{slug}/")
-                                     for slug, spec, ledger in sides))
+    left, right = compared_columns(*((slug, spec, block_figures(spec, ledger)) for slug, spec, ledger in sides))
     for column in (left, right):
         flags = marked(column)
-        assert ("Mixture of experts", True) in flags
-        assert all(not d for title, d in flags if title != "Mixture of experts"), flags
-    assert 'href="../models/kimi-k2/blocks.moe.moe.html"' in right.figures[-1].svg
-
+        changed = {"Mixture of experts", "Multi-head latent attention"}
+        assert {title for title, d in flags if d} == changed, flags
+        assert all(not d for title, d in flags if title not in changed), flags
+    assert "href" not in right.figures[-1].svg  # one image: nothing inside it to reach
 
 def test_compare_marks_nothing_between_a_model_and_itself():
     from explorer.views.block_figure import compared_columns
 
     spec, ledger = model("gemma-3-270m")
-    side = ("Gemma", spec, block_figures(spec, ledger), "")
+    side = ("Gemma", spec, block_figures(spec, ledger))
     assert not any(d for column in compared_columns(side, side) for _, d in marked(column))
+
+
+@pytest.mark.parametrize("slug, block, heads", [
+    ("llama-3.1-8b", "blocks.block", "num_attention_heads/num_key_value_heads"),
+    ("qwen3-next-80b-a3b", "blocks.full", "num_attention_heads/num_key_value_heads"),
+    ("gemma-3-270m", "blocks.local", "num_attention_heads/num_key_value_heads"),
+    ("gpt2", "blocks.block", "n_head/n_head"),
+    ("deepseek-v3", "blocks.moe", "num_attention_heads/num_attention_heads")])
+def test_attention_heads_are_the_configs(slug, block, heads):
+    import tomllib
+
+    cfg = tomllib.loads((ROOT / "content/models" / slug / "model.toml").read_text())["config"]
+    cfg = cfg.get("text_config", cfg)
+    q, kv = (cfg[k] for k in heads.split("/"))
+    spec, ledger = model(slug)
+    figure = next(f for f in block_figures(spec, ledger) if f.path == block)
+    (attn,) = [p for b in figure.branches for p in b.parts if p.heads is not None]
+    assert attn.heads == (q, kv)

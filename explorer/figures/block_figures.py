@@ -20,7 +20,7 @@ from explorer.model.components.blocks import block_layers
 from explorer.model.components.part_facts import facts
 from explorer.spec.types import Component, ModelSpec, path_key, walk
 
-NORMS, STREAM_MIXING = "Norms", "Hyper-connections"
+NORMS, STREAM_MIXING, ATTENTION = "Norms", "Hyper-connections", "Attention"
 """The compare rows of the parts a branch carries besides its body (explorer/figures/compare_roles.py ROLES)."""
 
 
@@ -36,6 +36,8 @@ class BlockPart:
     params: int
     """Parameters per block, from the ledger."""
     token_mixer: bool
+    heads: tuple[int, int] | None = None
+    """An attention's (query heads, key-value heads), as its scores child runs them; None for any other part."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,8 +88,19 @@ def block_figure(ledger: Ledger, ancestors: tuple[Component, ...], block: Compon
 
 
 def _part(ledger: Ledger, path: str, c: Component) -> BlockPart:
-    return BlockPart(path, c.title, COMPARISON_ROLES.get(c.program, ""), ledger.accounts[path].per_instance,
-                     facts(c.program).token_mixer)
+    role = COMPARISON_ROLES.get(c.program, "")
+    return BlockPart(path, c.title, role, ledger.accounts[path].per_instance, facts(c.program).token_mixer,
+                     _heads(c) if role == ATTENTION else None)
+
+
+def _heads(attention: Component) -> tuple[int, int] | None:
+    """(heads, kv_heads) of the attention's scores child: its own fields, or its layer shape's (a layer kind
+    sized on its own, Gemma 4's)."""
+    scores = next((c for c in attention.children if c.key == "scores"), None)
+    o = scores.options if scores is not None else attention.options
+    sized = getattr(o, "shape", o)
+    heads, kv_heads = getattr(sized, "heads", None), getattr(sized, "kv_heads", None)
+    return (heads, kv_heads) if isinstance(heads, int) and isinstance(kv_heads, int) else None
 
 
 def branches(parts: list[BlockPart]) -> tuple[Branch, ...]:

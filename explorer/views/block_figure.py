@@ -14,7 +14,7 @@ from html import escape
 
 from explorer.figures.block_figures import NORMS, STREAM_MIXING, BlockFigure, BlockPart, Branch
 from explorer.spec.types import Component, ModelSpec, path_key, walk
-from explorer.views.basics import fmt, page_href
+from explorer.views.basics import fmt
 from explorer.views.diagrams import wrap
 from explorer.views.model_picture import ffn_kind, layer_list, mixer_kind
 
@@ -39,10 +39,20 @@ def part_words(spec: ModelSpec, figure: BlockFigure) -> dict[str, str]:
     for branch in figure.branches:
         for p in branch.parts:
             if p.token_mixer:
-                words[p.path] = mixer_kind(block, local).label
+                words[p.path] = mixer_kind(block, local).label + heads_words(p.heads)
             elif p.role in FFN_ROLES:
                 words[p.path] = ffn_kind(block).label
     return words
+
+
+def heads_words(heads: tuple[int, int] | None) -> str:
+    """" · 32 query heads, 8 KV heads"; " · 12 heads" where each query head has its own key and value."""
+    if heads is None:
+        return ""
+    q, kv = heads
+    if q == kv:
+        return f" · {q:,} heads"
+    return f" · {q:,} query heads, {kv:,} KV head{'s' if kv != 1 else ''}"
 
 
 def _component(spec: ModelSpec, path: str) -> Component:
@@ -53,12 +63,12 @@ def _has(block: Component, field: str) -> bool:
     return any(getattr(c.options, field, None) for _, c in walk(block))
 
 
-def block_figure_view(spec: ModelSpec, figure: BlockFigure, differs: frozenset[str] = frozenset(),
-                      href: str | None = "") -> BlockFigureView:
-    """The figure of one block kind; `differs`: the parts to mark (by path); `href`: a prefix that links each part
-    to its page (the model's folder, from the page drawing it)."""
+def block_figure_view(spec: ModelSpec, figure: BlockFigure, differs: frozenset[str] = frozenset()) -> BlockFigureView:
+    """The figure of one block kind; `differs`: the parts to mark (by path). No part is a link: an SVG with role
+    "img" is one image to assistive technology, so links inside it could not be reached (the pages link each part
+    in their own lists)."""
     words = caption(figure)
-    return BlockFigureView(draw(figure, part_words(spec, figure), words, differs, href), words)
+    return BlockFigureView(draw(figure, part_words(spec, figure), words, differs), words)
 
 
 def caption(f: BlockFigure) -> str:
@@ -84,26 +94,24 @@ def _kind(p: BlockPart) -> str:
     return "ffn" if p.role in FFN_ROLES else "other"
 
 
-def draw(f: BlockFigure, words: dict[str, str], label: str, differs: frozenset[str] = frozenset(),
-         href: str | None = "") -> str:
+def draw(f: BlockFigure, words: dict[str, str], label: str, differs: frozenset[str] = frozenset()) -> str:
     out = [f'<text x="{MID}" y="12" class="io">x in (residual stream)</text>']
     y = 20.0
     for branch in f.branches:
-        y = _branch(out, branch, words, differs, href, y)
+        y = _branch(out, branch, words, differs, y)
     out.append(_arrow(y, y + 12))
     out.append(f'<text x="{MID}" y="{y + 24:.1f}" class="io">x out · {fmt(f.params)} params per block</text>')
     return (f'<svg viewBox="0 0 {WIDTH} {y + 30:.0f}" class="block-figure" role="img" aria-label="{escape(label)}">'
             f'<title>{escape(f.title)}</title>' + "".join(out) + "</svg>")
 
 
-def _branch(out: list[str], b: Branch, words: dict[str, str], differs: frozenset[str], href: str | None,
-            y: float) -> float:
+def _branch(out: list[str], b: Branch, words: dict[str, str], differs: frozenset[str], y: float) -> float:
     fork = y + 6
     out.append(_arrow(y, fork + 8))
     out.append(f'<circle cx="{MID}" cy="{fork:.1f}" r="2.5" class="fork"/>')
     y = fork + 8
     for p in b.parts:
-        y = _part(out, p, words.get(p.path, ""), p.path in differs, href, y)
+        y = _part(out, p, words.get(p.path, ""), p.path in differs, y)
         out.append(_arrow(y, y + 10))
         y += 10
     join = y + 8
@@ -116,7 +124,7 @@ def _branch(out: list[str], b: Branch, words: dict[str, str], differs: frozenset
     return join + 8
 
 
-def _part(out: list[str], p: BlockPart, detail: str, differs: bool, href: str | None, y: float) -> float:
+def _part(out: list[str], p: BlockPart, detail: str, differs: bool, y: float) -> float:
     kind = _kind(p)
     lines = wrap(detail, BOX_W - 16, 5.6) if detail else []
     h = NORM_H if kind == "norm" else NORM_H + 4 + LINE * len(lines)
@@ -127,10 +135,7 @@ def _part(out: list[str], p: BlockPart, detail: str, differs: bool, href: str | 
            f'<text x="{BOX_X + BOX_W - 8}" y="{y + 15:.1f}" class="params">{fmt(p.params)}</text>'
            + "".join(f'<text x="{BOX_X + 8}" y="{y + 15 + LINE * (i + 1) + 2:.1f}" class="detail">{escape(t)}</text>'
                      for i, t in enumerate(lines)))
-    inner = f'<g class="{cls}"><title>{escape(p.title)}: {fmt(p.params)} parameters{note}</title>{box}</g>'
-    if href is not None:
-        inner = f'<a href="{escape(href + page_href(p.path))}">{inner}</a>'
-    out.append(inner)
+    out.append(f'<g class="{cls}"><title>{escape(p.title)}: {fmt(p.params)} parameters{note}</title>{box}</g>')
     return y + h
 
 
@@ -158,15 +163,15 @@ def _signatures(spec: ModelSpec, figures: tuple[BlockFigure, ...]) -> dict[str, 
     return out
 
 
-def compared_columns(left: tuple[str, ModelSpec, tuple[BlockFigure, ...], str],
-                     right: tuple[str, ModelSpec, tuple[BlockFigure, ...], str]) -> tuple[BlockColumnView, ...]:
+def compared_columns(left: tuple[str, ModelSpec, tuple[BlockFigure, ...]],
+                     right: tuple[str, ModelSpec, tuple[BlockFigure, ...]]) -> tuple[BlockColumnView, ...]:
     """Both models' block figures, each part marked that no block of the other model has in the same kind; each
-    side is (model name, spec, block figures, href prefix of its pages)."""
+    side is (model name, spec, block figures)."""
     sides = (left, right)
-    sigs = [_signatures(spec, figures) for _, spec, figures, _ in sides]
+    sigs = [_signatures(spec, figures) for _, spec, figures in sides]
     columns = []
-    for i, (name, spec, figures, href) in enumerate(sides):
+    for i, (name, spec, figures) in enumerate(sides):
         other = set(sigs[1 - i].values())
         differs = frozenset(path for path, sig in sigs[i].items() if sig not in other)
-        columns.append(BlockColumnView(name, tuple(block_figure_view(spec, f, differs, href) for f in figures)))
+        columns.append(BlockColumnView(name, tuple(block_figure_view(spec, f, differs) for f in figures)))
     return tuple(columns)

@@ -185,8 +185,7 @@ def compare_page(a: ModelBuild, b: ModelBuild) -> ComparePage:
         tuple(ConfigRowView(*row) for row in config_differences(a.content.config, b.content.config)),
         note=f"Each row is a role's parameters in each model; Δ is {rname} minus {lname}, and the rows' Δ add up to "
              "the totals' Δ exactly (every stored parameter belongs to one role).",
-        blocks=compared_columns((lname, a.spec, a.block_figures, f"../models/{a.slug}/"),
-                                (rname, b.spec, b.block_figures, f"../models/{b.slug}/")))
+        blocks=compared_columns((lname, a.spec, a.block_figures), (rname, b.spec, b.block_figures)))
 
 
 def _row(label: str, left: int, right: int, is_bytes: bool = False) -> CompareRowView:

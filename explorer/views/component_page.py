@@ -504,7 +504,7 @@ def component_page(mb: ModelBuild, ancestors: tuple[Component, ...], comp: Compo
         variants=variant_views(mb) if is_model else (),
         calculator=calculator_view(mb.figures.serving, mb.figures.get("max_context").formula) if is_model else None,
         attention_grid=next((attention_grid_view(g) for g in mb.attention_patterns if g.path == path), None),
-        block_figure=next((block_figure_view(mb.spec, f, href="") for f in mb.block_figures if f.path == path), None))
+        block_figure=next((block_figure_view(mb.spec, f) for f in mb.block_figures if f.path == path), None))
 
 
 def _steps_label(count: int) -> str:
