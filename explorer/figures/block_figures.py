@@ -79,6 +79,7 @@ def _block_kinds(spec: ModelSpec) -> list[tuple[tuple[Component, ...], Component
 
 def block_figure(ledger: Ledger, ancestors: tuple[Component, ...], block: Component,
                  model_layers: int) -> BlockFigure:
+    """The figure of one block kind, its numbers the ledger's."""
     path = path_key(ancestors, block)
     acc = ledger.accounts[path]
     parts = [_part(ledger, f"{path}.{c.key}", c) for c in block.children]

@@ -30,6 +30,7 @@ class AttentionGridView:
 
 
 def attention_grid_view(pattern: AttentionPattern) -> AttentionGridView:
+    """The picture of one attention's grid and its caption."""
     words = caption(pattern)
     return AttentionGridView(draw(pattern, words), words)
 

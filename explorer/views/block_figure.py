@@ -72,6 +72,7 @@ def block_figure_view(spec: ModelSpec, figure: BlockFigure, differs: frozenset[s
 
 
 def caption(f: BlockFigure) -> str:
+    """The figure in words: its layers, each branch's parts in order, the parameters per block and over the kind."""
     layers = layer_list(f.layers, f.model_layers)
     branches = "; ".join(" → ".join(p.title for p in b.parts) + (", mixed back into the streams" if b.mixes_streams
                                                                  else ", added back to the residual stream")
@@ -95,6 +96,7 @@ def _kind(p: BlockPart) -> str:
 
 
 def draw(f: BlockFigure, words: dict[str, str], label: str, differs: frozenset[str] = frozenset()) -> str:
+    """The block as SVG: the stream's input, each branch with its parts and its add (or mix), the output."""
     out = [f'<text x="{MID}" y="12" class="io">x in (residual stream)</text>']
     y = 20.0
     for branch in f.branches:
