@@ -127,6 +127,22 @@ def test_compare_marks_the_parts_whose_kind_differs():
         assert all(not d for title, d in flags if title not in changed), flags
     assert "href" not in right.figures[-1].svg  # one image: nothing inside it to reach
 
+def test_compare_matches_norms_by_kind_and_place_not_by_name():
+    """Kimi Linear's pre-norms are named "Pre-mixer RMSNorm", Kimi K2's "Attention RMSNorm": both RMSNorms before
+    their branch's body, so neither is marked; the attention (MLA against Kimi Delta Attention) is."""
+    from explorer.views.block_figure import compared_columns
+
+    sides = [(slug, *model(slug)) for slug in ("kimi-k2", "kimi-linear-48b-a3b")]
+    left, right = compared_columns(*((slug, spec, block_figures(spec, ledger)) for slug, spec, ledger in sides))
+    for column in (left, right):
+        assert not any(d for title, d in marked(column) if "RMSNorm" in title)
+    assert ("Kimi Delta Attention", True) in marked(right)
+    gemma, llama = (model(slug) for slug in ("gemma-3-270m", "llama-3.1-8b"))
+    g, _ = compared_columns(("Gemma", gemma[0], block_figures(*gemma)), ("Llama", llama[0], block_figures(*llama)))
+    assert {title for title, d in marked(g) if d and "RMSNorm" in title} == {"Post-attention RMSNorm",
+                                                                              "Post-MLP RMSNorm"}
+
+
 def test_compare_marks_nothing_between_a_model_and_itself():
     from explorer.views.block_figure import compared_columns
 

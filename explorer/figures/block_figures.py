@@ -38,6 +38,8 @@ class BlockPart:
     token_mixer: bool
     heads: tuple[int, int] | None = None
     """An attention's (query heads, key-value heads), as its scores child runs them; None for any other part."""
+    norm: str = ""
+    """A norm's kind ("rms", "layer"); "" for any other part."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,7 +93,8 @@ def block_figure(ledger: Ledger, ancestors: tuple[Component, ...], block: Compon
 def _part(ledger: Ledger, path: str, c: Component) -> BlockPart:
     role = COMPARISON_ROLES.get(c.program, "")
     return BlockPart(path, c.title, role, ledger.accounts[path].per_instance, facts(c.program).token_mixer,
-                     _heads(c) if role == ATTENTION else None)
+                     _heads(c) if role == ATTENTION else None, str(getattr(c.options, "kind", "")) if role == NORMS
+                     else "")
 
 
 def _heads(attention: Component) -> tuple[int, int] | None:

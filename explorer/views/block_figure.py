@@ -157,11 +157,17 @@ class BlockColumnView:
 
 def _signatures(spec: ModelSpec, figures: tuple[BlockFigure, ...]) -> dict[str, tuple[str, str, str]]:
     """Part path -> what the comparison matches on: its compare row, its title and its kind in words (a window, a
-    ratio, experts run of experts); not its parameters, which differ between any two sizes of one design."""
+    ratio, experts run of experts); for a norm, its kind and whether it comes before or after its branch's body (a
+    family's name for it, "Pre-mixer RMSNorm" or "Attention RMSNorm", is no difference). Never its parameters,
+    which differ between any two sizes of one design."""
     out: dict[str, tuple[str, str, str]] = {}
     for f in figures:
         words = part_words(spec, f)
-        out.update({p.path: (p.role, p.title, words.get(p.path, "")) for b in f.branches for p in b.parts})
+        for b in f.branches:
+            body = next((i for i, p in enumerate(b.parts) if p.role not in (NORMS, STREAM_MIXING)), len(b.parts))
+            for i, p in enumerate(b.parts):
+                out[p.path] = ((p.role, "pre" if i < body else "post", p.norm) if p.role == NORMS
+                               else (p.role, p.title, words.get(p.path, "")))
     return out
 
 
