@@ -19,6 +19,8 @@ from explorer.content.model_content import ModelContent, check_prose_paths, load
 from explorer.errors import ContentError, ReconciliationError
 from explorer.execute import cache
 from explorer.execute.picture_routing import picture_routing
+from explorer.figures.attention_patterns import attention_patterns
+from explorer.figures.block_figures import block_figures
 from explorer.figures.model_build import ModelBuild, PreparedModel, TorchResults
 from explorer.figures.model_figures import derive
 from explorer.figures.published_claims import reconcile_claims
@@ -84,7 +86,8 @@ def prepare_model(content: ModelContent, fetch_sources: bool = False,
                      for v in load_variants(content.folder))
     return PreparedModel(content, spec, ledger, citations, ckpt_check, index, figures, predicted,
                          stated_config_differences(index, content), variants, claims=claims,
-                         claim_problems=tuple(claim_problems), release=release)
+                         claim_problems=tuple(claim_problems), release=release,
+                         block_figures=block_figures(spec, ledger))
 
 
 def torch_stages(spec: ModelSpec, content: ModelContent, cache_dir: Path | None,
@@ -103,7 +106,7 @@ def torch_stages(spec: ModelSpec, content: ModelContent, cache_dir: Path | None,
         ref, execution = reference_index(spec), execute(spec, FAMILIES[spec.family].reference.not_built)
         cache.save(cache_dir, spec, ref, execution)
     return TorchResults(ref, execution, real_weight_checks(content, spec, cache_dir, progress),
-                        picture_routing(spec, cache_dir))
+                        picture_routing(spec, cache_dir), attention_patterns(spec, cache_dir))
 
 
 def finish_model(p: PreparedModel, torch: TorchResults) -> ModelBuild:
@@ -115,7 +118,8 @@ def finish_model(p: PreparedModel, torch: TorchResults) -> ModelBuild:
                       real_checks=torch.real_checks, config_differences=p.config_differences, variants=p.variants,
                       picture_routing=torch.routing, claims=p.claims, claim_problems=p.claim_problems,
                       reference_count=reference_count(p.spec, torch.reference.index, torch.reference.buffers),
-                      release=p.release)
+                      release=p.release, attention_patterns=torch.attention_patterns,
+                      block_figures=p.block_figures)
 
 
 def real_weight_checks(content: ModelContent, spec: ModelSpec, cache_dir: Path | None,

@@ -93,7 +93,7 @@ def test_a_cache_entry_edited_on_disk_is_recomputed_not_published(tmp_path):
     cache_dir = tmp_path / "cache"
     messages: list[str] = []
     computed = build_model(content, cache_dir=cache_dir, progress=messages.append)
-    (entry,) = (p for p in cache_dir.glob(f"{slug}-*.json") if "-picture-" not in p.name)
+    (entry,) = (p for p in cache_dir.glob(f"{slug}-*.json") if "-picture-" not in p.name and "-patterns-" not in p.name)
     (picture,) = cache_dir.glob(f"{slug}-picture-*.json")
     errors = [c.max_abs_error for c in computed.checks.values() if c.status == "checked"]
     examples = [c.example for c in computed.checks.values() if c.example is not None]

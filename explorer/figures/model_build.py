@@ -13,6 +13,8 @@ from explorer.checkpoint.sources import ResolvedCitation
 from explorer.content.model_content import ModelContent
 from explorer.execute.picture_routing import PictureRouting
 from explorer.execute.reference import ReferenceModel
+from explorer.figures.attention_patterns import AttentionPattern
+from explorer.figures.block_figures import BlockFigure
 from explorer.figures.model_figures import DerivedFigures
 from explorer.figures.published_claims import ClaimRow
 from explorer.model.account import Ledger
@@ -43,6 +45,8 @@ class PreparedModel:
     release: ReleaseLayout | None = None
     """Where the release names its tensors otherwise than the reference and no listing is recorded: the layout
     the release holds, predicted by undoing transformers' loading rules (explorer/checkpoint/release_layout.py)."""
+    block_figures: tuple[BlockFigure, ...] = ()
+    """Each block kind's parts in order, in residual branches, with their parameters (explorer/figures/block_figures.py)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,6 +59,8 @@ class TorchResults:
     real_checks: tuple[RealWeightCheck, ...]
     routing: PictureRouting | None = None
     """One token routed at full size for the whole-model picture (explorer/execute/picture_routing.py)."""
+    attention_patterns: tuple[AttentionPattern, ...] = ()
+    """Each attention component's mask at small sizes (explorer/figures/attention_patterns.py)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,6 +102,10 @@ class ModelBuild:
     """The reference's own count of its parameters and buffers, beside the ledger's roles for them."""
     release: ReleaseLayout | None = None
     """The release's own layout where it names its tensors otherwise than the reference (PreparedModel.release)."""
+    attention_patterns: tuple[AttentionPattern, ...] = ()
+    """Each attention component's mask at small sizes, drawn on its page (explorer/figures/attention_patterns.py)."""
+    block_figures: tuple[BlockFigure, ...] = ()
+    """Each block kind's parts in order, in residual branches, with their parameters (explorer/figures/block_figures.py)."""
 
     @property
     def slug(self) -> str:

@@ -19,6 +19,7 @@ from explorer.figures.compare_roles import NAMED_ROLES, ROLES, RoleTotals, confi
 from explorer.figures.model_build import ModelBuild
 from explorer.figures.stored import STORED_DEFINITION
 from explorer.views.basics import Link, PageBase, fmt, page_href
+from explorer.views.block_figure import BlockColumnView, compared_columns
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,6 +60,8 @@ class ComparePage(PageBase):
     figures: tuple[CompareRowView, ...]
     config: tuple[ConfigRowView, ...]
     note: str
+    blocks: tuple[BlockColumnView, ...] = ()
+    """Each model's block figures side by side, the parts that differ marked."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -184,7 +187,8 @@ def compare_page(a: ModelBuild, b: ModelBuild) -> ComparePage:
         tuple(_row(*r) for r in figures),  # bytes also in decimal units
         tuple(ConfigRowView(*row) for row in config_differences(a.content.config, b.content.config)),
         note=f"Each row is a role's parameters in each model; Δ is {rname} minus {lname}, and the rows' Δ add up to "
-             "the totals' Δ exactly (every stored parameter belongs to one role). " + STORED_DEFINITION)
+             "the totals' Δ exactly (every stored parameter belongs to one role). " + STORED_DEFINITION,
+        blocks=compared_columns((lname, a.spec, a.block_figures), (rname, b.spec, b.block_figures)))
 
 
 def _row(label: str, left: int, right: int, is_bytes: bool = False) -> CompareRowView:

@@ -18,7 +18,9 @@ from explorer.model.components.rope import RopeOptions
 from explorer.model.families import FAMILIES
 from explorer.spec.storage import MXFP4, BlockFP8, FP4Rows
 from explorer.spec.types import Component, Port, Shape, Step, TensorSpec, path_key, walk
+from explorer.views.attention_grid import AttentionGridView, attention_grid_view
 from explorer.views.basics import Link, PageBase, crumb_texts, fmt, month, page_href
+from explorer.views.block_figure import BlockFigureView, block_figure_view
 from explorer.views.diagrams import FlowNode, flow_svg
 from explorer.views.evidence import CitationView, ExcerptView, citation_views, evidence, excerpt_views
 from explorer.views.flows import layout
@@ -198,6 +200,10 @@ class ComponentPage(PageBase):
     """Model page only: each published quantized variant's "Stored as" section."""
     calculator: CalculatorView | None = None
     """Model page only: the serving calculator (explorer/figures/calculator.py)."""
+    attention_grid: AttentionGridView | None = None
+    """Attention pages: which keys each query reads, drawn small from the model's own masks."""
+    block_figure: BlockFigureView | None = None
+    """Block pages: the block's parts in order with their parameters and residual branches."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -499,7 +505,9 @@ def component_page(mb: ModelBuild, ancestors: tuple[Component, ...], comp: Compo
         unused=unused_view(mb) if is_model else (),
         unused_reader=FAMILIES[mb.spec.family].reference.config_class,
         variants=variant_views(mb) if is_model else (),
-        calculator=calculator_view(mb.figures.serving, mb.figures.get("max_context").formula) if is_model else None)
+        calculator=calculator_view(mb.figures.serving, mb.figures.get("max_context").formula) if is_model else None,
+        attention_grid=next((attention_grid_view(g) for g in mb.attention_patterns if g.path == path), None),
+        block_figure=next((block_figure_view(mb.spec, f) for f in mb.block_figures if f.path == path), None))
 
 
 def _steps_label(count: int) -> str:

@@ -36,7 +36,7 @@ from explorer.model.components.base import (
 from explorer.model.components.check_words import NO_ROTARY, OWN_ANGLES, covered, given_mask
 from explorer.model.components.linear import linear
 from explorer.model.components.norms import GAIN_SUBSCRIPT, Gain, NormOptions, apply_norm, rmsnorm
-from explorer.model.components.part_facts import facts
+from explorer.model.components.part_facts import MaskSpec, facts
 from explorer.model.components.rope import RopeOptions, reference_rotary, rope, rotate
 from explorer.model.components.serving import LayerKind, kv_heads_formula, layer_memory, scores_child
 from explorer.spec.types import Citation, Component, Dim, IndexRange, Port, Shape, Step
@@ -111,6 +111,13 @@ def window_mask(M: torch.Tensor, window: int | None) -> torch.Tensor:
     t = torch.arange(M.shape[-1], device=M.device)
     too_far = (t[:, None] - t[None, :]) >= window
     return M.masked_fill(too_far, float("-inf"))
+
+
+def scores_mask(comp: Component) -> MaskSpec:
+    """The mask an attention's scores child applies (its window, chunk and sinks, as its program reads them)."""
+    o = comp.child("scores").options
+    return MaskSpec(window=getattr(o, "window", None), chunk=getattr(o, "chunk", None),
+                    sinks=bool(getattr(o, "sinks", False)))
 
 
 def repeat_kv_heads(x: torch.Tensor, groups: int, dim: int) -> torch.Tensor:
@@ -279,7 +286,7 @@ def _gqa_steps(ctx: Ctx, children: list[Component], heads: Dim, kv_heads: Dim, d
     return tuple(steps)
 
 
-@program("attention", role="Attention", token_mixer=True, layout="rotary-attention")
+@program("attention", role="Attention", token_mixer=True, layout="rotary-attention", mask_pattern=scores_mask)
 def run_attention(comp: Component, run: Run, x: torch.Tensor, angles: torch.Tensor, M: torch.Tensor) -> list[torch.Tensor]:
     o = options(comp, AttentionOptions)
     B_, T_, _ = x.shape

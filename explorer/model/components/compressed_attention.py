@@ -42,7 +42,7 @@ from explorer.model.components.base import v as v_
 from explorer.model.components.dsa import relu_scores, weigh_heads
 from explorer.model.components.linear import linear
 from explorer.model.components.norms import NormOptions, apply_norm, rmsnorm
-from explorer.model.components.part_facts import BlockView, PictureKind
+from explorer.model.components.part_facts import BlockView, MaskSpec, PictureKind
 from explorer.model.components.rope import RopeOptions, frequency_steps, inverse_frequencies
 from explorer.spec.storage import Dense
 from explorer.spec.types import Citation, Component, Dim, IndexRange, Port, Shape, Step, TensorSpec
@@ -218,10 +218,14 @@ def select(run: Run, o: IndexerOptions, x: torch.Tensor, c_q: torch.Tensor) -> t
     w = run.rec("iw", F.linear(x, run.w("scorer.weights_proj.weight")).float() * o.heads ** -0.5)
     scores = run.rec("iscores", weigh_heads(w, relu_scores(qI, keys, o.head_dim ** -0.5)))  # [B, T, n]
     ok = visible(o.compressor.ratio, Tn, keys.shape[1], x.device)
+    return run.rec("iselect", pick_entries(scores, ok, o.topk))
+
+
+def pick_entries(scores: torch.Tensor, ok: torch.Tensor, topk: int) -> torch.Tensor:
+    """1 at each query's `topk` highest-scoring closed entries (every closed one where fewer exist), else 0."""
     scores = scores.masked_fill(~ok, float("-inf"))
-    picked = scores.topk(min(o.topk, keys.shape[1]), dim=-1).indices
-    chosen = torch.zeros_like(scores).scatter(-1, picked, 1.0) * ok
-    return run.rec("iselect", chosen)
+    picked = scores.topk(min(topk, scores.shape[-1]), dim=-1).indices
+    return torch.zeros_like(scores).scatter(-1, picked, 1.0) * ok
 
 
 @program("v4_indexer")
@@ -477,18 +481,37 @@ def run_v4_scores(comp: Component, run: Run, Q: torch.Tensor, K: torch.Tensor, *
     """rest: (entries, visibility, mask) with a compressor, (mask,) without."""
     o = options(comp, V4AttentionOptions)
     Bn, Tn = Q.shape[:2]
-    M = rest[-1]
-    mask = window_mask(M, o.window).expand(Bn, Tn, Tn)
     if len(rest) == 3:
-        entries, ok = rest[0], rest[1] > 0
-        K = torch.cat([K, entries], dim=1)
-        mask = torch.cat([mask, torch.zeros_like(ok, dtype=mask.dtype).masked_fill(~ok, float("-inf"))], dim=-1)
+        K = torch.cat([K, rest[0]], dim=1)
+    mask = v4_mask(rest[-1], o.window, rest[1] > 0 if len(rest) == 3 else None).expand(Bn, Tn, -1)
     run.rec("keys", K), run.rec("mask", mask)
     logits = torch.einsum("bthd,bsd->bhts", Q, K) * o.head_dim ** -0.5 + mask[:, None]
     sink = run.w("sinks").reshape(1, -1, 1, 1).expand(Bn, o.heads, Tn, 1).to(logits.dtype)
     full = torch.cat([logits, sink], dim=-1)
     A = run.rec("softmax", F.softmax(full - full.max(dim=-1, keepdim=True).values, dim=-1)[..., :-1])
     return [run.rec("context", torch.einsum("bhts,bsd->bthd", A, K))]
+
+
+def v4_mask(M: torch.Tensor, window: int, ok: torch.Tensor | None) -> torch.Tensor:
+    """The additive mask over the window's keys and then the compressed entries: M [T, T] causal, ok [.., T, n]
+    the entries each query may read (None without a compressor)."""
+    mask = window_mask(M, window)
+    if ok is None:
+        return mask
+    mask = mask.expand(*ok.shape[:-1], -1)
+    return torch.cat([mask, torch.zeros_like(ok, dtype=mask.dtype).masked_fill(~ok, float("-inf"))], dim=-1)
+
+
+def v4_mask_spec(comp: Component) -> MaskSpec:
+    """Window and sinks, plus one entry per ratio positions where a compressor is inside (and the indexer's top-k
+    where it has one)."""
+    o = options(comp, V4AttentionOptions)
+    comp_c = next((c for c in comp.children if c.key == "compressor"), None)
+    if comp_c is None:
+        return MaskSpec(window=o.window, sinks=True)
+    index = next((c for c in comp_c.children if c.key == "indexer"), None)
+    return MaskSpec(window=o.window, sinks=True, entry_ratio=options(comp_c, CompressorOptions).ratio,
+                    selected_entries=options(index, IndexerOptions).topk if index is not None else None)
 
 
 def attend_v4(comp: Component, run: Run, x: torch.Tensor, M: torch.Tensor) -> torch.Tensor:
@@ -526,7 +549,7 @@ def v4_picture(block: BlockView) -> PictureKind:
 
 
 @program("v4_attention", role="Attention", token_mixer=True, picture=v4_picture, picture_rank=4,
-         layout="compressed-attention")
+         layout="compressed-attention", mask_pattern=v4_mask_spec)
 def run_v4_attention(comp: Component, run: Run, x: torch.Tensor, M: torch.Tensor) -> list[torch.Tensor]:
     return [run.rec("v4-attn", attend_v4(comp, run, x, M))]
 

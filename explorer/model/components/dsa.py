@@ -24,13 +24,13 @@ if TYPE_CHECKING:
 else:  # imported on first use: a build whose torch stages are cached never needs it
     from explorer.torch_on_first_use import F, torch
 
-from explorer.model.components.attention import KEYS, QUERIES, call_with_rotary, headline_steps
+from explorer.model.components.attention import KEYS, QUERIES, call_with_rotary, headline_steps, scores_mask
 from explorer.model.components.base import B, Ctx, Run, ctx_colour, k, options, program, q, reference_call, run_child
 from explorer.model.components.linear import linear
 from explorer.model.components.mla import MLAOptions, decode_costs, decode_form_formulas, mla, run_mla
 from explorer.model.components.moe import RoutingMismatch
 from explorer.model.components.norms import NormOptions, apply_norm, layernorm
-from explorer.model.components.part_facts import BlockView, PictureKind
+from explorer.model.components.part_facts import BlockView, MaskSpec, PictureKind
 from explorer.model.components.rope import RopeOptions, reference_rotary, rotate
 from explorer.model.components.serving import LayerKind, layer_memory
 from explorer.spec.types import Citation, Component, Dim, IndexRange, Port, Shape, Step
@@ -205,8 +205,15 @@ def index_scores(run: Run, o: IndexerOptions, Q: torch.Tensor, K: torch.Tensor, 
 
 def select(run: Run, o: IndexerOptions, I: torch.Tensor) -> torch.Tensor:
     """M^sel [B, T, T]: 0 at each query's top-k keys (all of them when fewer exist), -inf elsewhere."""
-    top = I.topk(min(o.topk, I.shape[-1]), dim=-1).indices
-    return run.rec("idx-select", torch.full_like(I, float("-inf")).scatter(-1, top, 0.0))
+    return run.rec("idx-select", selection_mask(I, o.topk))
+
+
+def selection_mask(I: torch.Tensor, topk: int) -> torch.Tensor:
+    """0 at the `topk` highest scores of each row of I (every one where fewer exist), -inf elsewhere; I holds the
+    causal mask already, so a future key is picked only where a row has fewer than `topk` causal keys, and adding
+    M back removes it."""
+    top = I.topk(min(topk, I.shape[-1]), dim=-1).indices
+    return torch.full_like(I, float("-inf")).scatter(-1, top, 0.0)
 
 
 def _rotate_front(x: torch.Tensor, angles: torch.Tensor, ro: RopeOptions) -> torch.Tensor:
@@ -235,7 +242,12 @@ def dsa_picture(block: BlockView) -> PictureKind:
     return "dsa", f"sparse (DSA: an indexer keeps {block.option('topk'):,} tokens), latent KV"
 
 
-@program("dsa", role="Attention", token_mixer=True, picture=dsa_picture, picture_rank=5)
+def dsa_mask(comp: Component) -> MaskSpec:
+    """The causal mask (and any window) of MLA's scores, narrowed to the indexer's top-k tokens."""
+    return replace(scores_mask(comp), selected_tokens=options(comp.child("indexer"), IndexerOptions).topk)
+
+
+@program("dsa", role="Attention", token_mixer=True, picture=dsa_picture, picture_rank=5, mask_pattern=dsa_mask)
 def run_dsa(comp: Component, run: Run, x: torch.Tensor, angles: torch.Tensor, M: torch.Tensor) -> list[torch.Tensor]:
     o = options(comp, MLAOptions)
     hidden = run.child(prefix="_")  # the query latent again, as the indexer reads it (MLA records its own)

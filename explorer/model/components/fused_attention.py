@@ -25,6 +25,7 @@ from explorer.model.components.attention import (
     headline_steps,
     plain_memory,
     scores,
+    scores_mask,
 )
 from explorer.model.components.base import Ctx, Run, ctx_colour, k, options, program, q, reference_call, run_child, v
 from explorer.model.components.linear import linear
@@ -83,7 +84,7 @@ def fused_attention(ctx: Ctx, *, prefix: str, ranges: tuple[IndexRange, ...], x:
     )
 
 
-@program("fused_attention", role="Attention", token_mixer=True)
+@program("fused_attention", role="Attention", token_mixer=True, mask_pattern=scores_mask)
 def run_fused_attention(comp: Component, run: Run, x: torch.Tensor, *rest: torch.Tensor) -> list[torch.Tensor]:
     """rest ends with the mask (a block passes rotary angles first, which this attention does not use)."""
     o = options(comp, FusedAttentionOptions)

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     import torch
 
-from explorer.model.components.attention import call_with_rotary
+from explorer.model.components.attention import call_with_rotary, scores_mask
 from explorer.model.components.base import Ctx, Run, k, options, program, q, reference_call, run_child, v
 from explorer.model.components.layer_attention import (
     LayerAttentionOptions,
@@ -74,7 +74,7 @@ def fused_qkv_attention(ctx: Ctx, *, prefix: str, ranges: tuple[IndexRange, ...]
 
 
 @program("fused_qkv_attention", role="Attention", token_mixer=True,
-         layout="fused-qkv")
+         layout="fused-qkv", mask_pattern=scores_mask)
 def run_fused_qkv_attention(comp: Component, run: Run, x: torch.Tensor, angles: torch.Tensor,
                             M: torch.Tensor) -> list[torch.Tensor]:
     o = options(comp, LayerAttentionOptions)

@@ -29,6 +29,7 @@ from explorer.model.components.attention import (
     per_head_qk_norms,
     plain_memory,
     scores,
+    scores_mask,
 )
 from explorer.model.components.base import REFERENCE_CALLS, Ctx, Run, ctx_colour, k, options, program, q, run_child, v
 from explorer.model.components.linear import linear
@@ -133,7 +134,7 @@ def gated_attention(ctx: Ctx, *, prefix: str, ranges: tuple[IndexRange, ...], x:
     )
 
 
-@program("gated_attention", role="Attention", token_mixer=True, gated_output=True)
+@program("gated_attention", role="Attention", token_mixer=True, gated_output=True, mask_pattern=scores_mask)
 def run_gated_attention(comp: Component, run: Run, x: torch.Tensor, angles: torch.Tensor,
                         M: torch.Tensor) -> list[torch.Tensor]:
     o = options(comp, GatedAttentionOptions)

@@ -488,8 +488,9 @@ def _attend_child(comp: Component, run: Run, Q: torch.Tensor, K: torch.Tensor, V
 
 
 @program("layer_attention", role="Attention", token_mixer=True, positions_from_child=True,
-         reads_chunk=True)
-@program("shaped_attention", role="Attention", token_mixer=True, layout="rotary-attention")
+         reads_chunk=True, mask_pattern=attention.scores_mask)
+@program("shaped_attention", role="Attention", token_mixer=True, layout="rotary-attention",
+         mask_pattern=attention.scores_mask)
 def run_layer_attention(comp: Component, run: Run, x: torch.Tensor, *rest: torch.Tensor) -> list[torch.Tensor]:
     """rest: the rotary angles and the mask, or the mask alone (a layer that rotates nothing declares no angles; its
     block may still pass them)."""

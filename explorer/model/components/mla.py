@@ -17,7 +17,7 @@ if TYPE_CHECKING:
 else:  # imported on first use: a build whose torch stages are cached never needs it
     from explorer.torch_on_first_use import torch
 
-from explorer.model.components.attention import ScoresOptions, attend, headline_steps, scores
+from explorer.model.components.attention import ScoresOptions, attend, headline_steps, scores, scores_mask
 from explorer.model.components.base import Ctx, Run, ctx_colour, k, options, program, q, run_child, v
 from explorer.model.components.linear import linear
 from explorer.model.components.norms import NormOptions, apply_norm, rmsnorm
@@ -196,7 +196,7 @@ def _kv_steps(ctx: Ctx, o: MLAOptions, x_name: str) -> tuple[Step, ...]:
 
 
 @program("mla", role="Attention", token_mixer=True, picture=("mla", "full, multi-head latent attention (MLA)"),
-         picture_rank=6, layout="latent-attention")
+         picture_rank=6, layout="latent-attention", mask_pattern=scores_mask)
 def run_mla(comp: Component, run: Run, x: torch.Tensor, angles: torch.Tensor, M: torch.Tensor) -> list[torch.Tensor]:
     ro = options(comp.child("rope"), RopeOptions)
     return mla_forward(comp, run, x, M, rotate_q=lambda t: run.rec("q-rotate", rotate(t, angles, ro)),

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     import torch
 
-from explorer.model.components.attention import call_with_rotary, headline_steps
+from explorer.model.components.attention import call_with_rotary, headline_steps, scores_mask
 from explorer.model.components.base import Ctx, Run, program, reference_call
 from explorer.model.components.mla import MLA_HEADLINE, MLAOptions, mla, mla_forward, mla_memory
 from explorer.model.components.rope import RopeOptions
@@ -55,7 +55,8 @@ def _unrotated(step: Step) -> Step:
 
 
 @program("mla_nope", role="Attention", token_mixer=True,
-         picture=("mla", "full, multi-head latent attention (MLA), no position encoding"), picture_rank=7)
+         picture=("mla", "full, multi-head latent attention (MLA), no position encoding"), picture_rank=7,
+         mask_pattern=scores_mask)
 def run_mla_nope(comp: Component, run: Run, x: torch.Tensor, *rest: torch.Tensor) -> list[torch.Tensor]:
     """MLA's computation with the identity in place of each rotation; rest ends with the mask (inside a stack the
     block also hands on its rotary angles, empty here)."""

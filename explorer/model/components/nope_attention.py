@@ -13,7 +13,14 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     import torch
 
-from explorer.model.components.attention import ScoresOptions, attend, headline_steps, plain_memory, scores
+from explorer.model.components.attention import (
+    ScoresOptions,
+    attend,
+    headline_steps,
+    plain_memory,
+    scores,
+    scores_mask,
+)
 from explorer.model.components.base import (
     Ctx,
     Run,
@@ -79,7 +86,8 @@ def nope_attention(ctx: Ctx, *, prefix: str, ranges: tuple[IndexRange, ...], x: 
     )
 
 
-@program("nope_attention", role="Attention", token_mixer=True, positions_from_child=True)
+@program("nope_attention", role="Attention", token_mixer=True, positions_from_child=True,
+         mask_pattern=scores_mask)
 def run_nope_attention(comp: Component, run: Run, x: torch.Tensor, M: torch.Tensor) -> list[torch.Tensor]:
     so = options(comp.child("scores"), ScoresOptions)
     b, T, _ = x.shape

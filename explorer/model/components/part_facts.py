@@ -26,6 +26,10 @@ points (every field of `PartFacts`):
   (explorer/execute/executor.py).
 - `quantized_linear`: the part is a Linear whose weight a quantized checkpoint stores in its quantized format
   (explorer/model/quantization.py).
+- `mask_pattern`: a function of the part's component returning its `MaskSpec` (window, chunk, sinks, the tokens or
+  compressed entries a selection keeps, at the model's own sizes): the figures stage evaluates the executor's mask
+  functions at small sizes for that spec and the part's page draws the grid (explorer/figures/attention_patterns.py,
+  explorer/views/attention_grid.py).
 - `ffn_heading`: the heading a block's step list gives the part when it is the block's feed-forward; a part with
   one is a feed-forward a block runs (explorer/model/components/blocks.py).
 
@@ -58,6 +62,28 @@ PictureRule = Callable[[BlockView], PictureKind]
 
 
 @dataclass(frozen=True, slots=True)
+class MaskSpec:
+    """Which keys an attention's mask lets a query read, at the model's own sizes (0 or None: not this kind)."""
+
+    window: int | None = None
+    """Sliding window: the `window` most recent keys, the query's own included."""
+    chunk: int | None = None
+    """Chunked: the earlier keys of the query's own chunk of `chunk` positions."""
+    sinks: bool = False
+    """A learned sink logit per head joins every row of the softmax (takes probability, gives no value)."""
+    selected_tokens: int | None = None
+    """DeepSeek Sparse Attention: the indexer keeps this many of the causal keys per query."""
+    entry_ratio: int | None = None
+    """DeepSeek-V4: one compressed key-value entry per `entry_ratio` positions, readable once its window closed."""
+    selected_entries: int | None = None
+    """DeepSeek-V4's compressed sparse attention: its indexer keeps this many of the closed entries per query."""
+
+
+MaskRule = Callable[[Any], MaskSpec]
+"""The part's component (a spec Component) -> its mask."""
+
+
+@dataclass(frozen=True, slots=True)
 class PartFacts:
     """Every fact a part may declare for later stages (the module docstring says who reads each)."""
 
@@ -77,6 +103,7 @@ class PartFacts:
     routed_experts: str = ""
     whole_model: bool = False
     ffn_heading: str = ""
+    mask_pattern: MaskRule | None = None
     quantized_linear: bool = False
 
     def picture_kind(self, block: BlockView) -> PictureKind | None:
