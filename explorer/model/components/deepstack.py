@@ -150,6 +150,10 @@ def run_deepstack_stack(comp: Component, run: Run, x: torch.Tensor, angles: torc
     o = options(comp, DeepStackOptions)
     after = injection_layers(o)
     order = layer_order(comp)
+    rope_c = rope_of(comp)
+    if angles.numel() == 0 and rope_c is not None:  # handed none (the whole text model): a text prompt's angles,
+        # whose three axes count the same positions
+        (angles,) = PROGRAMS[rope_c.program](rope_c, Run({}), torch.arange(x.shape[1], device=x.device))
     if x.is_meta:  # shapes only: every layer of a kind maps x to the same shape, so trace each kind once
         order = [next(p for p in order if p[1] is b) for b in comp.children]
     for layer, block in order:
