@@ -121,8 +121,10 @@ def halves_experts(ctx: Ctx, *, prefix: str, ranges: tuple[IndexRange, ...], x: 
              Step(r"E_e=m_e W^{d}_e", Shape((B, T, experts, hidden)), "down"),
              Step(rf"y^{{\mathrm{{routed}}}}=\sum_{{e=1}}^{{{o.experts}}}G_e\,E_e", x.shape, "routed-sum"))
     glu = GLU_NAMES[o.act]
+    notes: tuple[str, ...] = ()
     if o.in_out:
-        halves, notes = "gate columns first, then up columns", (
+        halves = "gate columns first, then up columns"
+        notes = (
             "Each weight is stored [experts, in, out], input axis first: gate_up_proj [experts, hidden_size, 2 × "
             f"{width}] and down_proj [experts, {width}, hidden_size]; transformers holds the transposes and its "
             "loader transposes the stored tensors to them.",)
@@ -130,7 +132,7 @@ def halves_experts(ctx: Ctx, *, prefix: str, ranges: tuple[IndexRange, ...], x: 
                    _in_out(ctx, prefix + "down_proj", (E, I, d), ranges))
     else:
         storage = ctx.quantized if isinstance(ctx.quantized, BlockFP8) else Dense(ctx.dtype)  # as FP8Experts holds them
-        halves, notes = "gate rows first, then up rows", ()
+        halves = "gate rows first, then up rows"
         tensors = (TensorSpec(prefix + "gate_up_proj", (E, 2 * I, d), ranges, storage=storage),
                    TensorSpec(prefix + "down_proj", (E, d, I), ranges, storage=storage))
     return Component(

@@ -1,7 +1,10 @@
 """The Qwen3-VL mixture-of-experts family (Qwen3-VL-30B-A3B, Qwen3-VL-235B-A22B): Qwen3-MoE's decoder (grouped-query
 attention with QK-norm, 128 SwiGLU experts under a softmax top-8 router in every layer, no shared expert) as the text
 model, with what the dense Qwen3-VL family adds: interleaved multimodal RoPE, DeepStack and the vision tower
-(VisionLanguage, explorer/model/families/qwen3_vl.py).
+(VisionLanguage, explorer/model/families/qwen3_vl.py). Unlike Qwen3-MoE's, the checkpoint stores each layer's experts
+fused, input axis first (mlp.experts.gate_up_proj [E, d, 2·I], gate half first, and mlp.experts.down_proj [E, I, d]):
+the spec names and shapes them so (parallel_moe's halves experts, in_out), and transformers' conversion mapping for
+qwen3_vl_moe transposes them to what its model holds.
 
 transformers 5.23 always renormalises the selected experts' probabilities (Qwen3VLMoeTextTopKRouter); its config
 class has no norm_topk_prob, which the published files set to true, so the family requires it true.
