@@ -226,3 +226,72 @@ def test_moe_family_requires_the_renormalised_router():
     config = {**content.config, "text_config": {**content.config["text_config"], "norm_topk_prob": False}}
     with pytest.raises(ContentError, match="key 'text_config.norm_topk_prob': must be true"):
         FAMILIES["qwen3_vl_moe"].validate(config, "test")
+
+
+# ------------------------------------------------------------------ the MoE experts as the checkpoint stores them
+
+def test_moe_experts_are_stored_fused_input_axis_first():
+    """Issue 35 item 3: the ledger and the predicted layout name each layer's experts as the published checkpoint
+    and transformers do, two fused tensors, gate_up_proj [E, d, 2·I] and down_proj [E, I, d] (30B-A3B: 128 experts,
+    d 2048, I 768), with the per-expert counts' total."""
+    from explorer.checkpoint.reconcile import predicted_index
+
+    spec = spec_of("qwen3-vl-30b-a3b")
+    stored = predicted_index(spec).tensors
+    p = "model.language_model.layers.0.mlp."
+    assert {n.removeprefix(p) for n in stored if n.startswith(p)} == {
+        "gate.weight", "experts.gate_up_proj", "experts.down_proj"}
+    assert tuple(stored[p + "experts.gate_up_proj"].shape) == (128, 2048, 2 * 768)
+    assert tuple(stored[p + "experts.down_proj"].shape) == (128, 768, 2048)
+    assert account(spec).accounts["blocks.moe.moe.experts"].per_instance == 128 * 3 * 2048 * 768
+
+
+def test_the_predicted_layout_loads_into_the_reference_by_its_own_loader(tmp_path):
+    """A tiny checkpoint written with the predicted names, shapes and dtypes loads through transformers'
+    from_pretrained (its conversion mapping for qwen3_vl_moe transposes the fused experts) with no key missing,
+    unexpected or mismatched; every tensor arrives as written, the experts transposed, and the family's renames
+    turn the loaded state back into the file."""
+    from safetensors.torch import save_file
+    from transformers import Qwen3VLMoeForConditionalGeneration
+
+    from explorer.checkpoint.reconcile import predicted_index
+    from explorer.model.families.renames import transpose_fused_experts
+
+    tiny = tiny_spec(spec_of("qwen3-vl-30b-a3b"))
+    generator = torch.Generator().manual_seed(3)
+    dtypes = {"F32": torch.float32, "BF16": torch.bfloat16}  # the tiny spec's is F32, the published BF16
+    written = {name: torch.randn(tuple(t.shape), generator=generator).to(dtypes[t.dtype])
+               for name, t in predicted_index(tiny).tensors.items()}
+    tiny_reference_model(tiny).config.save_pretrained(tmp_path)
+    save_file(written, str(tmp_path / "model.safetensors"), metadata={"format": "pt"})
+    model, info = Qwen3VLMoeForConditionalGeneration.from_pretrained(tmp_path, output_loading_info=True,
+                                                                    dtype=torch.float32)
+    assert not info["missing_keys"] and not info["unexpected_keys"] and not info["mismatched_keys"], info
+    loaded = model.state_dict()
+    gate_up = "model.language_model.layers.0.mlp.experts.gate_up_proj"
+    assert torch.equal(loaded[gate_up], written[gate_up].transpose(1, 2))
+    back = transpose_fused_experts({n: loaded[n] for n in written})
+    assert all(torch.equal(back[n], written[n]) for n in written)
+
+
+def test_moe_experts_match_the_reference_experts_module(tiny_moe):
+    """Our fused experts, reading the stored [E, d, 2·I] and [E, I, d] tensors, equal Qwen3VLMoeTextExperts on every
+    expert."""
+    assert within_tolerance(component_error(tiny_moe, "blocks.moe.moe.experts"))
+
+
+def test_moe_experts_with_gate_and_up_swapped_or_a_transpose_missed_fail(tiny_moe, monkeypatch):
+    """The gate and up halves swapped fail on values; the stored gate_up read as transformers holds it ([E, 2·I, d],
+    the transpose missed) cannot run on the tiny sizes (d 64, 2·I 96)."""
+    from explorer.errors import ExecutionError
+    from explorer.model.components import parallel_moe
+
+    halves = parallel_moe.gate_up_halves
+    with monkeypatch.context() as m:
+        m.setattr(parallel_moe, "gate_up_halves", lambda o, x, w: halves(o, x, w)[::-1])
+        assert not within_tolerance(component_error(tiny_moe, "blocks.moe.moe.experts"))
+        assert not within_tolerance(component_error(tiny_moe, "blocks.moe.moe"))
+    out_in = dataclasses.replace(parallel_moe.HalvesExpertsOptions(4, "silu"), in_out=False)
+    monkeypatch.setattr(parallel_moe, "gate_up_halves", lambda o, x, w: halves(out_in, x, w))
+    with pytest.raises(ExecutionError, match="experts › step 'gate-up'"):
+        component_error(tiny_moe, "blocks.moe.moe.experts")

@@ -136,8 +136,9 @@ def call_clamped_experts(comp: Component, ref, model, inputs, run: Run, ours: to
 
 def fused_moe(*, x: Port, y_latex: str, router_c: Component, experts_c: Component, code: str,
               citations: tuple[Citation, ...]) -> Component:
-    """Route each token to k experts and sum their gated outputs (no shared expert)."""
-    E, kk = options(experts_c, ClampedSwiGLUOptions).experts, options(router_c, moe_lib.RouterOptions).k
+    """Route each token to k experts and sum their gated outputs (no shared expert); the experts are any fused part
+    whose program takes (x, G) and whose options count them (the clamped ones here, parallel_moe's halves)."""
+    E, kk = experts_of(experts_c), options(router_c, moe_lib.RouterOptions).k
     out = Step(rf"{y_latex}=y^{{\mathrm{{routed}}}}", x.shape, "moe-out")
     return Component(
         key="moe", title="Mixture of experts", crumb="Mixture of experts", kind="learned", code=code,
@@ -145,6 +146,15 @@ def fused_moe(*, x: Port, y_latex: str, router_c: Component, experts_c: Componen
         outputs=(Port(y_latex, x.shape, "delta_ffn"),), equations=(experts_c.steps[-1], out),
         steps=(*router_c.steps, *experts_c.steps, out), children=(router_c, experts_c), citations=citations,
         program="fused_moe")
+
+
+def experts_of(experts_c: Component) -> int:
+    """How many experts a fused experts part holds, from its options."""
+    count = getattr(experts_c.options, "experts", None)
+    if not isinstance(count, int):
+        raise TypeError(f"{experts_c.key}: fused_moe needs experts options that count the experts, got "
+                        f"{type(experts_c.options).__name__}")
+    return count
 
 
 @program("fused_moe", role="Mixture of experts", routed_experts="experts",

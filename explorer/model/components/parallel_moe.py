@@ -2,7 +2,8 @@
 experts in parallel from the same residual stream, each branch with its own pre- and post-norm, and the block adds
 their sum. The router normalises the stream itself (RMS, a learned per-feature scale, d^-1/2), takes a softmax over
 all experts, keeps the top k, renormalises them and multiplies each by a learned per-expert scale; the experts are
-stored fused, gate and up as the two halves of one projection.
+stored fused, gate and up as the two halves of one projection. The same fused experts serve the families whose
+checkpoints store them so without the dense branch (Step-3.7-Flash; Qwen3-VL-MoE, input axis first).
 
 References: Gemma 4 model card (Google DeepMind, 2026); transformers' models/gemma4/modeling_gemma4.py
 (Gemma4TextRouter, Gemma4TextExperts, Gemma4TextDecoderLayer), the reference binding.
@@ -10,7 +11,7 @@ References: Gemma 4 model card (Google DeepMind, 2026); transformers' models/gem
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -51,6 +52,12 @@ class ScaledRouterOptions:
 class HalvesExpertsOptions:
     experts: int
     act: Activation = "gelu_tanh"
+    in_out: bool = False
+    """Each weight is stored [experts, in, out], input axis first (Qwen3-VL-MoE's checkpoint: gate_up [E, d, 2·I],
+    down [E, I, d], which transformers transposes on loading); False: [experts, out, in], as transformers holds it."""
+
+
+GLU_NAMES: dict[Activation, str] = {"silu": "SwiGLU", "gelu_tanh": "GeGLU", "gelu": "GeGLU"}
 
 
 def scaled_router(ctx: Ctx, *, prefix: str, ranges: tuple[IndexRange, ...], x: Port, o: ScaledRouterOptions,
@@ -102,7 +109,8 @@ reference_call("scaled_router")(moe_lib.call_router)  # the reference returns (p
 def halves_experts(ctx: Ctx, *, prefix: str, ranges: tuple[IndexRange, ...], x: Port, gates: Port,
                    o: HalvesExpertsOptions, experts_sym: str, width: str, code: str,
                    citations: tuple[Citation, ...]) -> Component:
-    """Σ_e G_e · down_e(act(g_e) ⊙ u_e), with gate_up [E, 2·I, d] (gate rows first, then up) and down [E, d, I]."""
+    """Σ_e G_e · down_e(act(g_e) ⊙ u_e), with gate_up [E, 2·I, d] (gate rows first, then up) and down [E, d, I], or
+    their transposes [E, d, 2·I] and [E, I, d] where the checkpoint stores the input axis first (o.in_out)."""
     E, I, d = ctx.sym(experts_sym), ctx.sym(width), ctx.sym("hidden_size")
     experts, inner, hidden = Dim("experts", o.experts), ctx.dim(width), ctx.dim("hidden_size")
     per_expert = Shape((B, T, experts, inner))
@@ -112,26 +120,58 @@ def halves_experts(ctx: Ctx, *, prefix: str, ranges: tuple[IndexRange, ...], x: 
              Step(rf"m_e={ACT_OPERATOR[o.act]}(g_e)\odot u_e", per_expert, "product"),
              Step(r"E_e=m_e W^{d}_e", Shape((B, T, experts, hidden)), "down"),
              Step(rf"y^{{\mathrm{{routed}}}}=\sum_{{e=1}}^{{{o.experts}}}G_e\,E_e", x.shape, "routed-sum"))
-    storage = ctx.quantized if isinstance(ctx.quantized, BlockFP8) else Dense(ctx.dtype)  # as FP8Experts holds them
+    glu = GLU_NAMES[o.act]
+    notes: tuple[str, ...] = ()
+    if o.in_out:
+        halves = "gate columns first, then up columns"
+        notes = (
+            "Each weight is stored [experts, in, out], input axis first: gate_up_proj [experts, hidden_size, 2 × "
+            f"{width}] and down_proj [experts, {width}, hidden_size]; transformers holds the transposes and its "
+            "loader transposes the stored tensors to them.",)
+        tensors = (_in_out(ctx, prefix + "gate_up_proj", (E, d, 2 * I), ranges),
+                   _in_out(ctx, prefix + "down_proj", (E, I, d), ranges))
+    else:
+        storage = ctx.quantized if isinstance(ctx.quantized, BlockFP8) else Dense(ctx.dtype)  # as FP8Experts holds them
+        halves = "gate rows first, then up rows"
+        tensors = (TensorSpec(prefix + "gate_up_proj", (E, 2 * I, d), ranges, storage=storage),
+                   TensorSpec(prefix + "down_proj", (E, d, I), ranges, storage=storage))
     return Component(
-        key="experts", title="Routed experts (fused GeGLU)", crumb="Routed experts", kind="learned", code=code,
-        description=f"{o.experts} GeGLU experts of width {inner.size:,}, stored as one gate_up and one down tensor per "
-                    "layer (gate rows first, then up rows).",
+        key="experts", title=f"Routed experts (fused {glu})", crumb="Routed experts", kind="learned", code=code,
+        description=f"{o.experts} {glu} experts of width {inner.size:,}, stored as one gate_up and one down tensor per "
+                    f"layer ({halves}).",
         inputs=(x, gates), outputs=(Port(r"y^{\mathrm{routed}}", x.shape, "routed"),),
-        equations=steps[-1:], steps=steps,
-        tensors=(TensorSpec(prefix + "gate_up_proj", (E, 2 * I, d), ranges, storage=storage),
-                 TensorSpec(prefix + "down_proj", (E, d, I), ranges, storage=storage)),
-        citations=citations, program="halves_experts", options=o,
+        equations=steps[-1:], steps=steps, tensors=tensors, citations=citations, program="halves_experts", options=o,
+        notes=notes,
     )
+
+
+def _in_out(ctx: Ctx, name: str, shape: tuple, ranges: tuple[IndexRange, ...]) -> TensorSpec:
+    """All experts' weights in one tensor stored [E, in, out]; a block-wise FP8 checkpoint stores it [E, out, in]
+    (the last two axes swapped) with a scale per block, as transformers' FP8Experts holds it."""
+    storage = replace(ctx.quantized, swap_last=True) if isinstance(ctx.quantized, BlockFP8) else Dense(ctx.dtype)
+    return TensorSpec(name, shape, ranges, storage=storage, layout="in_out")
+
+
+def gate_up_halves(o: HalvesExpertsOptions, x: torch.Tensor, w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Every expert's gate and up values [B, T, E, I] from the stored gate_up weight: the first half of its outputs
+    are the gates, the second half the up values."""
+    gu = torch.einsum("btd,edo->bteo" if o.in_out else "btd,eod->bteo", x, w)
+    g, u = gu.chunk(2, dim=-1)
+    return g, u
+
+
+def down_projection(o: HalvesExpertsOptions, h: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    """Every expert's output [B, T, E, d] from its hidden values and the stored down weight."""
+    return torch.einsum("btei,eid->bted" if o.in_out else "btei,edi->bted", h, w)
 
 
 @program("halves_experts", role="Mixture of experts")
 def run_halves_experts(comp: Component, run: Run, x: torch.Tensor, G: torch.Tensor) -> list[torch.Tensor]:
     o = options(comp, HalvesExpertsOptions)
-    gu = run.rec("gate-up", torch.einsum("btd,eod->bteo", x, run.w("gate_up_proj")))
-    g, u = gu.chunk(2, dim=-1)
+    g, u = gate_up_halves(o, x, run.w("gate_up_proj"))
+    run.rec("gate-up", torch.cat((g, u), dim=-1))
     h = run.rec("product", activation(g, o.act) * u)
-    E_out = run.rec("down", torch.einsum("btei,edi->bted", h, run.w("down_proj")))
+    E_out = run.rec("down", down_projection(o, h, run.w("down_proj")))
     return [run.rec("routed-sum", torch.einsum("bte,bted->btd", G.to(E_out.dtype), E_out))]
 
 

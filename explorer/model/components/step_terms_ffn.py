@@ -87,7 +87,7 @@ def _moe(o: MoEOptions) -> tuple[Term, ...]:
     return (*act, Term("shared", "moe-out", r"+y^{\mathrm{shared}}")) if o.shared else act
 
 
-@registers(HalvesExpertsOptions, structural=("experts",))
+@registers(HalvesExpertsOptions, structural=("experts", "in_out"))  # in_out: the stored orientation
 def _halves_experts(o: HalvesExpertsOptions) -> tuple[Term, ...]:
     return (_act("product", o.act),)
 

@@ -1,7 +1,10 @@
 """The Qwen3-VL mixture-of-experts family (Qwen3-VL-30B-A3B, Qwen3-VL-235B-A22B): Qwen3-MoE's decoder (grouped-query
 attention with QK-norm, 128 SwiGLU experts under a softmax top-8 router in every layer, no shared expert) as the text
 model, with what the dense Qwen3-VL family adds: interleaved multimodal RoPE, DeepStack and the vision tower
-(VisionLanguage, explorer/model/families/qwen3_vl.py).
+(VisionLanguage, explorer/model/families/qwen3_vl.py). Unlike Qwen3-MoE's, the checkpoint stores each layer's experts
+fused, input axis first (mlp.experts.gate_up_proj [E, d, 2·I], gate half first, and mlp.experts.down_proj [E, I, d]):
+the spec names and shapes them so (parallel_moe's halves experts, in_out), and transformers' conversion mapping for
+qwen3_vl_moe transposes them to what its model holds.
 
 transformers 5.23 always renormalises the selected experts' probabilities (Qwen3VLMoeTextTopKRouter); its config
 class has no norm_topk_prob, which the published files set to true, so the family requires it true.
@@ -12,20 +15,21 @@ MoE decoder; transformers' models/qwen3_vl_moe/modeling_qwen3_vl_moe.py (the ref
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from explorer.model.components import Ctx, Reference
 from explorer.model.components.base import Port
+from explorer.model.components.fused_experts import fused_moe
+from explorer.model.components.parallel_moe import HalvesExpertsOptions, halves_experts
 from explorer.model.components.qwen_vision import LABELS as VISION_LABELS
 from explorer.model.families.base import Hyperparameters, ReferenceBinding, as_published, rule_problems
 from explorer.model.families.block_fp8 import FP8QuantizationConfig
 from explorer.model.families.qwen3_moe import Qwen3Moe
 from explorer.model.families.qwen3_vl import TINY_TEXT, MRopeScaling, Qwen3VLVisionHyperparameters, VisionLanguage
-from explorer.model.families.renames import split_fused_experts
+from explorer.model.families.renames import transpose_fused_experts
 from explorer.model.families.sparse import LABELS
-from explorer.spec.types import Component
+from explorer.spec.types import Citation, Component
 
 FILE = "models/qwen3_vl_moe/modeling_qwen3_vl_moe.py"
 
@@ -105,9 +109,11 @@ class Qwen3VLMoe(VisionLanguage, Qwen3Moe):
     model_types = ("qwen3_vl_moe",)
     config_class: ClassVar[type] = Qwen3VLMoeHyperparameters
     text_class: ClassVar[type] = Qwen3VLMoeTextHyperparameters
-    # transformers fuses each layer's experts (gate_up_proj [E, 2·I, d], down_proj [E, d, I]); the spec counts them
-    # per expert, as the Qwen3-MoE family does, and split_fused_experts undoes the fusion for the comparison
-    reference = ReferenceBinding("Qwen3VLMoeConfig", "Qwen3VLMoeForConditionalGeneration", renames=split_fused_experts)
+    # the checkpoint stores each layer's experts fused, input axis first (gate_up_proj [E, d, 2·I], down_proj
+    # [E, I, d]); transformers' conversion mapping for qwen3_vl_moe transposes them to the [E, 2·I, d] and [E, d, I]
+    # it holds (Transpose(1, 2), only where the shapes differ): transpose_fused_experts undoes exactly that
+    reference = ReferenceBinding("Qwen3VLMoeConfig", "Qwen3VLMoeForConditionalGeneration",
+                                 renames=transpose_fused_experts)
     ref = Reference(FILE, "Qwen3VLMoeText")
     vision_ref: ClassVar[Reference] = Reference(FILE, "Qwen3VLMoe")
     symbols = Qwen3Moe.symbols + tuple(VISION_LABELS)
@@ -120,19 +126,30 @@ class Qwen3VLMoe(VisionLanguage, Qwen3Moe):
         ])
 
     def moe(self, ctx: Ctx, c: Any, prefix: str, ranges, x: Port, y_latex: str) -> Component:
-        """Qwen3-MoE's mixture of experts, its experts' page saying how the published checkpoint lays them out."""
-        block = super().moe(ctx, c, prefix, ranges, x, y_latex)
-        stored = ("The published checkpoint stores each layer's experts as two fused tensors, mlp.experts.gate_up_proj "
-                  "[experts, hidden_size, 2 × moe_intermediate_size] and mlp.experts.down_proj [experts, "
-                  "moe_intermediate_size, hidden_size], which transformers transposes on loading (its conversion "
-                  "mapping for qwen3_vl_moe); this page lists them per expert, with the same counts.")
-        return dataclasses.replace(block, children=tuple(
-            dataclasses.replace(ch, notes=ch.notes + (stored,)) if ch.key == "expert" else ch for ch in block.children))
+        """Qwen3-MoE's router over the routed experts as the checkpoint stores them: fused, input axis first."""
+        gate = super().moe(ctx, c, prefix, ranges, x, y_latex).child("router")
+        E = c.num_experts
+        experts = halves_experts(
+            ctx, prefix=prefix + "mlp.experts.", ranges=ranges, x=x, gates=gate.outputs[0],
+            o=HalvesExpertsOptions(E, "silu", in_out=True), experts_sym="num_experts", width="moe_intermediate_size",
+            code=f"{self.ref.prefix}Experts(config)", citations=(
+                self.ref.cite("The experts hold gate_up_proj [E, 2·I, d] and down_proj [E, d, I]; each expert's "
+                              "gate_up output splits into the gate half, then the up half.", "Experts"),
+                Citation("The checkpoint's mlp.experts.gate_up_proj and down_proj are transposed on loading "
+                         "(Transpose(1, 2), where the stored shape is not the model's).", "transformers",
+                         "_build_checkpoint_conversion_mapping", "conversion_mapping.py", lines=(1361, 1372))))
+        return fused_moe(x=x, y_latex=y_latex, router_c=gate, experts_c=experts,
+                         code=f"{self.ref.prefix}SparseMoeBlock(config)", citations=(
+                             self.ref.cite("The sparse MoE block routes each token to its top-k experts and sums "
+                                           "their outputs weighted by the router; there is no shared expert.",
+                                           "SparseMoeBlock"),))
 
     def tiny_config(self, c: Any) -> dict[str, Any]:
-        """The dense family's tiny text model with 4 experts of width 32, top 2, and its tower."""
+        """The dense family's tiny text model with 4 experts of width 48, top 2, and its tower. Not 32: with
+        hidden_size = 2 × moe_intermediate_size the stored gate_up [E, d, 2·I] has transformers' own shape, and its
+        loader transposes only where the shapes differ (Transpose(1, 2, check_dims=True))."""
         raw = as_published(c)
-        raw["text_config"].update(TINY_TEXT, num_experts=4, num_experts_per_tok=2, moe_intermediate_size=32,
+        raw["text_config"].update(TINY_TEXT, num_experts=4, num_experts_per_tok=2, moe_intermediate_size=48,
                                   intermediate_size=96)
         return self.tiny_vision(raw)
 

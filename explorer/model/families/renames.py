@@ -26,6 +26,13 @@ def split_fused_experts(state: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def transpose_fused_experts(state: dict[str, Any]) -> dict[str, Any]:
+    """transformers holds each layer's fused experts as experts.gate_up_proj [E, 2·I, d] and experts.down_proj
+    [E, d, I]; a checkpoint that stores them input axis first (Qwen3-VL-MoE's: [E, d, 2·I] and [E, I, d]) is what
+    its loader's Transpose(1, 2) undoes, so transpose the last two axes back."""
+    return {name: tensor.transpose(1, 2) if _FUSED.match(name) else tensor for name, tensor in state.items()}
+
+
 def strip_prefix(prefix: str) -> Callable[[dict[str, Any]], dict[str, Any]]:
     """Names as a checkpoint stores them where the reference nests the model under `prefix` (GPT-2's file names
     its tensors "h.0.attn.c_attn.weight", transformers "transformer.h.0.attn.c_attn.weight")."""
