@@ -6,6 +6,8 @@ noted and not counted."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 import torch
 from conftest import ROOT
@@ -80,12 +82,30 @@ def test_active_parameters_count_the_latent_projections_for_every_token():
     assert got["active_parameters_no_embedding"] == 12_770_216_960 - c.vocab_size * c.hidden_size
 
 
-def test_mtp_modules_are_noted_not_built():
+def test_mtp_modules_are_counted_apart_not_built():
+    """Ultra's one MTP module (attention, MoE) is declared beside the tree, never in it or in the reference, and
+    holds this family's own attention and MoE layers plus enorm, hnorm, eh_proj (2 × hidden_size → hidden_size)
+    and a final RMSNorm: one main layer of each kind plus 2·d² + 3·d."""
     spec = spec_of(ULTRA)
     assert spec.config.num_nextn_predict_layers == 1
     assert not any("mtp" in c.key for c in spec.root.children)
-    assert any("multi-token-prediction module" in n and "attention, MoE" in n for n in spec.root.notes)
     assert not any(n.startswith("mtp") for n in build_reference_model(spec).state_dict())
+    d = spec.declared_mtp
+    assert d is not None and d.count == 1 and [b.key for b in d.module.children[3:5]] == ["attention", "moe"]
+    reference = {n: p.numel() for n, p in build_reference_model(spec).named_parameters()}
+    layer_of = {k: next(i for i, t in enumerate(pattern_of(spec.config).kinds) if t == k) for k in ("attention", "moe")}
+    one_each = sum(v for n, v in reference.items() for i in layer_of.values() if n.startswith(f"model.layers.{i}."))
+    h = spec.config.hidden_size
+    assert account(spec).declared_mtp == one_each + 2 * h * h + 3 * h
+
+
+def test_an_mtp_module_without_its_own_tensors_fails():
+    """The same module without eh_proj does not hold what the layout gives."""
+    spec = spec_of(ULTRA)
+    d = spec.declared_mtp
+    assert d is not None
+    without = replace(d, module=replace(d.module, children=tuple(c for c in d.module.children if c.key != "eh_proj")))
+    assert account(replace(spec, declared_mtp=without)).declared_mtp != account(spec).declared_mtp
 
 
 def test_the_mtp_pattern_leaves_the_reference_tree_unchanged(super_tiny):
@@ -186,11 +206,11 @@ def test_a_non_positive_latent_width_is_refused_naming_the_key():
 def test_nano_with_an_mtp_module_and_no_latent_width_builds_as_nano():
     """Nemotron-3.5-Lightning-30B-A3B's recorded config is Nano's architecture with a null moe_latent_size, one MTP
     module (attention, MoE) and 1,048,576 positions: the same 31,577,937,344 parameters as transformers counts, the
-    MTP module noted and not built."""
+    MTP module counted apart and not built."""
     raw = {**load_model_content(ROOT / "content/models/nemotron-3-nano-30b-a3b").config, "moe_latent_size": None,
            "num_nextn_predict_layers": 1, "mtp_layers_block_type": ["attention", "moe"],
            "max_position_embeddings": 1_048_576}
     spec = FAMILY.build_spec("lightning", raw, "test")
     assert account(spec).total == sum(p.numel() for p in build_reference_model(spec).parameters()) == 31_577_937_344
-    assert any("1 multi-token-prediction module" in n for n in spec.root.notes)
+    assert spec.declared_mtp is not None and spec.declared_mtp.count == 1
     assert reconcile(spec, reference_index(spec).index, reference=True).balanced

@@ -72,7 +72,7 @@ def test_totals_equal_transformers_on_meta_with_the_bindings_head():
 
 def test_the_published_file_builds_the_layout_the_reference_derives():
     """33 sliding (window 512) and 12 global layers, dense layers 0-2 of width 11,264, 288 experts; sliding layers
-    keep 64 heads and nothing is clamped, since the file sets neither; the MTP layers are noted, not built."""
+    keep 64 heads and nothing is clamped, since the file sets neither; the MTP layers are counted apart (declared_mtp), not in the tree."""
     spec = spec_of()
     model = build_reference_model(spec)
     windows = [layer.self_attn.sliding_window for layer in model.model.layers]
@@ -83,7 +83,7 @@ def test_the_published_file_builds_the_layout_the_reference_derives():
     assert blocks["sliding"].child("attn").options.heads == 64 == model.model.layers[1].self_attn.num_heads
     assert all(c.program not in ("activated_clamp_mlp", "activated_clamp_experts") for b in blocks.values()
                for c in _walk(b))
-    assert any("not described or counted" in n for n in spec.root.notes)
+    assert not any("multi-token" in n for n in spec.root.notes) and spec.declared_mtp is not None
     recorded = load_model_content(ROOT / "content/models" / SLUG).checkpoint.config_defaulted
     assert {"num_sliding_attention_heads", "attention_other_setting", "swiglu_limits",
             "swiglu_limits_shared"} <= set(recorded)
@@ -301,3 +301,48 @@ def test_a_family_that_reads_no_fp8_block_refuses_such_a_variant(tmp_path):
         variant_spec(gpt2, v)
     llama4 = load_model_spec(load_model_content(ROOT / "content/models/llama-4-scout-17b-16e"))
     assert variant_spec(llama4, replace(v, slug="scout-fp8")).root != llama4.root  # a family that reads it
+
+
+def _mtp_reference_layers(layer_types: list[str]) -> int:
+    """Parameters of the MTP layers transformers' generic MtpModel builds from Step3p7TextConfig on meta (the shared
+    embedding and head left out), with the published layer_types padded by the MTP layers' entries given."""
+    import torch
+    from transformers import Step3p7TextConfig
+    from transformers.modeling_layers import MtpModel
+    from transformers.models.step3p7.modeling_step3p7 import Step3p7TextModel
+
+    raw = {k: v for k, v in published().items() if k not in ("architectures", "model_type", "quantization_config")}
+    config = Step3p7TextConfig(**{**raw, "layer_types": layer_types})
+    with torch.device("meta"):
+        main = Step3p7TextModel(config)
+        main.get_decoder = lambda: main  # MtpModel asks a causal LM for its decoder and head
+        main.lm_head = torch.nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+        mtp = MtpModel(main, config.num_nextn_predict_layers)
+    assert list(config.mtp_mlp_layer_types) == [k[1] for k in family_module.mtp_kinds(spec_of().config)]
+    return sum(p.numel() for n, p in mtp.named_parameters() if n.startswith("layers."))
+
+
+def _mtp_counted(spec: ModelSpec) -> int:
+    return account(spec).declared_mtp
+
+
+def test_the_mtp_layers_equal_transformers_mtp_model_on_meta():
+    """The three declared MTP layers (enorm, hnorm, eh_proj, a sliding dense decoder layer, a post-norm each) hold
+    what transformers' MtpModel builds for them: 3 × 247,746,816."""
+    spec = spec_of()
+    kinds = family_module.mtp_kinds(spec.config)
+    assert [k[:2] for k in kinds] == [(family_module.SLIDING, family_module.DENSE)] * 3
+    reference = _mtp_reference_layers([*published()["layer_types"], *(k[0] for k in kinds)])
+    assert reference == 3 * 247_746_816 == _mtp_counted(spec)
+    assert spec.declared_mtp is not None and spec.declared_mtp.count == 3
+
+
+def test_mtp_layers_of_the_wrong_kind_fail(monkeypatch):
+    """A module built with a mixture of experts (the main layers' kind) instead of the dense MLP the config derives
+    does not hold what MtpModel builds."""
+    spec = spec_of()
+    wrong = tuple((family_module.SLIDING, family_module.SPARSE, None, None) for _ in range(3))
+    monkeypatch.setattr(family_module, "mtp_kinds", lambda c: wrong)
+    mtp = FAMILY.declared_mtp(spec.config, FAMILY.values(spec.config))
+    assert mtp is not None
+    assert _mtp_counted(replace(spec, declared_mtp=mtp)) != 3 * 247_746_816

@@ -11,7 +11,8 @@ rotary and a sigmoid router with a correction bias beside the gate, but
 
 transformers registers no "minimax_m3" config: its MiniMaxM3VLTextConfig (the text config of minimax_m3_vl) reads the
 published flat file, turning sparse_attention_config and moe_layer_freq into its per-layer lists; the published
-multi-token-prediction modules (num_mtp_modules) are not built by MiniMaxM3VLForCausalLM.
+multi-token-prediction modules (num_mtp_modules) are not built by MiniMaxM3VLForCausalLM: they are counted from the
+config (`declared_mtp`) on an assumed DeepSeek-V3 layout, apart from the main model, and never run.
 
 References: the MiniMax-M3 model card (MiniMaxAI/MiniMax-M3); transformers' models/minimax_m3_vl/modeling_minimax_m3_vl.py
 and configuration_minimax_m3_vl.py (the reference binding, and its conversion mapping for the checkpoint's names).
@@ -45,8 +46,9 @@ from explorer.model.families.block_fp8 import (
     fp8_problems,
     keep_named_modules_dense,
 )
+from explorer.model.families.declared_mtp import declared_mtp, mtp_norm, mtp_projection
 from explorer.model.families.minimax_m2 import BUFFER_NOTE, MiniMaxM2
-from explorer.spec.types import Component, Dim
+from explorer.spec.types import Component, DeclaredMTP, Dim
 
 REFERENCE = Reference("models/minimax_m3_vl/modeling_minimax_m3_vl.py", "MiniMaxM3VL")
 SPARSE_LAYER, FULL_LAYER = "minimax_m3_sparse", "full_attention"
@@ -326,12 +328,31 @@ class MiniMaxM3(MiniMaxM2):
         root = model_root(ctx, children, code="MiniMaxM3VLForCausalLM(config)", layers=L, citations=cite,
                           description=f"Token embedding, {L} decoder layers ({n_sparse} block-sparse), a final "
                                       "RMSNorm and an untied LM head.")
-        if c.num_mtp_modules:
-            root = replace(root, notes=(f"The config declares {c.num_mtp_modules} multi-token-prediction modules; "
-                                        "they are not described: MiniMaxM3VLForCausalLM does not build them (it "
-                                        "ignores mtp.* tensors on load) and no tensor listing of the checkpoint is "
-                                        "recorded here.",))
         return keep_named_modules_dense(root, c.quantization_config, dtype, reference_module, "minimax_m3 config")
+
+    def declared_mtp(self, c: Any, values: dict[str, int | float]) -> DeclaredMTP | None:
+        """num_mtp_modules modules on DeepSeek-V3's MTP layout, each one decoder layer of the kind the per-layer lists
+        give the last main layer (past the dense prefix: sparse attention and a mixture of experts)."""
+        ctx = Ctx(values, LABELS, REFERENCE, stored_dtype(c.torch_dtype), fp8_block_storage(c.quantization_config))
+        L, eps = c.num_hidden_layers, c.rms_norm_eps
+        pair = (attention_kinds(c)[-1], mlp_kinds(c)[-1])
+        parts = (mtp_norm(ctx, "enorm", "Embedding RMSNorm", "mtp.enorm.weight", eps, "1+w"),
+                 mtp_norm(ctx, "hnorm", "Hidden-state RMSNorm", "mtp.hnorm.weight", eps, "1+w"),
+                 mtp_projection(ctx, "eh_proj", "Combining projection", "mtp.eh_proj.weight", 2),
+                 self.m3_block(ctx, c, pair, (L,)),
+                 mtp_norm(ctx, "head_norm", "MTP head RMSNorm", "mtp.shared_head.norm.weight", eps, "1+w"))
+        layer = (f"{'MiniMax sparse' if pair[0] == SPARSE_LAYER else 'full'} attention and "
+                 f"{'a mixture of experts' if pair[1] == MOE_LAYER else 'a dense MLP'}")
+        return declared_mtp("num_mtp_modules", c.num_mtp_modules, parts, (
+            f"The config declares {c.num_mtp_modules} multi-token-prediction modules (num_mtp_modules; it also gives "
+            f"num_nextn_predict_layers {c.num_nextn_predict_layers}). MiniMaxM3VLForCausalLM builds none (it ignores "
+            "mtp.* tensors on load) and no file recorded here gives their layout or lists the checkpoint's tensors, "
+            "so they are counted on an assumed layout, DeepSeek-V3's MTP module as for MiniMax-M2: an RMSNorm each "
+            "for the next token's embedding and the hidden state, a bias-free projection of the two concatenated "
+            "back to hidden_size, one decoder layer of the kind the per-layer lists give the last main layer "
+            f"({layer}, as DeepSeek-V3's MTP layer is of its main layers' kind past the dense prefix) and a head "
+            "RMSNorm, every norm scaled by 1 + γ as the main model's; the embedding and LM head are shared with the "
+            "main model. The main model's figure is given beside the total."))
 
     def m3_block(self, ctx: Ctx, c: Any, pair: tuple[str, str], indices: tuple[int, ...]) -> Component:
         att_kind, mlp_kind = pair

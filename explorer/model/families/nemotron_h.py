@@ -3,7 +3,8 @@ letters of hybrid_override_pattern, Mamba-2 mixers (M), grouped-query attention 
 mixtures of squared-ReLU experts under a sigmoid router with a correction bias (E), or squared-ReLU MLPs (-). Every
 layer is one pre-norm residual branch; only the attention layers keep a cache that grows with the context. Where
 moe_latent_size is set (Super, Ultra), the routed experts run in that latent width (latent_moe.py). The MTP modules
-a config declares are not built by transformers and are noted, not described.
+a config declares are not built by transformers: they are counted from the config (`declared_mtp`) with this family's
+own layer builders, apart from the main model, and never run.
 
 References: "Nemotron-H: A Family of Accurate and Efficient Hybrid Mamba-Transformer Models" (arXiv:2504.03624);
 "Nemotron 3 Nano: Open, Efficient Mixture-of-Experts Hybrid Mamba-Transformer Model for Agentic Reasoning"
@@ -53,8 +54,9 @@ from explorer.model.families.block_fp8 import (
     keep_named_modules_dense,
     names_module,
 )
+from explorer.model.families.declared_mtp import declared_mtp, mtp_norm, mtp_projection
 from explorer.spec.results import FREE_SIZES
-from explorer.spec.types import Component, Dim, ModelSpec, Port, Shape
+from explorer.spec.types import Component, DeclaredMTP, Dim, ModelSpec, Port, Shape
 
 REFERENCE = Reference("models/nemotron_h/modeling_nemotron_h.py", "NemotronH")
 LABELS = {**DIM_LABELS, "moe_shared_expert_intermediate_size": "d_shared", "mamba_num_heads": "ssm_heads",
@@ -211,15 +213,18 @@ DEFAULT_MTP_TYPES = ("full_attention", "moe")
 """NemotronHConfig's mtp_layers_block_type where the config gives neither it nor mtp_hybrid_override_pattern."""
 
 
-def mtp_kinds(c: NemotronHHyperparameters) -> tuple[str, ...]:
-    """The layer kinds of one MTP module, as nouns ("attention", "MoE"), spelled as NemotronHConfig reads them."""
+def mtp_layer_kinds(c: NemotronHHyperparameters) -> tuple[str, ...]:
+    """The layer kinds of one MTP module ("attention", "moe"), spelled as NemotronHConfig reads them."""
     if c.mtp_layers_block_type is not None:
-        kinds = [NEMOTRON_H_TYPES.get(LEGACY_TYPES.get(t, t), t) for t in c.mtp_layers_block_type]
-    elif c.mtp_hybrid_override_pattern is not None:
-        kinds = [NEMOTRON_H_LETTERS.get(letter, letter) for letter in c.mtp_hybrid_override_pattern]
-    else:
-        kinds = [NEMOTRON_H_TYPES[t] for t in DEFAULT_MTP_TYPES]
-    return tuple(KIND_TITLES[k][1] if k in KIND_TITLES else k for k in kinds)
+        return tuple(NEMOTRON_H_TYPES.get(LEGACY_TYPES.get(t, t), t) for t in c.mtp_layers_block_type)
+    if c.mtp_hybrid_override_pattern is not None:
+        return tuple(NEMOTRON_H_LETTERS.get(letter, letter) for letter in c.mtp_hybrid_override_pattern)
+    return tuple(NEMOTRON_H_TYPES[t] for t in DEFAULT_MTP_TYPES)
+
+
+def mtp_kinds(c: NemotronHHyperparameters) -> tuple[str, ...]:
+    """The same as nouns ("attention", "MoE")."""
+    return tuple(KIND_TITLES[k][1] if k in KIND_TITLES else k for k in mtp_layer_kinds(c))
 
 
 MTP_KINDS = frozenset(NEMOTRON_H_TYPES) | frozenset(LEGACY_TYPES)
@@ -326,14 +331,36 @@ class NemotronH(Family):
                                       "untied LM head.")
         root = keep_named_modules_dense(root, c.quantization_config, stored_dtype(c.torch_dtype),
                                         self.reference_module, f"{self.name} config")
+        return root
+
+    def declared_mtp(self, c: NemotronHHyperparameters, values: dict[str, int | float]) -> DeclaredMTP | None:
+        """num_nextn_predict_layers modules, each the layers mtp_layer_kinds lists (this family's own blocks) between
+        enorm, hnorm and eh_proj before them and a final RMSNorm after."""
         if not c.num_nextn_predict_layers:
-            return root
-        return replace(root, notes=root.notes + (
-            f"The config declares {c.num_nextn_predict_layers} multi-token-prediction module"
-            f"{'s' if c.num_nextn_predict_layers > 1 else ''} (num_nextn_predict_layers; layers "
-            f"{', '.join(mtp_kinds(c))}); transformers does not build them (NemotronHPreTrainedModel ignores "
-            "the checkpoint's mtp.* tensors when loading) and no tensor listing of the checkpoint is recorded "
-            "here, so they are not described or counted.",))
+            return None
+        ctx = Ctx(values, LABELS, REFERENCE, stored_dtype(c.torch_dtype), fp8_block_storage(c.quantization_config))
+        L, eps, kinds = len(pattern_of(c)), c.layer_norm_epsilon, mtp_layer_kinds(c)
+        at: dict[str, list[int]] = {}
+        for i, kind in enumerate(kinds):
+            at.setdefault(kind, []).append(L + i)
+        blocks = tuple(self.block(ctx, c, kind, tuple(ix)) for kind, ix in at.items())
+        parts = (mtp_norm(ctx, "enorm", "Embedding RMSNorm", "mtp.layers.0.enorm.weight", eps),
+                 mtp_norm(ctx, "hnorm", "Hidden-state RMSNorm", "mtp.layers.0.hnorm.weight", eps),
+                 mtp_projection(ctx, "eh_proj", "Combining projection", "mtp.layers.0.eh_proj.weight", 2),
+                 *blocks,
+                 mtp_norm(ctx, "final_norm", "MTP final RMSNorm", f"mtp.layers.{len(kinds) - 1}.final_layernorm.weight",
+                          eps))
+        n = c.num_nextn_predict_layers
+        return declared_mtp("num_nextn_predict_layers", n, parts, (
+            f"The config declares {n} multi-token-prediction module{'s' if n > 1 else ''} (num_nextn_predict_layers) "
+            f"of the layers its MTP pattern lists ({', '.join(mtp_kinds(c))}). "
+            "transformers builds none (NemotronHPreTrainedModel ignores the checkpoint's mtp.* tensors on load) and "
+            "its source gives no layout, so one is assumed: that of vLLM's NemotronH MTP draft model (not recorded "
+            "here), each listed layer one of this family's own pre-norm layers, the first preceded by an RMSNorm "
+            "each for the next token's embedding and the hidden state (enorm, hnorm) and a bias-free eh_proj of the "
+            "two concatenated back to hidden_size, the last followed by a final RMSNorm, the embedding and LM head "
+            "shared with the main model. No tensor listing of the checkpoint is recorded, so the layout is not "
+            "checked against the release."))
 
     def block(self, ctx: Ctx, c: NemotronHHyperparameters, kind: str, indices: tuple[int, ...]) -> Component:
         """One layer kind: RMSNorm, then that kind's mixer, added to the residual stream; over `indices`."""

@@ -18,7 +18,8 @@ Step3p7TextModel with a separate, untied lm_head (Step3p7ForConditionalGeneratio
 keys first_k_dense_replace, num_experts, n_shared_experts, scoring_func and use_moe_router_bias are published but
 not read: the reference derives the dense prefix, the expert count (n_routed_experts), one shared expert, sigmoid
 scores and the correction bias on its own, so `check` refuses a config whose published keys say otherwise. The
-multi-token-prediction layers (num_nextn_predict_layers) are not built by Step3p7TextModel: noted, not counted.
+multi-token-prediction layers (num_nextn_predict_layers) are not built by Step3p7TextModel: they are counted from
+the config (`declared_mtp`) on the layout of transformers' generic MtpModel, apart from the main model, never run.
 
 References: transformers' models/step3p7/modeling_step3p7.py and configuration_step3p7.py (the reference binding and
 its defaults); "Gated Attention for Large Language Models" (arXiv:2505.06708) for the head gate.
@@ -62,8 +63,9 @@ from explorer.model.families.block_fp8 import (
     fp8_problems,
     keep_named_modules_dense,
 )
+from explorer.model.families.declared_mtp import declared_mtp, mtp_norm, mtp_projection
 from explorer.model.families.minimax_m2 import BUFFER_NOTE
-from explorer.spec.types import Component, Dim
+from explorer.spec.types import Component, DeclaredMTP, Dim
 
 REFERENCE = Reference("models/step3p7/modeling_step3p7.py", "Step3p7")
 FULL, SLIDING = "full_attention", "sliding_attention"
@@ -212,6 +214,33 @@ def layer_kinds(c: Any) -> tuple[Kind, ...]:
     return tuple(zip(layer_types(c), mlp_types(c), limits(c.swiglu_limits, c), limits(c.swiglu_limits_shared, c)))
 
 
+def _continued(kinds: tuple[str, ...], n: int) -> tuple[str, ...]:
+    """n entries past a per-layer list, continuing its shortest repeating period (a list trimmed of its MTP pad)."""
+    period = next(p for p in range(1, len(kinds) + 1) if all(kinds[i] == kinds[i - p] for i in range(p, len(kinds))))
+    out = list(kinds)
+    for _ in range(n):
+        out.append(out[len(out) - period])
+    return tuple(out[len(kinds):])
+
+
+def mtp_kinds(c: Any) -> tuple[Kind, ...]:
+    """The MTP layers' kinds as Step3p7TextConfig splits them off (mtp_layer_types, mtp_mlp_layer_types): the
+    padded lists' trailing entries; a layer_types trimmed to num_hidden_layers continued by its period; an MLP type
+    derived over the padded range where mlp_layer_types is absent (moe_layers_enum's indices, else sparse only from
+    the fourth main layer to the last, so dense), else the last main layer's. No clamp: the MtpModel's config
+    keeps the main layers' limit lists, which say nothing of these layers' own."""
+    L, n = c.num_hidden_layers, c.num_nextn_predict_layers
+    padded = L + n
+    att = (tuple(c.layer_types[L:]) if c.layer_types is not None and len(c.layer_types) == padded
+           else _continued(layer_types(c), n))
+    if c.mlp_layer_types is not None:
+        mlp = tuple(c.mlp_layer_types[L:]) if len(c.mlp_layer_types) == padded else (c.mlp_layer_types[-1],) * n
+    else:
+        sparse = set(range(3, L)) if c.moe_layers_enum is None else _enum_indices(c)
+        mlp = tuple(SPARSE if i in sparse else DENSE for i in range(L, padded))
+    return tuple((a, m, None, None) for a, m in zip(att, mlp))
+
+
 def block_keys(kinds: tuple[Kind, ...]) -> dict[Kind, tuple[str, str, str]]:
     """Each kind's block key, title and count words: the (layer type, MLP type) pair's, numbered where clamps
     split it."""
@@ -265,6 +294,8 @@ class Step3p7(Family):
             *((v is None or len(v) in padded, n, f"must list num_hidden_layers ({L}) entries, or that many plus "
                f"num_nextn_predict_layers ({c.num_nextn_predict_layers}), got {len(v or ())}") for n, v in lists),
             (theta is None or len(theta) in padded, "rope_theta", f"must be one number or {L} (or {padded[1]})"),
+            (len(set(mtp_kinds(c))) <= 1, "num_nextn_predict_layers",
+             "the multi-token-prediction layers must share one kind: one module is counted that many times"),
             (set(kinds) <= {FULL, SLIDING}, "layer_types", "entries must be full_attention or sliding_attention"),
             (set(mlps) <= {DENSE, SPARSE}, "mlp_layer_types", "entries must be dense or sparse"),
             (all(0 <= i < L for i in _enum_indices(c)), "moe_layers_enum", f"indices must lie in 0..{L - 1}"),
@@ -337,11 +368,35 @@ class Step3p7(Family):
                  "checkpoint's own names on load: moe.gate_proj and moe.up_proj (each stacked over the experts) "
                  "concatenated into mlp.experts.gate_up_proj, moe.down_proj into mlp.experts.down_proj, "
                  "moe.router_bias into mlp.gate.e_score_correction_bias and share_expert into mlp.shared_experts.")
-        if c.num_nextn_predict_layers:
-            notes += (f"The checkpoint's {c.num_nextn_predict_layers} multi-token-prediction layers (layers "
-                      f"{c.num_hidden_layers}–{c.num_hidden_layers + c.num_nextn_predict_layers - 1}) are not "
-                      "described or counted: Step3p7TextModel does not build them and ignores their tensors on load.",)
         return notes
+
+    def declared_mtp(self, c: Any, values: dict[str, int | float]) -> DeclaredMTP | None:
+        """num_nextn_predict_layers modules as transformers' MtpModel builds them from Step3p7Config.get_mtp_config():
+        enorm, hnorm, eh_proj, one decoder layer of the kind mtp_kinds gives and a post-norm."""
+        kinds = mtp_kinds(c)
+        if not kinds:
+            return None
+        ctx = Ctx(values, LABELS, REFERENCE, stored_dtype(c.torch_dtype), fp8_block_storage(c.quantization_config))
+        L, eps, kind = c.num_hidden_layers, c.rms_norm_eps, kinds[0]
+        p = f"model.layers.{L}."
+        parts = (mtp_norm(ctx, "enorm", "Embedding RMSNorm", p + "enorm.weight", eps, "1+w"),
+                 mtp_norm(ctx, "hnorm", "Hidden-state RMSNorm", p + "hnorm.weight", eps, "1+w"),
+                 mtp_projection(ctx, "eh_proj", "Combining projection", p + "eh_proj.weight", 2),
+                 self.block(ctx, c, kind, block_keys((kind,))[kind], (L,)),
+                 mtp_norm(ctx, "post_norm", "MTP head RMSNorm", p + "shared_head.norm.weight", eps, "1+w"))
+        given = c.layer_types is not None and len(c.layer_types) == L + len(kinds)
+        att = ("layer_types' trailing entries" if given else
+               f"layer_types, which this file trims to {L} entries, continued by its period (assumed)")
+        return declared_mtp("num_nextn_predict_layers", len(kinds), parts, (
+            f"The checkpoint appends {len(kinds)} multi-token-prediction layers as model.layers.{L}–"
+            f"{L + len(kinds) - 1} (Step3p7TextModel ignores those keys on load). transformers 5.23 builds them only in "
+            "its generic MtpModel (modeling_layers.py, for generate(use_mtp=True)), whose MtpLayer holds an RMSNorm "
+            "each for the next token's embedding and the hidden state (enorm, hnorm), a bias-free eh_proj from the "
+            "two concatenated back to hidden_size, one Step3p7DecoderLayer and a post-norm (the checkpoint's "
+            "shared_head.norm), the embedding and LM head shared with the main model. Each layer is counted here on "
+            f"that layout with this family's own block builder: {KEYS[kind[:2]][2]} (attention from {att}; the MLP "
+            "type as Step3p7TextConfig derives it over the padded range). No tensor listing of the checkpoint is "
+            "recorded, so the layout is not checked against the release."))
 
     def block(self, ctx: Ctx, c: Any, kind: Kind, key_title: tuple[str, str, str],
               indices: tuple[int, ...]) -> Component:
