@@ -38,6 +38,7 @@ from explorer.model.families.qwen3_moe import FAMILY as QWEN3_MOE
 from explorer.model.families.qwen3_next import FAMILY as QWEN3_NEXT
 from explorer.model.families.qwen3_vl import FAMILY as QWEN3_VL
 from explorer.model.families.qwen3_vl_moe import FAMILY as QWEN3_VL_MOE
+from explorer.model.families.smollm3 import FAMILY as SMOLLM3
 from explorer.model.families.step3p7 import FAMILY as STEP3P7
 from explorer.spec.storage import DTYPE_BYTES, Dense, GGUFQuant, Storage, ggml_blocks
 from explorer.spec.types import Component, ModelSpec
@@ -46,7 +47,7 @@ FAMILIES: dict[str, Family] = {f.name: f for f in (DEEPSEEK_V3, LLAMA, QWEN3, GP
                                                     QWEN3_MOE, GPT_OSS, DEEPSEEK_V32, GLM_MOE_DSA, KIMI_K25,
                                                     MINIMAX_M2, MIMO_V2_FLASH, LLAMA4, GEMMA4, DEEPSEEK_V4, NEMOTRON_H,
                                                     QWEN3_5, QWEN3_5_MOE, KIMI_LINEAR, GLM4_MOE, GLM4_MOE_LITE, OLMO2, PHI3, QWEN3_NEXT,
-                                                    STEP3P7, MINIMAX_M3, QWEN3_VL, QWEN3_VL_MOE)}
+                                                    STEP3P7, MINIMAX_M3, QWEN3_VL, QWEN3_VL_MOE, SMOLLM3)}
 """Family name (content's model.family) -> family."""
 
 

@@ -149,14 +149,14 @@ class Llama(Family):
         dtype = stored_dtype(self.text_dtype(t))
         ctx = Ctx(values, self.labels, self.ref, dtype, fp8_block_storage(c.quantization_config))
         L = t.num_hidden_layers
-        block = self.block(ctx, t, tuple(range(L)))
+        kinds, stack_words = self.decoder_blocks(ctx, t)
         tied = p + "embed_tokens.weight" if self.tied(c) else ""
         x = Port(r"x_{L}", ctx.tokens("hidden_size"), "x")
         children = (
             embedding(ctx, "embed", "Token embedding", weight=p + "embed_tokens.weight",
                       citations=(self.ref.cite("The model embeds token ids, runs the decoder layers and a final "
                                                "RMSNorm.", "Model.__init__"),)),
-            self.blocks(ctx, c, (block,), f"{L} identical decoder layers."),
+            self.blocks(ctx, c, kinds, stack_words),
             rmsnorm(ctx, "norm", "Final RMSNorm", weight=p + "norm.weight", ranges=(), size="hidden_size", x=x,
                     y=Port(r"\hat x", x.shape, "x_hat"), code="self.norm(hidden_states)", eps=t.rms_norm_eps),
             head(ctx, "lm_head", "LM head", weight="lm_head.weight", tied_to=tied,
@@ -173,6 +173,12 @@ class Llama(Family):
 
     labels: ClassVar[dict[str, str]] = DIM_LABELS
     """Short names of the sizes in shapes."""
+
+    def decoder_blocks(self, ctx: Ctx, t: Any) -> tuple[tuple[Component, ...], str]:
+        """The block kinds in order of their first layer, and the stack's description: one kind here (a family
+        whose layers differ, as SmolLM3's NoPE layers do, overrides it)."""
+        L = t.num_hidden_layers
+        return (self.block(ctx, t, tuple(range(L))),), f"{L} identical decoder layers."
 
     def blocks(self, ctx: Ctx, c: Any, blocks: tuple[Component, ...], description: str) -> Component:
         """The decoder layers in order (a family whose layers take more than the residual stream overrides it)."""
