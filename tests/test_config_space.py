@@ -33,7 +33,7 @@ BASE = {"llama": "llama-3.1-8b", "qwen3": "qwen3-8b", "gpt2": "gpt2", "gemma3_te
         "llama4": "llama-4-scout-17b-16e", "gemma4": "gemma-4-26b-a4b", "qwen3_5": "qwen3.5-27b",
         "qwen3_5_moe": "qwen3.5-35b-a3b", "nemotron_h": "nemotron-3-nano-30b-a3b", "deepseek_v4": "deepseek-v4-flash",
         "step3p7": "step-3.7-flash", "minimax_m3": "minimax-m3", "qwen3_vl": "qwen3-vl-8b",
-        "qwen3_vl_moe": "qwen3-vl-30b-a3b"}
+        "qwen3_vl_moe": "qwen3-vl-30b-a3b", "smollm3": "smollm3-3b"}
 """The site model whose tiny config each family's draws start from."""
 
 
@@ -176,6 +176,18 @@ def step_layers(r: random.Random, t: dict[str, Any]) -> None:
              num_experts=t["n_routed_experts"])
 
 
+def smollm3_layers(r: random.Random, t: dict[str, Any]) -> None:
+    """SmolLM3's heads (no head_dim key: the width per head is hidden_size / heads) and its RoPE/NoPE pattern, as a
+    published list or derived from the interval."""
+    t.pop("head_dim", None)
+    t["hidden_size"] = t["num_attention_heads"] * r.choice([8, 16])
+    n = t["num_hidden_layers"]
+    if r.random() < 0.5:
+        t.update(no_rope_layers=[r.choice((0, 1)) for _ in range(n)])
+    else:
+        t.update(no_rope_layers=None, no_rope_layer_interval=r.randint(1, 4))
+
+
 def v4_layers(r: random.Random, t: dict[str, Any]) -> None:
     """DeepSeek-V4's per-layer compression ratios (window only, 4 or 128) and hash-routed first layers."""
     n = t["num_hidden_layers"]
@@ -246,6 +258,7 @@ SPACE: dict[str, tuple[Draw, ...]] = {
     "minimax_m3": (depth(), gqa, experts("num_local_experts", "num_experts_per_tok", "intermediate_size"), m3_layers),
     "qwen3_vl": (depth(), gqa, mlp, mrope_sections),
     "qwen3_vl_moe": (depth(), gqa, experts("num_experts", "num_experts_per_tok"), mrope_sections),
+    "smollm3": (depth(), gqa, mlp, tied, smollm3_layers),
 }
 """Per family, the draws applied in order (the depth first: per-layer lists follow it). Families beside a text
 config (Qwen3.5, Llama 4) draw inside text_config."""

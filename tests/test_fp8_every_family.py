@@ -104,6 +104,7 @@ EXCLUDING = {
     "nemotron_h": ["lm_head", r"model\.layers\.\d+\.mixer\.experts"],
     "qwen3_5": [r"model\.visual", "lm_head", r"model\.language_model\.layers\.\d+\.linear_attn"],
     "qwen3": [r"model\.layers\.\d+\.self_attn", "lm_head"],
+    "smollm3": [r"model\.layers\.\d+\.self_attn", "lm_head"],
     "qwen3_5_moe": [r"model\.visual", "lm_head", "shared_expert_gate"],
     "qwen3_next": ["lm_head", r"model\.layers\.\d+\.linear_attn", "shared_expert_gate"],
     "qwen3_moe": [r"model\.layers\.\d+\.self_attn", "lm_head"],

@@ -104,6 +104,14 @@ class SmolLM3(Llama):
             (not c.attention_bias, "attention_bias", "must be false: biased projections are not in this family"),
         ])
 
+    def defaulted_value(self, c: Any, key: str) -> Any:
+        """no_rope_layers and layer_types as SmolLM3Config derives them when absent."""
+        if key == "no_rope_layers" and c.no_rope_layers is None:
+            return [int(r) for r in rotates(c)]
+        if key == "layer_types" and c.layer_types is None:  # full attention on every layer without a window
+            return ["full_attention"] * c.num_hidden_layers
+        return super().defaulted_value(c, key)
+
     def decoder_blocks(self, ctx: Ctx, t: Any) -> tuple[tuple[Component, ...], str]:
         """A RoPE block kind (Llama's) and a NoPE block kind, in order of their first layers."""
         blocks = tuple(self.block(ctx, t, ix) if r else self.nope_block(ctx, t, ix) for r, ix in kinds(t).items())
