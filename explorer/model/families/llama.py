@@ -18,6 +18,7 @@ from explorer.model.components.blocks import block_ports, decoder_block, model_r
 from explorer.model.components.embedding import embedding, head
 from explorer.model.components.mlp import gated_mlp
 from explorer.model.components.norms import rmsnorm
+from explorer.model.components.rope import Pairing
 from explorer.model.families.base import (
     DIM_LABELS,
     Family,
@@ -78,6 +79,9 @@ class Llama(Family):
     symbols: ClassVar[tuple[str, ...]] = ("vocab_size", "hidden_size", "intermediate_size", "num_attention_heads", "num_key_value_heads",
                "head_dim")
     qk_norm: ClassVar[bool] = False
+    rope_pairing: ClassVar[Pairing] = "half"
+    """Which features rotate together: the two halves of a head ("half"), or adjacent pairs ("interleaved", as
+    ERNIE 4.5 rotates them)."""
     width_in_heads: ClassVar[bool] = True
     """LlamaConfig refuses a width that is no multiple of the head count even where head_dim is given (its
     validate_architecture); Qwen3Config has no such rule."""
@@ -191,7 +195,7 @@ class Llama(Family):
         eps, v = c.rms_norm_eps, self.text_values(c)
         heads, kv = int(v["num_attention_heads"]), int(v["num_key_value_heads"])
         attn = attention(ctx, prefix=p + "self_attn.", ranges=ranges, x=x_attn,
-                         rope_options=rope_options(c.rope_theta, int(v["head_dim"]), c.rope_scaling, "half",
+                         rope_options=rope_options(c.rope_theta, int(v["head_dim"]), c.rope_scaling, self.rope_pairing,
                                                    c.max_position_embeddings),
                          scores_options=ScoresOptions(heads, kv, int(v["head_dim"]) ** -0.5),
                          bias=c.attention_bias, o_bias=c.attention_bias, qk_norm_eps=eps if self.qk_norm else None,
@@ -200,11 +204,7 @@ class Llama(Family):
                                                   "each key/value head over its group and attends.", "Attention"),
                                     self.ref.cite("repeat_kv shares each key/value head with num_key_value_groups "
                                                   "query heads.", "repeat_kv", prefixed=False)))
-        mlp = gated_mlp(ctx, "mlp", "SwiGLU MLP", "SwiGLU", prefix=p + "mlp.", ranges=ranges,
-                        d_ff=ctx.sym("intermediate_size"), ff_dim=ctx.dim("intermediate_size"), x=x_ffn, y=delta,
-                        description=f"A SwiGLU feed-forward network of width {c.intermediate_size:,}.",
-                        code=f"{self.ref.prefix}MLP(config)",
-                        citations=(self.ref.cite("The MLP is down(silu(gate x) ⊙ up x).", "MLP"),))
+        mlp = self.ffn(ctx, c, p + "mlp.", ranges, x_ffn, delta)
         return decoder_block(
             ctx, "block", "Transformer block", layer_indices=indices, kind="transformer",
             attn_norm=rmsnorm(ctx, "attn_norm", "Attention RMSNorm", weight=p + "input_layernorm.weight", ranges=ranges,
@@ -216,6 +216,15 @@ class Llama(Family):
             ffn=mlp, citations=(self.ref.cite("A block adds attention and the MLP, each after an RMSNorm, to the "
                                               "residual stream.", "DecoderLayer"),),
             description=f"{attn.title} and a SwiGLU MLP, each added to the residual stream; {layer_label(indices)}.")
+
+    def ffn(self, ctx: Ctx, c: Any, prefix: str, ranges: tuple, x: Port, y: Port) -> Component:
+        """The block's feed-forward network: a SwiGLU MLP of width intermediate_size (ERNIE 4.5's MoE layers run a
+        mixture of experts here)."""
+        return gated_mlp(ctx, "mlp", "SwiGLU MLP", "SwiGLU", prefix=prefix, ranges=ranges,
+                         d_ff=ctx.sym("intermediate_size"), ff_dim=ctx.dim("intermediate_size"), x=x, y=y,
+                         description=f"A SwiGLU feed-forward network of width {c.intermediate_size:,}.",
+                         code=f"{self.ref.prefix}MLP(config)",
+                         citations=(self.ref.cite("The MLP is down(silu(gate x) ⊙ up x).", "MLP"),))
 
     # ------------------------------------------------------------------------------------------ tiny, facts
 

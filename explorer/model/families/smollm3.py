@@ -21,7 +21,6 @@ from explorer.model.components import Ctx, Reference
 from explorer.model.components.attention import ScoresOptions
 from explorer.model.components.base import layer_label, layers
 from explorer.model.components.blocks import block_ports, decoder_block
-from explorer.model.components.mlp import gated_mlp
 from explorer.model.components.nope_attention import nope_attention
 from explorer.model.components.norms import rmsnorm
 from explorer.model.families.base import PublishedMetadata, ReferenceBinding, RopeScaling, rule_problems
@@ -126,11 +125,7 @@ class SmolLM3(Llama):
         x, x_attn, x_mid, x_ffn, _, delta = block_ports(ctx)
         eps, v = c.rms_norm_eps, self.text_values(c)
         attn = self.nope_attention(ctx, c, p + "self_attn.", ranges, x_attn, v)
-        mlp = gated_mlp(ctx, "mlp", "SwiGLU MLP", "SwiGLU", prefix=p + "mlp.", ranges=ranges,
-                        d_ff=ctx.sym("intermediate_size"), ff_dim=ctx.dim("intermediate_size"), x=x_ffn, y=delta,
-                        description=f"A SwiGLU feed-forward network of width {c.intermediate_size:,}.",
-                        code=f"{self.ref.prefix}MLP(config)",
-                        citations=(self.ref.cite("The MLP is down(silu(gate x) ⊙ up x).", "MLP"),))
+        mlp = self.ffn(ctx, c, p + "mlp.", ranges, x_ffn, delta)
         return decoder_block(
             ctx, "nope_block", "NoPE block", layer_indices=indices, kind="NoPE",
             attn_norm=rmsnorm(ctx, "attn_norm", "Attention RMSNorm", weight=p + "input_layernorm.weight", ranges=ranges,
