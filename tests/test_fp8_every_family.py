@@ -94,6 +94,7 @@ def predicted_fp8(spec) -> dict[str, tuple[int, ...]]:
 # ------------------------------------------------------------------------------------------------- the oracle
 
 EXCLUDING = {
+    "ernie4_5_moe": ["lm_head", r"model\.layers\.\d+\.mlp\.shared_experts"],
     "gemma3": [r"model\.vision_tower", "lm_head"],
     "gemma4": [r"model\.vision_tower", "lm_head", "router"],
     "glm4_moe": ["lm_head", r"model\.layers\.\d+\.mlp\.shared_experts"],
