@@ -84,9 +84,9 @@ QUANTIZED = {family: c.slug for family, c in originals().items()
              if "quantization_config" in c.config or "quantization_config" in (c.config.get("text_config") or {})}
 """Families whose first model publishes a quantization block (its own kind: FP8 blocks, MXFP4, compressed-tensors
 INT4, a GGUF mix): test_a_config_with_unknown_keys_adds_and_builds... adds and builds it as published."""
-FP8_FAMILIES = ("gemma3", "gemma4", "glm4_moe", "glm4_moe_lite", "glm_moe_dsa", "kimi_linear", "llama", "llama4",
+FP8_FAMILIES = ("ernie4_5_moe", "gemma3", "gemma4", "glm4_moe", "glm4_moe_lite", "glm_moe_dsa", "kimi_linear", "llama", "llama4",
                 "minimax_m3", "mixtral", "nemotron_h", "olmo2", "phi3", "qwen3", "qwen3_5", "qwen3_5_moe", "qwen3_moe",
-                "qwen3_next", "qwen3_vl", "qwen3_vl_moe", "step3p7")
+                "qwen3_next", "qwen3_vl", "qwen3_vl_moe", "smollm3", "step3p7")
 """Families that read a block-wise FP8 quantization_config although their first model publishes none (their stored
 layouts checked against transformers' FP8 quantizer in test_fp8_every_family.py)."""
 FP8_BLOCKS = {"nemotron_h": {**FP8_BLOCK, "modules_to_not_convert": ["lm_head", r"model\.layers\.\d+\.mixer\.experts"]}}

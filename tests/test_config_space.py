@@ -33,7 +33,8 @@ BASE = {"llama": "llama-3.1-8b", "qwen3": "qwen3-8b", "gpt2": "gpt2", "gemma3_te
         "llama4": "llama-4-scout-17b-16e", "gemma4": "gemma-4-26b-a4b", "qwen3_5": "qwen3.5-27b",
         "qwen3_5_moe": "qwen3.5-35b-a3b", "nemotron_h": "nemotron-3-nano-30b-a3b", "deepseek_v4": "deepseek-v4-flash",
         "step3p7": "step-3.7-flash", "minimax_m3": "minimax-m3", "qwen3_vl": "qwen3-vl-8b",
-        "qwen3_vl_moe": "qwen3-vl-30b-a3b"}
+        "qwen3_vl_moe": "qwen3-vl-30b-a3b", "smollm3": "smollm3-3b",
+        "ernie4_5_moe": "ernie-4.5-21b-a3b"}
 """The site model whose tiny config each family's draws start from."""
 
 
@@ -176,6 +177,30 @@ def step_layers(r: random.Random, t: dict[str, Any]) -> None:
              num_experts=t["n_routed_experts"])
 
 
+def smollm3_layers(r: random.Random, t: dict[str, Any]) -> None:
+    """SmolLM3's RoPE/NoPE pattern, as a published list or derived from the interval."""
+    n = t["num_hidden_layers"]
+    if r.random() < 0.5:
+        t.update(no_rope_layers=[r.choice((0, 1)) for _ in range(n)])
+    else:
+        t.update(no_rope_layers=None, no_rope_layer_interval=r.randint(1, 4))
+
+
+def derived_head_width(r: random.Random, t: dict[str, Any]) -> None:
+    """Heads as gqa draws them, without a head_dim key: the width per head is hidden_size / heads (SmolLM3Config
+    and Ernie4_5_MoeConfig have no head_dim)."""
+    t.pop("head_dim", None)
+    t["hidden_size"] = t["num_attention_heads"] * r.choice([8, 16])
+
+
+def ernie_layers(r: random.Random, t: dict[str, Any]) -> None:
+    """ERNIE 4.5's MoE layers (from a start index, every interval-th up to an end index, -1 the last) and its shared
+    experts (none, one or two)."""
+    n = t["num_hidden_layers"]
+    t.update(moe_layer_start_index=r.randint(0, n), moe_layer_interval=r.randint(1, 2),
+             moe_layer_end_index=r.choice([-1, r.randint(0, n - 1)]), moe_num_shared_experts=r.randint(0, 2))
+
+
 def v4_layers(r: random.Random, t: dict[str, Any]) -> None:
     """DeepSeek-V4's per-layer compression ratios (window only, 4 or 128) and hash-routed first layers."""
     n = t["num_hidden_layers"]
@@ -246,6 +271,8 @@ SPACE: dict[str, tuple[Draw, ...]] = {
     "minimax_m3": (depth(), gqa, experts("num_local_experts", "num_experts_per_tok", "intermediate_size"), m3_layers),
     "qwen3_vl": (depth(), gqa, mlp, mrope_sections),
     "qwen3_vl_moe": (depth(), gqa, experts("num_experts", "num_experts_per_tok"), mrope_sections),
+    "smollm3": (depth(), gqa, derived_head_width, mlp, tied, smollm3_layers),
+    "ernie4_5_moe": (depth(), gqa, derived_head_width, mlp, tied, experts("moe_num_experts", "moe_k"), ernie_layers),
 }
 """Per family, the draws applied in order (the depth first: per-layer lists follow it). Families beside a text
 config (Qwen3.5, Llama 4) draw inside text_config."""

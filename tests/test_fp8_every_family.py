@@ -94,6 +94,7 @@ def predicted_fp8(spec) -> dict[str, tuple[int, ...]]:
 # ------------------------------------------------------------------------------------------------- the oracle
 
 EXCLUDING = {
+    "ernie4_5_moe": ["lm_head", r"model\.layers\.\d+\.mlp\.shared_experts"],
     "gemma3": [r"model\.vision_tower", "lm_head"],
     "gemma4": [r"model\.vision_tower", "lm_head", "router"],
     "glm4_moe": ["lm_head", r"model\.layers\.\d+\.mlp\.shared_experts"],
@@ -104,6 +105,7 @@ EXCLUDING = {
     "nemotron_h": ["lm_head", r"model\.layers\.\d+\.mixer\.experts"],
     "qwen3_5": [r"model\.visual", "lm_head", r"model\.language_model\.layers\.\d+\.linear_attn"],
     "qwen3": [r"model\.layers\.\d+\.self_attn", "lm_head"],
+    "smollm3": [r"model\.layers\.\d+\.self_attn", "lm_head"],
     "qwen3_5_moe": [r"model\.visual", "lm_head", "shared_expert_gate"],
     "qwen3_next": ["lm_head", r"model\.layers\.\d+\.linear_attn", "shared_expert_gate"],
     "qwen3_moe": [r"model\.layers\.\d+\.self_attn", "lm_head"],

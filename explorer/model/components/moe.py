@@ -82,12 +82,13 @@ def scores(z: torch.Tensor, scoring: str) -> torch.Tensor:
 def router(ctx: Ctx, *, weight: str, ranges: tuple[IndexRange, ...], x: Port, o: RouterOptions, code: str,
            citations: tuple[Citation, ...], bias_name: str = "e_score_correction_bias",
            experts_sym: str = "n_routed_experts", bias_role: TensorRole = "parameter",
-           bias_module: str = "") -> Component:
+           bias_module: str = "", bias_groups: int = 0) -> Component:
     """Score every expert, select k per token, and weight the selected experts; `experts_sym` is the config key
     that counts the experts (num_local_experts in Mixtral and gpt-oss, num_experts in Qwen3-MoE); `bias_role`: the
     correction bias as a parameter, or as the persistent buffer the reference registers it as (not trained by
     gradient, stored beside the parameters); `bias_module`: the module holding the correction bias where it is not
-    the router's own (MiniMax-M2's MoE block)."""
+    the router's own (MiniMax-M2's MoE block); `bias_groups`: a leading axis of that many rows the reference stores
+    the bias with (ERNIE 4.5's [1, experts]; 0: none)."""
     if bias_module:
         o = replace(o, weight_name=weight.removeprefix(bias_module), correction_bias_name=bias_name)
     E, kk = o.experts, o.k
@@ -126,7 +127,8 @@ def router(ctx: Ctx, *, weight: str, ranges: tuple[IndexRange, ...], x: Port, o:
     if o.router_bias:
         tensors.append(ctx.tensor(prefix + "bias", ranges, (ctx.sym(experts_sym),)))
     if o.correction_bias:
-        tensors.append(TensorSpec((bias_module or prefix) + bias_name, (ctx.sym(experts_sym),), ranges,
+        shape = ((sympy.Integer(bias_groups),) if bias_groups else ()) + (ctx.sym(experts_sym),)
+        tensors.append(TensorSpec((bias_module or prefix) + bias_name, shape, ranges,
                                   storage=Dense("F32"), role=bias_role))
     return Component(
         key="router", title="Router", kind="learned", code=code, description=_describe(o), inputs=(x,),
@@ -162,7 +164,8 @@ def route(run: Run, o: RouterOptions, x: torch.Tensor) -> tuple[torch.Tensor, to
         gates = torch.zeros_like(z).scatter(-1, top.indices, F.softmax(top.values, dim=-1))
         return run.rec("gates", gates), top.indices
     s = run.rec("scores", scores(z, o.scoring))
-    choice = s + run.w(o.correction_bias_name) if o.correction_bias else s  # the bias steers selection only
+    # the bias steers selection only (stored [experts], or [1, experts]: one row, broadcast over the tokens)
+    choice = s + run.w(o.correction_bias_name).flatten() if o.correction_bias else s
     if o.n_group > 1:
         per_group = choice.view(*choice.shape[:-1], o.n_group, -1)
         group_scores = per_group.topk(2, dim=-1).values.sum(-1)
@@ -193,7 +196,7 @@ def routing_example(comp: Component, run: Run) -> RoutingExample:
                          o.scoring, "probability p = softmax(z) over all experts"),
                      rec["scores"][0, t]))
     if o.correction_bias:
-        rows.append(("correction bias b (selection only)", run.w(o.correction_bias_name)))
+        rows.append(("correction bias b (selection only)", run.w(o.correction_bias_name).flatten()))
     rows.append(("gate G (0 where not selected)", rec["gates"][0, t]))
     selected = tuple(int(i) for i in rec["select"][0, t].nonzero().flatten())
     return RoutingExample(f"batch 1, position {t + 1}", tuple((label, tuple(float(v) for v in values.float()))

@@ -1,13 +1,16 @@
 """Attention without positional encoding (NoPE): grouped-query attention whose queries and keys are not rotated,
-as in Nemotron-H's few attention layers, where the Mamba-2 layers' causal recurrence already tells positions apart.
+as in Nemotron-H's few attention layers, where the Mamba-2 layers' causal recurrence already tells positions apart,
+and in SmolLM3's every fourth layer, between rotary layers that do.
 
 References: "Transformer Language Models without Positional Encodings Still Learn Positional Information"
 (arXiv:2203.16634); Nemotron-H (arXiv:2504.03624); transformers' models/nemotron_h/modeling_nemotron_h.py
-(NemotronHAttention: q/k/v/o projections, no rotary embedding).
+(NemotronHAttention: q/k/v/o projections, no rotary embedding) and models/smollm3/modeling_smollm3.py
+(SmolLM3Attention with use_rope 0: the same projections, the rotary angles it is handed left unused).
 """
 
 from __future__ import annotations
 
+import inspect
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -41,8 +44,9 @@ from explorer.spec.types import Citation, Component, Dim, IndexRange, Port, Step
 
 
 def nope_attention(ctx: Ctx, *, prefix: str, ranges: tuple[IndexRange, ...], x: Port, y: Port, so: ScoresOptions,
-                   citations: tuple[Citation, ...]) -> Component:
-    """q, k, v projections, heads, causal softmax attention with KV groups, output projection; no rotary step."""
+                   citations: tuple[Citation, ...], order_from: str = "the Mamba-2 layers before it") -> Component:
+    """q, k, v projections, heads, causal softmax attention with KV groups, output projection; no rotary step.
+    order_from: what else, besides the causal mask, gives the layer's input its sense of order (for the notes)."""
     n, kvh, hd = so.heads, so.kv_heads, ctx.size("head_dim")
     H, Hkv, D = ctx.sym("num_attention_heads"), ctx.sym("num_key_value_heads"), ctx.sym("head_dim")
     heads, d_head = Dim("heads", n), Dim("d_head", hd)
@@ -75,20 +79,22 @@ def nope_attention(ctx: Ctx, *, prefix: str, ranges: tuple[IndexRange, ...], x: 
              *sc.steps, *first_steps(children, "o_proj"))
     return Component(
         key="attn", title="Grouped-query attention (no RoPE)", crumb="Attention", kind="learned",
-        code="NemotronHAttention(config, layer_idx)",
+        code=f"{ctx.reference.prefix}Attention(config, layer_idx)",
         description=f"{n} query heads of {hd} features attend causally over {kvh} key/value heads; queries and keys "
                     "carry no positional rotation.",
         inputs=(x, sc.inputs[3]), outputs=(y,),
         equations=headline_steps(steps),
         steps=steps, children=children, citations=citations, program="nope_attention",
         notes=("No rotary or absolute position enters this layer: order reaches it through the causal mask and "
-               "the Mamba-2 layers before it.", f"Each key/value head serves {so.groups} query heads."),
+               f"{order_from}.", f"Each key/value head serves {so.groups} query heads."),
     )
 
 
 @program("nope_attention", role="Attention", token_mixer=True, positions_from_child=True,
          mask_pattern=scores_mask)
-def run_nope_attention(comp: Component, run: Run, x: torch.Tensor, M: torch.Tensor) -> list[torch.Tensor]:
+def run_nope_attention(comp: Component, run: Run, x: torch.Tensor, *rest: torch.Tensor) -> list[torch.Tensor]:
+    """rest: the mask, or (in a block whose stack hands every layer its kind's angles, empty here) angles and mask."""
+    M = rest[-1]
     so = options(comp.child("scores"), ScoresOptions)
     b, T, _ = x.shape
     hd = comp.child("q_proj").outputs[0].shape.dims[-1].size // so.heads  # type: ignore[operator]
@@ -101,8 +107,10 @@ def run_nope_attention(comp: Component, run: Run, x: torch.Tensor, M: torch.Tens
 
 @reference_call("nope_attention")
 def call_nope_attention(comp: Component, ref, model, inputs, run: Run, ours: torch.Tensor):
-    x, M = inputs
-    out = ref(hidden_states=x, attention_mask=M[None, None])
+    x, M = inputs[0], inputs[-1]
+    # SmolLM3's attention takes the rotary angles on every layer and leaves them unused where use_rope is 0
+    takes_angles = "position_embeddings" in inspect.signature(ref.forward).parameters
+    out = ref(hidden_states=x, attention_mask=M[None, None], **({"position_embeddings": None} if takes_angles else {}))
     return ours, out[0], covered(given_mask(), NO_ROTARY)
 
 

@@ -12,6 +12,7 @@ from explorer.model.families.base import Family
 from explorer.model.families.deepseek_v3 import FAMILY as DEEPSEEK_V3
 from explorer.model.families.deepseek_v4 import FAMILY as DEEPSEEK_V4
 from explorer.model.families.deepseek_v32 import FAMILY as DEEPSEEK_V32
+from explorer.model.families.ernie4_5_moe import FAMILY as ERNIE4_5_MOE
 from explorer.model.families.gemma3 import FAMILY as GEMMA3
 from explorer.model.families.gemma3 import TEXT_FAMILY as GEMMA3_TEXT
 from explorer.model.families.gemma4 import FAMILY as GEMMA4
@@ -38,6 +39,7 @@ from explorer.model.families.qwen3_moe import FAMILY as QWEN3_MOE
 from explorer.model.families.qwen3_next import FAMILY as QWEN3_NEXT
 from explorer.model.families.qwen3_vl import FAMILY as QWEN3_VL
 from explorer.model.families.qwen3_vl_moe import FAMILY as QWEN3_VL_MOE
+from explorer.model.families.smollm3 import FAMILY as SMOLLM3
 from explorer.model.families.step3p7 import FAMILY as STEP3P7
 from explorer.spec.storage import DTYPE_BYTES, Dense, GGUFQuant, Storage, ggml_blocks
 from explorer.spec.types import Component, ModelSpec
@@ -46,7 +48,8 @@ FAMILIES: dict[str, Family] = {f.name: f for f in (DEEPSEEK_V3, LLAMA, QWEN3, GP
                                                     QWEN3_MOE, GPT_OSS, DEEPSEEK_V32, GLM_MOE_DSA, KIMI_K25,
                                                     MINIMAX_M2, MIMO_V2_FLASH, LLAMA4, GEMMA4, DEEPSEEK_V4, NEMOTRON_H,
                                                     QWEN3_5, QWEN3_5_MOE, KIMI_LINEAR, GLM4_MOE, GLM4_MOE_LITE, OLMO2, PHI3, QWEN3_NEXT,
-                                                    STEP3P7, MINIMAX_M3, QWEN3_VL, QWEN3_VL_MOE)}
+                                                    STEP3P7, MINIMAX_M3, QWEN3_VL, QWEN3_VL_MOE, SMOLLM3,
+                                                    ERNIE4_5_MOE)}
 """Family name (content's model.family) -> family."""
 
 

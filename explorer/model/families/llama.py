@@ -18,6 +18,7 @@ from explorer.model.components.blocks import block_ports, decoder_block, model_r
 from explorer.model.components.embedding import embedding, head
 from explorer.model.components.mlp import gated_mlp
 from explorer.model.components.norms import rmsnorm
+from explorer.model.components.rope import Pairing
 from explorer.model.families.base import (
     DIM_LABELS,
     Family,
@@ -78,6 +79,9 @@ class Llama(Family):
     symbols: ClassVar[tuple[str, ...]] = ("vocab_size", "hidden_size", "intermediate_size", "num_attention_heads", "num_key_value_heads",
                "head_dim")
     qk_norm: ClassVar[bool] = False
+    rope_pairing: ClassVar[Pairing] = "half"
+    """Which features rotate together: the two halves of a head ("half"), or adjacent pairs ("interleaved", as
+    ERNIE 4.5 rotates them)."""
     width_in_heads: ClassVar[bool] = True
     """LlamaConfig refuses a width that is no multiple of the head count even where head_dim is given (its
     validate_architecture); Qwen3Config has no such rule."""
@@ -149,14 +153,14 @@ class Llama(Family):
         dtype = stored_dtype(self.text_dtype(t))
         ctx = Ctx(values, self.labels, self.ref, dtype, fp8_block_storage(c.quantization_config))
         L = t.num_hidden_layers
-        block = self.block(ctx, t, tuple(range(L)))
+        kinds, stack_words = self.decoder_blocks(ctx, t)
         tied = p + "embed_tokens.weight" if self.tied(c) else ""
         x = Port(r"x_{L}", ctx.tokens("hidden_size"), "x")
         children = (
             embedding(ctx, "embed", "Token embedding", weight=p + "embed_tokens.weight",
                       citations=(self.ref.cite("The model embeds token ids, runs the decoder layers and a final "
                                                "RMSNorm.", "Model.__init__"),)),
-            self.blocks(ctx, c, (block,), f"{L} identical decoder layers."),
+            self.blocks(ctx, c, kinds, stack_words),
             rmsnorm(ctx, "norm", "Final RMSNorm", weight=p + "norm.weight", ranges=(), size="hidden_size", x=x,
                     y=Port(r"\hat x", x.shape, "x_hat"), code="self.norm(hidden_states)", eps=t.rms_norm_eps),
             head(ctx, "lm_head", "LM head", weight="lm_head.weight", tied_to=tied,
@@ -174,6 +178,12 @@ class Llama(Family):
     labels: ClassVar[dict[str, str]] = DIM_LABELS
     """Short names of the sizes in shapes."""
 
+    def decoder_blocks(self, ctx: Ctx, t: Any) -> tuple[tuple[Component, ...], str]:
+        """The block kinds in order of their first layer, and the stack's description: one kind here (a family
+        whose layers differ, as SmolLM3's NoPE layers do, overrides it)."""
+        L = t.num_hidden_layers
+        return (self.block(ctx, t, tuple(range(L))),), f"{L} identical decoder layers."
+
     def blocks(self, ctx: Ctx, c: Any, blocks: tuple[Component, ...], description: str) -> Component:
         """The decoder layers in order (a family whose layers take more than the residual stream overrides it)."""
         return stack(ctx, blocks, layers=self.text(c).num_hidden_layers, description=description,
@@ -185,7 +195,7 @@ class Llama(Family):
         eps, v = c.rms_norm_eps, self.text_values(c)
         heads, kv = int(v["num_attention_heads"]), int(v["num_key_value_heads"])
         attn = attention(ctx, prefix=p + "self_attn.", ranges=ranges, x=x_attn,
-                         rope_options=rope_options(c.rope_theta, int(v["head_dim"]), c.rope_scaling, "half",
+                         rope_options=rope_options(c.rope_theta, int(v["head_dim"]), c.rope_scaling, self.rope_pairing,
                                                    c.max_position_embeddings),
                          scores_options=ScoresOptions(heads, kv, int(v["head_dim"]) ** -0.5),
                          bias=c.attention_bias, o_bias=c.attention_bias, qk_norm_eps=eps if self.qk_norm else None,
@@ -194,11 +204,7 @@ class Llama(Family):
                                                   "each key/value head over its group and attends.", "Attention"),
                                     self.ref.cite("repeat_kv shares each key/value head with num_key_value_groups "
                                                   "query heads.", "repeat_kv", prefixed=False)))
-        mlp = gated_mlp(ctx, "mlp", "SwiGLU MLP", "SwiGLU", prefix=p + "mlp.", ranges=ranges,
-                        d_ff=ctx.sym("intermediate_size"), ff_dim=ctx.dim("intermediate_size"), x=x_ffn, y=delta,
-                        description=f"A SwiGLU feed-forward network of width {c.intermediate_size:,}.",
-                        code=f"{self.ref.prefix}MLP(config)",
-                        citations=(self.ref.cite("The MLP is down(silu(gate x) ⊙ up x).", "MLP"),))
+        mlp = self.ffn(ctx, c, p + "mlp.", ranges, x_ffn, delta)
         return decoder_block(
             ctx, "block", "Transformer block", layer_indices=indices, kind="transformer",
             attn_norm=rmsnorm(ctx, "attn_norm", "Attention RMSNorm", weight=p + "input_layernorm.weight", ranges=ranges,
@@ -210,6 +216,15 @@ class Llama(Family):
             ffn=mlp, citations=(self.ref.cite("A block adds attention and the MLP, each after an RMSNorm, to the "
                                               "residual stream.", "DecoderLayer"),),
             description=f"{attn.title} and a SwiGLU MLP, each added to the residual stream; {layer_label(indices)}.")
+
+    def ffn(self, ctx: Ctx, c: Any, prefix: str, ranges: tuple, x: Port, y: Port) -> Component:
+        """The block's feed-forward network: a SwiGLU MLP of width intermediate_size (ERNIE 4.5's MoE layers run a
+        mixture of experts here)."""
+        return gated_mlp(ctx, "mlp", "SwiGLU MLP", "SwiGLU", prefix=prefix, ranges=ranges,
+                         d_ff=ctx.sym("intermediate_size"), ff_dim=ctx.dim("intermediate_size"), x=x, y=y,
+                         description=f"A SwiGLU feed-forward network of width {c.intermediate_size:,}.",
+                         code=f"{self.ref.prefix}MLP(config)",
+                         citations=(self.ref.cite("The MLP is down(silu(gate x) ⊙ up x).", "MLP"),))
 
     # ------------------------------------------------------------------------------------------ tiny, facts
 
