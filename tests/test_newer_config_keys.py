@@ -18,6 +18,7 @@ from explorer.execute.executor import check_equations
 from explorer.execute.reference import reference_index, tiny_reference_model, transformers_config
 from explorer.model.account import account
 from explorer.model.families import FAMILIES, family_config
+from explorer.model.published_keys import classify
 from explorer.spec.types import ModelSpec
 
 
@@ -156,3 +157,25 @@ def test_an_unset_factor_is_not_handed_to_the_reference():
     assert transformers.MiniMaxM2Config(**handed).rope_parameters["partial_rotary_factor"] == 0.5
     as_none = transformers.MiniMaxM2Config(**handed, partial_rotary_factor=None)
     assert "partial_rotary_factor" not in as_none.rope_parameters
+
+
+# ------------------------------------------------------------------------------------------------- NVFP4 repacks
+
+NVFP4_BLOCK = {"quant_method": "modelopt", "quant_algo": "NVFP4", "producer": {"name": "modelopt"},
+               "config_groups": {"group_0": {"targets": ["Linear"]}}, "ignore": ["lm_head"],
+               "kv_cache_scheme": {"num_bits": 8}, "group_size": 16}
+"""The shape of a ModelOpt NVFP4 repack's quantization_config (as NVIDIA's Qwen3.6 and GLM-5.x repacks publish it)."""
+
+
+def test_a_quantization_block_is_refused_in_one_line_that_points_at_add_variant():
+    """Every key of a block the family cannot lay out is one problem: the block named with its keys, and where such
+    a config goes; a single key is still named by its dotted path."""
+    raw = {**site_raw("qwen3-8b"), "quantization_config": NVFP4_BLOCK}
+    with pytest.raises(ContentError) as info:
+        classify(FAMILIES["qwen3"], raw, "test")
+    assert len(info.value.problems) == 1
+    line = info.value.problems[0]
+    assert "\n" not in line and "key 'quantization_config' (config_groups, group_size, ignore, kv_cache_scheme, …)" in line
+    assert "--add-model" in line and "--add-variant BASE --quant-config FILE" in line
+    with pytest.raises(ContentError, match=r"key 'quantization_config\.producer': .* --add-variant"):
+        classify(FAMILIES["qwen3"], {**raw, "quantization_config": {"quant_method": "fp8", "producer": {}}}, "test")
