@@ -149,8 +149,8 @@ def test_generic_keys_are_recorded_for_every_family(family, slug, tmp_path):
 
 
 def test_a_key_the_reference_reads_is_still_refused():
-    raw = {**site_config("minimax-m2.5"), "partial_rotary_factor": 0.5}
-    with pytest.raises(ContentError, match="key 'partial_rotary_factor': transformers reads it"):
+    raw = {**site_config("minimax-m2.5"), "rope_parameters": {"rope_type": "default", "rope_theta": 5e6}}
+    with pytest.raises(ContentError, match="key 'rope_parameters': transformers reads it"):
         classify(FAMILIES["minimax_m2"], raw, "test")
 
 

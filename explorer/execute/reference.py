@@ -34,7 +34,7 @@ def transformers_config(spec: ModelSpec) -> dict[str, Any]:
     """The config.json keys the reference config class takes (quantization is a storage format, not architecture)."""
     binding = FAMILIES[spec.family].reference
     config = getattr(spec.config, binding.config_key) if binding.config_key else spec.config
-    return reference_config(config, binding.config_skip)
+    return reference_config(config, binding.config_skip, binding.skip_when_unset)
 
 
 def _classes(spec: ModelSpec):

@@ -81,7 +81,8 @@ def classify(family: Family, config: dict[str, Any], where: str) -> tuple[str, .
     """The config's keys to record as unused (sorted, dotted below nested tables); ContentError lists every key
     that cannot be."""
     unknown = unknown_keys(family.config_class, config)
-    problems = [p for key in unknown if (p := _why_read(family, key))]
+    problems = [p for key in unknown if _storage_block(key) is None and (p := _why_read(family, key))]
+    problems += storage_problems(family, [key for key in unknown if _storage_block(key) is not None])
     if problems:
         raise ContentError([f"{where}: {p}" for p in problems])
     return tuple(unknown)
@@ -113,13 +114,40 @@ def without_unused(config: dict[str, Any], unused: tuple[str, ...]) -> dict[str,
             for k, v in config.items() if k not in here}
 
 
+def _storage_block(key: str) -> str | None:
+    """The storage table a dotted key lies in ("text_config.quantization_config"), None where it lies in none."""
+    parts = key.split(".")
+    at = next((i for i, part in enumerate(parts) if part in STORAGE_KEYS), None)
+    return None if at is None else ".".join(parts[:at + 1])
+
+
+def storage_problems(family: Family, keys: list[str]) -> list[str]:
+    """One line per storage table holding keys the family cannot lay out, naming the table (or its one key) and
+    where such a config goes: an NVFP4 repack's block is a variant's, not a model's."""
+    blocks: dict[str, list[str]] = {}
+    for key in keys:
+        blocks.setdefault(_storage_block(key) or key, []).append(key)
+    out = []
+    for block, inside in blocks.items():
+        named = inside[0] if len(inside) == 1 else block
+        below = sorted(k[len(block) + 1:] for k in inside if k != block)
+        listed = f" ({', '.join(below[:4])}{', …' if len(below) > 4 else ''})" if len(inside) > 1 else ""
+        out.append(_storage_reason(family, named, listed))
+    return out
+
+
+def _storage_reason(family: Family, named: str, listed: str = "") -> str:
+    return (f"key '{named}'{listed}: the {family.name} family predicts no such quantized stored layout, and it "
+            "changes how weights are stored, so it is not recorded as unused; add the model from its unquantized "
+            "config (this one without the block) with --add-model, and this block with --add-variant BASE "
+            "--quant-config FILE where the variant reader takes it")
+
+
 def _why_read(family: Family, key: str) -> str:
     """Why `key` cannot be recorded as unused ("" where it can)."""
     parts = key.split(".")
-    if any(part in STORAGE_KEYS for part in parts):
-        return (f"key '{key}': the {family.name} family predicts no such quantized stored layout, and this key "
-                "changes how weights are stored, so it is not recorded as unused; a model of this family is added "
-                "from its unquantized config")
+    if _storage_block(key) is not None:
+        return _storage_reason(family, key)
     if parts[-1] in GENERIC_KEYS:
         return ""
     for path in reference_files(family):

@@ -122,6 +122,10 @@ class ReferenceBinding:
     """Maps the reference's state dict to checkpoint tensor names (e.g. splits fused experts); None: same names."""
     config_skip: tuple[str, ...] = ("quantization_config", "auto_map", "architectures")
     """Config keys not passed to the reference config class (storage formats and loader metadata)."""
+    skip_when_unset: tuple[str, ...] = ()
+    """Config keys passed to the reference config class only where set: one it would read as a value when handed
+    None (MiniMaxM2Config rotates whole heads for a None partial_rotary_factor, where an omitted one comes from
+    rotary_dim)."""
     config_key: str = ""
     """The nested table the reference config class takes where the published file wraps it (Llama 4 Scout's
     text_config, built as Llama4TextConfig); empty: the whole config."""
@@ -361,11 +365,11 @@ def rope_options(theta: float, dim: int, scaling: RopeScaling | None, pairing: P
                        original_max_position_embeddings=original, **given)
 
 
-def reference_config(config: Any, skip: tuple[str, ...]) -> dict[str, Any]:
+def reference_config(config: Any, skip: tuple[str, ...], skip_when_unset: tuple[str, ...] = ()) -> dict[str, Any]:
     """The config as the reference config class takes it: published keys, nested keys left unset dropped."""
     out = {}
     for f in dataclasses.fields(config):
-        if f.name in skip:
+        if f.name in skip or (f.name in skip_when_unset and getattr(config, f.name) is None):
             continue
         value = as_published(getattr(config, f.name))
         inner = tuple(s.partition(".")[2] for s in skip if s.startswith(f.name + "."))

@@ -76,6 +76,20 @@ class GlmMoeDsaHyperparameters(DeepseekV32Hyperparameters):
     index_skip_topk_offset: int = 2
     mlp_layer_types: tuple[str, ...] | None = None
     """Per layer "dense" or "sparse" (MoE); None: the first first_k_dense_replace dense, the rest sparse."""
+    layer_types: tuple[str, ...] | None = None
+    """Per layer attention kind, published by NVIDIA's GLM-5.2 and 5.3 repacks in the old spelling
+    "deepseek_sparse_attention" (the base config class reads it as "indexed_attention"); GlmMoeDsaConfig uses it only
+    to choose cache classes and builds every layer with DeepSeek Sparse Attention, so only that kind is taken."""
+    mlp_bias: bool = False
+    """Defined by GlmMoeDsaConfig, read by no modeling code: its MLPs and experts have no bias whatever it says
+    (tests/test_newer_config_keys.py varies it on the reference)."""
+    num_experts: int | None = None
+    """GlmMoeDsaConfig's old name for n_routed_experts: where published, the config class sets n_routed_experts to it
+    (validate() does the same)."""
+
+
+ATTENTION_KINDS = ("indexed_attention", "deepseek_sparse_attention")
+"""layer_types entries the family builds: the kind transformers builds for every layer, in both spellings."""
 
 
 def mlp_layer_types(c: GlmMoeDsaHyperparameters) -> tuple[str, ...]:
@@ -108,6 +122,12 @@ class GlmMoeDsa(DeepseekV32):
     cited_lines: ClassVar[dict[str, tuple[int, int]]] = {"Indexer.forward": (213, 242),
                                                           "Attention.forward": (405, 429)}
 
+    def validate(self, raw: dict[str, Any], where: str) -> Any:
+        """The typed config, with num_experts (where published) in n_routed_experts, as GlmMoeDsaConfig re-routes it."""
+        if raw.get("num_experts") is not None:
+            raw = {**raw, "n_routed_experts": raw["num_experts"]}
+        return super().validate(raw, where)
+
     def check(self, c: Any) -> list[str]:
         kinds, ffn = indexer_types(c), mlp_layer_types(c)
         theta = c.rope_parameters.rope_theta if c.rope_parameters is not None else c.rope_theta
@@ -126,6 +146,10 @@ class GlmMoeDsa(DeepseekV32):
              "transformers raises where there is none"),
             (len(ffn) == c.num_hidden_layers and set(ffn) <= {"dense", "sparse"}, "mlp_layer_types",
              f"must name 'dense' or 'sparse' for each of the {c.num_hidden_layers} layers"),
+            (c.layer_types is None or (len(c.layer_types) == c.num_hidden_layers
+                                       and set(c.layer_types) <= set(ATTENTION_KINDS)), "layer_types",
+             f"must name {' or '.join(map(repr, ATTENTION_KINDS))} for each of the {c.num_hidden_layers} layers: "
+             "transformers builds DeepSeek Sparse Attention in every layer, and the family models no other kind"),
         ]) + rope_scaling_problems(c.rope_parameters, "rope_parameters")
 
     def rope_source(self, c: Any) -> tuple[float, RopeScaling | None]:
@@ -138,6 +162,8 @@ class GlmMoeDsa(DeepseekV32):
             return list(indexer_types(c))
         if key == "mlp_layer_types" and c.mlp_layer_types is None:
             return list(mlp_layer_types(c))
+        if key == "layer_types" and c.layer_types is None:  # GlmMoeDsaConfig: every layer DSA
+            return ["indexed_attention"] * c.num_hidden_layers
         return getattr(c, key)
 
     def build(self, c: Any, values: dict[str, int | float]) -> Component:
@@ -204,7 +230,8 @@ class GlmMoeDsa(DeepseekV32):
         raw = super().tiny_config(c)
         raw.update(qk_head_dim=raw["qk_nope_head_dim"] + raw["qk_rope_head_dim"], head_dim=raw["qk_rope_head_dim"],
                    pad_token_id=None, eos_token_id=1,  # token ids inside the tiny vocabulary
-                   index_topk_pattern=None, mlp_layer_types=None, indexer_types=None)
+                   index_topk_pattern=None, mlp_layer_types=None, indexer_types=None, layer_types=None,
+                   num_experts=None)  # n_routed_experts is the tiny one
         if "shared" in indexer_types(c):  # a shared layer between two that run their indexer: every kind present
             dense = raw["first_k_dense_replace"]
             raw.update(num_hidden_layers=3, indexer_types=["full", "shared", "full"],

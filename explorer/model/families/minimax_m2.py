@@ -70,6 +70,12 @@ class MiniMaxM2Hyperparameters(PublishedMetadata):
     rotary_dim: int | None = None
     """Rotary features per head; None: the whole head rotates (transformers reads it as partial_rotary_factor =
     rotary_dim / head_dim)."""
+    partial_rotary_factor: float | None = None
+    """Published beside rotary_dim by configs saved with transformers 4.57 (NVIDIA's NVFP4 repacks); where published it
+    is the one built, as MiniMaxM2Config derives the factor from rotary_dim only where the config gives none."""
+    sliding_window: int | None = None
+    """Published as null by the same configs; transformers' MiniMax-M2 attends over every earlier token (its mask is
+    create_causal_mask's), and the family builds no window, so a set value is refused."""
     rope_theta: float = 5000000.0
     hidden_act: str = "silu"
     max_position_embeddings: int = 196608
@@ -96,9 +102,22 @@ class MiniMaxM2Hyperparameters(PublishedMetadata):
     auto_map: dict[str, str] = field(default_factory=dict)
 
 
+def rotary_factor(c: Any) -> float:
+    """The share of each head that rotates, as MiniMaxM2Config settles it: partial_rotary_factor where published,
+    else rotary_dim / head_dim, else the whole head."""
+    if c.partial_rotary_factor is not None:
+        return c.partial_rotary_factor
+    return 1.0 if c.rotary_dim is None else c.rotary_dim / c.head_dim
+
+
 def rotary_width(c: Any) -> int:
-    """Rotary features per head as transformers computes them: int(head_dim × (rotary_dim / head_dim))."""
-    return c.head_dim if c.rotary_dim is None else int(c.head_dim * (c.rotary_dim / c.head_dim))
+    """Rotary features per head as transformers computes them: int(head_dim × partial_rotary_factor)."""
+    return int(c.head_dim * rotary_factor(c))
+
+
+def rotary_key(c: Any) -> str:
+    """The key that sets the rotary width: partial_rotary_factor where published, else rotary_dim."""
+    return "rotary_dim" if c.partial_rotary_factor is None else "partial_rotary_factor"
 
 
 BUFFER_NOTE = ("e_score_correction_bias is a persistent buffer: the checkpoint stores it, the parameter total leaves "
@@ -119,7 +138,8 @@ class MiniMaxM2(Family):
     config_class: ClassVar[type] = MiniMaxM2Hyperparameters
     # transformers' conversion mapping for minimax_m2 is Mixtral's (block_sparse_moe -> mlp, experts w1/w3 fused
     # into gate_up_proj, w2 stacked into down_proj) plus the correction bias's rename: to_checkpoint_names undoes it.
-    reference = ReferenceBinding("MiniMaxM2Config", "MiniMaxM2ForCausalLM", renames=to_checkpoint_names)
+    reference = ReferenceBinding("MiniMaxM2Config", "MiniMaxM2ForCausalLM", renames=to_checkpoint_names,
+                                 skip_when_unset=("partial_rotary_factor",))
     ref = REFERENCE
     symbols: ClassVar[tuple[str, ...]] = ("vocab_size", "hidden_size", "intermediate_size", "num_attention_heads",
                                           "num_key_value_heads", "head_dim", "num_local_experts", "num_experts_per_tok")
@@ -128,9 +148,15 @@ class MiniMaxM2(Family):
         return rule_problems([
             (c.num_attention_heads % c.num_key_value_heads == 0, "num_key_value_heads",
              f"must divide num_attention_heads ({c.num_attention_heads}), got {c.num_key_value_heads}"),
-            (c.rotary_dim is None or 2 <= rotary_width(c) <= c.head_dim, "rotary_dim",
+            (c.rotary_dim is None or c.partial_rotary_factor is not None or 2 <= rotary_width(c) <= c.head_dim,
+             "rotary_dim",
              f"must be in 2..head_dim ({c.head_dim}), got {c.rotary_dim}"),
-            (rotary_width(c) % 2 == 0, "rotary_dim", f"must be even (rotary pairs), got {rotary_width(c)}"),
+            (c.partial_rotary_factor is None or 0 < c.partial_rotary_factor <= 1, "partial_rotary_factor",
+             f"must be in (0, 1], got {c.partial_rotary_factor}"),
+            (rotary_width(c) % 2 == 0 and rotary_width(c) >= 2, rotary_key(c),
+             f"must rotate an even number of head_dim's {c.head_dim} features, got {rotary_width(c)}"),
+            (c.sliding_window is None, "sliding_window",
+             f"must be null: transformers' MiniMax-M2 builds no sliding window, got {c.sliding_window}"),
             (c.num_experts_per_tok <= c.num_local_experts, "num_experts_per_tok",
              f"must be <= num_local_experts ({c.num_local_experts}), got {c.num_experts_per_tok}"),
             (c.hidden_act == "silu", "hidden_act", f"must be 'silu' (SwiGLU experts), got {c.hidden_act!r}"),
@@ -258,6 +284,7 @@ class MiniMaxM2(Family):
         raw = {f.name: as_published(getattr(c, f.name)) for f in dataclasses.fields(c)}
         raw.update(vocab_size=97, hidden_size=64, intermediate_size=32, num_hidden_layers=2, num_attention_heads=4,
                    num_key_value_heads=2, head_dim=16, rotary_dim=8 if c.rotary_dim is not None else None,
+                   partial_rotary_factor=0.5 if c.partial_rotary_factor is not None else None,
                    num_local_experts=4, num_experts_per_tok=2, max_position_embeddings=256, bos_token_id=0,
                    eos_token_id=1, pad_token_id=None, quantization_config=None)
         return raw
