@@ -197,7 +197,7 @@ class GlmMoeDsa(DeepseekV32):
         built = super().block(ctx, c, key, title, indices, moe_ffn, label)
         if not self._shares(c, indices):
             return built
-        heading = r"\text{DeepSeek Sparse Attention, the previous layer's selection:}"
+        heading = r"\text{Sparse attention, shared selection:}"  # fits a phone's width (390 px)
         steps = tuple(replace(s, latex=heading) if s.heading and s.name == "attention" else s for s in built.steps)
         return shared_selection_block(replace(built, steps=steps))
 
