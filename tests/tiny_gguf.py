@@ -82,6 +82,15 @@ class _Checkpoint:
         self.tensor(f"blk.{i}.ffn_up_exps.weight", experts, width, d)
         self.tensor(f"blk.{i}.ffn_down_exps.weight", experts, d, width)
 
+    def biased_experts_with_shared(self, i: int, experts: int, width: int, shared: int) -> None:
+        """DeepSeek's MoE layer: routed experts, the router's correction bias and `shared` shared experts' width."""
+        d = self.c.hidden_size
+        self.experts(i, experts, width)
+        self.tensor(f"blk.{i}.exp_probs_b.bias", experts)
+        self.tensor(f"blk.{i}.ffn_gate_shexp.weight", width * shared, d)
+        self.tensor(f"blk.{i}.ffn_up_shexp.weight", width * shared, d)
+        self.tensor(f"blk.{i}.ffn_down_shexp.weight", d, width * shared)
+
     def norms(self, i: int, *names: str, width: int | None = None) -> None:
         for n in names:
             self.tensor(f"blk.{i}.{n}.weight", width or self.c.hidden_size)
@@ -229,11 +238,7 @@ def _deepseek2(path: Path, c: Any, arch: str = "deepseek2") -> None:
         if i < dense:
             g.dense_ffn(i, c.intermediate_size)
             continue
-        g.experts(i, e, ff)
-        g.tensor(f"blk.{i}.exp_probs_b.bias", e)
-        g.tensor(f"blk.{i}.ffn_gate_shexp.weight", ff * c.n_shared_experts, d)
-        g.tensor(f"blk.{i}.ffn_up_shexp.weight", ff * c.n_shared_experts, d)
-        g.tensor(f"blk.{i}.ffn_down_shexp.weight", d, ff * c.n_shared_experts)
+        g.biased_experts_with_shared(i, e, ff, c.n_shared_experts)
     g.close()
 
 
@@ -471,7 +476,7 @@ def _glm4_moe(path: Path, c: Any) -> None:
     """src/models/glm4-moe.cpp: full attention (post_attention_norm is the MLP's norm), a partial rotary, leading
     dense layers then routed and shared experts."""
     g = _Checkpoint(path, "glm4moe", c)
-    hd, kv, e, ff, d = _head_dim(c), c.num_key_value_heads, c.n_routed_experts, c.moe_intermediate_size, c.hidden_size
+    hd, kv, e, ff = _head_dim(c), c.num_key_value_heads, c.n_routed_experts, c.moe_intermediate_size
     g.attention_heads(hd, kv, rotary=hd // 2)
     for add, value in ((g.w.add_expert_count, e), (g.w.add_expert_used_count, c.num_experts_per_tok),
                        (g.w.add_expert_shared_count, c.n_shared_experts), (g.w.add_expert_feed_forward_length, ff),
@@ -484,11 +489,7 @@ def _glm4_moe(path: Path, c: Any) -> None:
         if i < c.first_k_dense_replace:
             g.dense_ffn(i, c.intermediate_size)
             continue
-        g.experts(i, e, ff)
-        g.tensor(f"blk.{i}.exp_probs_b.bias", e)
-        g.tensor(f"blk.{i}.ffn_gate_shexp.weight", ff * c.n_shared_experts, d)
-        g.tensor(f"blk.{i}.ffn_up_shexp.weight", ff * c.n_shared_experts, d)
-        g.tensor(f"blk.{i}.ffn_down_shexp.weight", d, ff * c.n_shared_experts)
+        g.biased_experts_with_shared(i, e, ff, c.n_shared_experts)
     g.close()
 
 

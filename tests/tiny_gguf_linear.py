@@ -120,11 +120,7 @@ def _kimi_linear(path: Path, c: Any) -> None:
         if i < dense:
             g.dense_ffn(i, c.intermediate_size)
             continue
-        g.experts(i, e, ff)
-        g.tensor(f"blk.{i}.exp_probs_b.bias", e)
-        g.tensor(f"blk.{i}.ffn_gate_shexp.weight", ff * c.n_shared_experts, d)
-        g.tensor(f"blk.{i}.ffn_up_shexp.weight", ff * c.n_shared_experts, d)
-        g.tensor(f"blk.{i}.ffn_down_shexp.weight", d, ff * c.n_shared_experts)
+        g.biased_experts_with_shared(i, e, ff, c.n_shared_experts)
     g.close()
 
 
