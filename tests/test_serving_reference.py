@@ -47,6 +47,9 @@ KINDS = [  # one model per layer kind the site has
     pytest.param("qwen3.5-27b", id="qwen3.5-27b: Gated DeltaNet (conv and recurrent state) beside gated attention"),
     pytest.param("deepseek-v4-flash", id="deepseek-v4-flash: compressed streams, indexer keys, sliding-only layers"),
     pytest.param("glm-5.2", id="glm-5.2: DSA layers that reuse the previous selection and cache no indexer keys"),
+    pytest.param("minimax-m3", marks=SLOW, id="minimax-m3: block-sparse layers with their index keys beside full ones"),
+    pytest.param("step-3.7-flash", marks=SLOW, id="step-3.7-flash: sliding layers with their own head count"),
+    pytest.param("kimi-linear-48b-a3b", marks=SLOW, id="kimi-linear: KDA states beside MLA that encodes no position"),
 ]
 
 

@@ -82,9 +82,10 @@ def _with_head(body, head: str, config):
         def get_output_embeddings(self):
             return getattr(self, head)
 
-        def forward(self, input_ids):
-            hidden = self.model(input_ids=input_ids).last_hidden_state
-            return types.SimpleNamespace(logits=getattr(self, head)(hidden))
+        def forward(self, input_ids, **kwargs):  # a cache and use_cache, as generation passes them, go to the body
+            out = self.model(input_ids=input_ids, **kwargs)
+            return types.SimpleNamespace(logits=getattr(self, head)(out.last_hidden_state),
+                                         past_key_values=getattr(out, "past_key_values", None))
 
     WithHead.__name__ = WithHead.__qualname__ = f"{type(body).__name__} + {head}"  # what the check lines name
     return WithHead()
