@@ -4,7 +4,11 @@ A family (as MkDocs' BasePlugin declares its hooks) is a small subclass of `Fami
   - names itself and the config.json `model_type` values it reads (`name`, `model_types`),
   - declares its typed config (`config_class`, a frozen dataclass of config.json keys, named as published),
   - cross-checks a parsed config (`check`), beyond the types and ranges every family gets from `validate`,
-  - builds the component tree from library parts (`build`),
+  - builds the component tree from library parts: `build` is the skeleton most families share (token embedding →
+    decoder layers grouped by layer kind → any modules after the stack (MTP) → final norm → LM head → towers beside
+    the text model), and a family overrides the small hooks below it — `decoder_layers` (its block kinds, the one
+    hook every family writes), `context`, `embedding`, `layer_stack`, `after_stack`, `final_norm`, `lm_head`,
+    `towers`, `model_description`, `finish` — rather than restating the chain,
   - gives a tiny config that keeps the structure the pages claim (`tiny_config`),
   - binds the reference implementation (`reference`: transformers classes, tensor renames, modules it skips),
   - and says what the index card shows (`facts`).
@@ -25,10 +29,17 @@ from typing import Any, ClassVar
 
 from explorer.content.model_content import parse_table
 from explorer.errors import ContentError
+from explorer.model.components import Ctx, Reference
+from explorer.model.components.base import Port
+from explorer.model.components.blocks import model_root, stack
+from explorer.model.components.embedding import embedding, head
+from explorer.model.components.norms import rmsnorm
 from explorer.model.components.rope import Pairing, RopeOptions
 from explorer.model.config_defaults import aliased_dtype, with_class_defaults
+from explorer.model.families.block_fp8 import FP8QuantizationConfig, fp8_block_storage, keep_named_modules_dense
+from explorer.model.families.rules import rule_problems
 from explorer.spec.storage import TORCH_DTYPES, BlockFP8, SchemeError, Storage
-from explorer.spec.types import Component, DeclaredMTP, Hyperparameters, ModelSpec, walk
+from explorer.spec.types import Citation, Component, DeclaredMTP, Hyperparameters, ModelSpec, walk
 
 DIM_LABELS = {
     "hidden_size": "d", "intermediate_size": "d_ff", "moe_intermediate_size": "d_expert", "vocab_size": "vocab",
@@ -135,13 +146,35 @@ class ReferenceBinding:
     adds beside it ("lm_head"), the text model then sitting under "model"; empty: model_class has its head."""
 
 
+@dataclass(frozen=True, slots=True)
+class DecoderLayers:
+    """A family's decoder layers as the skeleton stacks them."""
+
+    blocks: tuple[Component, ...]
+    """One block per layer kind, in order of its first layer."""
+    count: int
+    """Layers in the stack."""
+    description: str
+    """What the stack's page says of them ("32 identical decoder layers.")."""
+
+
 class Family:
-    """Base of every family module: override the class attributes and `build`, `tiny_config`, `facts`."""
+    """Base of every family module: override the class attributes, `decoder_layers` (or the skeleton's other
+    hooks), `tiny_config` and `facts`."""
 
     name: ClassVar[str]
     model_types: ClassVar[tuple[str, ...]]
     config_class: ClassVar[type]
     reference: ClassVar[ReferenceBinding]
+    ref: ClassVar[Reference]
+    """The reference source the family's citations point into."""
+    labels: ClassVar[dict[str, str]] = DIM_LABELS
+    """Short names of the sizes in shapes."""
+    text_prefix: ClassVar[str] = "model."
+    """The text model's module path in the reference and the checkpoint ("model.language_model." where a vision
+    model wraps it, as Qwen3-VL does)."""
+    text_key: ClassVar[str] = ""
+    """Where the text model's keys are in the config ("text_config."), for the problems check() names."""
     symbols: ClassVar[tuple[str, ...]]
     """Config keys that appear in formulas and shapes (sympy symbols)."""
     fp8_kept_modules: ClassVar[tuple[str, ...]] = ()
@@ -155,8 +188,100 @@ class Family:
         return []
 
     def build(self, config: Any, values: dict[str, int | float]) -> Component:
-        """The component tree of a model of this family."""
+        """The component tree of a model of this family: the skeleton, each piece from a hook below. The blocks are
+        built first (before the embedding), the order every family has built them in."""
+        ctx = self.context(config, values)
+        layers = self.decoder_layers(ctx, config)
+        cites = self.model_citations(config)
+        children = (self.embedding(ctx, config, cites), self.layer_stack(ctx, config, layers, cites),
+                    *self.after_stack(ctx, config, layers), self.final_norm(ctx, config), self.lm_head(ctx, config))
+        root = model_root(ctx, children, code=self.root_code(config), layers=layers.count, citations=cites[:1],
+                          description=self.model_description(config, layers))
+        root = dataclasses.replace(root, children=root.children + self.towers(ctx, config))
+        return self.finish(ctx, config, root)
+
+    # ----------------------------------------------------------------------- the skeleton's hooks
+
+    def text(self, c: Any) -> Any:
+        """The text model's config: the whole config here, a nested text_config in a vision-language family."""
+        return c
+
+    def text_dtype(self, t: Any) -> str:
+        """The text model's stored dtype as published."""
+        return t.torch_dtype
+
+    def quantization(self, c: Any) -> FP8QuantizationConfig | None:
+        """The config's block-wise FP8 quantization_config, where it has one (gpt-oss's MXFP4 is its own)."""
+        q = getattr(c, "quantization_config", None)
+        return q if isinstance(q, FP8QuantizationConfig) else None
+
+    def context(self, c: Any, values: dict[str, int | float]) -> Ctx:
+        """The sizes and storage policy every part is built with."""
+        return Ctx(values, self.labels, self.ref, stored_dtype(self.text_dtype(self.text(c))),
+                   fp8_block_storage(self.quantization(c)))
+
+    def decoder_layers(self, ctx: Ctx, c: Any) -> DecoderLayers:
+        """The block kinds in order of their first layer, and how the stack describes them."""
         raise NotImplementedError
+
+    def model_citations(self, c: Any) -> tuple[Citation, ...]:
+        """What the embedding cites of the model's chain (the root cites the first)."""
+        return (self.ref.cite("The model embeds token ids, runs the decoder layers and a final RMSNorm.",
+                              "Model.__init__"),)
+
+    def embedding(self, ctx: Ctx, c: Any, citations: tuple[Citation, ...]) -> Component:
+        return embedding(ctx, "embed", "Token embedding", weight=self.text_prefix + "embed_tokens.weight",
+                         citations=citations)
+
+    def layer_stack(self, ctx: Ctx, c: Any, layers: DecoderLayers, citations: tuple[Citation, ...]) -> Component:
+        """The decoder layers in order (a family whose layers take more than the residual stream overrides it)."""
+        return stack(ctx, layers.blocks, layers=layers.count, description=layers.description,
+                     citations=layers.blocks[0].citations[:1])
+
+    def after_stack(self, ctx: Ctx, c: Any, layers: DecoderLayers) -> tuple[Component, ...]:
+        """Modules between the stack and the final norm (DeepSeek-V3's MTP layer); none here."""
+        return ()
+
+    def final_norm(self, ctx: Ctx, c: Any) -> Component:
+        x = Port(r"x_{L}", ctx.tokens("hidden_size"), "x")
+        return rmsnorm(ctx, "norm", "Final RMSNorm", weight=self.text_prefix + "norm.weight", ranges=(),
+                       size="hidden_size", x=x, y=Port(r"\hat x", x.shape, "x_hat"), code="self.norm(hidden_states)",
+                       eps=self.text(c).rms_norm_eps)
+
+    def tied(self, c: Any) -> bool:
+        """Whether the LM head is the token embedding (the key transformers ties the weights by)."""
+        return bool(getattr(self.text(c), "tie_word_embeddings", False))
+
+    def lm_head(self, ctx: Ctx, c: Any) -> Component:
+        tied = self.text_prefix + "embed_tokens.weight" if self.tied(c) else ""
+        return head(ctx, "lm_head", "LM head", weight="lm_head.weight", tied_to=tied,
+                    citations=(self.head_citation(bool(tied)),))
+
+    def head_citation(self, tied: bool) -> Citation:
+        return self.ref.cite("lm_head is a bias-free Linear from hidden_size to vocab_size"
+                             + (", tied to the token embedding when tie_word_embeddings is set." if tied else "."),
+                             "ForCausalLM.__init__")
+
+    def towers(self, ctx: Ctx, c: Any) -> tuple[Component, ...]:
+        """The modules beside the text model (a vision tower); none here."""
+        return ()
+
+    def beside_words(self, c: Any) -> str:
+        """What the root's description adds after the text model (the vision tower)."""
+        return ""
+
+    def model_description(self, c: Any, layers: DecoderLayers) -> str:
+        head_words = "an LM head tied to the embedding" if self.tied(c) else "an untied LM head"
+        return (f"Token embedding, {layers.count} transformer blocks, a final RMSNorm and {head_words}"
+                f"{self.beside_words(c)}.")
+
+    def root_code(self, c: Any) -> str:
+        return f"{self.reference.model_class}(config)"
+
+    def finish(self, ctx: Ctx, c: Any, root: Component) -> Component:
+        """The tree as stored: modules a block-wise FP8 config names kept in the model's dtype."""
+        return keep_named_modules_dense(root, self.quantization(c), ctx.dtype, self.reference_module,
+                                        f"{self.name} config")
 
     def tiny_config(self, config: Any) -> dict[str, Any]:
         """A small config of the same structure for the executed checks (config.json keys)."""
@@ -291,11 +416,6 @@ def tower_label(tiny: ModelSpec, width_key: str, tower_key: str = "vision_tower"
     return f"vision tower d {tiny.values[width_key]} with {tower.child(blocks_key).repeat} blocks"
 
 
-def rule_problems(rules: list[tuple[bool, str, str]]) -> list[str]:
-    """Format (ok, key, message) rules as "key 'k': message" for the ones that fail."""
-    return [f"key '{key}': {msg}" for ok, key, msg in rules if not ok]
-
-
 def stored_dtype(torch_dtype: str) -> str:
     return TORCH_DTYPES.get(torch_dtype, torch_dtype)
 
@@ -309,7 +429,7 @@ def fp8_storage(quantization_config: Any) -> Storage | None:
                     scale_fmt=getattr(quantization_config, "scale_fmt", None) or "")
 
 
-__all__ = ["Family", "Hyperparameters", "ReferenceBinding", "DIM_LABELS", "LIMITS", "rule_problems", "stored_dtype"]
+__all__ = ["DecoderLayers", "Family", "Hyperparameters", "ReferenceBinding", "DIM_LABELS", "LIMITS", "rule_problems", "stored_dtype"]
 
 
 # ---------------------------------------------------------------------------------------------- rope_scaling

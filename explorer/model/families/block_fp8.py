@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from explorer.errors import ContentError
-from explorer.model.families.base import rule_problems
+from explorer.model.families.rules import rule_problems
 from explorer.model.quantization import pattern_problem
 from explorer.spec.storage import BlockFP8, Dense, Storage
 from explorer.spec.types import Component

@@ -20,7 +20,14 @@ from explorer.model.components import Ctx, Reference
 from explorer.model.components.base import Port, layer_label
 from explorer.model.components.moe import RouterOptions, moe, routed_experts, router, shared_expert
 from explorer.model.components.rope import Pairing
-from explorer.model.families.base import DIM_LABELS, PublishedMetadata, ReferenceBinding, RopeScaling, rule_problems
+from explorer.model.families.base import (
+    DIM_LABELS,
+    DecoderLayers,
+    PublishedMetadata,
+    ReferenceBinding,
+    RopeScaling,
+    rule_problems,
+)
 from explorer.model.families.block_fp8 import FP8QuantizationConfig
 from explorer.model.families.llama import Llama
 from explorer.model.families.renames import split_fused_experts
@@ -103,15 +110,17 @@ class Ernie45Moe(Llama):
             (not c.use_bias, "use_bias", "must be false: biased projections are not in this family"),
         ])
 
-    def decoder_blocks(self, ctx: Ctx, t: Any) -> tuple[tuple[Component, ...], str]:
+    def decoder_layers(self, ctx: Ctx, c: Any) -> DecoderLayers:
         """A dense block kind and a MoE block kind, in order of their first layers."""
+        t = self.text(c)
         groups: dict[bool, list[int]] = {}
         for i, sparse in enumerate(moe_layers(t)):
             groups.setdefault(sparse, []).append(i)
         blocks = tuple(self.kind_block(ctx, t, sparse, tuple(ix)) for sparse, ix in groups.items())
         n_moe = len(groups.get(True, ()))
-        return blocks, (f"{t.num_hidden_layers} decoder layers: {t.num_hidden_layers - n_moe} with a dense MLP, "
-                        f"{n_moe} with a mixture of experts.")
+        return DecoderLayers(blocks, t.num_hidden_layers,
+                             f"{t.num_hidden_layers} decoder layers: {t.num_hidden_layers - n_moe} with a dense MLP, "
+                             f"{n_moe} with a mixture of experts.")
 
     def kind_block(self, ctx: Ctx, t: Any, sparse: bool, indices: tuple[int, ...]) -> Component:
         block = self.block(ctx, t, indices)

@@ -14,13 +14,12 @@ from typing import Any, ClassVar
 from explorer.model.components import Ctx, Reference
 from explorer.model.components.attention import ScoresOptions, attention
 from explorer.model.components.base import Port, layer_label, layers
-from explorer.model.components.blocks import block_ports, decoder_block, model_root, stack
-from explorer.model.components.embedding import embedding, head
+from explorer.model.components.blocks import block_ports, decoder_block
 from explorer.model.components.mlp import gated_mlp
 from explorer.model.components.norms import rmsnorm
 from explorer.model.components.rope import Pairing
 from explorer.model.families.base import (
-    DIM_LABELS,
+    DecoderLayers,
     Family,
     PublishedMetadata,
     ReferenceBinding,
@@ -28,15 +27,12 @@ from explorer.model.families.base import (
     rope_options,
     rope_scaling_problems,
     rule_problems,
-    stored_dtype,
 )
 from explorer.model.families.block_fp8 import (
     FP8QuantizationConfig,
-    fp8_block_storage,
     fp8_problems,
-    keep_named_modules_dense,
 )
-from explorer.spec.types import Citation, Component
+from explorer.spec.types import Component
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,39 +82,6 @@ class Llama(Family):
     """LlamaConfig refuses a width that is no multiple of the head count even where head_dim is given (its
     validate_architecture); Qwen3Config has no such rule."""
 
-    # ----------------------------------------------------------------- hooks: where the text model sits
-
-    text_prefix: ClassVar[str] = "model."
-    """The text model's module path in the reference and the checkpoint ("model.language_model." where a vision
-    model wraps it, as Qwen3-VL does)."""
-    text_key: ClassVar[str] = ""
-    """Where the text model's keys are in the config ("text_config."), for the problems check() names."""
-
-    def text(self, c: Any) -> Any:
-        """The text model's config: the whole config here, a nested text_config in a vision-language family."""
-        return c
-
-    def text_dtype(self, t: Any) -> str:
-        """The text model's stored dtype as published."""
-        return t.torch_dtype
-
-    def tied(self, c: Any) -> bool:
-        """Whether the LM head is the token embedding (the key transformers ties the weights by)."""
-        return bool(self.text(c).tie_word_embeddings)
-
-    def towers(self, ctx: Ctx, c: Any) -> tuple[Component, ...]:
-        """The modules beside the text model (a vision tower); none here."""
-        return ()
-
-    def beside_words(self, c: Any) -> str:
-        """What the root's description adds after the text model (the vision tower)."""
-        return ""
-
-    def head_citation(self, tied: bool) -> Citation:
-        return self.ref.cite("lm_head is a bias-free Linear from hidden_size to vocab_size"
-                             + (", tied to the token embedding when tie_word_embeddings is set." if tied else "."),
-                             "ForCausalLM.__init__")
-
     def values(self, c: Any) -> dict[str, int | float]:
         return self.text_values(self.text(c))
 
@@ -148,46 +111,10 @@ class Llama(Family):
 
     # ------------------------------------------------------------------------------------------------ build
 
-    def build(self, c: Any, values: dict[str, int | float]) -> Component:
-        t, p = self.text(c), self.text_prefix
-        dtype = stored_dtype(self.text_dtype(t))
-        ctx = Ctx(values, self.labels, self.ref, dtype, fp8_block_storage(c.quantization_config))
-        L = t.num_hidden_layers
-        kinds, stack_words = self.decoder_blocks(ctx, t)
-        tied = p + "embed_tokens.weight" if self.tied(c) else ""
-        x = Port(r"x_{L}", ctx.tokens("hidden_size"), "x")
-        children = (
-            embedding(ctx, "embed", "Token embedding", weight=p + "embed_tokens.weight",
-                      citations=(self.ref.cite("The model embeds token ids, runs the decoder layers and a final "
-                                               "RMSNorm.", "Model.__init__"),)),
-            self.blocks(ctx, c, kinds, stack_words),
-            rmsnorm(ctx, "norm", "Final RMSNorm", weight=p + "norm.weight", ranges=(), size="hidden_size", x=x,
-                    y=Port(r"\hat x", x.shape, "x_hat"), code="self.norm(hidden_states)", eps=t.rms_norm_eps),
-            head(ctx, "lm_head", "LM head", weight="lm_head.weight", tied_to=tied,
-                 citations=(self.head_citation(bool(tied)),)),
-        )
-        root = model_root(ctx, children, code=f"{self.reference.model_class}(config)", layers=L,
-                          citations=children[0].citations,
-                          description=f"Token embedding, {L} transformer blocks, a final RMSNorm and "
-                                      f"{'an LM head tied to the embedding' if tied else 'an untied LM head'}"
-                                      f"{self.beside_words(c)}.")
-        root = dataclasses.replace(root, children=root.children + self.towers(ctx, c))
-        return keep_named_modules_dense(root, c.quantization_config, dtype, self.reference_module,
-                                        f"{self.name} config")
-
-    labels: ClassVar[dict[str, str]] = DIM_LABELS
-    """Short names of the sizes in shapes."""
-
-    def decoder_blocks(self, ctx: Ctx, t: Any) -> tuple[tuple[Component, ...], str]:
-        """The block kinds in order of their first layer, and the stack's description: one kind here (a family
-        whose layers differ, as SmolLM3's NoPE layers do, overrides it)."""
-        L = t.num_hidden_layers
-        return (self.block(ctx, t, tuple(range(L))),), f"{L} identical decoder layers."
-
-    def blocks(self, ctx: Ctx, c: Any, blocks: tuple[Component, ...], description: str) -> Component:
-        """The decoder layers in order (a family whose layers take more than the residual stream overrides it)."""
-        return stack(ctx, blocks, layers=self.text(c).num_hidden_layers, description=description,
-                     citations=blocks[0].citations[:1])
+    def decoder_layers(self, ctx: Ctx, c: Any) -> DecoderLayers:
+        """One block kind here (a family whose layers differ, as SmolLM3's NoPE layers do, overrides it)."""
+        L = self.text(c).num_hidden_layers
+        return DecoderLayers((self.block(ctx, self.text(c), tuple(range(L))),), L, f"{L} identical decoder layers.")
 
     def block(self, ctx: Ctx, c: Any, indices: tuple[int, ...]) -> Component:
         ranges, p = layers(indices), self.text_prefix + "layers.{layer}."

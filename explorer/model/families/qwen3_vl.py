@@ -24,6 +24,7 @@ from explorer.model.components.qwen_vision import LABELS as VISION_LABELS
 from explorer.model.components.qwen_vision import VisionOptions, qwen_vision_tower
 from explorer.model.families.base import (
     DIM_LABELS,
+    DecoderLayers,
     Family,
     Hyperparameters,
     ReferenceBinding,
@@ -225,12 +226,12 @@ class VisionLanguage:
         attn = dataclasses.replace(attn, children=tuple(rotary if ch is plain else ch for ch in attn.children))
         return dataclasses.replace(block, children=tuple(attn if ch.key == "attn" else ch for ch in block.children))
 
-    def blocks(self, ctx: Ctx, c: Any, blocks: tuple[Component, ...], description: str) -> Component:
-        L, o = self.text(c).num_hidden_layers, self.deepstack(c)
+    def layer_stack(self, ctx: Ctx, c: Any, layers: DecoderLayers, citations: tuple[Citation, ...]) -> Component:
+        o, blocks = self.deepstack(c), layers.blocks
         if o is None:
-            return super().blocks(ctx, c, blocks, description)  # type: ignore[misc]  # the text family's
-        return deepstack_stack(ctx, blocks, o=o, layers=L, reference=self.text_prefix.rstrip("."),
-                               description=f"{description.rstrip('.')}; after each of the first {o.levels}, the "
+            return super().layer_stack(ctx, c, layers, citations)  # type: ignore[misc]  # the text family's
+        return deepstack_stack(ctx, blocks, o=o, layers=layers.count, reference=self.text_prefix.rstrip("."),
+                               description=f"{layers.description.rstrip('.')}; after each of the first {o.levels}, the "
                                            "matching DeepStack feature is added at the image tokens.",
                                citations=blocks[0].citations[:1] + (self.text_ref.cite(
                                    "After decoder layer k, for k below the number of DeepStack features, the text "

@@ -23,7 +23,7 @@ from explorer.model.components.base import layer_label, layers
 from explorer.model.components.blocks import block_ports, decoder_block
 from explorer.model.components.nope_attention import nope_attention
 from explorer.model.components.norms import rmsnorm
-from explorer.model.families.base import PublishedMetadata, ReferenceBinding, RopeScaling, rule_problems
+from explorer.model.families.base import DecoderLayers, PublishedMetadata, ReferenceBinding, RopeScaling, rule_problems
 from explorer.model.families.block_fp8 import FP8QuantizationConfig
 from explorer.model.families.llama import Llama
 from explorer.spec.types import Component, Port
@@ -111,13 +111,15 @@ class SmolLM3(Llama):
             return ["full_attention"] * c.num_hidden_layers
         return super().defaulted_value(c, key)
 
-    def decoder_blocks(self, ctx: Ctx, t: Any) -> tuple[tuple[Component, ...], str]:
+    def decoder_layers(self, ctx: Ctx, c: Any) -> DecoderLayers:
         """A RoPE block kind (Llama's) and a NoPE block kind, in order of their first layers."""
+        t = self.text(c)
         blocks = tuple(self.block(ctx, t, ix) if r else self.nope_block(ctx, t, ix) for r, ix in kinds(t).items())
         rope_layers, nope_layers = (len(kinds(t).get(r, ())) for r in (True, False))
-        return tuple(dataclasses.replace(b, key="rope_block", title="RoPE block") if b.key == "block" else b
-                     for b in blocks), (f"{t.num_hidden_layers} decoder layers: {rope_layers} with rotary "
-                                        f"position embedding, {nope_layers} with none (NoPE).")
+        return DecoderLayers(tuple(dataclasses.replace(b, key="rope_block", title="RoPE block") if b.key == "block"
+                                   else b for b in blocks), t.num_hidden_layers,
+                             f"{t.num_hidden_layers} decoder layers: {rope_layers} with rotary position embedding, "
+                             f"{nope_layers} with none (NoPE).")
 
     def nope_block(self, ctx: Ctx, c: Any, indices: tuple[int, ...]) -> Component:
         """Llama's block with attention that rotates nothing: the same tensors, no rotary step."""

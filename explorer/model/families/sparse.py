@@ -9,21 +9,17 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, ClassVar
 
-from explorer.model.components import Ctx, Reference
+from explorer.model.components import Ctx
 from explorer.model.components.attention import ScoresOptions, attention
 from explorer.model.components.base import Port, layer_label, layers
-from explorer.model.components.blocks import block_ports, decoder_block, model_root, stack
-from explorer.model.components.embedding import embedding, head
+from explorer.model.components.blocks import block_ports, decoder_block
 from explorer.model.components.norms import rmsnorm
-from explorer.model.families.base import DIM_LABELS, Family, as_published, rope_options, rule_problems, stored_dtype
+from explorer.model.families.base import DIM_LABELS, DecoderLayers, Family, as_published, rope_options, rule_problems
 from explorer.model.families.block_fp8 import (
-    FP8QuantizationConfig,
-    fp8_block_storage,
     fp8_problems,
-    keep_named_modules_dense,
 )
 from explorer.spec.storage import Storage
-from explorer.spec.types import Component
+from explorer.spec.types import Citation, Component
 
 LABELS = {**DIM_LABELS, "num_experts": "experts"}
 """Short names of sizes in shapes; Qwen3-MoE counts its experts under num_experts."""
@@ -31,16 +27,15 @@ KINDS = {"sliding_attention": ("sliding", "Sliding-window block"), "full_attenti
 """layer_types values -> block key and title."""
 
 
-def block_fp8(c: Any) -> FP8QuantizationConfig | None:
-    """The config's block-wise FP8 quantization_config, where it has one (gpt-oss's MXFP4 is its own)."""
-    q = getattr(c, "quantization_config", None)
-    return q if isinstance(q, FP8QuantizationConfig) else None
+def kinds_words(blocks: tuple[Component, ...]) -> str:
+    """How the stack's block kinds alternate, as the stack and the root describe them."""
+    return (f"{len(blocks)} block kinds alternating as layer_types lists them" if len(blocks) > 1
+            else "every block with a mixture of experts")
 
 
 class SparseMoE(Family):
     """A GQA decoder whose every block's FFN is a routed mixture of experts."""
 
-    ref: ClassVar[Reference]
     experts_key: ClassVar[str]
     """The config key that counts the routed experts."""
     width_key: ClassVar[str]
@@ -49,11 +44,6 @@ class SparseMoE(Family):
     sinks: ClassVar[bool] = False
     labels: ClassVar[dict[str, str]] = LABELS
     """Short names of the sizes in shapes."""
-    text_prefix: ClassVar[str] = "model."
-    """The text model's module path in the reference and the checkpoint ("model.language_model." where a vision
-    model wraps it, as Qwen3-VL-MoE does)."""
-    text_key: ClassVar[str] = ""
-    """Where the text model's keys are in the config ("text_config."), for the problems check() names."""
 
     def values(self, c: Any) -> dict[str, int | float]:
         return self.text_values(self.text(c))
@@ -77,38 +67,13 @@ class SparseMoE(Family):
              f"must be <= {self.experts_key} ({experts}), got {t.num_experts_per_tok}"),
             (t.hidden_act == "silu", key + "hidden_act", f"must be 'silu' (SwiGLU experts), got {t.hidden_act!r}"),
             (not self.tied(c), "tie_word_embeddings", "must be false: the family stores lm_head separately"),
-        ]) + fp8_problems(block_fp8(c))
+        ]) + fp8_problems(self.quantization(c))
 
     # ------------------------------------------------------------------------------------------- hooks
 
-    def text(self, c: Any) -> Any:
-        """The text model's config: the whole config here, a nested text_config in a vision-language family."""
-        return c
-
-    def text_dtype(self, t: Any) -> str:
-        """The text model's stored dtype as published."""
-        return t.torch_dtype
-
-    def tied(self, c: Any) -> bool:
-        """Whether the config asks for the LM head tied to the token embedding (refused: check())."""
-        return bool(self.text(c).tie_word_embeddings)
-
-    def towers(self, ctx: Ctx, c: Any) -> tuple[Component, ...]:
-        """The modules beside the text model (a vision tower); none here."""
-        return ()
-
-    def beside_words(self, c: Any) -> str:
-        """What the root's description adds after the text model (the vision tower)."""
-        return ""
-
-    def head_citation(self) -> Any:
+    def head_citation(self, tied: bool = False) -> Citation:
         return self.ref.cite("lm_head is a separate bias-free Linear from hidden_size to vocab_size.",
                              "ForCausalLM.__init__")
-
-    def blocks(self, ctx: Ctx, c: Any, blocks: tuple[Component, ...], description: str) -> Component:
-        """The decoder layers in order (a family whose layers take more than the residual stream overrides it)."""
-        return stack(ctx, blocks, layers=self.text(c).num_hidden_layers, description=description,
-                     citations=blocks[0].citations[:1])
 
     def layer_types(self, c: Any) -> tuple[str, ...]:
         return ("full_attention",) * c.num_hidden_layers
@@ -124,31 +89,17 @@ class SparseMoE(Family):
 
     # ------------------------------------------------------------------------------------------- build
 
-    def build(self, c: Any, values: dict[str, int | float]) -> Component:
-        text, p = self.text(c), self.text_prefix
-        dtype = stored_dtype(self.text_dtype(text))
-        ctx = Ctx(values, self.labels, self.ref, dtype, fp8_block_storage(block_fp8(c)))
-        L = text.num_hidden_layers
-        types = self.layer_types(text)
+    def decoder_layers(self, ctx: Ctx, c: Any) -> DecoderLayers:
+        """One block kind per attention type that layer_types names, in order of its first layer."""
+        text = self.text(c)
+        L, types = text.num_hidden_layers, self.layer_types(text)
         blocks = tuple(self.block(ctx, text, t, tuple(i for i in range(L) if types[i] == t))
                        for t in dict.fromkeys(types))
-        model_cite = (self.ref.cite("The model embeds token ids, runs the decoder layers and a final RMSNorm.",
-                                    "Model.__init__"),)
-        x = Port(r"x_{L}", ctx.tokens("hidden_size"), "x")
-        kinds = (f"{len(blocks)} block kinds alternating as layer_types lists them" if len(blocks) > 1
-                 else "every block with a mixture of experts")
-        children = (
-            embedding(ctx, "embed", "Token embedding", weight=p + "embed_tokens.weight", citations=model_cite),
-            self.blocks(ctx, c, blocks, f"{L} decoder layers, {kinds}."),
-            rmsnorm(ctx, "norm", "Final RMSNorm", weight=p + "norm.weight", ranges=(), size="hidden_size", x=x,
-                    y=Port(r"\hat x", x.shape, "x_hat"), code="self.norm(hidden_states)", eps=text.rms_norm_eps),
-            head(ctx, "lm_head", "LM head", weight="lm_head.weight", citations=(self.head_citation(),)),
-        )
-        root = model_root(ctx, children, code=f"{self.reference.model_class}(config)", layers=L,
-                          citations=model_cite, description=f"Token embedding, {L} transformer blocks ({kinds}), a "
-                                                            f"final RMSNorm and an untied LM head{self.beside_words(c)}.")
-        root = dataclasses.replace(root, children=root.children + self.towers(ctx, c))
-        return keep_named_modules_dense(root, block_fp8(c), dtype, self.reference_module, f"{self.name} config")
+        return DecoderLayers(blocks, L, f"{L} decoder layers, {kinds_words(blocks)}.")
+
+    def model_description(self, c: Any, layers: DecoderLayers) -> str:
+        return (f"Token embedding, {layers.count} transformer blocks ({kinds_words(layers.blocks)}), a final RMSNorm "
+                f"and an untied LM head{self.beside_words(c)}.")
 
     def block(self, ctx: Ctx, c: Any, layer_type: str, indices: tuple[int, ...]) -> Component:
         ranges, p = layers(indices), self.text_prefix + "layers.{layer}."
@@ -192,7 +143,7 @@ class SparseMoE(Family):
     def tiny_sizes(self, c: Any) -> dict[str, Any]:
         """Small sizes of the same structure: 4 query heads over 2 KV heads, top-2 of 4 experts, 2 blocks."""
         raw = {f.name: as_published(getattr(c, f.name)) for f in dataclasses.fields(c)}
-        if block_fp8(c) is not None:  # the executed checks compare values, whatever the checkpoint stores them in
+        if self.quantization(c) is not None:  # the executed checks compare values, whatever the checkpoint stores them in
             raw["quantization_config"] = None
         raw.update(vocab_size=97, hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
                    head_dim=16, max_position_embeddings=256, num_experts_per_tok=2, bos_token_id=0, eos_token_id=1)
