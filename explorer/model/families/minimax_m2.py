@@ -20,8 +20,7 @@ from typing import Any, ClassVar
 
 from explorer.model.components import Ctx, Reference
 from explorer.model.components.base import Port, layer_label, layers
-from explorer.model.components.blocks import block_ports, decoder_block, model_root, stack
-from explorer.model.components.embedding import embedding, head
+from explorer.model.components.blocks import block_ports, decoder_block
 from explorer.model.components.layer_attention import (
     SHAPED_ATTENTION,
     LayerAttentionOptions,
@@ -33,6 +32,7 @@ from explorer.model.components.norms import NormOptions, rmsnorm
 from explorer.model.components.rope import RopeOptions
 from explorer.model.families.base import (
     DIM_LABELS,
+    DecoderLayers,
     Family,
     PublishedMetadata,
     ReferenceBinding,
@@ -48,7 +48,7 @@ from explorer.model.families.block_fp8 import (
 )
 from explorer.model.families.declared_mtp import declared_mtp, mtp_norm, mtp_projection
 from explorer.model.families.mixtral import to_checkpoint_names
-from explorer.spec.types import Component, DeclaredMTP
+from explorer.spec.types import Citation, Component, DeclaredMTP
 
 REFERENCE = Reference("models/minimax_m2/modeling_minimax_m2.py", "MiniMaxM2")
 
@@ -173,28 +173,18 @@ class MiniMaxM2(Family):
 
     # ------------------------------------------------------------------------------------------------ build
 
-    def build(self, c: Any, values: dict[str, int | float]) -> Component:
-        dtype = stored_dtype(c.torch_dtype)
-        ctx = Ctx(values, DIM_LABELS, REFERENCE, dtype, fp8_block_storage(c.quantization_config))
+    def decoder_layers(self, ctx: Ctx, c: Any) -> DecoderLayers:
         L = c.num_hidden_layers
-        block = self.block(ctx, c, tuple(range(L)))
-        model_cite = (REFERENCE.cite("The model embeds token ids, runs the decoder layers and a final RMSNorm.",
-                                     "Model.__init__"),)
-        x = Port(r"x_{L}", ctx.tokens("hidden_size"), "x")
-        children = (
-            embedding(ctx, "embed", "Token embedding", weight="model.embed_tokens.weight", citations=model_cite),
-            stack(ctx, (block,), layers=L, description=f"{L} identical decoder layers, each with full attention and "
-                  "a mixture of experts.", citations=block.citations[:1]),
-            rmsnorm(ctx, "norm", "Final RMSNorm", weight="model.norm.weight", ranges=(), size="hidden_size", x=x,
-                    y=Port(r"\hat x", x.shape, "x_hat"), code="self.norm(hidden_states)", eps=c.rms_norm_eps),
-            head(ctx, "lm_head", "LM head", weight="lm_head.weight", citations=(
-                REFERENCE.cite("lm_head is a separate bias-free Linear from hidden_size to vocab_size.",
-                               "ForCausalLM.__init__"),)),
-        )
-        root = model_root(ctx, children, code="MiniMaxM2ForCausalLM(config)", layers=L, citations=model_cite,
-                          description=f"Token embedding, {L} transformer blocks, a final RMSNorm and an untied LM "
-                                      "head.")
-        return keep_named_modules_dense(root, c.quantization_config, dtype, reference_module, "minimax_m2 config")
+        return DecoderLayers((self.block(ctx, c, tuple(range(L))),), L,
+                             f"{L} identical decoder layers, each with full attention and a mixture of experts.")
+
+    def head_citation(self, tied: bool) -> Citation:
+        return self.ref.cite("lm_head is a separate bias-free Linear from hidden_size to vocab_size.",
+                             "ForCausalLM.__init__")
+
+    def finish(self, ctx: Ctx, c: Any, root: Component) -> Component:
+        """The FP8 keep-list matched against the reference's module names (block_sparse_moe is mlp there)."""
+        return keep_named_modules_dense(root, c.quantization_config, ctx.dtype, reference_module, f"{self.name} config")
 
     def declared_mtp(self, c: Any, values: dict[str, int | float]) -> DeclaredMTP | None:
         """num_mtp_modules modules of mtp_transformer_layers decoder layers each, on DeepSeek-V3's MTP layout."""

@@ -27,8 +27,7 @@ from typing import Any, ClassVar
 from explorer.model.components import Ctx, Reference
 from explorer.model.components.base import Port, layer_label, layers
 from explorer.model.components.block_sparse_attention import BlockIndexerOptions, block_indexer, block_sparse_attention
-from explorer.model.components.blocks import block_ports, decoder_block, model_root, stack
-from explorer.model.components.embedding import embedding, head
+from explorer.model.components.blocks import block_ports, decoder_block, stack
 from explorer.model.components.layer_attention import (
     SHAPED_ATTENTION,
     LayerAttentionOptions,
@@ -39,16 +38,23 @@ from explorer.model.components.mlp import MLPOptions, gated_mlp
 from explorer.model.components.moe import RouterOptions, moe, routed_experts, router
 from explorer.model.components.norms import NormOptions, rmsnorm
 from explorer.model.components.rope import RopeOptions
-from explorer.model.families.base import DIM_LABELS, PublishedMetadata, ReferenceBinding, rule_problems, stored_dtype
+from explorer.model.families.base import (
+    DIM_LABELS,
+    DecoderLayers,
+    Family,
+    PublishedMetadata,
+    ReferenceBinding,
+    rule_problems,
+    stored_dtype,
+)
 from explorer.model.families.block_fp8 import (
     FP8QuantizationConfig,
     fp8_block_storage,
     fp8_problems,
-    keep_named_modules_dense,
 )
 from explorer.model.families.declared_mtp import declared_mtp, mtp_norm, mtp_projection
 from explorer.model.families.minimax_m2 import BUFFER_NOTE, MiniMaxM2
-from explorer.spec.types import Component, DeclaredMTP, Dim
+from explorer.spec.types import Citation, Component, DeclaredMTP, Dim
 
 REFERENCE = Reference("models/minimax_m3_vl/modeling_minimax_m3_vl.py", "MiniMaxM3VL")
 SPARSE_LAYER, FULL_LAYER = "minimax_m3_sparse", "full_attention"
@@ -300,35 +306,40 @@ class MiniMaxM3(MiniMaxM2):
 
     # ------------------------------------------------------------------------------------------------ build
 
-    def build(self, c: Any, values: dict[str, int | float]) -> Component:
-        dtype = stored_dtype(c.torch_dtype)
-        ctx = Ctx(values, LABELS, REFERENCE, dtype, fp8_block_storage(c.quantization_config))
+    labels: ClassVar[dict[str, str]] = LABELS
+
+    def decoder_layers(self, ctx: Ctx, c: Any) -> DecoderLayers:
+        """One block kind per pair of attention kind and feed-forward kind, in order of its first layer."""
         L, att, mlp = c.num_hidden_layers, attention_kinds(c), mlp_kinds(c)
         kinds: dict[tuple[str, str], list[int]] = {}
         for i in range(L):
             kinds.setdefault((att[i], mlp[i]), []).append(i)
-        blocks = tuple(self.m3_block(ctx, c, pair, tuple(ix)) for pair, ix in kinds.items())
-        cite = (REFERENCE.cite("The text model embeds token ids, runs the decoder layers (sparse or full attention as "
+        n_sparse, n_dense = att.count(SPARSE_LAYER), mlp.count(DENSE_LAYER)
+        return DecoderLayers(tuple(self.m3_block(ctx, c, pair, tuple(ix)) for pair, ix in kinds.items()), L,
+                             f"{L} decoder layers: {n_sparse} with MiniMax sparse attention and {L - n_sparse} with "
+                             f"full attention; {n_dense} with a dense MLP, the rest with a mixture of experts.")
+
+    def model_citations(self, c: Any) -> tuple[Citation, ...]:
+        return (REFERENCE.cite("The text model embeds token ids, runs the decoder layers (sparse or full attention as "
                                "layer_types names it, a mixture of experts or a dense MLP as mlp_layer_types names it) "
                                "and a final RMSNorm.", "TextModel.__init__"),)
+
+    def layer_stack(self, ctx: Ctx, c: Any, layers: DecoderLayers, citations: tuple[Citation, ...]) -> Component:
+        return stack(ctx, layers.blocks, layers=layers.count, citations=citations, description=layers.description)
+
+    def final_norm(self, ctx: Ctx, c: Any) -> Component:
+        """The final RMSNorm scales by 1 + w, as every MiniMax-M3 norm does."""
         x = Port(r"x_{L}", ctx.tokens("hidden_size"), "x")
-        n_sparse, n_dense = att.count(SPARSE_LAYER), mlp.count(DENSE_LAYER)
-        children = (
-            embedding(ctx, "embed", "Token embedding", weight="model.embed_tokens.weight", citations=cite),
-            stack(ctx, blocks, layers=L, citations=cite,
-                  description=f"{L} decoder layers: {n_sparse} with MiniMax sparse attention and {L - n_sparse} with "
-                              f"full attention; {n_dense} with a dense MLP, the rest with a mixture of experts."),
-            rmsnorm(ctx, "norm", "Final RMSNorm", weight="model.norm.weight", ranges=(), size="hidden_size", x=x,
-                    y=Port(r"\hat x", x.shape, "x_hat"), code="self.norm(hidden_states)", eps=c.rms_norm_eps,
-                    gain="1+w"),
-            head(ctx, "lm_head", "LM head", weight="lm_head.weight", citations=(
-                REFERENCE.cite("lm_head is a separate bias-free Linear from hidden_size to vocab_size.",
-                               "ForCausalLM.__init__"),)),
-        )
-        root = model_root(ctx, children, code="MiniMaxM3VLForCausalLM(config)", layers=L, citations=cite,
-                          description=f"Token embedding, {L} decoder layers ({n_sparse} block-sparse), a final "
-                                      "RMSNorm and an untied LM head.")
-        return keep_named_modules_dense(root, c.quantization_config, dtype, reference_module, "minimax_m3 config")
+        return rmsnorm(ctx, "norm", "Final RMSNorm", weight="model.norm.weight", ranges=(), size="hidden_size", x=x,
+                       y=Port(r"\hat x", x.shape, "x_hat"), code="self.norm(hidden_states)", eps=c.rms_norm_eps,
+                       gain="1+w")
+
+    def model_description(self, c: Any, layers: DecoderLayers) -> str:
+        return (f"Token embedding, {layers.count} decoder layers ({attention_kinds(c).count(SPARSE_LAYER)} "
+                "block-sparse), a final RMSNorm and an untied LM head.")
+
+    def finish(self, ctx: Ctx, c: Any, root: Component) -> Component:
+        return Family.finish(self, ctx, c, root)  # the base's: this family's reference_module is its own
 
     def declared_mtp(self, c: Any, values: dict[str, int | float]) -> DeclaredMTP | None:
         """num_mtp_modules modules on DeepSeek-V3's MTP layout, each one decoder layer of the kind the per-layer lists
