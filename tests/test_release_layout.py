@@ -15,7 +15,7 @@ from conftest import ROOT
 
 from explorer.checkpoint.index import CheckpointIndex, TensorInfo
 from explorer.checkpoint.reconcile import expected_groups, predicted_index
-from explorer.checkpoint.release_layout import ReleaseLayout, predicted_release, release_layout
+from explorer.checkpoint.release_layout import ReleaseLayout, predicted_release, release_layout, release_rules
 from explorer.content.model_content import load_model_content
 from explorer.model.families import load_model_spec
 
@@ -139,9 +139,13 @@ def test_a_reference_name_or_a_fused_expert_in_the_release_fails():
 
 
 def test_a_rename_left_out_of_the_inverse_table_fails(monkeypatch):
-    from explorer.checkpoint import release_layout as module
+    from dataclasses import replace
 
-    monkeypatch.setattr(module, "RELEASE_NAMES", tuple(r for r in module.RELEASE_NAMES if r[1] != ".wq_a."))
+    from explorer.model.families import FAMILIES
+
+    family = FAMILIES["deepseek_v4"]
+    names = tuple(r for r in family.reference.release_names if r[1] != ".wq_a.")
+    monkeypatch.setattr(family, "reference", replace(family.reference, release_names=names))
     found = problems("deepseek-v4-flash", layout_of_uncached("deepseek-v4-flash"))
     assert "layers.0.attn.q_a_proj.weight: holds the reference's q_a_proj" in found, found[:5]
 
@@ -183,4 +187,6 @@ def test_the_release_counts_and_holds_the_stored_mtp_layer():
 
 def test_no_mtp_layer_no_mtp_prefix():
     spec = spec_of("deepseek-v4-flash")
-    assert release_layout(predicted_index(spec), None, 43).mtp_prefix == ""
+    rules = release_rules(spec)
+    assert rules is not None
+    assert release_layout(predicted_index(spec), None, 43, rules).mtp_prefix == ""

@@ -57,25 +57,31 @@ def build_reference_model(spec: ModelSpec):  # -> transformers PreTrainedModel o
 def instantiate(spec: ModelSpec, model_class, config):
     """The binding's model: model_class itself, or (a binding with a head) the text model under "model" beside an
     untied LM head, as the checkpoint names them."""
+    return loadable_class(spec, model_class)(config)
+
+
+def loadable_class(spec: ModelSpec, model_class):
+    """The class transformers' from_pretrained builds for the binding: model_class itself, or where the binding adds
+    a head, a model class wrapping it (built from the config alone, as from_pretrained builds any model class)."""
     head = FAMILIES[spec.family].reference.head
-    return model_class(config) if not head else _with_head(model_class(config), head, config)
+    return _with_head(model_class, head) if head else model_class
 
 
-def _with_head(body, head: str, config):
-    """A model of the text model's own pretrained base holding `body` as "model" and a bias-free Linear
-    hidden_size -> vocab_size as `head`, untied, whose call returns the logits (as a ForCausalLM's output has them);
-    transformers' quantizers see it as they see any of its models."""
+def _with_head(body_class, head: str):
+    """A model class of the text model's own pretrained base holding body_class(config) as "model" and a bias-free
+    Linear hidden_size -> vocab_size as `head`, untied, whose call returns the logits (as a ForCausalLM's output has
+    them); transformers' quantizers and its loader see it as they see any of its models."""
     import types
 
     import torch
     from transformers import PreTrainedModel
 
-    base = next(c for c in type(body).__mro__[1:] if issubclass(c, PreTrainedModel))
+    base = next(c for c in body_class.__mro__[1:] if issubclass(c, PreTrainedModel))
 
     class WithHead(base):  # type: ignore[misc, valid-type]
-        def __init__(self) -> None:
+        def __init__(self, config) -> None:
             super().__init__(config)
-            self.model = body
+            self.model = body_class(config)
             setattr(self, head, torch.nn.Linear(config.hidden_size, config.vocab_size, bias=False))
             self.post_init()
 
@@ -87,8 +93,8 @@ def _with_head(body, head: str, config):
             return types.SimpleNamespace(logits=getattr(self, head)(out.last_hidden_state),
                                          past_key_values=getattr(out, "past_key_values", None))
 
-    WithHead.__name__ = WithHead.__qualname__ = f"{type(body).__name__} + {head}"  # what the check lines name
-    return WithHead()
+    WithHead.__name__ = WithHead.__qualname__ = f"{body_class.__name__} + {head}"  # what the check lines name
+    return WithHead
 
 
 _FILLS = ("uniform_", "normal_", "trunc_normal_", "constant_", "ones_", "zeros_", "eye_", "dirac_", "xavier_uniform_",

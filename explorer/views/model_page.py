@@ -206,7 +206,7 @@ def ledger_view(mb: ModelBuild) -> LedgerView:
 
 
 def _release(mb: ModelBuild) -> dict:
-    """The release's own names, one row per group, where the spec uses the reference's (DeepSeek-V4)."""
+    """The release's own names, one row per group, where the spec uses the reference's (DeepSeek-V4, Kimi Linear)."""
     r = mb.release
     if r is None:
         return {}
@@ -215,9 +215,9 @@ def _release(mb: ModelBuild) -> dict:
     mtp = (f"; the multi-token-prediction layer the config declares is under {r.mtp_prefix} (transformers skips "
            "it by that prefix)" if r.mtp_prefix else "")
     summary = (f"The release's own layout, predicted: {fmt(r.index.tensor_count)} tensors, {fmt(bytes_total)} bytes, "
-               f"under DeepSeek's names, one tensor per routed expert and projection{mtp}. It is the table above "
-               "restated by undoing transformers' loading rules for the family (its renames, the FP8 scales "
-               "stored as .scale and the expert merge), which a test runs forward over every name here.")
+               f"under the lab's own names, one tensor per routed expert and projection{mtp}. It is the table above "
+               "restated by undoing transformers' loading rules for the family (its renames, and the tensors it "
+               "merges or concatenates as it loads), and a test loads it through those rules.")
     rows = tuple((g.name, fmt(g.count), g.dtype, "[" + ", ".join(f"{d:,}" for d in g.shape) + "]", fmt(g.nbytes))
                  for g in groups)
     return {"release_summary": summary, "release": rows}

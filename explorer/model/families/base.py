@@ -144,6 +144,14 @@ class ReferenceBinding:
     """Where model_class is a text model without an LM head (Step3p7TextModel: the published architecture is not a
     transformers class), the name of the untied, bias-free Linear from hidden_size to vocab_size that the binding
     adds beside it ("lm_head"), the text model then sitting under "model"; empty: model_class has its head."""
+    release_names: tuple[tuple[str, str], ...] = ()
+    """Where the release names its tensors otherwise than the reference (and the spec): regex rules, applied in order,
+    from a reference tensor name (without its "model." prefix) to the release's, the inverse of transformers'
+    conversion mapping for the family (explorer/checkpoint/release_layout.py); empty: the release uses the spec's
+    names."""
+    release_splits: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    """Reference tensors the loader concatenates from several release tensors along their first axis: a pattern of
+    the release name, and the replacements that name each part, in order (equal parts)."""
 
 
 @dataclass(frozen=True, slots=True)

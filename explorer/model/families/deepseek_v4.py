@@ -140,11 +140,46 @@ def _cite(claim: str, symbol: str) -> Citation:
     return REFERENCE.cite(claim, symbol)
 
 
+RELEASE_NAMES: tuple[tuple[str, str], ...] = (
+    (r"^embed_tokens\.weight$", "embed.weight"),
+    (r"^lm_head\.weight$", "head.weight"),
+    (r"^hc_head\.hc_(fn|base|scale)$", r"hc_head_\1"),
+    (r"\.hc_head\.hc_(fn|base|scale)$", r".hc_head_\1"),
+    (r"\.attn_hc\.(fn|base|scale)$", r".hc_attn_\1"),
+    (r"\.ffn_hc\.(fn|base|scale)$", r".hc_ffn_\1"),
+    (r"\.input_layernorm\.", ".attn_norm."),
+    (r"\.post_attention_layernorm\.", ".ffn_norm."),
+    (r"\.self_attn\.compressor\.indexer\.scorer\.weights_proj\.", ".attn.indexer.weights_proj."),
+    (r"\.self_attn\.compressor\.indexer\.q_b_proj\.", ".attn.indexer.wq_b."),
+    (r"\.self_attn\.compressor\.indexer\.", ".attn.indexer.compressor."),
+    (r"\.self_attn\.", ".attn."),
+    (r"\.mlp\.", ".ffn."),
+    (r"\.compressor\.kv_norm\.", ".compressor.norm."),
+    (r"\.position_bias$", ".ape"),
+    (r"\.sinks$", ".attn_sink"),
+    (r"\.shared_experts\.gate_proj\.", ".shared_experts.w1."),
+    (r"\.shared_experts\.down_proj\.", ".shared_experts.w2."),
+    (r"\.shared_experts\.up_proj\.", ".shared_experts.w3."),
+    (r"\.q_a_proj\.", ".wq_a."),
+    (r"\.q_b_proj\.", ".wq_b."),
+    (r"\.kv_proj\.", ".wkv."),
+    (r"\.gate_proj\.", ".wgate."),
+    (r"\.o_a_proj\.", ".wo_a."),
+    (r"\.o_b_proj\.", ".wo_b."),
+    (r"\.q_a_norm\.", ".q_norm."),
+    (r"\.gate\.e_score_correction_bias$", ".gate.bias"),
+    (r"\.weight_scale_inv$", ".scale"),
+)
+"""Reference name (without the model. prefix) -> release name, applied in order: the inverse of transformers'
+conversion rules for the family (conversion_mapping.py's "deepseek_v4" table, and the FP8 quantizer's `.scale` ->
+`.weight_scale_inv`); explorer/checkpoint/release_layout.py applies them and splits the fused experts."""
+
+
 class DeepseekV4(Family):
     name = "deepseek_v4"
     model_types = ("deepseek_v4",)
     config_class = DeepseekV4Hyperparameters
-    reference = ReferenceBinding("DeepseekV4Config", "DeepseekV4ForCausalLM")
+    reference = ReferenceBinding("DeepseekV4Config", "DeepseekV4ForCausalLM", release_names=RELEASE_NAMES)
     symbols = ("vocab_size", "hidden_size", "moe_intermediate_size", "num_attention_heads", "head_dim", "q_lora_rank",
                "qk_rope_head_dim", "o_groups", "o_lora_rank", "index_n_heads", "index_head_dim", "n_routed_experts",
                "num_experts_per_tok", "hc_mult")

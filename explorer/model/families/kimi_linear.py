@@ -55,6 +55,19 @@ SYMBOLS = ("vocab_size", "hidden_size", "intermediate_size", "moe_intermediate_s
            "num_attention_heads", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim", "num_local_experts",
            "n_shared_experts", "num_experts_per_tok", "linear_num_heads", "linear_head_dim", "linear_conv_kernel_dim")
 DTYPE_SIZES = {"float32": 4, "bfloat16": 2, "float16": 2}
+RELEASE_NAMES = (
+    (r"\.self_attn\.forget_gate\.", ".self_attn."),
+    (r"\.mlp\.(experts|gate|shared_experts)\.", r".block_sparse_moe.\1."),
+    (r"\.experts\.(\d+)\.gate_proj\.", r".experts.\1.w1."),
+    (r"\.experts\.(\d+)\.up_proj\.", r".experts.\1.w3."),
+    (r"\.experts\.(\d+)\.down_proj\.", r".experts.\1.w2."),
+    (r"^(?!lm_head\.)", "model."),
+)
+"""Reference name (without the model. prefix) -> the release's (Moonshot's own names), applied in order: the inverse
+of transformers' conversion mapping for kimi_linear (forget-gate tensors attached to the attention module, the MoE
+block as block_sparse_moe, experts' w1, w3 and w2 merged into gate_up_proj and down_proj)."""
+RELEASE_SPLITS = ((r"\.self_attn\.conv1d\.", (".self_attn.q_conv1d.", ".self_attn.k_conv1d.", ".self_attn.v_conv1d.")),)
+"""The KDA convolution transformers concatenates on load from the release's q, k and v convolutions, in that order."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -135,7 +148,8 @@ class KimiLinear(Family):
     name = "kimi_linear"
     model_types = ("kimi_linear",)
     config_class: ClassVar[type] = KimiLinearHyperparameters
-    reference = ReferenceBinding("KimiLinearConfig", "KimiLinearForCausalLM", renames=split_fused_experts)
+    reference = ReferenceBinding("KimiLinearConfig", "KimiLinearForCausalLM", renames=split_fused_experts,
+                                 release_names=RELEASE_NAMES, release_splits=RELEASE_SPLITS)
     ref: ClassVar[Reference] = REFERENCE
     symbols: ClassVar[tuple[str, ...]] = SYMBOLS
 
